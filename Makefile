@@ -1,0 +1,36 @@
+# prefalign-verify: the two set-up commands are `make report` (the main job) and `make test`.
+# Both create the virtual environment .venv on first use and install the project into it.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+SEED   ?= 0
+
+.PHONY: venv test report bench lint clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[test,lint]"
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+## test: the CI test run (default tier: excludes the `slow` and `bench` markers)
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+## report: run every executable statement and write the results under reports/
+report: $(STAMP)
+	$(BIN)/python -m verification run --seed $(SEED) --json reports/results.json
+
+## bench: pytest-benchmark speed comparisons (batched LP solver against HiGHS)
+bench: $(STAMP)
+	$(BIN)/python -m pytest -m bench --benchmark-enable --benchmark-columns=min,median,mean,rounds
+
+lint: $(STAMP)
+	$(BIN)/ruff check sim verification tests
+
+clean:
+	rm -rf $(VENV) .pytest_cache .benchmarks reports

@@ -1,0 +1,523 @@
+r"""The EPO direction LP (THEOREMS.md §1.5), batched exact solver and HiGHS reference.
+
+Inputs per instance: losses ``l`` (m), preference ``λ`` (m, open simplex) and Gram matrix ``C = GᵀG`` (m×m).
+Output: LP weights ``μ`` (m); the caller forms the direction ``d = G μ`` (numpy, or torch on a GPU).
+
+With ``A`` the adjustment and ``β`` the preference uniformity (:mod:`sim.preference`), and the index sets
+
+* ``J  = {j : (CA)_j > 0}``, ``J̄ = [m] ∖ J``,
+* ``J* = {j : λ_j l_j >= ψ - tol_Jstar·ψ}`` (``tol_Jstar = 0``: exact ties, as the EPO code),
+
+the **balancing** LP (mode ``"balance"``, chosen iff ``β > eps_mode``; EPO ``prob_bal``, paper eq 4/5) is
+
+.. code-block:: text
+
+    maximise  μᵀ C A                      (the correction gain γ)
+    s.t.      μ >= 0, 1ᵀμ = 1
+    if J ≠ ∅: (Cμ)_j >= (CA)_j  for j ∈ J̄ ∖ J*      (4b)
+              (Cμ)_j >= 0       for j ∈ J*          (4c)   (also for j ∈ J ∩ J*: EPO sets rhs[J*] = 0 last)
+    if J = ∅: (Cμ)_j >= 0       for all j
+
+and the **uniform-descent** LP (mode ``"descent"``, EPO ``dom``) is
+
+.. code-block:: text
+
+    maximise  1ᵀ C μ
+    s.t.      μ >= 0, 1ᵀμ = 1, Cμ >= 0                             ("relaxed",    EPO prob_rel)
+              and μᵀCA >= min(max_j (CA)_j, 0)                      ("restricted", EPO prob_dom, default)
+
+The restricted descent LP can be infeasible (THEOREMS.md §1.5). ``on_infeasible`` says what happens then:
+``"relaxed"`` re-solves the relaxed LP (status ``"relaxed"``), ``"fallback_preference"`` returns ``μ = λ``
+(the EPO training scripts' fallback; status ``"fallback"``), ``"raise"`` raises :class:`LPInfeasibleError`.
+Nothing falls back silently: every instance carries its status.
+
+Solver. :func:`lp_direction` solves all instances at once with a vectorised **dual simplex** in tableau form.
+Write the LP as ``max cᵀμ`` over the simplex with rows ``Dμ >= e`` and slacks ``s = Dμ - e >= 0``. The basis
+``{μ_k} ∪ {all slacks}`` with ``k = argmax_j c_j`` is dual feasible (the reduced costs are ``c_j - c_k <= 0``), so
+no phase 1 is needed: the dual simplex restores primal feasibility, pivoting on the most negative basic
+variable (Dantzig) and switching to Bland's rule after a few iterations, which rules out cycling. Rows are
+scaled to unit max-norm first; the final basis is re-solved from the original data (``B x_B = b`` and
+``Bᵀy = c_B``), which gives the weights to working precision and the KKT residuals of the result.
+:func:`lp_direction_reference` solves the same LPs one by one with ``scipy.optimize.linprog(method="highs")``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from sim.preference import (
+    check_gram,
+    check_losses,
+    check_preferences,
+    check_shapes,
+    uniformity_and_adjustment,
+)
+
+__all__ = [
+    "DirectionResult",
+    "LPInfeasibleError",
+    "STATUSES",
+    "lp_direction",
+    "lp_direction_reference",
+]
+
+#: Every status a result can carry.
+STATUSES = ("optimal", "relaxed", "fallback", "infeasible", "iteration_limit", "solver_error")
+_DESCENT = ("restricted", "relaxed")
+_ON_INFEASIBLE = ("relaxed", "fallback_preference", "raise")
+
+# Tolerances of the dual simplex, in the units of the row-scaled problem (rows and objective of max-norm 1).
+_PRIMAL_TOL = 1e-12  # a basic variable below -tol is primal infeasible
+_PIVOT_TOL = 1e-11  # |pivot| must exceed this
+_RATIO_TIE = 1e-13  # ratio-test ties are broken by the smallest column index
+
+
+class LPInfeasibleError(RuntimeError):
+    """Raised with ``on_infeasible="raise"`` when an LP has no feasible point."""
+
+
+@dataclass(frozen=True)
+class DirectionResult:
+    """Result of the EPO direction LP, batched over the leading axes of the input (none for one instance).
+
+    Attributes
+    ----------
+    weights : (..., m) LP multipliers ``μ`` (EPO ``alpha``); the direction is ``d = G μ``. NaN only where
+        ``status`` is ``"infeasible"``, ``"iteration_limit"`` or ``"solver_error"``.
+    mode : (...) ``"balance"`` or ``"descent"``.
+    status : (...) one of :data:`STATUSES`.
+    gain : (...) ``γ* = μᵀ C A = dᵀ d_bal``, computed explicitly in both modes.
+    beta : (...) preference uniformity ``β``.
+    adjustment : (..., m) adjustment ``A``.
+    J : (..., m) bool mask of ``J = {j : (CA)_j > 0}``.
+    J_star : (..., m) bool mask of the bottleneck set ``J*``.
+    objective : (...) LP objective at ``weights`` (``μᵀCA`` in balance mode, ``1ᵀCμ`` in descent mode).
+    feasibility_residual : (...) max violation of ``μ >= 0``, ``1ᵀμ = 1`` and the constraint rows, each row
+        divided by ``max(1, max_k |C_jk|, |rhs_j|)``.
+    kkt_residual : (...) max positive reduced cost (dual infeasibility) of the returned basis, in the units
+        of the row-scaled problem (0 for the HiGHS reference, which reports no basis).
+    iterations : (...) simplex pivots (the reference reports HiGHS's iteration count).
+    """
+
+    weights: np.ndarray
+    mode: np.ndarray
+    status: np.ndarray
+    gain: np.ndarray
+    beta: np.ndarray
+    adjustment: np.ndarray
+    J: np.ndarray
+    J_star: np.ndarray
+    objective: np.ndarray
+    feasibility_residual: np.ndarray
+    kkt_residual: np.ndarray
+    iterations: np.ndarray
+
+    def status_counts(self) -> dict[str, int]:
+        """Number of instances per status (every status of :data:`STATUSES`, zeros included)."""
+        st = np.atleast_1d(self.status)
+        return {s: int(np.count_nonzero(st == s)) for s in STATUSES}
+
+    def direction(self, grads) -> np.ndarray:
+        """``d = G μ`` for gradients ``G`` of shape ``(..., n_w, m)`` (columns are the objective gradients)."""
+        G = np.asarray(grads, dtype=np.float64)
+        return np.einsum("...nm,...m->...n", G, self.weights)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Building the LP
+# --------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _LP:
+    """``max cᵀμ`` s.t. ``μ >= 0, 1ᵀμ = 1, D μ >= e`` on the rows where ``active``; shapes (N,m), (N,k,m), (N,k).
+
+    Inactive rows hold ``D = 0, e = -1`` (always satisfied, never binding).
+    """
+
+    c: np.ndarray
+    D: np.ndarray
+    e: np.ndarray
+    active: np.ndarray
+
+
+def _validate_options(eps_mode, descent, on_infeasible, tol_Jstar) -> None:
+    if not np.isfinite(eps_mode) or eps_mode < 0:
+        raise ValueError(f"eps_mode must be a finite number >= 0; got {eps_mode!r}")
+    if descent not in _DESCENT:
+        raise ValueError(f"descent must be one of {_DESCENT}; got {descent!r}")
+    if on_infeasible not in _ON_INFEASIBLE:
+        raise ValueError(f"on_infeasible must be one of {_ON_INFEASIBLE}; got {on_infeasible!r}")
+    if not np.isfinite(tol_Jstar) or tol_Jstar < 0:
+        raise ValueError(f"tol_Jstar must be a finite number >= 0; got {tol_Jstar!r}")
+
+
+def _prepare(losses, prefs, gram, validate: bool):
+    if validate:
+        l = check_losses(losses)
+        lam = check_preferences(prefs)
+        C = check_gram(gram)
+        check_shapes(l, lam, C)
+    else:
+        l = np.asarray(losses, dtype=np.float64)
+        lam = np.asarray(prefs, dtype=np.float64)
+        C = np.asarray(gram, dtype=np.float64)
+    m = l.shape[-1]
+    batch = np.broadcast_shapes(l.shape[:-1], lam.shape[:-1], C.shape[:-2])
+    l = np.broadcast_to(l, batch + (m,)).reshape(-1, m)
+    lam = np.broadcast_to(lam, batch + (m,)).reshape(-1, m)
+    C = np.broadcast_to(C, batch + (m, m)).reshape(-1, m, m)
+    return l, lam, C, batch
+
+
+def _build(l, lam, C, eps_mode, descent, tol_Jstar):
+    """Index sets, mode and the LP data of every instance (rows 0..m-1: ``Cμ``; row m: ``μᵀCA``).
+
+    Inactive rows are stored as ``0·μ >= -1`` so that every instance has the same ``m + 1`` rows.
+    """
+    N, m = l.shape
+    beta, A = uniformity_and_adjustment(l, lam, validate=False)
+    CA = np.einsum("nij,nj->ni", C, A)
+    J = CA > 0.0
+    wl = lam * l
+    psi = wl.max(axis=-1, keepdims=True)
+    J_star = wl >= psi - tol_Jstar * psi
+    balance = beta > eps_mode
+
+    active = np.ones((N, m + 1), dtype=bool)
+    e = np.zeros((N, m + 1))
+    # Balancing mode: with J ≠ ∅, rows J̄ ∪ J* (rhs (CA)_j on J̄ ∖ J*, 0 on J*); with J = ∅, all rows, rhs 0.
+    anyJ = J.any(axis=1, keepdims=True)
+    bal = balance[:, None] & anyJ
+    active[:, :m] = ~bal | ~J | J_star
+    e[:, :m] = np.where(bal & ~J_star, CA, 0.0)
+    # Uniform-descent mode: all rows Cμ >= 0; the restricted LP adds μᵀCA >= min(max CA, 0).
+    active[:, m] = ~balance if descent == "restricted" else False
+    e[:, m] = np.minimum(CA.max(axis=1), 0.0)
+    D = np.concatenate([C, CA[:, None, :]], axis=1)
+    D[~active] = 0.0
+    e[~active] = -1.0
+    c = np.where(balance[:, None], CA, C.sum(axis=1))
+    return _LP(c=c, D=D, e=e, active=active), beta, A, CA, J, J_star, balance
+
+
+# --------------------------------------------------------------------------------------------------------
+# Batched dual simplex
+# --------------------------------------------------------------------------------------------------------
+
+_OPTIMAL, _INFEASIBLE, _ITERLIMIT = 0, 1, 2  # solver codes; 3 = solver error
+_CODE_NAMES = np.array(["optimal", "infeasible", "iteration_limit", "solver_error"], dtype="<U15")
+
+
+def _scale_lp(lp: _LP):
+    """Scale each row and the objective to max-norm 1 (the LP's solutions do not change)."""
+    rs = np.maximum(np.abs(lp.D).max(axis=2), np.abs(lp.e))
+    rs[rs == 0] = 1.0
+    cs = np.abs(lp.c).max(axis=1, keepdims=True)
+    cs[cs == 0] = 1.0
+    return lp.c / cs, lp.D / rs[:, :, None], lp.e / rs
+
+
+def _dual_simplex(c, D, e, max_iter: int, bland_after: int):
+    """Solve ``max cᵀμ, μ >= 0, 1ᵀμ = 1, Dμ >= e`` for every instance.
+
+    Returns ``(basis, code, iterations, reduced_costs)``.
+
+    Variables are ``x = (μ_1..μ_m, s_1..s_k)``; rows are the equality and the ``k`` constraint rows. Rows
+    ``0..k`` of the tableau hold ``B⁻¹[A | b]``; its last row holds the reduced costs ``c_j - c_Bᵀ B⁻¹ a_j``
+    (all ``<= 0``: dual feasibility, kept by the ratio test), so one rank-one update pivots both.
+    """
+    N, k, m = D.shape
+    n, p = m + k, k + 1
+    kstar = np.argmax(c, axis=1)
+    ar = np.arange(N)
+    Dk = D[ar, :, kstar]  # (N, k): column k* of D
+
+    T = np.zeros((N, p + 1, n + 1))
+    T[:, 0, :m] = 1.0
+    T[:, 0, n] = 1.0
+    T[:, 1:p, :m] = Dk[:, :, None] - D
+    T[:, 1:p, m:n] = np.eye(k)
+    T[:, 1:p, n] = Dk - e
+    T[:, p, :m] = c - c[ar, kstar][:, None]
+    basis = np.empty((N, p), dtype=np.intp)
+    basis[:, 0] = kstar
+    basis[:, 1:] = m + np.arange(k)
+
+    code = np.full(N, _ITERLIMIT, dtype=np.int8)
+    iters = np.zeros(N, dtype=np.intp)
+    zfin = np.zeros((N, n))
+    idx = np.arange(N)  # instances still running, and their tableaux and bases
+    Tw, bw = T, basis.copy()
+    for it in range(max_iter):
+        bland = it >= bland_after
+        vals = Tw[:, :p, n]
+        wa = np.arange(len(idx))
+        if bland:  # Bland: the infeasible basic variable with the smallest variable index leaves
+            r = np.argmin(np.where(vals < -_PRIMAL_TOL, bw, n + 1), axis=1)
+        else:  # Dantzig: the most negative basic variable leaves
+            r = np.argmin(vals, axis=1)
+        done = vals[wa, r] >= -_PRIMAL_TOL
+        row = Tw[wa, r, :n]
+        cand = row < -_PIVOT_TOL
+        finished = done | ~cand.any(axis=1)
+        if finished.any():
+            fi = idx[finished]
+            code[fi] = np.where(done[finished], _OPTIMAL, _INFEASIBLE)
+            basis[fi] = bw[finished]
+            zfin[fi] = Tw[finished, p, :n]
+            keep = ~finished
+            if not keep.any():
+                break
+            idx, Tw, bw = idx[keep], Tw[keep], bw[keep]
+            r, row, cand = r[keep], row[keep], cand[keep]
+            wa = np.arange(len(idx))
+        ratio = np.where(cand, np.minimum(Tw[:, p, :n], 0.0) / np.where(cand, row, -1.0), np.inf)
+        if bland:  # ratio ties within _RATIO_TIE: the smallest column index enters
+            q = np.argmax(cand & (ratio <= ratio.min(axis=1, keepdims=True) + _RATIO_TIE), axis=1)
+        else:
+            q = np.argmin(ratio, axis=1)
+        # Pivot on (r, q) with one rank-one update: T -= f ⊗ (T_r / T_rq), f = T[:, q] - e_r.
+        prow = Tw[wa, r, :] / row[wa, q][:, None]
+        f = Tw[wa, :, q]
+        f[wa, r] -= 1.0
+        Tw -= f[:, :, None] * prow[:, None, :]
+        bw[wa, r] = q
+        iters[idx] += 1
+    else:
+        basis[idx] = bw
+        zfin[idx] = Tw[:, p, :n]
+    return basis, code, iters, zfin
+
+
+def _recover(c, D, e, basis, reduced):
+    """Weights of the final bases re-solved from the (scaled) data, and their KKT residual.
+
+    ``x_B`` solves ``B x_B = b``. The duals are read off the simplex's reduced costs (``y_{1+i}`` is the
+    reduced cost of slack ``i``; ``y_0`` follows from a basic ``μ_j``); the residual is then recomputed from
+    the data: ``max(max_j (c - Aᵀy)_j, |cᵀx - bᵀy|)`` (dual infeasibility and duality gap).
+    """
+    N, k, m = D.shape
+    n = m + k
+    ar = np.arange(N)
+    is_mu = basis < m
+    B = np.empty((N, k + 1, k + 1))  # columns: [1; D_j] for a basic μ_j, [0; -e_i] for a basic slack s_i
+    B[:, 0, :] = is_mu
+    B[:, 1:, :] = np.where(
+        is_mu[:, None, :],
+        np.take_along_axis(D, np.minimum(basis, m - 1)[:, None, :], axis=2),
+        np.where(np.arange(k)[None, :, None] == (basis - m)[:, None, :], -1.0, 0.0),
+    )
+    b = np.concatenate([np.ones((N, 1)), e], axis=1)
+    try:
+        xB = np.linalg.solve(B, b[:, :, None])[:, :, 0]
+    except np.linalg.LinAlgError:  # a numerically singular basis: least squares, instance by instance
+        xB = np.stack([np.linalg.lstsq(Bi, bi, rcond=None)[0] for Bi, bi in zip(B, b, strict=True)])
+    x = np.zeros((N, n + 1))
+    np.put_along_axis(x, basis, xB, axis=1)
+    mu = x[:, :m]
+    y = np.empty((N, k + 1))
+    y[:, 1:] = reduced[:, m:]
+    jb = basis[ar, np.argmax(basis < m, axis=1)]  # a basic μ_j (a feasible basis has one)
+    y[:, 0] = c[ar, jb] - np.einsum("nk,nk->n", y[:, 1:], D[ar, :, jb])
+    zmu = c - y[:, :1] - np.einsum("nk,nkm->nm", y[:, 1:], D)
+    gap = np.abs(np.einsum("nm,nm->n", c, mu) - np.einsum("np,np->n", b, y))
+    kkt = np.maximum.reduce([zmu.max(axis=1), y[:, 1:].max(axis=1), gap, np.zeros(N)])
+    # Round-off can leave -1e-17 entries: clip and renormalise (changes μ by O(machine eps)).
+    mu = np.maximum(mu, 0.0)
+    mu = mu / mu.sum(axis=1, keepdims=True)
+    return mu, kkt
+
+
+def _solve_batched(lp: _LP, scaled, max_iter: int | None):
+    c, D, e = scaled
+    N, k, m = D.shape
+    p = k + 1
+    max_iter = max_iter if max_iter is not None else 50 * (m + p)
+    basis, code, iters, reduced = _dual_simplex(c, D, e, max_iter=max_iter, bland_after=4 * p)
+    mu = np.full((N, m), np.nan)
+    kkt = np.full(N, np.nan)
+    ok = code == _OPTIMAL
+    if ok.all():
+        mu, kkt = _recover(c, D, e, basis, reduced)
+    elif ok.any():
+        mu[ok], kkt[ok] = _recover(c[ok], D[ok], e[ok], basis[ok], reduced[ok])
+    return mu, code, iters, kkt
+
+
+def _feasibility_residual(D, e, mu) -> np.ndarray:
+    """``max(max_j (e_j - D_j μ), max_j -μ_j, |1ᵀμ - 1|, 0)`` on the row-scaled data (relative violation)."""
+    rows = (e - np.einsum("nkm,nm->nk", D, mu)).max(axis=1)
+    return np.maximum(np.maximum(rows, -mu.min(axis=1)), np.maximum(np.abs(mu.sum(axis=1) - 1.0), 0.0))
+
+
+# --------------------------------------------------------------------------------------------------------
+# Public entry points
+# --------------------------------------------------------------------------------------------------------
+
+
+def _finish(lp_fn, losses, prefs, gram, eps_mode, descent, on_infeasible, tol_Jstar, validate, **solver_kw):
+    _validate_options(eps_mode, descent, on_infeasible, tol_Jstar)
+    l, lam, C, batch = _prepare(losses, prefs, gram, validate)
+    lp, beta, A, CA, J, J_star, balance = _build(l, lam, C, eps_mode, descent, tol_Jstar)
+    scaled = _scale_lp(lp)
+    mu, code, iters, kkt = lp_fn(lp, scaled, **solver_kw)
+    status = _CODE_NAMES[code]
+
+    # The restricted descent LP may be infeasible: apply the policy, never silently.
+    redo = (code == _INFEASIBLE) & ~balance & lp.active[:, -1]
+    if redo.any():
+        if on_infeasible == "raise":
+            bad = np.flatnonzero(redo)
+            raise LPInfeasibleError(
+                f"restricted descent LP infeasible for {bad.size} instance(s) (flat indices {bad[:10].tolist()}"
+                f"{' ...' if bad.size > 10 else ''}); use on_infeasible='relaxed' or 'fallback_preference'"
+            )
+        if on_infeasible == "relaxed":
+            # Drop the restriction row μᵀCA >= min(max CA, 0) and solve the relaxed LP.
+            active, D, e = lp.active.copy(), lp.D.copy(), lp.e.copy()
+            active[redo, -1] = False
+            D[redo, -1] = 0.0
+            e[redo, -1] = -1.0
+            lp = _LP(c=lp.c, D=D, e=e, active=active)
+            scaled = _scale_lp(lp)
+            sub = _LP(c=lp.c[redo], D=D[redo], e=e[redo], active=active[redo])
+            mu2, code2, it2, kkt2 = lp_fn(sub, tuple(a[redo] for a in scaled), **solver_kw)
+            mu[redo], kkt[redo] = mu2, kkt2
+            iters[redo] += it2
+            status[redo] = np.where(code2 == _OPTIMAL, "relaxed", "infeasible")
+        else:  # fallback_preference: the EPO training scripts' μ = λ / Σλ
+            mu[redo] = lam[redo] / lam[redo].sum(axis=1, keepdims=True)
+            kkt[redo] = np.nan
+            status[redo] = "fallback"
+    if on_infeasible == "raise":
+        bad = np.flatnonzero(status != "optimal")
+        if bad.size:
+            raise LPInfeasibleError(
+                f"LP not solved for {bad.size} instance(s) (flat indices {bad[:10].tolist()}, statuses "
+                f"{sorted(set(status[bad].tolist()))})"
+            )
+
+    solved = np.isfinite(mu).all(axis=1)
+    mu0 = mu if solved.all() else np.where(solved[:, None], mu, 0.0)
+    gain = np.einsum("nm,nm->n", mu0, CA)
+    objective = np.einsum("nm,nm->n", mu0, lp.c)
+    feas = _feasibility_residual(scaled[1], scaled[2], mu0)
+    if not solved.all():
+        gain[~solved] = objective[~solved] = feas[~solved] = np.nan
+    mode = np.where(balance, "balance", "descent")
+    out = dict(
+        weights=mu, mode=mode, status=status, gain=gain, beta=beta, adjustment=A, J=J, J_star=J_star,
+        objective=objective, feasibility_residual=feas, kkt_residual=kkt, iterations=iters,
+    )
+    for f in fields(DirectionResult):
+        v = out[f.name]
+        out[f.name] = v.reshape(batch + v.shape[1:])
+    return DirectionResult(**out)
+
+
+def lp_direction(
+    losses,
+    prefs,
+    gram,
+    *,
+    eps_mode: float = 1e-4,
+    descent: str = "restricted",
+    on_infeasible: str = "relaxed",
+    tol_Jstar: float = 0.0,
+    validate: bool = True,
+    max_iter: int | None = None,
+) -> DirectionResult:
+    """EPO direction weights for a batch of instances, by the batched exact dual simplex.
+
+    Parameters
+    ----------
+    losses : (..., m) positive losses ``l``.
+    prefs : (..., m) preferences ``λ`` in the open simplex.
+    gram : (..., m, m) Gram matrices ``C = GᵀG`` (symmetric PSD).
+    eps_mode : balancing mode iff ``β > eps_mode`` (EPO default 1e-4; the theory uses 0).
+    descent : ``"restricted"`` (EPO default ``prob_dom``) or ``"relaxed"`` (``prob_rel``).
+    on_infeasible : ``"relaxed"``, ``"fallback_preference"`` or ``"raise"`` (see the module docstring).
+    tol_Jstar : relative tie tolerance of the bottleneck set ``J*`` (0: exact ties).
+    validate : check the inputs (positivity, simplex, PSD, shapes); ``False`` skips the checks.
+    max_iter : pivot limit per instance (default ``50·(2m+2)``); instances that reach it get status
+        ``"iteration_limit"``.
+
+    Returns
+    -------
+    DirectionResult, batched over the broadcast leading axes of the inputs.
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> from sim.direction import lp_direction
+    >>> G = np.array([[1.0, 0.0], [0.0, 1.0]])              # n_w x m, columns are gradients
+    >>> res = lp_direction([1.0, 2.0], [0.5, 0.5], G.T @ G)
+    >>> str(res.mode), str(res.status), res.weights.round(6).tolist()
+    ('balance', 'optimal', [0.0, 1.0])
+    """
+    return _finish(
+        _solve_batched, losses, prefs, gram, eps_mode, descent, on_infeasible, tol_Jstar, validate,
+        max_iter=max_iter,
+    )
+
+
+#: HiGHS at its tightest feasibility tolerances (its defaults, 1e-7, are loose for an oracle of a solver that
+#: is exact to round-off: near-stationary instances have LP values of order 1e-7).
+_HIGHS_OPTIONS = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10, "presolve": False}
+
+
+def _solve_highs(lp: _LP, scaled):
+    from scipy.optimize import linprog
+
+    # HiGHS gets the row-scaled data (rows and objective of max-norm 1: the same LP), so that its absolute
+    # feasibility tolerance means the same relative accuracy on every row.
+    c, D, e = scaled
+    N, k, m = D.shape
+    mu = np.full((N, m), np.nan)
+    code = np.full(N, 3, dtype=np.int8)
+    iters = np.zeros(N, dtype=np.intp)
+    for i in range(N):
+        act = lp.active[i]
+        res = linprog(
+            -c[i],
+            A_ub=-D[i][act] if act.any() else None,
+            b_ub=-e[i][act] if act.any() else None,
+            A_eq=np.ones((1, m)),
+            b_eq=np.ones(1),
+            bounds=[(0, None)] * m,
+            method="highs",
+            options=_HIGHS_OPTIONS,
+        )
+        iters[i] = getattr(res, "nit", 0)
+        if res.status == 0:
+            mu[i] = res.x
+            code[i] = _OPTIMAL
+        elif res.status == 2:
+            code[i] = _INFEASIBLE
+        elif res.status == 1:
+            code[i] = _ITERLIMIT
+    return mu, code, iters, np.where(code == _OPTIMAL, 0.0, np.nan)
+
+
+def lp_direction_reference(
+    losses,
+    prefs,
+    gram,
+    *,
+    eps_mode: float = 1e-4,
+    descent: str = "restricted",
+    on_infeasible: str = "relaxed",
+    tol_Jstar: float = 0.0,
+    validate: bool = True,
+) -> DirectionResult:
+    """The same LPs as :func:`lp_direction`, solved instance by instance with HiGHS (the test oracle).
+
+    ``scipy.optimize.linprog(method="highs")`` on ``min -cᵀμ`` with the active rows as ``-Dμ <= -e``. HiGHS
+    status 2 is reported as ``"infeasible"`` (then ``on_infeasible`` applies), other failures as
+    ``"iteration_limit"`` / ``"solver_error"``. ``kkt_residual`` is 0 for solved instances (HiGHS does not
+    return a basis).
+    """
+    return _finish(_solve_highs, losses, prefs, gram, eps_mode, descent, on_infeasible, tol_Jstar, validate)

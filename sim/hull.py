@@ -1,0 +1,330 @@
+r"""Near-active set, minimum-norm element of a gradient hull, and the H.19 descent margin (THEOREMS.md §1.6).
+
+Notation (one client, one point ``w``; the subscript ``i`` is dropped):
+
+.. math::
+
+    ε_{act}      &= 2 η λ_{max} B^2                                     \quad\text{(eps_act)}\\
+    J^*_ε(w)     &= \{ j : λ_j l_j(w) \ge ψ(w) - ε_{act} \} \supseteq J^*(w)   \quad\text{(near_active_set)}\\
+    𝒢_ε(w)       &= conv\{ λ_j g_j(w) : j ∈ J^*_ε(w) \}\\
+    d_M(w)       &= \arg\min_{v ∈ 𝒢_ε(w)} \|v\|                          \quad\text{(min_norm_element)}\\
+    m(w)         &= \min_{j ∈ J^*_ε(w)} λ_j\, d(w)^\top g_j(w)             \quad\text{(descent_margin, H.19)}
+
+The minimum-norm point ``p = d_M`` of ``conv{v_1..v_k}`` is characterised by the KKT property
+``v_jᵀp ≥ ‖p‖²`` for every generator ``j`` (then ``qᵀp ≥ ‖p‖²`` for every ``q`` in the hull, so ``‖q‖ ≥ ‖p‖``).
+
+Algorithms (:func:`min_norm_element`, :func:`min_norm_weights_from_gram`):
+
+* ``k ≤ 8`` generators: exact support enumeration. For every support ``S`` solve the KKT system
+  ``[K_S 1; 1ᵀ 0][u; ν] = [0; 1]`` (``K = VᵀV`` the Gram matrix of the generators); keep the candidates with
+  ``u ≥ 0``; each is a point of the hull, so the candidate of smallest norm is the minimum-norm point (the
+  support of the true minimiser is among those enumerated). Batched over instances.
+* ``k > 8``: Wolfe's (1976) minimum-norm-point algorithm, an exact finite active-set QP that needs only inner
+  products, run per instance.
+
+The Gram version works from ``C = GᵀG`` alone, so it serves callers (LLM runs) that never form ``G`` in numpy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import combinations
+
+import numpy as np
+
+from sim.preference import check_gram, check_losses, check_preferences, check_shapes
+
+__all__ = [
+    "ENUMERATION_MAX_K",
+    "MinNormResult",
+    "eps_act",
+    "near_active_set",
+    "min_norm_element",
+    "min_norm_weights_from_gram",
+    "descent_margin",
+]
+
+#: Largest number of generators solved by exact support enumeration (2^k - 1 supports); above it, Wolfe's method.
+ENUMERATION_MAX_K = 8
+#: A candidate weight counts as non-negative if ``u_j >= -_U_TOL``.
+_U_TOL = 1e-10
+
+
+@dataclass(frozen=True, eq=False)
+class MinNormResult:
+    """Minimum-norm element of ``conv{v_j : j ∈ mask}``.
+
+    Attributes (batch shape ``(...)``):
+        point:        ``d_M = Σ_j u_j v_j``, shape ``(..., n)``.
+        weights:      convex weights ``u`` over all ``k`` generators (zero outside the mask), shape ``(..., k)``.
+        norm:         ``‖d_M‖``, shape ``(...)``.
+        kkt_residual: ``max_{j ∈ mask} (‖d_M‖² - v_jᵀ d_M)_+``, shape ``(...)``; 0 up to round-off at the optimum.
+    """
+
+    point: np.ndarray
+    weights: np.ndarray
+    norm: np.ndarray
+    kkt_residual: np.ndarray
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# near-active set and eps_act
+
+
+def eps_act(eta, prefs, B) -> np.ndarray:
+    """``ε_act = 2 η λ_max B²`` (THEOREMS.md §1.6, qualification (b) of H.31); shape ``(...)`` of ``prefs[..., 0]``.
+
+    ``eta`` (η, the local step size) and ``B`` (gradient bound) must be finite and ``>= 0``.
+    """
+    lam = check_preferences(prefs)
+    eta_a = np.asarray(eta, dtype=np.float64)
+    B_a = np.asarray(B, dtype=np.float64)
+    if not np.all(np.isfinite(eta_a)) or np.any(eta_a < 0):
+        raise ValueError(f"eta must be finite and >= 0; got {eta!r}")
+    if not np.all(np.isfinite(B_a)) or np.any(B_a < 0):
+        raise ValueError(f"B must be finite and >= 0; got {B!r}")
+    return 2.0 * eta_a * lam.max(axis=-1) * B_a**2
+
+
+def near_active_set(losses, prefs, eps_act) -> np.ndarray:
+    """Boolean mask ``J*_ε = {j : λ_j l_j ≥ ψ - ε_act}`` with ``ψ = max_k λ_k l_k``; shape ``(..., m)``.
+
+    ``eps_act`` (ε_act ≥ 0) is a scalar or broadcasts against the batch shape ``(...)``. It always contains the
+    bottleneck set ``J*`` (``eps_act = 0`` gives exactly ``J*``, with exact floating-point ties).
+    """
+    l = check_losses(losses)
+    lam = check_preferences(prefs)
+    check_shapes(l, lam)
+    eps = np.asarray(eps_act, dtype=np.float64)
+    if not np.all(np.isfinite(eps)) or np.any(eps < 0):
+        raise ValueError(f"eps_act must be finite and >= 0; got {eps_act!r}")
+    wl = lam * l
+    psi = wl.max(axis=-1)
+    try:
+        thr = psi - eps
+    except ValueError as exc:
+        raise ValueError(
+            f"eps_act shape {eps.shape} does not broadcast against the batch shape {psi.shape}"
+        ) from exc
+    return wl >= thr[..., None]
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# minimum-norm element
+
+
+def _check_mask(mask, k: int, batch: tuple[int, ...], name: str = "mask") -> np.ndarray:
+    if mask is None:
+        return np.ones(batch + (k,), dtype=bool)
+    arr = np.asarray(mask)
+    if arr.dtype != np.bool_:
+        raise ValueError(f"{name} must be a boolean array; got dtype {arr.dtype}")
+    if arr.shape[-1:] != (k,):
+        raise ValueError(f"{name} must have last axis of length k={k}; got shape {arr.shape}")
+    try:
+        arr = np.broadcast_to(arr, batch + (k,))
+    except ValueError as exc:
+        raise ValueError(f"{name} shape {arr.shape} does not broadcast to the batch shape {batch}") from exc
+    empty = ~arr.any(axis=-1)
+    if np.any(empty):
+        at = tuple(int(i) for i in np.argwhere(np.atleast_1d(empty))[0]) if empty.ndim else ()
+        raise ValueError(f"{name} selects no generator for instance {at}: the hull is empty")
+    return arr
+
+
+def _kkt_solve(Ks: np.ndarray) -> np.ndarray:
+    """Solve ``[K_S 1; 1ᵀ 0][u; ν] = [0; 1]`` for a stack ``(b, s, s)``; returns ``u`` ``(b, s)`` (NaN if singular)."""
+    b, s, _ = Ks.shape
+    M = np.zeros((b, s + 1, s + 1))
+    M[:, :s, :s] = Ks
+    M[:, :s, s] = 1.0
+    M[:, s, :s] = 1.0
+    rhs = np.zeros((b, s + 1))
+    rhs[:, s] = 1.0
+    try:
+        sol = np.linalg.solve(M, rhs[..., None])[..., 0]
+    except np.linalg.LinAlgError:
+        sol = np.empty((b, s + 1))
+        for r in range(b):
+            try:
+                sol[r] = np.linalg.solve(M[r], rhs[r])
+            except np.linalg.LinAlgError:
+                sol[r] = np.nan  # affinely dependent support: a smaller support gives the same point
+    return sol[:, :s]
+
+
+def _enumerate(K: np.ndarray, mask: np.ndarray, V: np.ndarray | None, max_size: int) -> np.ndarray:
+    """Exact support enumeration on a flat batch: ``K`` (b, k, k), ``mask`` (b, k), optional ``V`` (b, n, k)."""
+    b, k, _ = K.shape
+    best = np.full(b, np.inf)
+    best_u = np.zeros((b, k))
+    for size in range(1, max_size + 1):
+        for S in combinations(range(k), size):
+            S = list(S)
+            rows = np.flatnonzero(mask[:, S].all(axis=1))
+            if rows.size == 0:
+                continue
+            if size == 1:
+                u = np.ones((rows.size, 1))
+            else:
+                u = _kkt_solve(K[np.ix_(rows, S, S)])
+                ok = np.all(np.isfinite(u), axis=1) & np.all(u >= -_U_TOL, axis=1)
+                rows, u = rows[ok], u[ok]
+                if rows.size == 0:
+                    continue
+                u = np.maximum(u, 0.0)
+                u = u / u.sum(axis=1, keepdims=True)
+            if V is not None:
+                p = np.einsum("bnk,bk->bn", V[np.ix_(rows, np.arange(V.shape[1]), S)], u)
+                val = np.einsum("bn,bn->b", p, p)
+            else:
+                Ks = K[np.ix_(rows, S, S)]
+                val = np.einsum("bi,bij,bj->b", u, Ks, u)
+            better = val < best[rows]
+            if np.any(better):
+                r = rows[better]
+                best[r] = val[better]
+                best_u[r] = 0.0
+                best_u[np.ix_(r, S)] = u[better]
+    return best_u
+
+
+def _wolfe(K: np.ndarray, active: np.ndarray, max_iter: int = 10_000) -> np.ndarray:
+    """Wolfe's minimum-norm-point algorithm on one Gram matrix ``K`` (k, k), restricted to ``active`` (k,)."""
+    k = K.shape[0]
+    idx = np.flatnonzero(active)
+    diag = np.diag(K)
+    scale = max(float(diag[idx].max()), np.finfo(float).tiny)
+    tol = 1e-12 * scale
+    j0 = int(idx[np.argmin(diag[idx])])
+    S = [j0]
+    u = np.zeros(k)
+    u[j0] = 1.0
+    for _ in range(max_iter):
+        Ku = K @ u
+        pp = float(u @ Ku)
+        cand = idx[np.argmin(Ku[idx])]
+        if pp - Ku[cand] <= tol or cand in S:
+            break
+        S.append(int(cand))
+        degenerate = False
+        for _minor in range(len(S) + k + 1):
+            y = _kkt_solve(K[np.ix_(S, S)][None])[0]
+            if not np.all(np.isfinite(y)):  # affinely dependent (round-off only): keep the current point
+                S.pop()
+                degenerate = True
+                break
+            if np.all(y > 0.0):
+                u[:] = 0.0
+                u[S] = y
+                break
+            uS = u[S]
+            neg = y <= 0.0
+            theta = float(np.min(uS[neg] / (uS[neg] - y[neg])))
+            uS = uS + theta * (y - uS)
+            keep = uS > 1e-15
+            keep[np.argmin(np.where(neg, uS, np.inf))] = False  # the generator that reached zero leaves
+            u[:] = 0.0
+            S = [s for s, kp in zip(S, keep, strict=True) if kp]
+            u[S] = uS[keep] / uS[keep].sum()
+        if degenerate:
+            break
+    return u
+
+
+def _solve(K: np.ndarray, mask: np.ndarray, V: np.ndarray | None, method: str) -> np.ndarray:
+    k = K.shape[-1]
+    batch = K.shape[:-2]
+    Kf = K.reshape((-1, k, k))
+    mf = mask.reshape((-1, k))
+    Vf = None if V is None else V.reshape((-1,) + V.shape[-2:])
+    if method == "auto":
+        method = "enumerate" if k <= ENUMERATION_MAX_K else "wolfe"
+    if method == "enumerate":
+        # Carathéodory: the minimiser lies in the relative interior of an affinely independent face of at most
+        # n + 1 generators, so supports larger than n + 1 never need to be tried.
+        max_size = k if V is None else min(k, V.shape[-2] + 1)
+        u = _enumerate(Kf, mf, Vf, max_size)
+    elif method == "wolfe":
+        u = np.stack([_wolfe(Kf[r], mf[r]) for r in range(Kf.shape[0])]) if Kf.shape[0] else np.zeros((0, k))
+    else:
+        raise ValueError(f"method must be 'auto', 'enumerate' or 'wolfe'; got {method!r}")
+    return u.reshape(batch + (k,))
+
+
+def min_norm_element(vectors, mask=None, *, method: str = "auto") -> MinNormResult:
+    """Exact minimum-norm point ``d_M`` of ``conv{v_j : mask_j}``; generators are the columns of ``vectors``.
+
+    Args:
+        vectors: ``(n, k)`` or batched ``(..., n, k)``; column ``j`` is ``v_j`` (e.g. ``λ_j g_j``).
+        mask: optional boolean ``(..., k)`` selecting the generators (e.g. :func:`near_active_set`); every
+            instance must select at least one.
+        method: ``"auto"`` (enumeration for ``k ≤ 8``, Wolfe above), ``"enumerate"`` or ``"wolfe"``.
+
+    Returns:
+        :class:`MinNormResult` with ``point = V u``, the weights ``u`` (zero outside the mask), ``‖d_M‖`` and the
+        KKT residual ``max_{j∈mask}(‖d_M‖² - v_jᵀd_M)_+``.
+    """
+    try:
+        V = np.asarray(vectors, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"vectors must be a numeric array; got {vectors!r}") from exc
+    if V.ndim < 2 or V.shape[-1] == 0 or V.shape[-2] == 0:
+        raise ValueError(f"vectors must have shape (..., n, k) with n, k >= 1; got {V.shape}")
+    if not np.all(np.isfinite(V)):
+        raise ValueError("vectors contains a non-finite entry")
+    k = V.shape[-1]
+    batch = V.shape[:-2]
+    msk = _check_mask(mask, k, batch)
+    K = np.swapaxes(V, -1, -2) @ V
+    K = 0.5 * (K + np.swapaxes(K, -1, -2))
+    u = _solve(K, msk, V, method)
+    p = (V @ u[..., None])[..., 0]
+    pp = np.einsum("...n,...n->...", p, p)
+    vp = (np.swapaxes(V, -1, -2) @ p[..., None])[..., 0]
+    res = np.where(msk, pp[..., None] - vp, -np.inf).max(axis=-1)
+    return MinNormResult(point=p, weights=u, norm=np.sqrt(pp), kkt_residual=np.maximum(res, 0.0))
+
+
+def min_norm_weights_from_gram(gram, mask=None, *, method: str = "auto") -> np.ndarray:
+    """Convex weights ``u`` (``(..., k)``) of the minimum-norm point of ``conv{g_j}`` given only ``C = GᵀG``.
+
+    ``u = argmin_{u ≥ 0, 1ᵀu = 1} uᵀ C u`` (MGDA weights ``μ_M``; ``d_M = G u`` is formed by the caller).
+    ``gram`` is a symmetric PSD ``(..., k, k)`` array; ``mask`` as in :func:`min_norm_element`. Because only ``C``
+    is used, ``‖d_M‖`` is resolved to about ``sqrt(machine eps)·max_j‖g_j‖``.
+    """
+    C = check_gram(gram)
+    k = C.shape[-1]
+    msk = _check_mask(mask, k, C.shape[:-2])
+    C = 0.5 * (C + np.swapaxes(C, -1, -2))
+    return _solve(C, msk, None, method)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# H.19 margin
+
+
+def descent_margin(d, grads, prefs, mask) -> np.ndarray:
+    """H.19 margin ``m(w) = min_{j ∈ mask} λ_j dᵀ g_j`` (THEOREMS.md §1.6); shape ``(...)``.
+
+    Args:
+        d: direction ``(..., n_w)`` (the update is ``w ← w - η d``).
+        grads: ``G`` of shape ``(..., n_w, m)``, columns ``g_j``.
+        prefs: ``λ`` ``(..., m)`` in the open simplex.
+        mask: boolean ``(..., m)``, typically ``J*_ε`` from :func:`near_active_set`; non-empty per instance.
+    """
+    dd = np.asarray(d, dtype=np.float64)
+    G = np.asarray(grads, dtype=np.float64)
+    lam = check_preferences(prefs)
+    if G.ndim < 2:
+        raise ValueError(f"grads must have shape (..., n_w, m); got {G.shape}")
+    if dd.ndim < 1 or dd.shape[-1] != G.shape[-2]:
+        raise ValueError(f"d must have shape (..., n_w) with n_w={G.shape[-2]}; got {dd.shape}")
+    if lam.shape[-1] != G.shape[-1]:
+        raise ValueError(f"prefs has m={lam.shape[-1]} objectives but grads has m={G.shape[-1]}")
+    if not (np.all(np.isfinite(dd)) and np.all(np.isfinite(G))):
+        raise ValueError("d and grads must be finite")
+    dg = (dd[..., None, :] @ G)[..., 0, :]
+    vals = lam * dg
+    msk = _check_mask(mask, G.shape[-1], vals.shape[:-1])
+    return np.where(msk, vals, np.inf).min(axis=-1)

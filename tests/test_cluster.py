@@ -1,0 +1,341 @@
+"""Tests of sim.cluster: aggregation, dispersion (eq 9, Cor. H.14), mixed blocks (eq 43-45), δ_g (eq 40),
+Stage-1 / Stage-2 clustering (§1.10, O-17)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sim import cluster as cl
+from sim.preference import adjustment
+
+# ------------------------------------------------------------------------------------------ aggregation
+
+
+def test_aggregation_weights_uniform_and_proportional():
+    np.testing.assert_allclose(cl.aggregation_weights(N=4), np.full(4, 0.25), rtol=0, atol=0)
+    rho = cl.aggregation_weights(n_samples=[10, 30, 60])
+    np.testing.assert_allclose(rho, [0.1, 0.3, 0.6], rtol=1e-15)
+    assert rho.dtype == np.float64
+    np.testing.assert_allclose(cl.aggregation_weights(n_samples=[2, 2], N=2), [0.5, 0.5])
+    cl.check_aggregation_weights(rho)
+
+
+def _random_instance(rng, N, n_w, m):
+    G = rng.normal(size=(n_w, m))
+    mu = rng.dirichlet(np.ones(m), size=N)
+    rho = rng.dirichlet(np.full(N, 5.0))
+    return G, mu, rho
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("N,n_w,m", [(1, 3, 2), (4, 5, 3), (9, 6, 5), (6, 2, 4)])
+def test_eq9_dispersion_identity(seed, N, n_w, m):
+    """eq 9: Σρ_i‖d_i − d̄‖² = Σρ_i(μ_i − μ̄)ᵀC(μ_i − μ̄) with d_i = Gμ_i, C = GᵀG (H.5)."""
+    rng = np.random.default_rng(seed)
+    G, mu, rho = _random_instance(rng, N, n_w, m)
+    d = mu @ G.T
+    H = cl.dispersion(d, rho)
+    H9 = cl.dispersion_from_weights(mu, G.T @ G, rho)
+    assert abs(H - H9) <= 1e-12 * max(1.0, abs(H))
+    # shared direction equals G μ̄
+    np.testing.assert_allclose(cl.shared_direction(d, rho), G @ (rho @ mu), rtol=1e-12, atol=1e-14)
+
+
+def test_eq9_batched_with_per_instance_gram():
+    rng = np.random.default_rng(7)
+    B, N, n_w, m = 50, 5, 4, 3
+    G = rng.normal(size=(B, n_w, m))
+    mu = rng.dirichlet(np.ones(m), size=(B, N))
+    rho = rng.dirichlet(np.ones(N), size=B)
+    d = np.einsum("bkj,bij->bik", G, mu)
+    H = cl.dispersion(d, rho)
+    H9 = cl.dispersion_from_weights(mu, np.einsum("bkj,bkl->bjl", G, G), rho)
+    assert H.shape == (B,)
+    np.testing.assert_allclose(H, H9, rtol=1e-12, atol=1e-15)
+    # batched deviations agree with the per-instance call
+    D = cl.deviations(d, rho)
+    np.testing.assert_allclose(D[3], cl.deviations(d[3], rho[3]), rtol=1e-15)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_corollary_h14_deviation_bound(seed):
+    """Cor. H.14: Δ_i ≤ √(H/ρ_i) ≤ √(H/ρ_min); the negative control Δ_i ≤ √H fails often."""
+    rng = np.random.default_rng(seed)
+    B, N, n_w = 1000, 5, 3
+    d = rng.normal(size=(B, N, n_w))
+    rho = rng.dirichlet(np.full(N, 0.5), size=B)
+    H = cl.dispersion(d, rho)
+    D = cl.deviations(d, rho)
+    bound_i = np.sqrt(H[:, None] / rho)
+    bound_min = np.sqrt(H / rho.min(axis=1))
+    assert np.all(D <= bound_i * (1 + 1e-12) + 1e-15)
+    assert np.all(bound_i <= bound_min[:, None] * (1 + 1e-12))
+    # negative control (T-H14(e)): dropping 1/ρ breaks it in most instances
+    assert np.mean(np.any(D > np.sqrt(H)[:, None], axis=1)) > 0.5
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_permuting_clients_permutes_deviations(seed):
+    rng = np.random.default_rng(seed)
+    N, n_w = 7, 4
+    d = rng.normal(size=(N, n_w))
+    rho = rng.dirichlet(np.ones(N))
+    perm = rng.permutation(N)
+    np.testing.assert_allclose(cl.deviations(d[perm], rho[perm]), cl.deviations(d, rho)[perm], rtol=1e-13)
+    assert cl.dispersion(d[perm], rho[perm]) == pytest.approx(cl.dispersion(d, rho), rel=1e-13)
+    np.testing.assert_allclose(cl.shared_direction(d[perm], rho[perm]), cl.shared_direction(d, rho),
+                               rtol=1e-13, atol=1e-15)
+
+
+def test_single_client_has_zero_dispersion():
+    d = np.array([[1.0, -2.0, 0.5]])
+    assert cl.dispersion(d, [1.0]) == 0.0
+    np.testing.assert_array_equal(cl.deviations(d, [1.0]), [0.0])
+
+
+# -------------------------------------------------------------------------------------- mixed clusters
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_mixed_blocks_blend_and_eq44_eq45(seed):
+    rng = np.random.default_rng(seed)
+    N, n_w = 6, 4
+    d = rng.normal(size=(N, n_w))
+    dbal = rng.normal(size=(N, n_w))
+    rho = rng.dirichlet(np.full(N, 2.0))
+    mask = rng.random(N) < 0.5
+    mask[0], mask[1] = True, False  # both blocks non-empty
+    blk = cl.mixed_cluster_blocks(d, dbal, rho, mask)
+    assert blk.rho_plus + blk.rho_zero == pytest.approx(1.0, abs=1e-15)
+    dbar = cl.shared_direction(d, rho)
+    np.testing.assert_allclose(blk.rho_plus * blk.dbar_plus + blk.rho_zero * blk.dbar_zero, dbar,
+                               rtol=1e-13, atol=1e-14)
+    np.testing.assert_allclose(blk.dbar, dbar, rtol=1e-13, atol=1e-15)
+    # eq 44 (identity) and eq 45 (bound)
+    lhs = dbar[None, :] - d
+    rhs = blk.rho_plus * (blk.dbar_plus[None, :] - d) + blk.rho_zero * (blk.dbar_zero[None, :] - d)
+    assert np.max(np.abs(lhs - rhs)) <= 1e-12
+    assert np.all(cl.deviations(d, rho) <= blk.deviation_bound + 1e-12)
+    Dp = sum(rho[i] * np.linalg.norm(dbal[i]) for i in range(N) if mask[i]) / rho[mask].sum()
+    assert blk.D_bal_plus == pytest.approx(Dp, rel=1e-13)
+    assert (blk.n_plus, blk.n_zero) == (mask.sum(), (~mask).sum())
+    assert not blk.plus_empty and not blk.zero_empty
+
+
+@pytest.mark.parametrize("all_balancing", [True, False])
+def test_mixed_blocks_empty_block(all_balancing):
+    rng = np.random.default_rng(11)
+    d = rng.normal(size=(3, 2))
+    dbal = rng.normal(size=(3, 2))
+    rho = np.array([0.2, 0.3, 0.5])
+    blk = cl.mixed_cluster_blocks(d, dbal, rho, np.full(3, all_balancing))
+    dbar = rho @ d
+    if all_balancing:
+        assert blk.zero_empty and not blk.plus_empty and blk.rho_zero == 0.0
+        np.testing.assert_array_equal(blk.dbar_zero, np.zeros(2))
+        np.testing.assert_allclose(blk.dbar_plus, dbar, rtol=1e-14)
+        assert blk.D_bal_plus > 0.0
+    else:
+        assert blk.plus_empty and not blk.zero_empty and blk.rho_plus == 0.0
+        np.testing.assert_array_equal(blk.dbar_plus, np.zeros(2))
+        assert blk.D_bal_plus == 0.0
+    for arr in (blk.dbar_plus, blk.dbar_zero, blk.dist_plus, blk.dist_zero, blk.deviation_bound):
+        assert np.all(np.isfinite(arr))
+    np.testing.assert_allclose(blk.rho_plus * blk.dbar_plus + blk.rho_zero * blk.dbar_zero, dbar, rtol=1e-14)
+
+
+# ------------------------------------------------------------------------------ gradient dissimilarity
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_delta_g_bounded_by_max_and_zero_when_shared(seed):
+    rng = np.random.default_rng(seed)
+    N, n_w, m = 5, 4, 3
+    g = rng.normal(size=(N, n_w, m))
+    rho = rng.dirichlet(np.ones(N))
+    dg = cl.gradient_dissimilarity(g, rho)
+    dgm = cl.gradient_dissimilarity_max(g)
+    assert 0.0 < dg <= dgm * (1 + 1e-15)
+    brute = max(
+        sum(rho[k] * np.linalg.norm(g[i, :, j] - g[k, :, j]) for k in range(N)) for i in range(N) for j in range(m)
+    )
+    assert dg == pytest.approx(brute, rel=1e-13)
+    shared = np.broadcast_to(g[0], g.shape)
+    assert cl.gradient_dissimilarity(shared, rho) == 0.0
+    assert cl.gradient_dissimilarity_max(shared) == 0.0
+
+
+def test_delta_g_exact_and_constant_for_shifted_quadratics():
+    """F2: g_i^{(j)} − g_{i'}^{(j)} = −Q_j(e_ij − e_i'j), so δ_g does not depend on w (§1.11)."""
+    rng = np.random.default_rng(5)
+    N, n_w, m = 4, 3, 2
+    Q = np.stack([(lambda a: a @ a.T + np.eye(n_w))(rng.normal(size=(n_w, n_w))) for _ in range(m)])
+    c = rng.normal(size=(m, n_w))
+    e = 0.2 * rng.normal(size=(N, m, n_w))
+    rho = rng.dirichlet(np.ones(N))
+
+    def grads(w):
+        return np.stack([np.stack([Q[j] @ (w - c[j] - e[i, j]) for j in range(m)], axis=1) for i in range(N)])
+
+    vals = [cl.gradient_dissimilarity(grads(rng.normal(size=n_w)), rho) for _ in range(3)]
+    np.testing.assert_allclose(vals, vals[0], rtol=1e-12)
+    exact = max(
+        sum(rho[k] * np.linalg.norm(Q[j] @ (e[i, j] - e[k, j])) for k in range(N)) for i in range(N) for j in range(m)
+    )
+    assert vals[0] == pytest.approx(exact, rel=1e-12)
+
+
+# ------------------------------------------------------------------------------------------ clustering
+
+
+def _constructed_clients(rng, centers_by_group, per_cluster=3, jitter=0.004):
+    """Clients whose weighted losses λ_i ⊙ l_i are proportional to a jittered target t (ordering preserved)."""
+    losses, prefs, truth = [], [], []
+    for t in centers_by_group:
+        t = np.asarray(t, dtype=float)
+        idx = []
+        for _ in range(per_cluster):
+            target = t + jitter * rng.uniform(-1, 1, size=t.size)
+            l = np.exp(rng.uniform(-0.02, 0.02, size=t.size)) * 1.5
+            lam = target / l
+            lam /= lam.sum()
+            idx.append(len(losses))
+            losses.append(l)
+            prefs.append(lam)
+        truth.append(idx)
+    return np.array(losses), np.array(prefs), truth
+
+
+def _partition(labels):
+    return {frozenset(np.flatnonzero(labels == c).tolist()) for c in np.unique(labels)}
+
+
+# two Stage-1 groups (orderings (0,1,2) and (2,1,0)); within each two well-separated A-clusters
+_CENTERS = [(0.45, 0.33, 0.22), (0.72, 0.18, 0.10), (0.22, 0.33, 0.45), (0.10, 0.18, 0.72)]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_stage1_and_stage2_recover_constructed_groups(seed):
+    rng = np.random.default_rng(seed)
+    l, lam, truth = _constructed_clients(rng, _CENTERS)
+    perm = rng.permutation(l.shape[0])  # shuffle the clients
+    l, lam = l[perm], lam[perm]
+    inv = np.argsort(perm)
+    truth = [sorted(int(inv[i]) for i in g) for g in truth]
+
+    s1, keys = cl.stage1_groups(l, lam)
+    assert set(keys) == {(0, 1, 2), (2, 1, 0)}
+    assert _partition(s1) == {frozenset(truth[0] + truth[1]), frozenset(truth[2] + truth[3])}
+    assert s1[0] == 0  # numbered by first appearance
+
+    A = adjustment(l, lam)
+    intra = max(np.linalg.norm(A[i] - A[k]) for g in truth for i in g for k in g)
+    inter = min(np.linalg.norm(A[i] - A[k]) for a in (0, 2) for i in truth[a] for k in truth[a + 1])
+    assert intra < inter / 3  # the construction is well separated
+    thr = 0.5 * (intra + inter)
+    expected = {frozenset(g) for g in truth}
+
+    res = cl.cluster_clients(l, lam, threshold=thr)
+    assert _partition(res.labels) == expected
+    assert res.n_clusters == 4
+    assert sorted(np.concatenate(res.clusters).tolist()) == list(range(l.shape[0]))
+    np.testing.assert_array_equal(res.stage1_labels, s1)
+    np.testing.assert_allclose(res.adjustments_ref, A, rtol=1e-15)
+    assert res.keys.shape == (l.shape[0], 3)
+    assert res.labels[0] == 0
+
+    km = cl.cluster_clients(l, lam, method="kmeans", k=2, rng=np.random.default_rng(99))
+    assert _partition(km.labels) == expected
+    km2 = cl.cluster_clients(l, lam, method="kmeans", k=2, rng=np.random.default_rng(99))
+    np.testing.assert_array_equal(km.labels, km2.labels)  # deterministic given rng
+
+    cc = cl.cluster_clients(l, lam, k=2)  # complete linkage cut into k clusters per group
+    assert _partition(cc.labels) == expected
+    only1 = cl.cluster_clients(l, lam, stage2=False)
+    assert _partition(only1.labels) == _partition(s1)
+
+
+def test_bottleneck_key_merges_orderings_with_same_bottleneck():
+    rng = np.random.default_rng(4)
+    l, lam, truth = _constructed_clients(rng, [(0.5, 0.3, 0.2), (0.5, 0.2, 0.3)], per_cluster=2)
+    full, _ = cl.stage1_groups(l, lam, key="ordering")
+    bott, keys = cl.stage1_groups(l, lam, key="bottleneck")
+    assert _partition(full) == {frozenset(g) for g in truth}
+    assert _partition(bott) == {frozenset(range(4))} and keys == ((0,),)
+    assert cl.stage1_keys(l, lam, key="bottleneck").shape == (4, 1)
+
+
+def test_stage1_exact_ties_ordered_by_index():
+    l = np.ones((2, 3))
+    lam = np.array([[0.4, 0.4, 0.2], [0.2, 0.4, 0.4]])
+    np.testing.assert_array_equal(cl.stage1_keys(l, lam), [[0, 1, 2], [1, 2, 0]])
+    np.testing.assert_array_equal(cl.stage1_keys(l, lam, key="bottleneck"), [[0], [1]])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_complete_linkage_threshold_bounds_cluster_diameter(seed):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(15, 3))
+    for thr in (0.5, 1.0, 2.0, 4.0):
+        labels = cl.stage2_split(X, threshold=thr)
+        for c in np.unique(labels):
+            P = X[labels == c]
+            diam = max(np.linalg.norm(a - b) for a in P for b in P)
+            assert diam <= thr + 1e-12
+    assert np.all(cl.stage2_split(X, threshold=0.0) == np.arange(15))
+    assert np.all(cl.stage2_split(X, threshold=1e6) == 0)
+    np.testing.assert_array_equal(cl.stage2_split(X[:1], threshold=1.0), [0])
+
+
+def test_kmeans_is_deterministic_given_rng():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(20, 2))
+    a = cl.stage2_split(X, method="kmeans", k=3, rng=np.random.default_rng(5))
+    b = cl.stage2_split(X, method="kmeans", k=3, rng=np.random.default_rng(5))
+    np.testing.assert_array_equal(a, b)
+    assert set(a.tolist()) == {0, 1, 2}
+    assert np.all(cl.stage2_split(X, method="kmeans", k=1, rng=np.random.default_rng(1)) == 0)
+
+
+# ------------------------------------------------------------------------------------------ bad inputs
+
+_D = np.ones((2, 2))
+_X = np.arange(8.0).reshape(4, 2)
+_BAD = [
+    (cl.check_aggregation_weights, ([0.5, 0.6],), {}, "rho"),
+    (cl.check_aggregation_weights, ([1.0, 0.0],), {}, "rho"),
+    (cl.check_aggregation_weights, ([np.nan, 1.0],), {}, "rho"),
+    (cl.aggregation_weights, (), {"n_samples": [1, -2]}, "n_samples"),
+    (cl.aggregation_weights, (), {"N": 0}, "N"),
+    (cl.aggregation_weights, (), {"n_samples": [1, 2], "N": 3}, "N"),
+    (cl.aggregation_weights, (), {}, "n_samples"),
+    (cl.shared_direction, (np.ones((3, 2)), [0.5, 0.5]), {}, "rho"),
+    (cl.deviations, (np.full((2, 2), np.nan), [0.5, 0.5]), {}, "directions"),
+    (cl.dispersion, (np.ones(3), [1.0]), {}, "directions"),
+    (cl.dispersion_from_weights, (np.ones((2, 3)) / 3, np.eye(2), [0.5, 0.5]), {}, "gram"),
+    (cl.dispersion_from_weights, (np.ones((2, 2)) / 2, [[1.0, 2.0], [0.0, 1.0]], [0.5, 0.5]), {}, "gram"),
+    (cl.dispersion_from_weights, (np.ones((2, 2)) / 2, np.eye(2), [0.2, 0.2]), {}, "rho"),
+    (cl.mixed_cluster_blocks, (_D, np.ones((3, 2)), [0.5, 0.5], [True, False]), {}, "d_bal"),
+    (cl.mixed_cluster_blocks, (_D, _D, [0.5, 0.5], [2, 0]), {}, "balancing_mask"),
+    (cl.mixed_cluster_blocks, (_D, _D, [0.5, 0.5], [True]), {}, "balancing_mask"),
+    (cl.gradient_dissimilarity, (np.ones((2, 3, 2)), [0.2, 0.3, 0.5]), {}, "rho"),
+    (cl.gradient_dissimilarity_max, (np.full((2, 3, 2), np.inf),), {}, "grads"),
+    (cl.stage1_keys, (np.ones((2, 2)), np.full((2, 2), 0.5)), {"key": "foo"}, "key"),
+    (cl.stage1_groups, (-np.ones((2, 2)), np.full((2, 2), 0.5)), {}, "losses_ref"),
+    (cl.stage1_groups, (np.ones((2, 2)), np.full((2, 2), 0.6)), {}, "prefs"),
+    (cl.stage2_split, (_X,), {}, "threshold"),
+    (cl.stage2_split, (_X,), {"threshold": -1.0}, "threshold"),
+    (cl.stage2_split, (_X,), {"method": "ward", "threshold": 1.0}, "method"),
+    (cl.stage2_split, (_X,), {"method": "kmeans", "k": 2}, "rng"),
+    (cl.stage2_split, (_X,), {"method": "kmeans", "k": 10, "rng": np.random.default_rng(0)}, "k"),
+    (cl.stage2_split, (_X,), {"method": "kmeans", "k": 0, "rng": np.random.default_rng(0)}, "k"),
+    (cl.stage2_split, (np.array([[1.0, np.nan]]),), {"threshold": 1.0}, "adjustments"),
+    (cl.cluster_clients, (np.ones((2, 2)), np.full((2, 2), 0.5)), {}, "threshold"),
+]
+
+
+@pytest.mark.parametrize("fn,args,kwargs,argname", _BAD, ids=[f"{b[0].__name__}-{i}" for i, b in enumerate(_BAD)])
+def test_bad_inputs_raise_naming_the_argument(fn, args, kwargs, argname):
+    with pytest.raises(ValueError, match=argname):
+        fn(*args, **kwargs)

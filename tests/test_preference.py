@@ -1,0 +1,205 @@
+"""Preference functions: identities I1-I5, finite differences, metamorphic relations and input checks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sim.preference import (
+    adjustment,
+    bottleneck_set,
+    chebyshev,
+    check_gram,
+    normalized_losses,
+    normalizer,
+    preference_uniformity,
+    ray_point,
+    uniformity_and_adjustment,
+)
+
+FD_STEP_LOSS = 1e-6
+FD_RTOL = 1e-5
+
+
+def random_instance(rng, m, batch=()):
+    losses = np.exp(rng.uniform(-2, 2, size=batch + (m,)))
+    prefs = 0.95 * rng.dirichlet(np.ones(m), size=batch if batch else None) + 0.05 / m
+    return losses, prefs
+
+
+@pytest.mark.parametrize("m", [2, 3, 5, 8])
+def test_identities_I1_and_ranges(m):
+    rng = np.random.default_rng(m)
+    l, lam = random_instance(rng, m, (500,))
+    beta, A = uniformity_and_adjustment(l, lam)
+    assert np.all(beta >= 0) and np.all(beta <= np.log(m) + 1e-12)
+    # (I1) Σ_j a_j l_j = 0 (Euler: β is 0-homogeneous in l)
+    scale = np.abs(A * l).sum(axis=-1)
+    np.testing.assert_array_less(np.abs((A * l).sum(axis=-1)), 1e-13 * np.maximum(1, scale))
+    np.testing.assert_allclose(beta, preference_uniformity(l, lam), rtol=0, atol=0)
+    np.testing.assert_allclose(A, adjustment(l, lam), rtol=0, atol=0)
+    lhat = normalized_losses(l, lam)
+    np.testing.assert_allclose(lhat.sum(axis=-1), 1.0, rtol=1e-14)
+
+
+@pytest.mark.parametrize("m", [2, 3, 5])
+def test_gradient_in_losses_I2_by_finite_differences(m):
+    """∇_l β = A / Z, central differences with step 1e-6 (relative to l), rel. error <= 1e-5."""
+    rng = np.random.default_rng(10 + m)
+    for _ in range(50):
+        l, lam = random_instance(rng, m)
+        beta, A = uniformity_and_adjustment(l, lam)
+        Z = normalizer(l, lam)
+        fd = np.empty(m)
+        for k in range(m):
+            h = FD_STEP_LOSS * l[k]
+            lp, lm = l.copy(), l.copy()
+            lp[k] += h
+            lm[k] -= h
+            fd[k] = (preference_uniformity(lp, lam) - preference_uniformity(lm, lam)) / (2 * h)
+        exact = A / Z
+        err = np.linalg.norm(fd - exact) / max(np.linalg.norm(exact), 1e-300)
+        assert err <= FD_RTOL, (l, lam, fd, exact)
+
+
+def test_uniform_point_gives_zero():
+    rng = np.random.default_rng(3)
+    for m in (2, 3, 6):
+        l = np.exp(rng.uniform(-1, 1, m))
+        lam = (1 / l) / (1 / l).sum()  # λ ∝ 1/l puts l on the preference ray
+        beta, A = uniformity_and_adjustment(l, lam)
+        assert beta <= 1e-15
+        assert np.abs(A).max() <= 1e-14
+        q = ray_point(chebyshev(l, lam), lam)
+        np.testing.assert_allclose(q, l, rtol=1e-13)
+
+
+def test_I5_second_order_expansion():
+    """β = Σ ε_j²/(2m) + o(ε²) and ‖A‖²/β ∈ [2mλ_min², 2mλ_max²] in the limit (I5, S1-S3)."""
+    rng = np.random.default_rng(5)
+    m = 4
+    lam = 0.9 * rng.dirichlet(np.ones(m)) + 0.1 / m
+    eps = rng.normal(size=m)
+    eps -= eps.mean()
+    for t in (1e-2, 1e-3):
+        lhat = (1 + t * eps) / m
+        l = lhat / lam  # so that λ ⊙ l ∝ lhat
+        beta, A = uniformity_and_adjustment(l, lam)
+        approx = (t * eps) @ (t * eps) / (2 * m)
+        assert abs(beta - approx) <= 2 * t * approx
+        ratio = A @ A / beta
+        assert 2 * m * lam.min() ** 2 * (1 - 5 * t) <= ratio <= 2 * m * lam.max() ** 2 * (1 + 5 * t)
+
+
+def test_loss_scaling_leaves_beta_and_A_unchanged():
+    rng = np.random.default_rng(7)
+    l, lam = random_instance(rng, 4, (200,))
+    beta, A = uniformity_and_adjustment(l, lam)
+    for s in (1e-3, 0.5, 7.0, 1e4):
+        b2, A2 = uniformity_and_adjustment(s * l, lam)
+        np.testing.assert_allclose(b2, beta, rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(A2, A, rtol=1e-10, atol=1e-14)
+
+
+def test_permutation_equivariance():
+    rng = np.random.default_rng(8)
+    l, lam = random_instance(rng, 5, (100,))
+    perm = rng.permutation(5)
+    beta, A = uniformity_and_adjustment(l, lam)
+    b2, A2 = uniformity_and_adjustment(l[:, perm], lam[:, perm])
+    np.testing.assert_allclose(b2, beta, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(A2, A[:, perm], rtol=1e-12, atol=1e-15)
+    np.testing.assert_array_equal(bottleneck_set(l[:, perm], lam[:, perm]), bottleneck_set(l, lam)[:, perm])
+
+
+def test_batching_over_leading_axes():
+    rng = np.random.default_rng(9)
+    l, lam = random_instance(rng, 3, (4, 5))
+    beta = preference_uniformity(l, lam)
+    assert beta.shape == (4, 5)
+    for i in range(4):
+        for j in range(5):
+            assert beta[i, j] == preference_uniformity(l[i, j], lam[i, j])
+    assert chebyshev(l, lam).shape == (4, 5)
+    assert ray_point(chebyshev(l, lam), lam).shape == (4, 5, 3)
+
+
+# ------------------------------------------------------------------------------------------------ bad input
+
+
+GOOD_L = np.array([1.0, 2.0, 3.0])
+GOOD_LAM = np.array([0.2, 0.3, 0.5])
+
+
+@pytest.mark.parametrize(
+    "prefs, fragment",
+    [
+        ([0.2, 0.3, 0.6], "sum to 1"),
+        ([0.0, 0.5, 0.5], "open simplex"),
+        ([-0.1, 0.6, 0.5], "open simplex"),
+        ([np.nan, 0.5, 0.5], "non-finite"),
+    ],
+)
+def test_bad_preferences_raise(prefs, fragment):
+    with pytest.raises(ValueError, match="prefs") as exc:
+        preference_uniformity(GOOD_L, prefs)
+    assert fragment in str(exc.value)
+
+
+@pytest.mark.parametrize(
+    "losses, fragment", [([1.0, 0.0, 2.0], "strictly positive"), ([1.0, -2.0, 2.0], "strictly positive"),
+                         ([1.0, np.nan, 2.0], "non-finite"), ([1.0, np.inf, 2.0], "non-finite")]
+)
+def test_bad_losses_raise(losses, fragment):
+    with pytest.raises(ValueError, match="losses") as exc:
+        adjustment(losses, GOOD_LAM)
+    assert fragment in str(exc.value)
+
+
+def test_shape_mismatch_raises():
+    with pytest.raises(ValueError, match="objectives m"):
+        preference_uniformity([1.0, 2.0], GOOD_LAM)
+
+
+@pytest.mark.parametrize(
+    "gram, fragment",
+    [
+        (np.array([[1.0, 0.5], [0.4, 1.0]]), "symmetric"),
+        (np.array([[1.0, 2.0], [2.0, 1.0]]), "positive semi-definite"),
+        (np.array([[1.0, np.nan], [np.nan, 1.0]]), "non-finite"),
+        (np.ones((2, 3)), "square"),
+    ],
+)
+def test_bad_gram_raises(gram, fragment):
+    with pytest.raises(ValueError, match="gram") as exc:
+        check_gram(gram)
+    assert fragment in str(exc.value)
+
+
+def test_gram_roundoff_is_accepted():
+    rng = np.random.default_rng(11)
+    G = rng.normal(size=(6, 3))
+    G[:, 2] = G[:, 0] + G[:, 1]  # rank deficient: smallest eigenvalue is 0 up to round-off
+    C = G.T @ G
+    check_gram(C)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    m=st.integers(2, 6),
+    seed=st.integers(0, 2**32 - 1),
+    spread=st.floats(0.01, 5.0),
+)
+def test_property_beta_kl_and_gradient_identity(m, seed, spread):
+    rng = np.random.default_rng(seed)
+    l = np.exp(rng.uniform(-spread, spread, m))
+    lam = 0.9 * rng.dirichlet(np.ones(m)) + 0.1 / m
+    beta, A = uniformity_and_adjustment(l, lam)
+    lhat = normalized_losses(l, lam)
+    kl = float(np.sum(lhat * np.log(lhat * m)))
+    assert beta == pytest.approx(max(kl, 0.0), abs=1e-15)
+    assert 0 <= beta <= np.log(m) + 1e-12
+    assert abs(A @ l) <= 1e-12 * max(1.0, np.abs(A * l).sum())
+    assert (np.abs(A).max() == 0) == (beta == 0)
