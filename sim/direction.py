@@ -36,8 +36,9 @@ Write the LP as ``max cᵀμ`` over the simplex with rows ``Dμ >= e`` and slack
 ``{μ_k} ∪ {all slacks}`` with ``k = argmax_j c_j`` is dual feasible (the reduced costs are ``c_j - c_k <= 0``), so
 no phase 1 is needed: the dual simplex restores primal feasibility, pivoting on the most negative basic
 variable (Dantzig) and switching to Bland's rule after a few iterations, which rules out cycling. Rows are
-scaled to unit max-norm first; the final basis is re-solved from the original data (``B x_B = b`` and
-``Bᵀy = c_B``), which gives the weights to working precision and the KKT residuals of the result.
+scaled to unit max-norm first. Each result is certified on the data: the duals are read off the final
+reduced costs and the primal infeasibility, dual infeasibility and duality gap are recomputed from ``c, D, e``;
+a basis whose certificate exceeds 1e-13 has its weights re-solved from the data (``B x_B = b``).
 :func:`lp_direction_reference` solves the same LPs one by one with ``scipy.optimize.linprog(method="highs")``.
 """
 
@@ -96,8 +97,9 @@ class DirectionResult:
     objective : (...) LP objective at ``weights`` (``μᵀCA`` in balance mode, ``1ᵀCμ`` in descent mode).
     feasibility_residual : (...) max violation of ``μ >= 0``, ``1ᵀμ = 1`` and the constraint rows, each row
         divided by ``max(1, max_k |C_jk|, |rhs_j|)``.
-    kkt_residual : (...) max positive reduced cost (dual infeasibility) of the returned basis, in the units
-        of the row-scaled problem (0 for the HiGHS reference, which reports no basis).
+    kkt_residual : (...) optimality certificate of the returned basis on the row-scaled problem: the max of
+        the dual infeasibility, the duality gap and the primal infeasibility, recomputed from the data (0 for
+        the HiGHS reference, which reports no basis; NaN for the EPO fallback, which is not an LP solution).
     iterations : (...) simplex pivots (the reference reports HiGHS's iteration count).
     """
 
@@ -223,7 +225,7 @@ def _scale_lp(lp: _LP):
 def _dual_simplex(c, D, e, max_iter: int, bland_after: int):
     """Solve ``max cᵀμ, μ >= 0, 1ᵀμ = 1, Dμ >= e`` for every instance.
 
-    Returns ``(basis, code, iterations, reduced_costs)``.
+    Returns ``(basis, code, iterations, reduced_costs, basic_values)``.
 
     Variables are ``x = (μ_1..μ_m, s_1..s_k)``; rows are the equality and the ``k`` constraint rows. Rows
     ``0..k`` of the tableau hold ``B⁻¹[A | b]``; its last row holds the reduced costs ``c_j - c_Bᵀ B⁻¹ a_j``
@@ -249,6 +251,7 @@ def _dual_simplex(c, D, e, max_iter: int, bland_after: int):
     code = np.full(N, _ITERLIMIT, dtype=np.int8)
     iters = np.zeros(N, dtype=np.intp)
     zfin = np.zeros((N, n))
+    xfin = np.zeros((N, p))
     idx = np.arange(N)  # instances still running, and their tableaux and bases
     Tw, bw = T, basis.copy()
     for it in range(max_iter):
@@ -268,6 +271,7 @@ def _dual_simplex(c, D, e, max_iter: int, bland_after: int):
             code[fi] = np.where(done[finished], _OPTIMAL, _INFEASIBLE)
             basis[fi] = bw[finished]
             zfin[fi] = Tw[finished, p, :n]
+            xfin[fi] = Tw[finished, :p, n]
             keep = ~finished
             if not keep.any():
                 break
@@ -289,21 +293,28 @@ def _dual_simplex(c, D, e, max_iter: int, bland_after: int):
     else:
         basis[idx] = bw
         zfin[idx] = Tw[:, p, :n]
-    return basis, code, iters, zfin
+        xfin[idx] = Tw[:, :p, n]
+    return basis, code, iters, zfin, xfin
 
 
-def _recover(c, D, e, basis, reduced):
-    """Weights of the final bases re-solved from the (scaled) data, and their KKT residual.
+#: Certificate threshold (row-scaled units): a basis whose tableau solution has primal infeasibility, dual
+#: infeasibility and duality gap all below it is accepted as is; any other is re-solved from the data.
+_CERT_TOL = 1e-13
 
-    ``x_B`` solves ``B x_B = b``. The duals are read off the simplex's reduced costs (``y_{1+i}`` is the
-    reduced cost of slack ``i``; ``y_0`` follows from a basic ``μ_j``); the residual is then recomputed from
-    the data: ``max(max_j (c - Aᵀy)_j, |cᵀx - bᵀy|)`` (dual infeasibility and duality gap).
-    """
+
+def _certificate(c, D, e, mu, y):
+    """KKT residual ``max(max_j (c - Aᵀy)_j, max_i y_i, |cᵀμ - bᵀy|, 0)`` of ``(μ, y)`` on the scaled data."""
+    N = len(c)
+    zmu = c - y[:, :1] - np.einsum("nk,nkm->nm", y[:, 1:], D)
+    gap = np.abs(np.einsum("nm,nm->n", c, mu) - y[:, 0] - np.einsum("nk,nk->n", e, y[:, 1:]))
+    return np.maximum(np.maximum(zmu.max(axis=1), y[:, 1:].max(axis=1)), np.maximum(gap, np.zeros(N)))
+
+
+def _resolve_basis(D, e, basis):
+    """``x_B`` solving ``B x_B = b`` from the data (columns ``[1; D_j]`` for μ_j, ``[0; -e_i]`` for s_i)."""
     N, k, m = D.shape
-    n = m + k
-    ar = np.arange(N)
     is_mu = basis < m
-    B = np.empty((N, k + 1, k + 1))  # columns: [1; D_j] for a basic μ_j, [0; -e_i] for a basic slack s_i
+    B = np.empty((N, k + 1, k + 1))
     B[:, 0, :] = is_mu
     B[:, 1:, :] = np.where(
         is_mu[:, None, :],
@@ -312,22 +323,39 @@ def _recover(c, D, e, basis, reduced):
     )
     b = np.concatenate([np.ones((N, 1)), e], axis=1)
     try:
-        xB = np.linalg.solve(B, b[:, :, None])[:, :, 0]
+        return np.linalg.solve(B, b[:, :, None])[:, :, 0]
     except np.linalg.LinAlgError:  # a numerically singular basis: least squares, instance by instance
-        xB = np.stack([np.linalg.lstsq(Bi, bi, rcond=None)[0] for Bi, bi in zip(B, b, strict=True)])
-    x = np.zeros((N, n + 1))
+        return np.stack([np.linalg.lstsq(Bi, bi, rcond=None)[0] for Bi, bi in zip(B, b, strict=True)])
+
+
+def _weights(xB, basis, m):
+    x = np.zeros((len(xB), basis.max(initial=m) + 1))
     np.put_along_axis(x, basis, xB, axis=1)
-    mu = x[:, :m]
+    mu = np.maximum(x[:, :m], 0.0)  # round-off can leave -1e-17 entries: clip and renormalise
+    return mu / mu.sum(axis=1, keepdims=True)
+
+
+def _recover(c, D, e, basis, reduced, xB):
+    """Weights of the final bases with their KKT residual, certified on the (scaled) data.
+
+    The duals are read off the simplex's reduced costs (``y_{1+i}`` is the reduced cost of slack ``i``; ``y_0``
+    follows from a basic ``μ_j``). The tableau's basic values give ``μ``; where ``(μ, y)`` is not certified
+    to :data:`_CERT_TOL` (primal and dual feasibility, duality gap, recomputed from the data), ``x_B`` is
+    re-solved from the data by ``B x_B = b`` and the certificate recomputed.
+    """
+    N, k, m = D.shape
+    ar = np.arange(N)
     y = np.empty((N, k + 1))
     y[:, 1:] = reduced[:, m:]
     jb = basis[ar, np.argmax(basis < m, axis=1)]  # a basic μ_j (a feasible basis has one)
     y[:, 0] = c[ar, jb] - np.einsum("nk,nk->n", y[:, 1:], D[ar, :, jb])
-    zmu = c - y[:, :1] - np.einsum("nk,nkm->nm", y[:, 1:], D)
-    gap = np.abs(np.einsum("nm,nm->n", c, mu) - np.einsum("np,np->n", b, y))
-    kkt = np.maximum.reduce([zmu.max(axis=1), y[:, 1:].max(axis=1), gap, np.zeros(N)])
-    # Round-off can leave -1e-17 entries: clip and renormalise (changes μ by O(machine eps)).
-    mu = np.maximum(mu, 0.0)
-    mu = mu / mu.sum(axis=1, keepdims=True)
+    mu = _weights(xB, basis, m)
+    kkt = np.maximum(_certificate(c, D, e, mu, y), _feasibility_residual(D, e, mu))
+    redo = kkt > _CERT_TOL
+    if redo.any():
+        mu_r = _weights(_resolve_basis(D[redo], e[redo], basis[redo]), basis[redo], m)
+        mu[redo] = mu_r
+        kkt[redo] = _certificate(c[redo], D[redo], e[redo], mu_r, y[redo])
     return mu, kkt
 
 
@@ -336,14 +364,14 @@ def _solve_batched(lp: _LP, scaled, max_iter: int | None):
     N, k, m = D.shape
     p = k + 1
     max_iter = max_iter if max_iter is not None else 50 * (m + p)
-    basis, code, iters, reduced = _dual_simplex(c, D, e, max_iter=max_iter, bland_after=4 * p)
+    basis, code, iters, reduced, xB = _dual_simplex(c, D, e, max_iter=max_iter, bland_after=4 * p)
     mu = np.full((N, m), np.nan)
     kkt = np.full(N, np.nan)
     ok = code == _OPTIMAL
     if ok.all():
-        mu, kkt = _recover(c, D, e, basis, reduced)
+        mu, kkt = _recover(c, D, e, basis, reduced, xB)
     elif ok.any():
-        mu[ok], kkt[ok] = _recover(c[ok], D[ok], e[ok], basis[ok], reduced[ok])
+        mu[ok], kkt[ok] = _recover(c[ok], D[ok], e[ok], basis[ok], reduced[ok], xB[ok])
     return mu, code, iters, kkt
 
 
