@@ -1,6 +1,9 @@
 """prefalign-verify numerical kernels (float64 numpy/scipy; no I/O, no plotting, no global state).
 
 Modules: :mod:`sim.preference` (β, A, ψ, ray points), :mod:`sim.direction` (the EPO direction LP),
-:mod:`sim.hull` (near-active set, minimum-norm hull element), :mod:`sim.problems` (problem families
-F1–F6 and F-OPT of THEOREMS.md §3.0).
+:mod:`sim.hull` (near-active set, minimum-norm hull element), :mod:`sim.cluster` (aggregation, dispersion,
+mixed-cluster blocks, Stage-1/Stage-2 clustering), :mod:`sim.constants` (estimators of the constants),
+:mod:`sim.problems` (problem families F1–F6 and F-OPT of THEOREMS.md §3.0), :mod:`sim.algorithm`
+(Algorithm 1: clustering, Phase 1, Phase 2, new-client Pipelines 1 and 2, baselines, records) and the command
+line :mod:`sim.simulate`.
 """

@@ -1,0 +1,1303 @@
+r"""Algorithm 1: clustering, Phase 1, Phase 2, new-client Pipelines 1 and 2, baselines (THEOREMS.md §1.10).
+
+Everything is float64 numpy; all randomness comes from a ``numpy.random.Generator`` passed in, so a run is
+deterministic given its seed. Nothing here prints: long runs report through an optional ``progress`` callback.
+
+**Clustering** (§1.10, O-17) at a reference model ``w_ref``: :func:`clustering_step` evaluates the population
+losses ``l_i(w_ref)`` and calls :func:`sim.cluster.cluster_clients` (Stage 1: ordering of ``λ_i ⊙ l_i(w_ref)``;
+Stage 2: complete linkage on ``A_i^ref`` with a diameter threshold, or k-means). New clients are placed by
+:func:`assign_to_cluster`.
+
+**Phase 1** (per cluster, from ``w_0``; :func:`phase1`)::
+
+    for r in 0..R-1:
+        w_{i,0} = w_r  for every client i of the cluster
+        for k in 0..τ-1:   (l_i, G_i) at w_{i,k} (population, or a fresh minibatch of ``batch_size``)
+                           μ_i = EPO LP(l_i, λ_i, C_i)     -- one batched lp_direction call for all clients
+                           w_{i,k+1} = w_{i,k} - eta_local · G_i μ_i
+        g_i = w_{i,τ} - w_r                                 (pseudo-gradient)
+        w_{r+1} = w_r + alpha_server · Σ_i ρ_i g_i
+
+With ``τ = 1`` and population gradients this is the shared iteration eq 55,
+``w_{r+1} = w_r - eta_eff · Σ_i ρ_i d_i(w_r)`` with ``eta_eff = alpha_server·eta_local`` (:func:`shared_iteration`).
+
+**Phase 2** (:func:`phase2`, Reptile-style; from ``w_I``): per round each client draws an S-shot episode
+(``S`` distinct samples of its local data), takes ``K`` steps of the LP direction on that episode (balancing
+mode; descent mode when ``β ≤ eps_mode``, which is the LP's own mode rule) with ``eta_meta_inner``, and the
+server applies the same update. With ``K = 1`` and population gradients (``S=None``) the round map is eq 55
+with ``eta_II = alpha_server·eta_meta_inner`` (O-16, O-27).
+
+**New client** (:func:`pipeline1`, :func:`pipeline2`): Pipeline 1 takes ``K`` steps
+``w_{k+1} = w_k - alpha_adapt·P_k d̃(w_k)`` (eq 88) with a fresh batch of ``S`` samples per step. The direction
+``d̃`` is the LP direction on the batch (``direction="lp"``, the experiments' pipeline), the stochastic
+Chebyshev gradient ``λ_{j*} g̃_{j*}`` on the batch bottleneck ``j*`` (``"chebyshev"``, the H.43/H.44
+idealisation, O-25) or the linear scalarisation ``G̃ λ`` (``"linear"``, the FedAvg baseline). Preconditioners:
+``identity`` (``P_k = I``), ``fixed`` (a given SPD ``P``), ``rmsprop_lagged`` (``P_k`` from ``v_{k-1}``, hence
+``𝓕_k``-measurable, clipped to ``[p_-, p_+]``: H.41), ``adamw`` (as in the experiments: momentum, ``v_k`` with
+the current sample, decoupled weight decay; Remark H.42) and ``sgd`` (torch SGD: coupled L2 weight decay,
+optional heavy-ball momentum; with both 0 it is exactly ``identity``). Pipeline 2 is data-rich local training
+(population gradients, LP direction with ``eps_mode = 0``, decaying step; the iterate of smallest ``ψ_new`` is
+returned). Baselines: local-only training from
+``w_ref`` on the same ``S·K`` samples, and FedAvg with linear scalarisation (weights ``λ_i``) instead of the LP.
+
+**Records.** Every phase returns a tidy :class:`pandas.DataFrame` with one row per (phase, round, client); see
+:data:`RECORD_COLUMNS`. Training rows hold *population* diagnostics at the round's start ``w_r`` (the final row
+``round = R`` holds the phase output, and no step): ``ψ_i``, ``r_i = ψ_i - ψ_i*`` (``gap``), ``β_i``, the LP
+gain ``γ_i*``, mode and status of the population LP at ``w_r``, ``Δ_i``, ``H_{C_n}``, the H.19 margin
+``min_{j∈J} λ_j d_iᵀg_j`` on ``J = J*`` and on ``J = J*_ε`` with ``ε_act = 2·eta_eff·λ_max·B²``
+(:func:`sim.hull.eps_act`; ``B`` — column ``grad_bound`` — is the configured gradient bound, or else the largest
+population gradient norm ``‖g_i^{(j)}‖`` seen so far in the run, the current point included), ``‖d_M‖`` (minimum-norm element of
+``conv{λ_j g_j : j ∈ J*_ε}``), and the step sizes in force. The columns ``n_lp_steps``, ``n_optimal``,
+``n_relaxed``, ``n_fallback``, ``n_infeasible``, ``n_iteration_limit``, ``n_solver_error`` and
+``n_descent_steps`` count the statuses of every LP solved by the client's training steps in that round: no LP
+fallback goes uncounted. ``lp_from_step`` says whether the row's ``lp_mode``/``lp_status``/``gain`` are those of
+the round's first training step (population gradients) or of a separate diagnostic LP (minibatches, final rows).
+Quantities that a phase does not define (``deviation`` for a new client, ``eta_local`` in Phase 2, …) are NaN.
+An LP without a solution (status ``infeasible``/``iteration_limit``/``solver_error``: NaN weights) raises
+:class:`LPFailureError`; it is never replaced silently.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import pandas as pd
+
+from sim.cluster import (
+    Clustering,
+    aggregation_weights,
+    check_aggregation_weights,
+    cluster_clients,
+    deviations,
+    dispersion,
+    stage1_keys,
+)
+from sim.direction import STATUSES, lp_direction
+from sim.hull import descent_margin, eps_act, min_norm_element, near_active_set
+from sim.preference import adjustment, uniformity_and_adjustment
+
+__all__ = [
+    "ClientProblem",
+    "SampleData",
+    "ClientSource",
+    "as_source",
+    "LPFailureError",
+    "ClusterConfig",
+    "Phase1Config",
+    "Phase2Config",
+    "AdaptConfig",
+    "Pipeline2Config",
+    "AlgorithmConfig",
+    "PhaseResult",
+    "AdaptResult",
+    "AlgorithmResult",
+    "RECORD_COLUMNS",
+    "clustering_step",
+    "assign_to_cluster",
+    "shared_iteration",
+    "phase1",
+    "phase2",
+    "fedavg",
+    "pipeline1",
+    "pipeline2",
+    "local_only",
+    "draw_batches",
+    "run_algorithm",
+]
+
+Progress = Callable[[str, int, int], None]
+
+_DESCENT = ("restricted", "relaxed")
+_ON_INFEASIBLE = ("relaxed", "fallback_preference", "raise")
+_TRAIN_DIRECTIONS = ("lp", "linear")
+_ADAPT_DIRECTIONS = ("lp", "chebyshev", "linear")
+_PRECONDITIONERS = ("identity", "fixed", "rmsprop_lagged", "adamw", "sgd")
+_FAILED = ("infeasible", "iteration_limit", "solver_error")
+
+#: Columns of every record DataFrame, in order.
+RECORD_COLUMNS = (
+    "phase", "round", "t", "cluster", "client", "rho",
+    "psi", "psi_star", "gap", "beta", "gain", "lp_mode", "lp_status", "lp_from_step",
+    "d_norm", "deviation", "dispersion", "margin_Jstar", "margin_Jeps", "dM_norm", "eps_act", "grad_bound", "n_Jeps",
+    "n_lp_steps", "n_optimal", "n_relaxed", "n_fallback", "n_infeasible", "n_iteration_limit",
+    "n_solver_error", "n_descent_steps",
+    "local_steps", "batch_size", "eta_local", "eta_meta_inner", "alpha_server", "eta_eff", "alpha_adapt",
+    "preconditioner", "p_min", "p_max",
+)
+_COUNT_COLUMNS = tuple(f"n_{s}" for s in STATUSES)
+
+
+class LPFailureError(RuntimeError):
+    """An LP of a training or adaptation step returned no weights (infeasible / iteration limit / solver error)."""
+
+
+# ================================================================================================ problems
+
+
+@runtime_checkable
+class ClientProblem(Protocol):
+    """Population level of a client family (F1 :class:`~sim.problems.PlantedQuadraticCluster`, F2
+    :class:`~sim.problems.PerturbedClients`): every client ``i`` evaluated at its own point.
+
+    ``losses_per_client(W)``: ``(..., N, n_w) -> (..., N, m)``; ``grads_per_client(W)``: ``-> (..., N, n_w, m)``
+    (columns are the objective gradients); ``prefs`` ``(N, m)``; ``psi_star`` ``(N,)`` (NaN where unknown).
+    """
+
+    prefs: np.ndarray
+    psi_star: np.ndarray
+
+    @property
+    def n_clients(self) -> int: ...
+
+    @property
+    def n_params(self) -> int: ...
+
+    @property
+    def n_objectives(self) -> int: ...
+
+    def losses_per_client(self, w) -> np.ndarray: ...
+
+    def grads_per_client(self, w) -> np.ndarray: ...
+
+
+@runtime_checkable
+class SampleData(Protocol):
+    """Sample level (:class:`~sim.problems.ClientSamples`): finite local datasets whose mean loss is the population
+    loss. ``sample_losses(w, i, idx)`` ``-> (m,)`` and ``sample_grads(w, i, idx)`` ``-> (n_w, m)`` are the means over
+    the samples ``idx`` of client ``i``; ``n_samples`` ``(N,)``; ``episode(rng, i, S)`` draws ``S`` distinct indices."""
+
+    problem: Any
+
+    @property
+    def n_samples(self) -> np.ndarray: ...
+
+    def sample_losses(self, w, client, idx=None) -> np.ndarray: ...
+
+    def sample_grads(self, w, client, idx=None) -> np.ndarray: ...
+
+    def episode(self, rng, client, size: int) -> np.ndarray: ...
+
+
+class ClientSource:
+    """Adapter over a :class:`ClientProblem` and (optionally) its :class:`SampleData`, for subsets of clients.
+
+    ``psi_star`` overrides the problem's ``ψ_i*`` (shape ``(N,)``); records need ``ψ_i*`` of every client they
+    cover and raise ``ValueError`` where it is unknown (NaN).
+    """
+
+    def __init__(self, problem: ClientProblem, samples: SampleData | None = None, *, psi_star=None):
+        if not isinstance(problem, ClientProblem):
+            raise ValueError(
+                f"problem must provide losses_per_client/grads_per_client/prefs/psi_star (ClientProblem); "
+                f"got {type(problem).__name__}"
+            )
+        if samples is not None and not isinstance(samples, SampleData):
+            raise ValueError(f"samples must be a SampleData (e.g. ClientSamples); got {type(samples).__name__}")
+        if samples is not None and samples.problem is not problem:
+            raise ValueError("samples.problem is not the given problem")
+        self.problem = problem
+        self.samples = samples
+        N = problem.n_clients
+        ps = np.asarray(problem.psi_star if psi_star is None else psi_star, dtype=np.float64)
+        if ps.shape != (N,):
+            raise ValueError(f"psi_star must have shape ({N},); got {ps.shape}")
+        self.psi_star = ps
+        self.prefs = np.asarray(problem.prefs, dtype=np.float64)
+
+    @property
+    def n_clients(self) -> int:
+        return int(self.problem.n_clients)
+
+    @property
+    def n_params(self) -> int:
+        return int(self.problem.n_params)
+
+    @property
+    def n_objectives(self) -> int:
+        return int(self.problem.n_objectives)
+
+    @property
+    def n_samples(self) -> np.ndarray:
+        if self.samples is None:
+            raise ValueError("this source has no sample-level data (pass samples=ClientSamples)")
+        return np.asarray(self.samples.n_samples)
+
+    def check_clients(self, clients, name: str = "clients") -> np.ndarray:
+        c = np.asarray(clients)
+        if c.ndim != 1 or c.size == 0 or c.dtype.kind not in "iu":
+            raise ValueError(f"{name} must be a non-empty 1-D integer array of client indices; got {clients!r}")
+        if c.min() < 0 or c.max() >= self.n_clients:
+            raise ValueError(f"{name} must lie in [0, {self.n_clients - 1}]; got {c.tolist()}")
+        if np.unique(c).size != c.size:
+            raise ValueError(f"{name} contains a repeated client: {c.tolist()}")
+        return c.astype(np.int64)
+
+    def check_psi_star(self, clients) -> np.ndarray:
+        ps = self.psi_star[clients]
+        if not np.all(np.isfinite(ps)):
+            bad = [int(i) for i in np.asarray(clients)[~np.isfinite(ps)]]
+            raise ValueError(
+                f"psi_star is unknown for client(s) {bad}; solve the optima (F-OPT) or pass psi_star= to ClientSource"
+            )
+        return ps
+
+    def check_batch_size(self, clients, S: int, name: str) -> None:
+        n = self.n_samples[clients]
+        if np.any(S > n):
+            i = int(np.asarray(clients)[np.argmax(S > n)])
+            raise ValueError(f"{name}={S} is larger than client {i}'s local dataset (n_i={int(self.n_samples[i])})")
+
+    def population(self, W: np.ndarray, clients: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Population losses ``(N_c, m)`` and gradients ``(N_c, n_w, m)`` of ``clients`` at their points ``W``."""
+        full = np.broadcast_to(W[0], (self.n_clients, self.n_params)).copy()
+        full[clients] = W
+        return (np.asarray(self.problem.losses_per_client(full))[clients],
+                np.asarray(self.problem.grads_per_client(full))[clients])
+
+    def minibatch(self, W: np.ndarray, clients: np.ndarray, batches) -> tuple[np.ndarray, np.ndarray]:
+        """Mean losses and gradients over ``batches[c]`` (sample indices) of client ``clients[c]`` at ``W[c]``."""
+        if self.samples is None:
+            raise ValueError("minibatches need sample-level data (pass samples=ClientSamples to ClientSource)")
+        l = np.stack([self.samples.sample_losses(W[c], int(i), batches[c]) for c, i in enumerate(clients)])
+        G = np.stack([self.samples.sample_grads(W[c], int(i), batches[c]) for c, i in enumerate(clients)])
+        return l, G
+
+    def episode(self, rng: np.random.Generator, client: int, size: int) -> np.ndarray:
+        if self.samples is None:
+            raise ValueError("episodes need sample-level data (pass samples=ClientSamples to ClientSource)")
+        return self.samples.episode(rng, int(client), int(size))
+
+
+def as_source(source) -> ClientSource:
+    """Coerce a :class:`ClientSource`, a :class:`SampleData` (its ``problem`` is used) or a :class:`ClientProblem`."""
+    if isinstance(source, ClientSource):
+        return source
+    if isinstance(source, SampleData) and not isinstance(source, ClientProblem):
+        return ClientSource(source.problem, source)
+    return ClientSource(source)
+
+
+# ================================================================================================ configs
+
+
+def _pos(v, name: str, owner: str) -> float:
+    try:
+        f = float(v)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{owner}.{name} must be a real number > 0; got {v!r}") from exc
+    if not np.isfinite(f) or f <= 0:
+        raise ValueError(f"{owner}.{name} must be a finite number > 0; got {v!r}")
+    return f
+
+
+def _nonneg(v, name: str, owner: str) -> float:
+    try:
+        f = float(v)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{owner}.{name} must be a real number >= 0; got {v!r}") from exc
+    if not np.isfinite(f) or f < 0:
+        raise ValueError(f"{owner}.{name} must be a finite number >= 0; got {v!r}")
+    return f
+
+
+def _int(v, name: str, owner: str, lo: int) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
+        raise ValueError(f"{owner}.{name} must be an integer >= {lo}; got {v!r}")
+    return int(v)
+
+
+def _choice(v, name: str, owner: str, allowed) -> None:
+    if v not in allowed:
+        raise ValueError(f"{owner}.{name} must be one of {allowed}; got {v!r}")
+
+
+def _check_lp(cfg, owner: str) -> None:
+    _nonneg(cfg.eps_mode, "eps_mode", owner)
+    _choice(cfg.descent, "descent", owner, _DESCENT)
+    _choice(cfg.on_infeasible, "on_infeasible", owner, _ON_INFEASIBLE)
+
+
+def _check_B(B, owner: str) -> None:
+    if B is not None:
+        _pos(B, "B", owner)
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    """Clustering (§1.10, O-17). ``key``: ``"ordering"`` (full ordering of ``λ_i ⊙ l_i(w_ref)``) or
+    ``"bottleneck"``; ``stage2``: split Stage-1 groups by ``A_i^ref``; ``method``: ``"complete"`` (complete linkage,
+    diameter ``threshold`` δ_A, or ``k`` clusters) or ``"kmeans"`` (``k``). Exactly one of ``threshold``/``k`` for
+    ``"complete"``; ``k`` for ``"kmeans"``."""
+
+    key: str = "ordering"
+    stage2: bool = True
+    method: str = "complete"
+    threshold: float | None = 0.25
+    k: int | None = None
+
+    def __post_init__(self):
+        o = "ClusterConfig"
+        _choice(self.key, "key", o, ("ordering", "bottleneck"))
+        _choice(self.method, "method", o, ("complete", "kmeans"))
+        if not isinstance(self.stage2, bool):
+            raise ValueError(f"{o}.stage2 must be a bool; got {self.stage2!r}")
+        if self.threshold is not None:
+            _nonneg(self.threshold, "threshold", o)
+        if self.k is not None:
+            _int(self.k, "k", o, 1)
+        if self.stage2 and self.method == "complete" and (self.threshold is None) == (self.k is None):
+            raise ValueError(f"{o}: method='complete' needs exactly one of threshold or k; "
+                             f"got threshold={self.threshold!r}, k={self.k!r}")
+        if self.stage2 and self.method == "kmeans" and (self.k is None or self.threshold is not None):
+            raise ValueError(f"{o}: method='kmeans' needs k and no threshold; got threshold={self.threshold!r}, "
+                             f"k={self.k!r}")
+
+
+@dataclass(frozen=True)
+class Phase1Config:
+    """Phase 1 (federated shared iteration). ``rounds`` R, ``tau`` τ local steps of size ``eta_local``, server step
+    ``alpha_server``; ``batch_size=None``: population gradients, else a fresh minibatch per local step.
+    ``direction="linear"`` replaces the LP by the linear scalarisation ``μ_i = λ_i`` (FedAvg baseline). ``B``: the
+    gradient bound used for ``ε_act`` (None: the largest gradient norm seen so far)."""
+
+    rounds: int = 100
+    tau: int = 1
+    eta_local: float = 0.1
+    alpha_server: float = 1.0
+    eps_mode: float = 1e-4
+    descent: str = "restricted"
+    on_infeasible: str = "relaxed"
+    batch_size: int | None = None
+    direction: str = "lp"
+    B: float | None = None
+
+    def __post_init__(self):
+        o = "Phase1Config"
+        _int(self.rounds, "rounds", o, 0)
+        _int(self.tau, "tau", o, 1)
+        _pos(self.eta_local, "eta_local", o)
+        _pos(self.alpha_server, "alpha_server", o)
+        _check_lp(self, o)
+        if self.batch_size is not None:
+            _int(self.batch_size, "batch_size", o, 1)
+        _choice(self.direction, "direction", o, _TRAIN_DIRECTIONS)
+        _check_B(self.B, o)
+
+    @property
+    def eta_eff(self) -> float:
+        """``eta_eff = alpha_server·eta_local`` (η_I of eq 55; O-16)."""
+        return self.alpha_server * self.eta_local
+
+
+@dataclass(frozen=True)
+class Phase2Config:
+    """Phase 2 (Reptile-style meta-learning). ``rounds`` R', ``S``-shot episodes (``S=None``: population
+    gradients), ``K`` inner LP steps of size ``eta_meta_inner``, server step ``alpha_server``."""
+
+    rounds: int = 50
+    S: int | None = 8
+    K: int = 5
+    eta_meta_inner: float = 0.05
+    alpha_server: float = 1.0
+    eps_mode: float = 1e-4
+    descent: str = "restricted"
+    on_infeasible: str = "relaxed"
+    direction: str = "lp"
+    B: float | None = None
+
+    def __post_init__(self):
+        o = "Phase2Config"
+        _int(self.rounds, "rounds", o, 0)
+        if self.S is not None:
+            _int(self.S, "S", o, 1)
+        _int(self.K, "K", o, 1)
+        _pos(self.eta_meta_inner, "eta_meta_inner", o)
+        _pos(self.alpha_server, "alpha_server", o)
+        _check_lp(self, o)
+        _choice(self.direction, "direction", o, _TRAIN_DIRECTIONS)
+        _check_B(self.B, o)
+
+    @property
+    def eta_eff(self) -> float:
+        """``eta_II = alpha_server·eta_meta_inner`` (O-16)."""
+        return self.alpha_server * self.eta_meta_inner
+
+
+@dataclass(frozen=True)
+class AdaptConfig:
+    """New-client Pipeline 1: ``K`` steps with fresh batches of ``S`` samples, step ``alpha_adapt`` (eq 88).
+
+    ``preconditioner``: ``"identity"``, ``"fixed"`` (SPD ``P``), ``"rmsprop_lagged"`` (``P_k = diag(clip(1/(√v̂_{k-1}
+    + eps), p_minus, p_plus))``, ``v_k = beta2 v_{k-1} + (1-beta2) d̃_k²``, bias-corrected; ``P_0 = clip(1)·I``),
+    ``"adamw"`` (``beta1``, ``beta2``, ``eps``, decoupled ``weight_decay``; bias-corrected, as torch.optim.AdamW)
+    or ``"sgd"`` (torch.optim.SGD: coupled ``weight_decay``, heavy-ball ``momentum``). ``direction``: ``"lp"``,
+    ``"chebyshev"`` or ``"linear"``. ``P`` is excluded from equality comparisons."""
+
+    K: int = 20
+    S: int = 8
+    alpha_adapt: float = 0.1
+    preconditioner: str = "identity"
+    p_minus: float = 0.5
+    p_plus: float = 2.0
+    beta1: float = 0.9
+    beta2: float = 0.999
+    weight_decay: float = 0.0
+    eps: float = 1e-8
+    P: np.ndarray | None = field(default=None, compare=False)
+    momentum: float = 0.0
+    direction: str = "lp"
+    eps_mode: float = 1e-4
+    descent: str = "restricted"
+    on_infeasible: str = "relaxed"
+
+    def __post_init__(self):
+        o = "AdaptConfig"
+        _int(self.K, "K", o, 0)
+        _int(self.S, "S", o, 1)
+        _pos(self.alpha_adapt, "alpha_adapt", o)
+        _choice(self.preconditioner, "preconditioner", o, _PRECONDITIONERS)
+        _pos(self.p_minus, "p_minus", o)
+        _pos(self.p_plus, "p_plus", o)
+        if self.p_minus > self.p_plus:
+            raise ValueError(f"{o}: p_minus={self.p_minus!r} must be <= p_plus={self.p_plus!r}")
+        for name in ("beta1", "beta2", "momentum"):
+            v = _nonneg(getattr(self, name), name, o)
+            if v >= 1.0:
+                raise ValueError(f"{o}.{name} must lie in [0, 1); got {v!r}")
+        _nonneg(self.weight_decay, "weight_decay", o)
+        _pos(self.eps, "eps", o)
+        _choice(self.direction, "direction", o, _ADAPT_DIRECTIONS)
+        _check_lp(self, o)
+        if self.preconditioner == "fixed":
+            if self.P is None:
+                raise ValueError(f"{o}: preconditioner='fixed' needs an SPD matrix P; got P=None")
+            P = np.array(self.P, dtype=np.float64)
+            if P.ndim != 2 or P.shape[0] != P.shape[1] or not np.all(np.isfinite(P)):
+                raise ValueError(f"{o}.P must be a finite square matrix; got shape {P.shape}")
+            if np.abs(P - P.T).max() > 1e-12 * max(1.0, np.abs(P).max()):
+                raise ValueError(f"{o}.P must be symmetric")
+            if np.linalg.eigvalsh(P)[0] <= 0:
+                raise ValueError(f"{o}.P must be positive definite; smallest eigenvalue {np.linalg.eigvalsh(P)[0]:.3e}")
+            P.flags.writeable = False
+            object.__setattr__(self, "P", P)
+        elif self.P is not None:
+            raise ValueError(f"{o}.P is only used with preconditioner='fixed'; got preconditioner={self.preconditioner!r}")
+
+
+@dataclass(frozen=True)
+class Pipeline2Config:
+    """Pipeline 2: data-rich local training (population gradients, LP direction) from the given start, with the
+    step ``eta_k = eta / (1 + k / decay_steps)`` (``decay_steps=None``: constant), for ``max_steps`` steps or until
+    ``‖w_{k+1} - w_k‖ <= tol`` for every client. ``eps_mode`` defaults to the theory's rule "balancing iff
+    ``β > 0``": with EPO's 1e-4 (or even 1e-12) the iteration stalls on the Pareto front slightly off the
+    preference ray, where the descent LP returns ``d ≈ 0`` while ``ψ - ψ* ≈ 1e-6``. ``select``: return the iterate
+    with the smallest ``ψ_new`` (``"best"``; the balancing LP direction is discontinuous near the ray and the
+    iteration can be kicked out of a neighbourhood it had reached) or the last one (``"last"``)."""
+
+    max_steps: int = 3000
+    eta: float = 0.2
+    decay_steps: float | None = 200.0
+    tol: float = 1e-13
+    eps_mode: float = 0.0
+    descent: str = "restricted"
+    on_infeasible: str = "relaxed"
+    record_every: int = 50
+    select: str = "best"
+
+    def __post_init__(self):
+        o = "Pipeline2Config"
+        _int(self.max_steps, "max_steps", o, 0)
+        _pos(self.eta, "eta", o)
+        if self.decay_steps is not None:
+            _pos(self.decay_steps, "decay_steps", o)
+        _nonneg(self.tol, "tol", o)
+        _check_lp(self, o)
+        _int(self.record_every, "record_every", o, 1)
+        _choice(self.select, "select", o, ("best", "last"))
+
+
+@dataclass(frozen=True)
+class AlgorithmConfig:
+    """All of Algorithm 1. ``rho``: ``"uniform"`` (``1/N``) or ``"samples"`` (``ρ_i ∝ n_i``) within each cluster;
+    ``fedavg``: the FedAvg baseline's training (``direction`` is forced to ``"linear"``; None: Phase 1's settings);
+    ``adamw``: an optional second Pipeline-1 run with this config (e.g. the experiments' AdamW)."""
+
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    phase1: Phase1Config = field(default_factory=Phase1Config)
+    phase2: Phase2Config = field(default_factory=Phase2Config)
+    adapt: AdaptConfig = field(default_factory=AdaptConfig)
+    pipeline2: Pipeline2Config = field(default_factory=Pipeline2Config)
+    fedavg: Phase1Config | None = None
+    adamw: AdaptConfig | None = None
+    rho: str = "uniform"
+
+    def __post_init__(self):
+        o = "AlgorithmConfig"
+        for name, typ in (("cluster", ClusterConfig), ("phase1", Phase1Config), ("phase2", Phase2Config),
+                          ("adapt", AdaptConfig), ("pipeline2", Pipeline2Config)):
+            if not isinstance(getattr(self, name), typ):
+                raise ValueError(f"{o}.{name} must be a {typ.__name__}; got {type(getattr(self, name)).__name__}")
+        if self.fedavg is not None and not isinstance(self.fedavg, Phase1Config):
+            raise ValueError(f"{o}.fedavg must be a Phase1Config or None")
+        if self.adamw is not None and not isinstance(self.adamw, AdaptConfig):
+            raise ValueError(f"{o}.adamw must be an AdaptConfig or None")
+        _choice(self.rho, "rho", o, ("uniform", "samples"))
+
+    def to_dict(self) -> dict:
+        """Plain-Python parameters (for records and JSON)."""
+        def conv(x):
+            if isinstance(x, np.ndarray):
+                return x.tolist()
+            if isinstance(x, dict):
+                return {k: conv(v) for k, v in x.items()}
+            return x
+        return conv(asdict(self))
+
+
+# ================================================================================================ results
+
+
+@dataclass(frozen=True, eq=False)
+class PhaseResult:
+    """Output of :func:`phase1`, :func:`phase2` or :func:`fedavg` for one cluster.
+
+    ``w``: the final model ``(n_w,)``; ``trajectory``: ``(R+1, n_w)`` server models ``w_0..w_R``; ``records``: the
+    tidy DataFrame (rows ``round = 0..R``); ``step_status_counts``: statuses of every LP solved by training steps;
+    ``diagnostic_status_counts``: statuses of the separate diagnostic LPs; ``B``: the gradient bound at the end."""
+
+    w: np.ndarray
+    trajectory: np.ndarray
+    records: pd.DataFrame
+    step_status_counts: dict
+    diagnostic_status_counts: dict
+    B: float
+
+
+@dataclass(frozen=True, eq=False)
+class AdaptResult:
+    """Output of :func:`pipeline1` / :func:`pipeline2` / :func:`local_only` for a batch of new clients.
+
+    ``w``: final models ``(n, n_w)``; ``trajectory``: ``(K+1, n, n_w)``; ``gap``: final ``ψ_i(w) - ψ_i*`` ``(n,)``;
+    ``beta``: final ``β_i`` ``(n,)``; ``records``: DataFrame; ``step_status_counts``; ``steps``: steps taken."""
+
+    w: np.ndarray
+    trajectory: np.ndarray
+    gap: np.ndarray
+    beta: np.ndarray
+    records: pd.DataFrame
+    step_status_counts: dict
+    steps: int
+
+
+@dataclass(frozen=True, eq=False)
+class AlgorithmResult:
+    """Output of :func:`run_algorithm`. ``records``: every row of every phase; ``summary``: final gaps and counts."""
+
+    clustering: Clustering
+    train_clients: np.ndarray
+    new_clients: np.ndarray
+    assignment: np.ndarray
+    w_ref: np.ndarray
+    w_I: np.ndarray
+    w_II: np.ndarray
+    w_fedavg: np.ndarray
+    phases: dict
+    adaptation: dict
+    records: pd.DataFrame
+    summary: dict
+
+
+# ================================================================================================ helpers
+
+
+def _zero_counts() -> dict:
+    return {s: 0 for s in STATUSES}
+
+
+def _add_counts(total: dict, status: np.ndarray) -> None:
+    for s in STATUSES:
+        total[s] += int(np.count_nonzero(status == s))
+
+
+def _check_point(w, n_w: int, name: str) -> np.ndarray:
+    try:
+        a = np.array(w, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be a numeric array of shape ({n_w},); got {w!r}") from exc
+    if a.shape != (n_w,) or not np.all(np.isfinite(a)):
+        raise ValueError(f"{name} must be a finite array of shape ({n_w},); got shape {a.shape}")
+    return a
+
+
+def _check_rng(rng) -> np.random.Generator:
+    if not isinstance(rng, np.random.Generator):
+        raise ValueError(f"rng must be a numpy.random.Generator; got {type(rng).__name__}")
+    return rng
+
+
+def _rho_for(src: ClientSource, clients: np.ndarray, rho) -> np.ndarray:
+    if rho is None:
+        return aggregation_weights(N=clients.size)
+    if isinstance(rho, str):
+        if rho == "uniform":
+            return aggregation_weights(N=clients.size)
+        if rho == "samples":
+            return aggregation_weights(n_samples=src.n_samples[clients])
+        raise ValueError(f"rho must be an array, 'uniform' or 'samples'; got {rho!r}")
+    r = check_aggregation_weights(rho)
+    if r.shape != (clients.size,):
+        raise ValueError(f"rho must have shape ({clients.size},) (one weight per client); got {r.shape}")
+    return r
+
+
+@dataclass(frozen=True, eq=False)
+class _Dir:
+    """Directions of one batched step: ``d`` (N, n_w), ``weights`` μ (N, m), mode/status (N,), gain, beta."""
+
+    d: np.ndarray
+    weights: np.ndarray
+    mode: np.ndarray
+    status: np.ndarray
+    gain: np.ndarray
+    beta: np.ndarray
+
+
+def _directions(l, G, lam, direction: str, cfg, *, where: str) -> _Dir:
+    """One batched direction: the EPO LP (one :func:`lp_direction` call for all rows), the linear scalarisation
+    ``μ = λ`` or the Chebyshev gradient ``μ = λ_{j*} e_{j*}`` (``j*`` = first maximiser of ``λ ⊙ l``)."""
+    C = np.swapaxes(G, -1, -2) @ G
+    C = 0.5 * (C + np.swapaxes(C, -1, -2))
+    if direction == "lp":
+        res = lp_direction(l, lam, C, eps_mode=cfg.eps_mode, descent=cfg.descent, on_infeasible=cfg.on_infeasible)
+        failed = np.isin(res.status, _FAILED)
+        if failed.any():
+            r = int(np.argmax(failed))
+            raise LPFailureError(
+                f"{where}: the EPO LP returned no solution for row {r} (status {res.status[r]!r}, mode "
+                f"{res.mode[r]!r}); status counts of this call: {res.status_counts()}"
+            )
+        return _Dir(res.direction(G), res.weights, res.mode, res.status, res.gain, res.beta)
+    beta, A = uniformity_and_adjustment(l, lam)
+    if direction == "linear":
+        mu = np.array(lam, dtype=np.float64)
+        mode = np.full(l.shape[0], "linear")
+    elif direction == "chebyshev":
+        wl = lam * l
+        j = np.argmax(wl, axis=-1)
+        mu = np.zeros_like(lam)
+        mu[np.arange(l.shape[0]), j] = lam[np.arange(l.shape[0]), j]
+        mode = np.full(l.shape[0], "chebyshev")
+    else:  # pragma: no cover - configs validate
+        raise ValueError(f"direction must be one of {_ADAPT_DIRECTIONS}; got {direction!r}")
+    gain = np.einsum("nm,nmk,nk->n", mu, C, A)
+    d = np.einsum("nwm,nm->nw", G, mu)
+    return _Dir(d, mu, mode, np.full(l.shape[0], "none"), gain, beta)
+
+
+class _Recorder:
+    """Collects per-round column arrays; builds one DataFrame at the end."""
+
+    def __init__(self):
+        self.parts: list[dict] = []
+
+    def add(self, **cols) -> None:
+        n = None
+        for v in cols.values():
+            if isinstance(v, np.ndarray) and v.ndim == 1:
+                n = v.shape[0]
+                break
+        self.parts.append({k: (v if isinstance(v, np.ndarray) and v.ndim == 1 else np.full(n, v))
+                           for k, v in cols.items()})
+
+    def frame(self, params: dict) -> pd.DataFrame:
+        if not self.parts:
+            df = pd.DataFrame({c: [] for c in RECORD_COLUMNS})
+        else:
+            df = pd.DataFrame({c: np.concatenate([p.get(c, np.full(len(next(iter(p.values()))), np.nan))
+                                                  for p in self.parts]) for c in RECORD_COLUMNS})
+        df.attrs["params"] = params
+        return df
+
+
+_NAN_COLS = dict(deviation=np.nan, dispersion=np.nan, margin_Jstar=np.nan, margin_Jeps=np.nan, dM_norm=np.nan,
+                 eps_act=np.nan, grad_bound=np.nan, n_Jeps=np.nan, rho=np.nan, eta_local=np.nan, eta_meta_inner=np.nan,
+                 alpha_server=np.nan, eta_eff=np.nan, alpha_adapt=np.nan, preconditioner="none", p_min=np.nan,
+                 p_max=np.nan, local_steps=np.nan, batch_size=np.nan)
+
+
+# ================================================================================================ clustering
+
+
+def clustering_step(source, clients, w_ref, config: ClusterConfig | None = None,
+                    rng: np.random.Generator | None = None) -> Clustering:
+    """Algorithm 1's clustering at ``w_ref``: population losses ``l_i(w_ref)`` of ``clients`` and
+    :func:`sim.cluster.cluster_clients` with ``config``. Labels and clusters index positions in ``clients``."""
+    src = as_source(source)
+    cfg = ClusterConfig() if config is None else config
+    clients = src.check_clients(clients)
+    w_ref = _check_point(w_ref, src.n_params, "w_ref")
+    l, _ = src.population(np.broadcast_to(w_ref, (clients.size, src.n_params)), clients)
+    return cluster_clients(l, src.prefs[clients], key=cfg.key, stage2=cfg.stage2, method=cfg.method,
+                           threshold=cfg.threshold if cfg.stage2 else None,
+                           k=cfg.k if cfg.stage2 else None, rng=rng)
+
+
+def assign_to_cluster(source, new_clients, w_ref, clustering: Clustering, train_clients,
+                      key: str = "ordering") -> np.ndarray:
+    """Cluster of each new client: among the clusters holding a training client with the new client's Stage-1 key
+    (all clusters if none does), the one with the training client whose ``A_i^ref`` is nearest to ``A_new^ref``."""
+    src = as_source(source)
+    new = src.check_clients(new_clients, "new_clients")
+    train = src.check_clients(train_clients, "train_clients")
+    if clustering.labels.shape != (train.size,):
+        raise ValueError(f"clustering has {clustering.labels.size} clients but train_clients has {train.size}")
+    w_ref = _check_point(w_ref, src.n_params, "w_ref")
+    l_new, _ = src.population(np.broadcast_to(w_ref, (new.size, src.n_params)), new)
+    lam_new = src.prefs[new]
+    k_new = stage1_keys(l_new, lam_new, key=key)
+    A_new = adjustment(l_new, lam_new)
+    k_tr = np.asarray(clustering.keys)
+    if k_tr.shape[1] != k_new.shape[1]:
+        raise ValueError(f"key={key!r} does not match the clustering's keys (width {k_tr.shape[1]})")
+    out = np.empty(new.size, dtype=np.int64)
+    for c in range(new.size):
+        same = np.all(k_tr == k_new[c], axis=1)
+        cand = same if same.any() else np.ones(train.size, dtype=bool)
+        dist = np.where(cand, np.linalg.norm(clustering.adjustments_ref - A_new[c], axis=1), np.inf)
+        out[c] = clustering.labels[int(np.argmin(dist))]
+    return out
+
+
+# ================================================================================================ training
+
+
+def shared_iteration(source, clients, w0, rho, eta_eff, rounds: int, *, eps_mode: float = 1e-4,
+                     descent: str = "restricted", on_infeasible: str = "relaxed") -> np.ndarray:
+    """Reference shared iteration eq 55: ``w_{t+1} = w_t - eta_eff_t · Σ_i ρ_i d_i(w_t)`` (population LP directions).
+
+    ``eta_eff``: a scalar or ``(rounds,)`` per-round step sizes. Returns the trajectory ``(rounds+1, n_w)``."""
+    src = as_source(source)
+    clients = src.check_clients(clients)
+    w = _check_point(w0, src.n_params, "w0")
+    rounds = _int(rounds, "rounds", "shared_iteration", 0)
+    r = _rho_for(src, clients, rho)
+    steps = np.broadcast_to(np.asarray(eta_eff, dtype=np.float64), (rounds,))
+    if not np.all(np.isfinite(steps)) or np.any(steps <= 0):
+        raise ValueError(f"eta_eff must be finite and > 0; got {eta_eff!r}")
+    cfg = Phase1Config(eps_mode=eps_mode, descent=descent, on_infeasible=on_infeasible)
+    lam = src.prefs[clients]
+    traj = np.empty((rounds + 1, src.n_params))
+    traj[0] = w
+    for t in range(rounds):
+        l, G = src.population(np.broadcast_to(w, (clients.size, src.n_params)), clients)
+        d = _directions(l, G, lam, "lp", cfg, where=f"shared_iteration round {t}").d
+        w = w - steps[t] * (r @ d)
+        traj[t + 1] = w
+    return traj
+
+
+def _diagnostics(src, clients, lam, psi_star, rho, w, eta_eff, B_cfg, B_seen, step_dir: _Dir | None,
+                 lG, cfg, direction, where) -> tuple[dict, float, dict | None]:
+    """Population diagnostics at the server model ``w`` for every client of the cluster."""
+    N = clients.size
+    l, G = lG if lG is not None else src.population(np.broadcast_to(w, (N, src.n_params)), clients)
+    B_seen = max(B_seen, float(np.linalg.norm(G, axis=1).max()))
+    B = B_seen if B_cfg is None else float(B_cfg)
+    diag_counts = None
+    if step_dir is None:
+        dr = _directions(l, G, lam, direction, cfg, where=where)
+        diag_counts = _zero_counts()
+        if direction == "lp":
+            _add_counts(diag_counts, dr.status)
+    else:
+        dr = step_dir
+    psi = (lam * l).max(axis=-1)
+    ea = eps_act(eta_eff, lam, B)
+    m_eps = near_active_set(l, lam, ea)
+    m_star = near_active_set(l, lam, 0.0)
+    V = G * lam[:, None, :]
+    cols = dict(
+        client=clients, rho=rho, psi=psi, psi_star=psi_star, gap=psi - psi_star, beta=dr.beta, gain=dr.gain,
+        lp_mode=dr.mode, lp_status=dr.status, lp_from_step=np.full(N, step_dir is not None),
+        d_norm=np.linalg.norm(dr.d, axis=1), deviation=deviations(dr.d, rho),
+        dispersion=np.full(N, float(dispersion(dr.d, rho))),
+        margin_Jstar=descent_margin(dr.d, G, lam, m_star), margin_Jeps=descent_margin(dr.d, G, lam, m_eps),
+        dM_norm=min_norm_element(V, m_eps).norm, eps_act=ea, grad_bound=np.full(N, B), n_Jeps=m_eps.sum(axis=1),
+    )
+    return cols, B_seen, diag_counts
+
+
+def _federated(src: ClientSource, clients, w0, rho, rng, *, phase: str, rounds: int, local_steps: int,
+               eta_inner: float, alpha_server: float, batch: int | None, episodic: bool, cfg, direction: str,
+               cluster: int, round_offset: int, B_cfg, B_start: float, progress: Progress | None,
+               step_cols: dict) -> PhaseResult:
+    """Shared engine of Phase 1 (fresh minibatch per local step), Phase 2 (one episode per round) and FedAvg."""
+    lam = src.prefs[clients]
+    psi_star = src.check_psi_star(clients)
+    N, n_w = clients.size, src.n_params
+    eta_eff = alpha_server * eta_inner
+    w = w0.copy()
+    traj = np.empty((rounds + 1, n_w))
+    traj[0] = w
+    rec = _Recorder()
+    step_counts, diag_counts = _zero_counts(), _zero_counts()
+    B_seen = B_start
+    params = dict(phase=phase, cluster=cluster, clients=clients.tolist(), rho=rho.tolist(), **step_cols)
+    for r in range(rounds + 1):
+        final = r == rounds
+        where = f"{phase} cluster {cluster} round {r}"
+        # batches of this round (drawn before any step; none on the final row)
+        batches = None
+        if not final and batch is not None:
+            if episodic:
+                ep = [src.episode(rng, int(i), batch) for i in clients]
+                batches = [ep] * local_steps
+            else:
+                batches = [[src.episode(rng, int(i), batch) for i in clients] for _ in range(local_steps)]
+        W = np.broadcast_to(w, (N, n_w)).copy()
+        # first step at w_r with population gradients doubles as the diagnostic LP
+        lG0 = src.population(W, clients)
+        first = None
+        if not final and batch is None:
+            first = _directions(*lG0, lam, direction, cfg, where=where + " step 0")
+        cols, B_seen, dc = _diagnostics(src, clients, lam, psi_star, rho, w, eta_eff, B_cfg, B_seen, first, lG0,
+                                        cfg, direction, where + " diagnostic")
+        if dc is not None:
+            for s in STATUSES:
+                diag_counts[s] += dc[s]
+        counts = {s: np.zeros(N, dtype=np.int64) for s in STATUSES}
+        n_desc = np.zeros(N, dtype=np.int64)
+        if not final:
+            for k in range(local_steps):
+                if k == 0 and first is not None:
+                    dr = first
+                elif batch is None:
+                    dr = _directions(*src.population(W, clients), lam, direction, cfg, where=f"{where} step {k}")
+                else:
+                    dr = _directions(*src.minibatch(W, clients, batches[k]), lam, direction, cfg,
+                                     where=f"{where} step {k}")
+                if direction == "lp":
+                    for s in STATUSES:
+                        counts[s] += dr.status == s
+                    n_desc += dr.mode == "descent"
+                W = W - eta_inner * dr.d
+            g = W - w  # pseudo-gradients (N, n_w)
+            w = w + alpha_server * (rho @ g)
+            traj[r + 1] = w
+            for s in STATUSES:
+                step_counts[s] += int(counts[s].sum())
+        rec.add(phase=phase, round=r, t=r + round_offset, cluster=cluster, **cols,
+                n_lp_steps=sum(counts[s] for s in STATUSES), **{f"n_{s}": counts[s] for s in STATUSES},
+                n_descent_steps=n_desc, local_steps=0 if final else local_steps,
+                batch_size=np.nan if batch is None else float(batch), eta_eff=eta_eff, alpha_server=alpha_server,
+                alpha_adapt=np.nan, preconditioner="none", p_min=np.nan, p_max=np.nan, **step_cols)
+        if progress is not None:
+            progress(f"{phase} cluster {cluster}", r, rounds)
+    return PhaseResult(w=w, trajectory=traj, records=rec.frame(params), step_status_counts=step_counts,
+                       diagnostic_status_counts=diag_counts, B=B_seen)
+
+
+def _phase_inputs(source, clients, w0, rng, rho):
+    src = as_source(source)
+    clients = src.check_clients(clients)
+    w0 = _check_point(w0, src.n_params, "w0")
+    rng = _check_rng(rng)
+    return src, clients, w0, rng, _rho_for(src, clients, rho)
+
+
+def phase1(source, clients, w0, config: Phase1Config, rng: np.random.Generator, *, rho=None, cluster: int = 0,
+           round_offset: int = 0, B_start: float = 0.0, progress: Progress | None = None,
+           phase: str = "phase1") -> PhaseResult:
+    """Phase 1 on the cluster ``clients`` from ``w0`` (see the module docstring); ``rho``: weights ``(N,)``,
+    ``"uniform"`` (default) or ``"samples"``. Records ``round = 0..R``, the last row holding ``w_I``."""
+    if not isinstance(config, Phase1Config):
+        raise ValueError(f"config must be a Phase1Config; got {type(config).__name__}")
+    src, clients, w0, rng, r = _phase_inputs(source, clients, w0, rng, rho)
+    if config.batch_size is not None:
+        src.check_batch_size(clients, config.batch_size, "Phase1Config.batch_size")
+    return _federated(src, clients, w0, r, rng, phase=phase, rounds=config.rounds, local_steps=config.tau,
+                      eta_inner=config.eta_local, alpha_server=config.alpha_server, batch=config.batch_size,
+                      episodic=False, cfg=config, direction=config.direction, cluster=cluster,
+                      round_offset=round_offset, B_cfg=config.B, B_start=B_start, progress=progress,
+                      step_cols=dict(eta_local=config.eta_local, eta_meta_inner=np.nan))
+
+
+def fedavg(source, clients, w0, config: Phase1Config, rng: np.random.Generator, *, rho=None, cluster: int = 0,
+           progress: Progress | None = None) -> PhaseResult:
+    """FedAvg baseline: Phase 1 with the linear scalarisation ``d_i = G_i λ_i`` instead of the LP."""
+    return phase1(source, clients, w0, replace(config, direction="linear"), rng, rho=rho, cluster=cluster,
+                  progress=progress, phase="fedavg")
+
+
+def phase2(source, clients, w0, config: Phase2Config, rng: np.random.Generator, *, rho=None, cluster: int = 0,
+           round_offset: int = 0, B_start: float = 0.0, progress: Progress | None = None) -> PhaseResult:
+    """Phase 2 (Reptile over S-shot episodes) on ``clients`` from ``w0`` (normally ``w_I``). ``round_offset`` sets
+    the global round index ``t`` (Phase 1's ``R``) and ``B_start`` carries Phase 1's gradient bound."""
+    if not isinstance(config, Phase2Config):
+        raise ValueError(f"config must be a Phase2Config; got {type(config).__name__}")
+    src, clients, w0, rng, r = _phase_inputs(source, clients, w0, rng, rho)
+    if config.S is not None:
+        src.check_batch_size(clients, config.S, "Phase2Config.S")
+    return _federated(src, clients, w0, r, rng, phase="phase2", rounds=config.rounds, local_steps=config.K,
+                      eta_inner=config.eta_meta_inner, alpha_server=config.alpha_server, batch=config.S,
+                      episodic=True, cfg=config, direction=config.direction, cluster=cluster,
+                      round_offset=round_offset, B_cfg=config.B, B_start=B_start, progress=progress,
+                      step_cols=dict(eta_local=np.nan, eta_meta_inner=config.eta_meta_inner))
+
+
+# ================================================================================================ new client
+
+
+def draw_batches(source, clients, K: int, S: int, rng: np.random.Generator) -> np.ndarray:
+    """Fresh batches for ``K`` adaptation steps: ``(n_clients, K, S)`` sample indices (``S`` distinct per batch)."""
+    src = as_source(source)
+    clients = src.check_clients(clients)
+    K = _int(K, "K", "draw_batches", 0)
+    S = _int(S, "S", "draw_batches", 1)
+    src.check_batch_size(clients, S, "S")
+    rng = _check_rng(rng)
+    out = np.empty((clients.size, K, S), dtype=np.int64)
+    for c, i in enumerate(clients):
+        for k in range(K):
+            out[c, k] = src.episode(rng, int(i), S)
+    return out
+
+
+def _adapt_records(rec, phase, k, clients, psi, psi_star, beta, dr, counts, n_desc, cluster, **cols):
+    """One row per new client at adaptation step ``k``; ``cols`` override the NaN defaults of :data:`_NAN_COLS`."""
+    n = clients.size
+    base = dict(_NAN_COLS)
+    base.update(cols)
+    base.setdefault("local_steps", 0 if dr is None else 1)
+    rec.add(phase=phase, round=k, t=k, cluster=cluster, client=clients, psi=psi, psi_star=psi_star,
+            gap=psi - psi_star, beta=beta,
+            gain=np.full(n, np.nan) if dr is None else dr.gain,
+            lp_mode=np.full(n, "none") if dr is None else dr.mode,
+            lp_status=np.full(n, "none") if dr is None else dr.status,
+            lp_from_step=np.full(n, dr is not None),
+            d_norm=np.full(n, np.nan) if dr is None else np.linalg.norm(dr.d, axis=1),
+            n_lp_steps=sum(counts[s] for s in STATUSES), **{f"n_{s}": counts[s] for s in STATUSES},
+            n_descent_steps=n_desc, **base)
+
+
+def pipeline1(source, clients, w0, config: AdaptConfig, rng: np.random.Generator | None = None, *,
+              batches=None, phase: str = "pipeline1", cluster=-1) -> AdaptResult:
+    """Pipeline 1 for the new clients ``clients`` (batched; one LP call per step for all of them) from ``w0``
+    (``(n_w,)`` or one start per client ``(n, n_w)``): ``K`` steps of eq 88 with the configured preconditioner.
+
+    ``batches``: ``(n, K, S)`` sample indices (e.g. from :func:`draw_batches`, to reuse the same samples across
+    pipelines); otherwise fresh batches are drawn from ``rng``. ``cluster``: the new clients' clusters (records)."""
+    if not isinstance(config, AdaptConfig):
+        raise ValueError(f"config must be an AdaptConfig; got {type(config).__name__}")
+    src = as_source(source)
+    clients = src.check_clients(clients)
+    n, n_w, K, S = clients.size, src.n_params, config.K, config.S
+    W = _starts(w0, n, n_w)
+    if batches is None:
+        batches = draw_batches(src, clients, K, S, _check_rng(rng))
+    batches = np.asarray(batches)
+    if batches.shape != (n, K, S):
+        raise ValueError(f"batches must have shape (n={n}, K={K}, S={S}); got {batches.shape}")
+    src.check_batch_size(clients, S, "AdaptConfig.S")
+    if config.preconditioner == "fixed" and config.P.shape != (n_w, n_w):
+        raise ValueError(f"AdaptConfig.P must have shape ({n_w}, {n_w}); got {config.P.shape}")
+    lam = src.prefs[clients]
+    psi_star = src.check_psi_star(clients)
+    pre = config.preconditioner
+    m1 = np.zeros((n, n_w))  # AdamW first moment / SGD momentum buffer
+    v = np.zeros((n, n_w))  # second moment (AdamW, lagged RMSprop)
+    rec = _Recorder()
+    traj = np.empty((K + 1, n, n_w))
+    traj[0] = W
+    total = _zero_counts()
+    for k in range(K + 1):
+        lp_, Gp = src.population(W, clients)
+        psi = (lam * lp_).max(axis=-1)
+        beta = uniformity_and_adjustment(lp_, lam)[0]
+        counts = {s: np.zeros(n, dtype=np.int64) for s in STATUSES}
+        n_desc = np.zeros(n, dtype=np.int64)
+        if k == K:
+            _adapt_records(rec, phase, k, clients, psi, psi_star, beta, None, counts, n_desc, cluster,
+                           alpha_adapt=config.alpha_adapt, preconditioner=pre, batch_size=float(S), local_steps=0)
+            break
+        lb, Gb = src.minibatch(W, clients, batches[:, k, :])
+        dr = _directions(lb, Gb, lam, config.direction, config, where=f"{phase} step {k}")
+        if config.direction == "lp":
+            for s in STATUSES:
+                counts[s] += dr.status == s
+            _add_counts(total, dr.status)
+            n_desc += dr.mode == "descent"
+        g = dr.d
+        a = config.alpha_adapt
+        if pre == "identity":
+            step, pdiag = g, np.ones((n, n_w))
+        elif pre == "fixed":
+            step = g @ config.P  # P symmetric
+            ev = np.linalg.eigvalsh(config.P)
+            pdiag = np.broadcast_to(np.array([ev[0], ev[-1]]), (n, 2))
+        elif pre == "rmsprop_lagged":
+            if k == 0:
+                pdiag = np.full((n, n_w), np.clip(1.0, config.p_minus, config.p_plus))
+            else:
+                vhat = v / (1.0 - config.beta2**k)
+                pdiag = np.clip(1.0 / (np.sqrt(vhat) + config.eps), config.p_minus, config.p_plus)
+            step = pdiag * g  # P_k uses v_{k-1} only: F_k-measurable
+            v = config.beta2 * v + (1.0 - config.beta2) * g**2
+        elif pre == "adamw":
+            m1 = config.beta1 * m1 + (1.0 - config.beta1) * g
+            v = config.beta2 * v + (1.0 - config.beta2) * g**2  # includes the current sample
+            mhat = m1 / (1.0 - config.beta1 ** (k + 1))
+            vhat = v / (1.0 - config.beta2 ** (k + 1))
+            pdiag = 1.0 / (np.sqrt(vhat) + config.eps)
+            W = W * (1.0 - a * config.weight_decay)  # decoupled weight decay
+            step = mhat * pdiag
+        else:  # sgd (torch.optim.SGD, dampening 0, no Nesterov)
+            gg = g + config.weight_decay * W
+            if config.momentum > 0:
+                m1 = gg if k == 0 else config.momentum * m1 + gg
+                step = m1
+            else:
+                step = gg
+            pdiag = np.ones((n, n_w))
+        _adapt_records(rec, phase, k, clients, psi, psi_star, beta, dr, counts, n_desc, cluster, alpha_adapt=a,
+                       preconditioner=pre, p_min=pdiag.min(axis=1), p_max=pdiag.max(axis=1), batch_size=float(S),
+                       local_steps=1)
+        W = W - a * step
+        traj[k + 1] = W
+    lp_, _ = src.population(W, clients)
+    psi = (lam * lp_).max(axis=-1)
+    params = dict(phase=phase, clients=clients.tolist(), **_cfg_dict(config))
+    return AdaptResult(w=W, trajectory=traj, gap=psi - psi_star, beta=uniformity_and_adjustment(lp_, lam)[0],
+                       records=rec.frame(params), step_status_counts=total, steps=K)
+
+
+def local_only(source, clients, w_ref, config: AdaptConfig, rng: np.random.Generator | None = None, *,
+               batches=None, cluster=-1) -> AdaptResult:
+    """Local-only baseline: Pipeline 1's optimiser from ``w_ref`` on the same ``S·K`` samples (pass ``batches``)."""
+    return pipeline1(source, clients, w_ref, config, rng, batches=batches, phase="local_only", cluster=cluster)
+
+
+def pipeline2(source, clients, w0, config: Pipeline2Config | None = None, *, cluster=-1) -> AdaptResult:
+    """Pipeline 2: data-rich local training of each new client (population gradients, LP direction, batched over
+    clients) from ``w0``; the gap is measured against the planted ``ψ*_new``.
+
+    Runs ``max_steps`` steps (or stops when every step is below ``tol``) and returns, per client, the iterate with
+    the smallest ``ψ_new`` (``select="best"``: model selection on abundant data) or the last one. Records: one
+    row every ``record_every`` steps (its ``n_*`` columns count the LP statuses of all steps up to the next row) and
+    a last row (``lp_mode = "none"``) holding the returned models."""
+    cfg = Pipeline2Config() if config is None else config
+    if not isinstance(cfg, Pipeline2Config):
+        raise ValueError(f"config must be a Pipeline2Config; got {type(cfg).__name__}")
+    src = as_source(source)
+    clients = src.check_clients(clients)
+    n, n_w = clients.size, src.n_params
+    W = _starts(w0, n, n_w)
+    lam = src.prefs[clients]
+    psi_star = src.check_psi_star(clients)
+    rec = _Recorder()
+    total = _zero_counts()
+    traj = [W.copy()]
+    best_W, best_psi = W.copy(), np.full(n, np.inf)
+    pending = None  # (row kwargs, counts, n_desc) of the open record row
+
+    def flush():
+        if pending is not None:
+            kw, cnt, nd = pending
+            _adapt_records(rec, "pipeline2", kw.pop("k"), clients, counts=cnt, n_desc=nd, cluster=cluster, **kw)
+
+    k = 0
+    while True:
+        l, G = src.population(W, clients)
+        psi = (lam * l).max(axis=-1)
+        better = psi < best_psi
+        best_psi = np.where(better, psi, best_psi)
+        best_W[better] = W[better]
+        if k == cfg.max_steps:
+            break
+        dr = _directions(l, G, lam, "lp", cfg, where=f"pipeline2 step {k}")
+        _add_counts(total, dr.status)
+        eta = cfg.eta if cfg.decay_steps is None else cfg.eta / (1.0 + k / cfg.decay_steps)
+        if k % cfg.record_every == 0:
+            flush()
+            pending = (dict(k=k, psi=psi, psi_star=psi_star, beta=dr.beta, dr=dr, eta_eff=eta, local_steps=1),
+                       {s: np.zeros(n, dtype=np.int64) for s in STATUSES}, np.zeros(n, dtype=np.int64))
+        for s in STATUSES:
+            pending[1][s] += dr.status == s
+        pending[2][...] += dr.mode == "descent"
+        step = eta * dr.d
+        W = W - step
+        k += 1
+        traj.append(W.copy())
+        if np.linalg.norm(step, axis=1).max() <= cfg.tol:
+            l, _ = src.population(W, clients)
+            psi = (lam * l).max(axis=-1)
+            better = psi < best_psi
+            best_psi = np.where(better, psi, best_psi)
+            best_W[better] = W[better]
+            break
+    flush()
+    W_out = best_W if cfg.select == "best" else W
+    l, _ = src.population(W_out, clients)
+    psi = (lam * l).max(axis=-1)
+    beta = uniformity_and_adjustment(l, lam)[0]
+    _adapt_records(rec, "pipeline2", k, clients, psi, psi_star, beta, None,
+                   {s: np.zeros(n, dtype=np.int64) for s in STATUSES}, np.zeros(n, dtype=np.int64), cluster,
+                   local_steps=0)
+    params = dict(phase="pipeline2", clients=clients.tolist(), **_cfg_dict(cfg))
+    return AdaptResult(w=W_out, trajectory=np.stack(traj), gap=psi - psi_star, beta=beta,
+                       records=rec.frame(params), step_status_counts=total, steps=k)
+
+
+def _starts(w0, n: int, n_w: int) -> np.ndarray:
+    a = np.asarray(w0, dtype=np.float64)
+    if a.shape == (n_w,):
+        a = np.broadcast_to(a, (n, n_w))
+    if a.shape != (n, n_w) or not np.all(np.isfinite(a)):
+        raise ValueError(f"w0 must be a finite array of shape ({n_w},) or ({n}, {n_w}); got {a.shape}")
+    return a.copy()
+
+
+def _cfg_dict(cfg) -> dict:
+    d = asdict(cfg)
+    return {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in d.items()}
+
+
+# ================================================================================================ full run
+
+
+def run_algorithm(source, config: AlgorithmConfig, rng: np.random.Generator, *, w_ref, train_clients,
+                  new_clients=(), progress: Progress | None = None) -> AlgorithmResult:
+    """Algorithm 1 end to end: clustering of ``train_clients`` at ``w_ref``; per cluster Phase 1 (``w_I``), Phase 2
+    (``w_II``) and the FedAvg baseline (``w_FA``); every new client is assigned to a cluster and runs Pipeline 1
+    from ``w_I`` and from ``w_II``, Pipeline 2, the local-only baseline from ``w_ref`` and FedAvg + adaptation
+    (linear direction, from ``w_FA``), all on the same fresh batches. Random draws happen in this fixed order:
+    clustering, then per cluster Phase 1, Phase 2, FedAvg, then the adaptation batches."""
+    if not isinstance(config, AlgorithmConfig):
+        raise ValueError(f"config must be an AlgorithmConfig; got {type(config).__name__}")
+    src = as_source(source)
+    rng = _check_rng(rng)
+    train = src.check_clients(train_clients, "train_clients")
+    new = np.asarray(new_clients, dtype=np.int64)
+    if new.size:
+        new = src.check_clients(new, "new_clients")
+        if np.intersect1d(new, train).size:
+            raise ValueError(f"new_clients must not take part in training; overlap {np.intersect1d(new, train).tolist()}")
+    w_ref = _check_point(w_ref, src.n_params, "w_ref")
+    cfg = config
+    # validate every batch size against the data before running anything
+    if cfg.phase1.batch_size is not None:
+        src.check_batch_size(train, cfg.phase1.batch_size, "Phase1Config.batch_size")
+    if cfg.phase2.S is not None:
+        src.check_batch_size(train, cfg.phase2.S, "Phase2Config.S")
+    if new.size:
+        src.check_batch_size(new, cfg.adapt.S, "AdaptConfig.S")
+        src.check_psi_star(new)
+    src.check_psi_star(train)
+
+    clus = clustering_step(src, train, w_ref, cfg.cluster, rng)
+    n_cl = clus.n_clusters
+    w_I = np.empty((n_cl, src.n_params))
+    w_II = np.empty_like(w_I)
+    w_FA = np.empty_like(w_I)
+    phases: dict = {}
+    frames = []
+    fa_cfg = cfg.phase1 if cfg.fedavg is None else cfg.fedavg
+    for c, members in enumerate(clus.clusters):
+        cl = train[members]
+        rho = _rho_for(src, cl, cfg.rho)
+        p1 = phase1(src, cl, w_ref, cfg.phase1, rng, rho=rho, cluster=c, progress=progress)
+        p2 = phase2(src, cl, p1.w, cfg.phase2, rng, rho=rho, cluster=c, round_offset=cfg.phase1.rounds,
+                    B_start=p1.B, progress=progress)
+        fa = fedavg(src, cl, w_ref, fa_cfg, rng, rho=rho, cluster=c, progress=progress)
+        w_I[c], w_II[c], w_FA[c] = p1.w, p2.w, fa.w
+        phases[c] = dict(phase1=p1, phase2=p2, fedavg=fa)
+        frames += [p1.records, p2.records, fa.records]
+
+    adaptation: dict = {}
+    assign = np.empty(0, dtype=np.int64)
+    if new.size:
+        assign = assign_to_cluster(src, new, w_ref, clus, train, key=cfg.cluster.key)
+        batches = draw_batches(src, new, cfg.adapt.K, cfg.adapt.S, rng)
+        lin = replace(cfg.adapt, direction="linear")
+        runs = {
+            "pipeline1_wI": (w_I[assign], cfg.adapt),
+            "pipeline1_wII": (w_II[assign], cfg.adapt),
+            "local_only": (np.broadcast_to(w_ref, (new.size, src.n_params)), cfg.adapt),
+            "fedavg_adapt": (w_FA[assign], lin),
+        }
+        if cfg.adamw is not None:
+            if cfg.adamw.K != cfg.adapt.K or cfg.adamw.S != cfg.adapt.S:
+                raise ValueError("AlgorithmConfig.adamw must use the same K and S as AlgorithmConfig.adapt")
+            runs["pipeline1_wII_adamw"] = (w_II[assign], cfg.adamw)
+        for name, (starts, acfg) in runs.items():
+            if progress is not None:
+                progress(name, 0, 1)
+            res = pipeline1(src, new, starts, acfg, batches=batches, phase=name, cluster=assign)
+            adaptation[name] = res
+            frames.append(res.records)
+            if progress is not None:
+                progress(name, 1, 1)
+        if progress is not None:
+            progress("pipeline2", 0, 1)
+        p2res = pipeline2(src, new, w_II[assign], cfg.pipeline2, cluster=assign)
+        adaptation["pipeline2"] = p2res
+        frames.append(p2res.records)
+        if progress is not None:
+            progress("pipeline2", 1, 1)
+
+    records = pd.concat(frames, ignore_index=True)
+    records.attrs["params"] = cfg.to_dict()
+    summary = _summary(src, train, new, assign, clus, w_ref, w_I, w_II, w_FA, phases, adaptation, records, cfg)
+    return AlgorithmResult(clustering=clus, train_clients=train, new_clients=new, assignment=assign, w_ref=w_ref,
+                           w_I=w_I, w_II=w_II, w_fedavg=w_FA, phases=phases, adaptation=adaptation,
+                           records=records, summary=summary)
+
+
+def _gap_at(src: ClientSource, clients: np.ndarray, W: np.ndarray) -> np.ndarray:
+    l, _ = src.population(W, clients)
+    return (src.prefs[clients] * l).max(axis=-1) - src.psi_star[clients]
+
+
+def _summary(src, train, new, assign, clus, w_ref, w_I, w_II, w_FA, phases, adaptation, records, cfg) -> dict:
+    def fl(a):
+        return [float(x) for x in np.asarray(a).ravel()]
+
+    clusters = []
+    for c, members in enumerate(clus.clusters):
+        cl = train[members]
+        p1 = phases[c]["phase1"].records
+        p2 = phases[c]["phase2"].records
+        fa = phases[c]["fedavg"].records
+        first = p1[p1["round"] == 0].set_index("client")["gap"]
+        clusters.append(dict(
+            cluster=c, clients=[int(i) for i in cl],
+            gap_w_ref=fl(first.loc[cl]),
+            gap_w_I=fl(p1[p1["round"] == p1["round"].max()].set_index("client")["gap"].loc[cl]),
+            gap_w_II=fl(p2[p2["round"] == p2["round"].max()].set_index("client")["gap"].loc[cl]),
+            gap_fedavg=fl(fa[fa["round"] == fa["round"].max()].set_index("client")["gap"].loc[cl]),
+        ))
+    counts = {s: int(records[f"n_{s}"].sum()) for s in STATUSES}
+    out: dict = dict(
+        n_train_clients=int(train.size), n_new_clients=int(new.size), n_clusters=clus.n_clusters,
+        cluster_labels=[int(v) for v in clus.labels], clusters=clusters,
+        lp_step_status_counts=counts,
+        eta_I=cfg.phase1.eta_eff, eta_II=cfg.phase2.eta_eff,
+    )
+    if new.size:
+        new_rows = []
+        final = {name: res.gap for name, res in adaptation.items()}
+        start = dict(w_ref=_gap_at(src, new, np.broadcast_to(w_ref, (new.size, src.n_params))),
+                     w_I=_gap_at(src, new, w_I[assign]), w_II=_gap_at(src, new, w_II[assign]),
+                     w_fedavg=_gap_at(src, new, w_FA[assign]))
+        for c, i in enumerate(new):
+            new_rows.append(dict(client=int(i), cluster=int(assign[c]), psi_star=float(src.psi_star[i]),
+                                 start_gap={k: float(v[c]) for k, v in start.items()},
+                                 final_gap={k: float(v[c]) for k, v in final.items()}))
+        out["new_clients"] = new_rows
+        out["mean_final_gap"] = {k: float(np.mean(v)) for k, v in final.items()}
+        out["mean_start_gap"] = {k: float(np.mean(v)) for k, v in start.items()}
+        out["adaptation_samples_per_client"] = int(cfg.adapt.K * cfg.adapt.S)
+    return out

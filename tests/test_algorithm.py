@@ -1,0 +1,418 @@
+"""Tests of sim.algorithm (Algorithm 1, THEOREMS.md §1.10) and the sim.simulate command line.
+
+Measured numbers asserted below (seeded, deterministic):
+
+* Phase 1 on a planted F1 cluster with spread s_u = 0.01 (seed 0, m=3, n_w=4, N=5, τ=2, eta_local=0.05,
+  alpha_server=1, 150 rounds): r_i falls from 1.53-1.57 at w_ref to 0.0053-0.0102 (a band, stationary to 1e-12);
+  the smallest per-client reduction factor is 150. Asserted: factor >= 50.
+* Pipeline 1 (lagged RMSprop, p in [0.5, 1], alpha_adapt=0.1, LP direction, from w_I) minus Pipeline 2, averaged
+  over 8 new clients x 16 seeds: see test_pipeline1_approaches_pipeline2 for the grid values.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import sim.algorithm as al
+from sim.cluster import cluster_clients
+from sim.direction import STATUSES
+from sim.problems import PerturbedClients, PlantedQuadraticCluster
+from sim.simulate import ProblemSpec, build_problem, main
+
+# ------------------------------------------------------------------------------------------------ fixtures
+
+
+def _f1(seed=0, n_clients=5, spread=0.05, m=3, n_w=4):
+    return PlantedQuadraticCluster.make(np.random.default_rng(seed), m=m, n_w=n_w, n_clients=n_clients,
+                                        spread=spread)
+
+
+def _f2(seed=0, n_clients=5):
+    return PerturbedClients.make(np.random.default_rng(seed), m=3, n_w=4, n_clients=n_clients, shift=0.05,
+                                 prefs="planted", spread=0.05)
+
+
+_FAMILIES = {"F1": _f1, "F2": _f2}
+
+
+@pytest.fixture(scope="module")
+def f1_samples():
+    rng = np.random.default_rng(11)
+    p = PlantedQuadraticCluster.make(rng, m=3, n_w=4, n_clients=6, spread=0.05)
+    s = p.with_samples(rng, 40, 0.1)
+    return al.ClientSource(p, s), p.centres.mean(axis=0) + 0.5
+
+
+# ------------------------------------------------------------------------------------------- identities
+
+
+@pytest.mark.parametrize("family", sorted(_FAMILIES))
+def test_phase1_tau1_population_is_shared_iteration_eq55(family):
+    """τ = 1, population gradients: w_{r+1} = w_r - alpha_server·eta_local·Σρ_i d_i(w_r) (eq 55), to 1e-12."""
+    p = _FAMILIES[family]()
+    clients = np.arange(p.n_clients)
+    rho = np.array([0.1, 0.3, 0.2, 0.25, 0.15])
+    w0 = p.centres.mean(axis=0) + 0.7
+    cfg = al.Phase1Config(rounds=60, tau=1, eta_local=0.25, alpha_server=0.4)
+    res = al.phase1(p, clients, w0, cfg, np.random.default_rng(0), rho=rho)
+    ref = al.shared_iteration(p, clients, w0, rho, cfg.eta_eff, cfg.rounds)
+    assert cfg.eta_eff == pytest.approx(0.1, rel=1e-15)
+    np.testing.assert_allclose(res.trajectory, ref, rtol=0, atol=1e-12)
+    assert np.abs(res.trajectory[-1] - res.trajectory[0]).max() > 0.1  # the iteration moved
+    # with population gradients the round's first step is the recorded LP
+    rows = res.records[res.records["round"] < cfg.rounds]
+    assert rows["lp_from_step"].all()
+
+
+@pytest.mark.parametrize("family", sorted(_FAMILIES))
+def test_phase2_K1_population_continues_the_same_trajectory(family):
+    """Phase 1 (η_I) then Phase 2 with K = 1, population gradients (η_II = alpha_server·eta_meta_inner) is eq 55
+    with the step η_I for R rounds and η_II for R' rounds, to 1e-12."""
+    p = _FAMILIES[family](seed=3)
+    clients = np.arange(p.n_clients)
+    w0 = p.centres.mean(axis=0) - 0.6
+    c1 = al.Phase1Config(rounds=25, tau=1, eta_local=0.2, alpha_server=0.5)
+    c2 = al.Phase2Config(rounds=30, S=None, K=1, eta_meta_inner=0.1, alpha_server=0.7)
+    rng = np.random.default_rng(5)
+    r1 = al.phase1(p, clients, w0, c1, rng)
+    r2 = al.phase2(p, clients, r1.w, c2, rng, round_offset=c1.rounds, B_start=r1.B)
+    traj = np.concatenate([r1.trajectory, r2.trajectory[1:]])
+    steps = np.r_[np.full(c1.rounds, c1.eta_eff), np.full(c2.rounds, c2.eta_eff)]
+    ref = al.shared_iteration(p, clients, w0, None, steps, c1.rounds + c2.rounds)
+    assert c2.eta_eff == pytest.approx(0.07, rel=1e-15)
+    np.testing.assert_allclose(traj, ref, rtol=0, atol=1e-12)
+    # global round index t continues across the phases
+    assert r2.records["t"].min() == c1.rounds and r2.records["t"].max() == c1.rounds + c2.rounds
+    assert (r2.records["grad_bound"] >= r1.B).all()
+
+
+# ------------------------------------------------------------------------------------------- clustering
+
+
+def test_algorithm_clustering_step_uses_cluster_clients_end_to_end(monkeypatch):
+    """Two planted groups with distinct u_0: Algorithm 1's clustering step is sim.cluster.cluster_clients at
+    w_ref, recovers the groups, trains each cluster separately and assigns new clients to their group."""
+    spec = ProblemSpec(m=3, n_w=4, n_groups=2, n_train=3, n_new=1, spread=0.02, train_samples=30,
+                       new_samples=60)
+    src, w_ref, train, new, groups = build_problem(spec, np.random.default_rng(4))
+    calls = []
+    real = al.cluster_clients
+
+    def spy(*args, **kwargs):
+        calls.append((args, kwargs))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(al, "cluster_clients", spy)
+    cfg = al.AlgorithmConfig(
+        cluster=al.ClusterConfig(threshold=0.25),
+        phase1=al.Phase1Config(rounds=4), phase2=al.Phase2Config(rounds=2, S=4, K=2),
+        adapt=al.AdaptConfig(K=2, S=4), pipeline2=al.Pipeline2Config(max_steps=5),
+    )
+    res = al.run_algorithm(src, cfg, np.random.default_rng(0), w_ref=w_ref, train_clients=train, new_clients=new)
+    assert len(calls) == 1
+    l_ref = src.problem.losses_per_client(np.broadcast_to(w_ref, (src.n_clients, src.n_params)))[train]
+    direct = cluster_clients(l_ref, src.prefs[train], threshold=0.25)
+    np.testing.assert_array_equal(res.clustering.labels, direct.labels)
+    np.testing.assert_allclose(calls[0][0][0], l_ref, rtol=1e-15)
+    # the clusters are the planted groups
+    part = {frozenset(train[c].tolist()) for c in res.clustering.clusters}
+    assert part == {frozenset(train[groups[train] == g].tolist()) for g in range(spec.n_groups)}
+    # each cluster's phases record exactly its members; new clients go to their group's cluster
+    for c, members in enumerate(res.clustering.clusters):
+        for ph in ("phase1", "phase2", "fedavg"):
+            rows = res.records[(res.records["phase"] == ph) & (res.records["cluster"] == c)]
+            assert set(rows["client"]) == set(train[members].tolist())
+    for i, c in zip(new, res.assignment, strict=True):
+        assert groups[train[res.clustering.clusters[c][0]]] == groups[i]
+
+
+# ----------------------------------------------------------------------------------------- Phase 1 band
+
+
+def test_phase1_drives_every_gap_to_a_band():
+    """Planted F1, spread 0.01: measured r_i(w_ref) = 1.53-1.57, r_i(w_I) = 0.0053-0.0102, min factor 150."""
+    p = _f1(seed=0, n_clients=5, spread=0.01)
+    w_ref = p.centres.mean(axis=0) + 0.5
+    cfg = al.Phase1Config(rounds=150, tau=2, eta_local=0.05, alpha_server=1.0)
+    res = al.phase1(p, np.arange(5), w_ref, cfg, np.random.default_rng(0))
+    df = res.records
+    r0 = df[df["round"] == 0].sort_values("client")["gap"].to_numpy()
+    rR = df[df["round"] == cfg.rounds].sort_values("client")["gap"].to_numpy()
+    r100 = df[df["round"] == 100].sort_values("client")["gap"].to_numpy()
+    np.testing.assert_allclose(r0, [1.534, 1.550, 1.566, 1.552, 1.539], atol=2e-3)
+    assert np.all(rR >= -1e-12) and np.all(rR <= 0.011)
+    assert (r0 / rR).min() >= 50.0  # measured 150
+    assert np.abs(rR - r100).max() <= 1e-8  # the band is reached (stationary)
+    # gaps are measured against the planted optimum
+    np.testing.assert_allclose(df["psi_star"].to_numpy(), np.tile(p.psi_star, cfg.rounds + 1), rtol=1e-15)
+
+
+# ---------------------------------------------------------------------------------- Pipeline 1 vs 2
+
+# (K, S) -> mean over 8 new clients and seeds 0..15 of gap(Pipeline 1) - gap(Pipeline 2), measured
+_P1_MEASURED = {(4, 8): 0.0886, (16, 64): 0.0320, (64, 512): 0.0127, (64, 8): 0.0707, (4, 512): 0.0339}
+
+
+@pytest.fixture(scope="module")
+def adaptation_setup():
+    rng = np.random.default_rng(0)
+    p = PlantedQuadraticCluster.make(rng, m=3, n_w=5, n_clients=14, spread=0.05)
+    s = p.with_samples(rng, np.r_[np.full(6, 200), np.full(8, 4000)], 0.1)
+    src = al.ClientSource(p, s)
+    w_ref = p.centres.mean(axis=0)
+    r1 = al.phase1(src, np.arange(6), w_ref, al.Phase1Config(rounds=100, eta_local=0.1), rng)
+    new = np.arange(6, 14)
+    p2 = al.pipeline2(src, new, r1.w)
+    return src, r1.w, new, p2
+
+
+def test_pipeline2_reaches_the_planted_optimum(adaptation_setup):
+    src, w_I, new, p2 = adaptation_setup
+    assert np.all(np.abs(p2.gap) <= 1e-9)
+    np.testing.assert_allclose(p2.w, src.problem.w_star[new], atol=1e-5)
+    assert np.all(p2.beta <= 1e-12)
+    last = p2.records[p2.records["round"] == p2.records["round"].max()]
+    np.testing.assert_allclose(last["gap"].to_numpy(), p2.gap, rtol=0, atol=0)
+    assert p2.records["n_lp_steps"].sum() == p2.steps * new.size
+
+
+def test_pipeline1_approaches_pipeline2(adaptation_setup):
+    """Seeded average (8 new clients x 16 seeds) of gap(P1) - gap(P2): decreases when K and S grow together, when
+    S grows at K = 64 and when K grows at S = 512 (measured values in _P1_MEASURED)."""
+    src, w_I, new, p2 = adaptation_setup
+    start = al._gap_at(src, new, np.broadcast_to(w_I, (new.size, src.n_params))).mean()
+    mean = {}
+    for K, S in _P1_MEASURED:
+        cfg = al.AdaptConfig(K=K, S=S, alpha_adapt=0.1, preconditioner="rmsprop_lagged", p_minus=0.5, p_plus=1.0)
+        gaps = [al.pipeline1(src, new, w_I, cfg, np.random.default_rng(seed)).gap - p2.gap for seed in range(16)]
+        mean[(K, S)] = float(np.mean(gaps))
+    for key, val in _P1_MEASURED.items():
+        assert mean[key] == pytest.approx(val, abs=0.0005), (key, mean)
+    assert mean[(4, 8)] > mean[(16, 64)] > mean[(64, 512)]  # K and S grow together
+    assert mean[(64, 8)] > mean[(64, 512)]  # S grows
+    assert mean[(4, 512)] > mean[(64, 512)]  # K grows
+    assert mean[(64, 512)] < 0.3 * start  # start gap at w_I: 0.064
+
+
+# ------------------------------------------------------------------------------------- preconditioners
+
+
+def test_preconditioner_identities(f1_samples):
+    src, w0 = f1_samples
+    new = np.array([4, 5])
+    base = al.AdaptConfig(K=6, S=5, alpha_adapt=0.05)
+    batches = al.draw_batches(src, new, base.K, base.S, np.random.default_rng(1))
+    run = lambda cfg: al.pipeline1(src, new, w0, cfg, batches=batches)  # noqa: E731
+    ident = run(base)
+    np.testing.assert_array_equal(run(replace(base, preconditioner="sgd")).trajectory, ident.trajectory)
+    fixed = run(replace(base, preconditioner="fixed", P=np.eye(src.n_params)))
+    np.testing.assert_allclose(fixed.trajectory, ident.trajectory, rtol=0, atol=1e-15)
+    # SGD with coupled weight decay: first step w0 - α(d + λ_wd w0)
+    wd = run(replace(base, preconditioner="sgd", weight_decay=0.1))
+    d0 = (ident.trajectory[0] - ident.trajectory[1]) / base.alpha_adapt
+    np.testing.assert_allclose(wd.trajectory[1], w0 - base.alpha_adapt * (d0 + 0.1 * w0), atol=1e-14)
+    # AdamW's first step: decoupled decay, then ±α per coordinate (m̂/√v̂ = sign(g))
+    aw = run(replace(base, preconditioner="adamw", weight_decay=0.1, eps=1e-12))
+    np.testing.assert_allclose(aw.trajectory[1], w0 * (1 - 0.005) - 0.05 * np.sign(d0), atol=1e-10)
+    # lagged RMSprop: P_k within [p_-, p_+]; P_k does not depend on the k-th batch (measurable)
+    cfg = replace(base, preconditioner="rmsprop_lagged", p_minus=0.3, p_plus=1.5)
+    rm = run(cfg)
+    rows = rm.records[rm.records["round"] < base.K]
+    assert (rows["p_min"] >= 0.3).all() and (rows["p_max"] <= 1.5).all()
+    other = batches.copy()
+    other[:, 3] = al.draw_batches(src, new, 1, base.S, np.random.default_rng(99))[:, 0]
+    rm2 = al.pipeline1(src, new, w0, cfg, batches=other)
+    r1 = rm.records.set_index(["round", "client"])
+    r2 = rm2.records.set_index(["round", "client"])
+    for k in range(4):  # P_0..P_3 use only batches 0..2
+        np.testing.assert_array_equal(r1.loc[k, ["p_min", "p_max"]], r2.loc[k, ["p_min", "p_max"]])
+    assert not np.allclose(r1.loc[4, ["p_min", "p_max"]], r2.loc[4, ["p_min", "p_max"]])
+
+
+def test_chebyshev_and_linear_directions(f1_samples):
+    src, w0 = f1_samples
+    new = np.array([0, 1, 2])
+    batches = al.draw_batches(src, new, 1, 7, np.random.default_rng(2))
+    lam = src.prefs[new]
+    l, G = src.minibatch(np.broadcast_to(w0, (3, src.n_params)), new, batches[:, 0])
+    for direction in ("chebyshev", "linear"):
+        res = al.pipeline1(src, new, w0, al.AdaptConfig(K=1, S=7, alpha_adapt=0.1, direction=direction),
+                           batches=batches)
+        if direction == "chebyshev":
+            j = np.argmax(lam * l, axis=1)
+            d = lam[np.arange(3), j][:, None] * G[np.arange(3), :, j]
+        else:
+            d = np.einsum("nwm,nm->nw", G, lam)
+        np.testing.assert_allclose(res.trajectory[1], w0 - 0.1 * d, rtol=0, atol=1e-14)
+        assert (res.records["lp_mode"].iloc[:3] == direction).all()
+        assert res.records["n_lp_steps"].sum() == 0
+
+
+# -------------------------------------------------------------------------------------- LP status counts
+
+
+@pytest.mark.parametrize("policy,event", [("fallback_preference", "fallback"), ("relaxed", "relaxed")])
+def test_every_lp_fallback_is_counted_in_the_records(monkeypatch, policy, event):
+    """Restricted descent LPs that are infeasible (minibatches, descent mode) are counted: the statuses of every
+    lp_direction call equal the step counts in the records plus the separate diagnostic LPs."""
+    rng = np.random.default_rng(0)
+    p = PerturbedClients.make(rng, m=3, n_w=3, n_clients=4, shift=0.3, prefs="planted", spread=0.3)
+    s = p.with_samples(rng, 50, 0.2)
+    seen = {st: 0 for st in STATUSES}
+    real = al.lp_direction
+
+    def spy(*args, **kwargs):
+        out = real(*args, **kwargs)
+        for st, c in out.status_counts().items():
+            seen[st] += c
+        return out
+
+    monkeypatch.setattr(al, "lp_direction", spy)
+    cfg = al.Phase1Config(rounds=40, tau=2, eta_local=0.1, eps_mode=0.05, on_infeasible=policy, batch_size=4)
+    res = al.phase1(s, np.arange(4), p.centres.mean(axis=0) + 1.0, cfg, rng)
+    df = res.records
+    steps = {st: int(df[f"n_{st}"].sum()) for st in STATUSES}
+    assert steps == res.step_status_counts
+    diag = df[~df["lp_from_step"]]["lp_status"].value_counts().to_dict()
+    assert {st: diag.get(st, 0) for st in STATUSES} == res.diagnostic_status_counts
+    assert {st: steps[st] + res.diagnostic_status_counts[st] for st in STATUSES} == seen
+    assert steps[event] > 0  # the events happen (measured: 16 fallbacks with this seed)
+    assert int(df["n_lp_steps"].sum()) == cfg.rounds * cfg.tau * 4
+    assert (df["n_descent_steps"] >= df["n_fallback"] + df["n_relaxed"]).all()
+
+
+def test_lp_without_solution_raises(monkeypatch, f1_samples):
+    src, w0 = f1_samples
+    real = al.lp_direction
+
+    def broken(*args, **kwargs):
+        out = real(*args, **kwargs)
+        status = out.status.copy()
+        status[1] = "iteration_limit"
+        w = out.weights.copy()
+        w[1] = np.nan
+        return replace(out, status=status, weights=w)
+
+    monkeypatch.setattr(al, "lp_direction", broken)
+    with pytest.raises(al.LPFailureError, match="iteration_limit"):
+        al.phase1(src, np.arange(3), w0, al.Phase1Config(rounds=2), np.random.default_rng(0))
+
+
+# ------------------------------------------------------------------------------------- records, seeds
+
+
+def _small_run(seed):
+    spec = ProblemSpec(m=3, n_w=4, n_groups=1, n_train=3, n_new=2, train_samples=30, new_samples=60)
+    src, w_ref, train, new, _ = build_problem(spec, np.random.default_rng(seed))
+    cfg = al.AlgorithmConfig(
+        phase1=al.Phase1Config(rounds=3, tau=2, batch_size=5), phase2=al.Phase2Config(rounds=2, S=4, K=2),
+        adapt=al.AdaptConfig(K=3, S=4, preconditioner="rmsprop_lagged"),
+        adamw=al.AdaptConfig(K=3, S=4, preconditioner="adamw", weight_decay=0.01),
+        pipeline2=al.Pipeline2Config(max_steps=10, record_every=4),
+    )
+    return al.run_algorithm(src, cfg, np.random.default_rng(seed), w_ref=w_ref, train_clients=train,
+                            new_clients=new)
+
+
+def test_records_are_tidy_and_runs_are_deterministic():
+    a, b, c = _small_run(0), _small_run(0), _small_run(1)
+    df = a.records
+    assert tuple(df.columns) == al.RECORD_COLUMNS
+    # snake_case; capitals only in the paper's symbols J*, J*_ε and d_M
+    assert all(re.fullmatch(r"[a-z][a-z0-9_]*", col.replace("Jstar", "j").replace("Jeps", "j").replace("dM", "d"))
+               for col in df.columns)
+    assert not df.duplicated(["phase", "cluster", "round", "client"]).any()
+    assert set(df["phase"]) == {"phase1", "phase2", "fedavg", "pipeline1_wI", "pipeline1_wII", "local_only",
+                                "fedavg_adapt", "pipeline1_wII_adamw", "pipeline2"}
+    assert df["psi"].dtype == np.float64 and np.isfinite(df["gap"]).all()
+    tr = df[df["phase"].isin(["phase1", "phase2"])]
+    for col in ("beta", "gain", "deviation", "dispersion", "margin_Jstar", "margin_Jeps", "dM_norm", "eps_act"):
+        assert np.isfinite(tr[col]).all(), col
+    assert (tr["margin_Jeps"] <= tr["margin_Jstar"] + 1e-15).all()  # J* ⊆ J*_ε
+    np.testing.assert_allclose(tr["eta_eff"], tr["alpha_server"] * tr["eta_local"].fillna(tr["eta_meta_inner"]))
+    assert df.attrs["params"]["phase1"]["rounds"] == 3
+    pd.testing.assert_frame_equal(a.records, b.records)
+    assert a.summary == b.summary
+    assert not np.allclose(a.w_II, c.w_II)
+
+
+# -------------------------------------------------------------------------------------- bad configuration
+
+
+@pytest.mark.parametrize(
+    "make,match",
+    [
+        (lambda: al.Phase1Config(eta_local=0.0), "eta_local"),
+        (lambda: al.Phase1Config(alpha_server=-1.0), "alpha_server"),
+        (lambda: al.Phase1Config(tau=0), "tau"),
+        (lambda: al.Phase1Config(eps_mode=-1e-3), "eps_mode"),
+        (lambda: al.Phase1Config(descent="loose"), "descent"),
+        (lambda: al.Phase2Config(eta_meta_inner=0.0), "eta_meta_inner"),
+        (lambda: al.Phase2Config(alpha_server=float("nan")), "alpha_server"),
+        (lambda: al.Phase2Config(K=0), "K"),
+        (lambda: al.Phase2Config(S=0), "S"),
+        (lambda: al.AdaptConfig(alpha_adapt=-0.1), "alpha_adapt"),
+        (lambda: al.AdaptConfig(p_minus=2.0, p_plus=1.0), "p_minus"),
+        (lambda: al.AdaptConfig(preconditioner="fixed"), "P"),
+        (lambda: al.AdaptConfig(preconditioner="fixed", P=-np.eye(2)), "positive definite"),
+        (lambda: al.AdaptConfig(preconditioner="adam"), "preconditioner"),
+        (lambda: al.AdaptConfig(beta2=1.0), "beta2"),
+        (lambda: al.Pipeline2Config(eta=0.0), "eta"),
+        (lambda: al.ClusterConfig(threshold=None, k=None), "threshold"),
+    ],
+)
+def test_bad_configuration_raises(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
+def test_bad_run_inputs_raise(f1_samples):
+    src, w0 = f1_samples
+    rng = np.random.default_rng(0)
+    cl = np.arange(4)
+    with pytest.raises(ValueError, match="sum to 1"):
+        al.phase1(src, cl, w0, al.Phase1Config(rounds=1), rng, rho=[0.3, 0.3, 0.3, 0.3])
+    with pytest.raises(ValueError, match="rho"):
+        al.phase1(src, cl, w0, al.Phase1Config(rounds=1), rng, rho=[0.5, 0.5])
+    with pytest.raises(ValueError, match=r"S=41 is larger than client 0's local dataset \(n_i=40\)"):
+        al.phase2(src, cl, w0, al.Phase2Config(rounds=1, S=41), rng)
+    with pytest.raises(ValueError, match="batch_size=50"):
+        al.phase1(src, cl, w0, al.Phase1Config(rounds=1, batch_size=50), rng)
+    with pytest.raises(ValueError, match="S=41"):
+        al.pipeline1(src, cl, w0, al.AdaptConfig(K=2, S=41), rng)
+    with pytest.raises(ValueError, match="w0"):
+        al.phase1(src, cl, w0[:2], al.Phase1Config(rounds=1), rng)
+    with pytest.raises(ValueError, match="repeated"):
+        al.phase1(src, np.array([0, 0]), w0, al.Phase1Config(rounds=1), rng)
+    with pytest.raises(ValueError, match="rng"):
+        al.phase1(src, cl, w0, al.Phase1Config(rounds=1), 0)
+    with pytest.raises(ValueError, match="psi_star is unknown"):
+        al.phase1(al.ClientSource(src.problem, psi_star=np.full(6, np.nan)), cl, w0, al.Phase1Config(rounds=1), rng)
+    with pytest.raises(ValueError, match="sample-level"):
+        al.phase2(src.problem, cl, w0, al.Phase2Config(rounds=1, S=2), rng)
+    with pytest.raises(ValueError, match="take part in training"):
+        al.run_algorithm(src, al.AlgorithmConfig(), rng, w_ref=w0, train_clients=cl, new_clients=[3, 4])
+
+
+# --------------------------------------------------------------------------------------------- command line
+
+
+def test_cli_smoke_writes_trajectory_and_summary(tmp_path, capsys):
+    assert main(["--preset", "smoke", "--out", str(tmp_path), "--seed", "0"]) == 0
+    out = capsys.readouterr()
+    assert "phase1 cluster 0" in out.err  # progress on stderr
+    assert "pipeline2" in out.out  # one-screen summary on stdout
+    df = pd.read_csv(tmp_path / "trajectory.csv")
+    assert tuple(df.columns) == al.RECORD_COLUMNS
+    import json
+
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    gaps = summary["mean_final_gap"]
+    assert set(gaps) >= {"pipeline1_wI", "pipeline1_wII", "pipeline2", "local_only", "fedavg_adapt"}
+    assert gaps["pipeline2"] < 1e-8 < gaps["pipeline1_wII"]
+    assert summary["seed"] == 0 and summary["params"]["adapt"]["preconditioner"] == "rmsprop_lagged"
