@@ -1,0 +1,140 @@
+"""Command line of the verification suite.
+
+    python -m verification list
+    python -m verification run [ID ...] [--json PATH] [--seed N]
+
+``run`` prints one progress line per statement on stderr as it finishes, then a table on stdout, and writes
+the JSON list of result objects (``Evidence.to_dict``) to PATH. Exit status: 0 iff no verdict is
+"violated" or "vacuous", no negative control is "missed" and no check raised; 1 otherwise; 2 on usage errors
+(e.g. unknown ids).
+
+New subcommands (a later ``report``) are added by writing ``_add_<name>(subparsers)`` that sets
+``func=_cmd_<name>`` and appending it to ``_SUBCOMMANDS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import traceback
+from pathlib import Path
+
+from . import registry
+from .evidence import to_jsonable
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+
+
+def _fmt_tightness(t) -> str:
+    return "-" if t is None else f"{t:.4g}"
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    for s in registry.all_statements():
+        print(f"{s.id:<10} {s.number:<8} {s.name}")
+    return EXIT_OK
+
+
+_COLUMNS = ("id", "name", "verdict", "tightness", "instances", "excluded", "neg.control", "cex", "seconds")
+
+
+def _table(rows: list[dict]) -> str:
+    cells = [
+        [
+            r["id"],
+            (r["name"][:47] + "...") if len(r["name"]) > 50 else r["name"],
+            r["verdict"],
+            _fmt_tightness(r["tightness"]),
+            str(r["instances"]),
+            str(r["excluded"]),
+            r["negative_control"],
+            str(r["counterexamples"]),
+            f"{r['seconds']:.2f}",
+        ]
+        for r in rows
+    ]
+    widths = [max(len(h), *(len(c[k]) for c in cells)) if cells else len(h) for k, h in enumerate(_COLUMNS)]
+    numeric = {3, 4, 5, 7, 8}
+
+    def line(vals):
+        return "  ".join(v.rjust(w) if k in numeric else v.ljust(w) for k, (v, w) in enumerate(zip(vals, widths, strict=True)))
+
+    return "\n".join([line(_COLUMNS), line(["-" * w for w in widths])] + [line(c) for c in cells])
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    try:
+        stmts = registry.resolve(args.ids)
+    except registry.UnknownStatementError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    rows: list[dict] = []
+    failed = False
+    n = len(stmts)
+    for k, s in enumerate(stmts, 1):
+        try:
+            ev = registry.run_statement(s, seed=args.seed)
+        except Exception as exc:  # noqa: BLE001 - reported, counted as a failure, the run continues
+            traceback.print_exc(file=sys.stderr)
+            row = {
+                "id": s.id, "name": s.name, "verdict": "error", "tightness": None, "instances": 0,
+                "excluded": 0, "negative_control": "none", "counterexamples": 0, "seconds": 0.0,
+                "details": {"error": repr(exc)},
+            }
+            failed = True
+        else:
+            row = ev.to_dict()
+            failed |= ev.failed
+        rows.append(row)
+        print(
+            f"[{k}/{n}] {s.id}: {row['verdict']} (negative control: {row['negative_control']}, "
+            f"{row['seconds']:.2f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
+    print(_table(rows))
+    if args.json:
+        path = Path(args.json)
+        if path.parent and not path.parent.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(to_jsonable(rows), indent=2, allow_nan=False) + "\n")
+    return EXIT_FAIL if failed else EXIT_OK
+
+
+def _add_list(sub) -> None:
+    p = sub.add_parser("list", help="list the statements: id, number, name")
+    p.set_defaults(func=_cmd_list)
+
+
+def _add_run(sub) -> None:
+    p = sub.add_parser("run", help="run checks and negative controls")
+    p.add_argument("ids", nargs="*", metavar="ID", help="statement ids (default: all)")
+    p.add_argument("--json", metavar="PATH", help="write the results as a JSON list to PATH")
+    p.add_argument("--seed", type=int, default=registry.DEFAULT_SEED, help="RNG seed (default %(default)s)")
+    p.set_defaults(func=_cmd_run)
+
+
+# Hook: a later `report` subcommand is added here as `_add_report`.
+_SUBCOMMANDS = [_add_list, _add_run]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m verification", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add in _SUBCOMMANDS:
+        add(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except registry.StatementImportError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

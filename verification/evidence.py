@@ -1,0 +1,674 @@
+r"""Evidence records, hypothesis monitors and tolerances for executable statements.
+
+Every statement check (DESIGN.md "Executable statements", THEOREMS.md §3.0) is an *implication test*:
+
+1. a :class:`HypothesisMonitor` evaluates each checklist item at the points actually used and records, per
+   instance, whether it held (with a margin where one exists);
+2. the conclusion is evaluated as an inequality ``lhs ≤ rhs`` (or as a boolean) on the instances where every
+   monitored hypothesis held;
+3. the verdict is
+
+   - ``"violated"`` iff some instance with all hypotheses held breaks the conclusion,
+   - ``"vacuous"``  iff every instance was excluded (a failure of the test design),
+   - ``"holds"``    otherwise,
+   - ``"finding"``  for a statement that the suite shows false *as printed*: the expected counterexample to the
+     literal statement was reproduced and the repaired statement holds (:meth:`Evidence.finding`).
+
+4. a negative control breaks a hypothesis on purpose (:meth:`Evidence.from_control`); it is *detected* iff the
+   monitor flags the broken hypothesis and the conclusion is seen to fail on a flagged instance.
+
+Deterministic inequalities use ``lhs ≤ rhs + ATOL + RTOL·|rhs|`` with ``ATOL = 1e-12`` and ``RTOL = 1e-9``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "ATOL",
+    "RTOL",
+    "LP_TOL",
+    "ACTIVE_SET_TOL",
+    "POSITIVITY_RTOL",
+    "FD_STEP_LOSSES",
+    "FD_STEP_PARAMS",
+    "FD_RTOL",
+    "VERDICTS",
+    "NEGATIVE_CONTROL_STATES",
+    "MAX_STORED_COUNTEREXAMPLES",
+    "Hypothesis",
+    "HypothesisMonitor",
+    "Evidence",
+    "check_inequality",
+    "inequality_margin",
+    "is_strictly_positive",
+    "to_jsonable",
+]
+
+# --------------------------------------------------------------------------------------------------------------
+# Tolerances (THEOREMS.md §3.0)
+# --------------------------------------------------------------------------------------------------------------
+
+#: Deterministic inequalities: absolute slack in ``lhs ≤ rhs + ATOL + RTOL·|rhs|``.
+ATOL = 1e-12
+#: Deterministic inequalities: relative slack in ``lhs ≤ rhs + ATOL + RTOL·|rhs|``.
+RTOL = 1e-9
+#: LP feasibility / optimality tolerance.
+LP_TOL = 1e-9
+#: Active-set tolerance (slack ``≤ tol·max(1, |rhs|)`` or ``μ_j ≤ tol``).
+ACTIVE_SET_TOL = 1e-9
+#: Strict positivity (``γ > 0``, ``κ_β > 0``): ``x > POSITIVITY_RTOL · scale``.
+POSITIVITY_RTOL = 1e-12
+#: Central finite differences: step for derivatives in the losses.
+FD_STEP_LOSSES = 1e-6
+#: Central finite differences: step for derivatives in the parameters.
+FD_STEP_PARAMS = 1e-7
+#: Central finite differences: accepted relative error.
+FD_RTOL = 1e-5
+
+VERDICTS = ("holds", "violated", "finding", "vacuous")
+NEGATIVE_CONTROL_STATES = ("detected", "missed", "none")
+#: At most this many counterexamples are stored in full; all of them are counted.
+MAX_STORED_COUNTEREXAMPLES = 20
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Inequalities
+# --------------------------------------------------------------------------------------------------------------
+
+
+def check_inequality(lhs, rhs, atol: float = ATOL, rtol: float = RTOL) -> np.ndarray:
+    """Elementwise ``lhs ≤ rhs + atol + rtol·|rhs|`` (broadcast); NaN on either side counts as *failed*."""
+    lhs = np.asarray(lhs, dtype=np.float64)
+    rhs = np.asarray(rhs, dtype=np.float64)
+    return np.asarray(lhs <= rhs + atol + rtol * np.abs(rhs))
+
+
+def inequality_margin(lhs, rhs, atol: float = ATOL, rtol: float = RTOL) -> np.ndarray:
+    """Margin ``rhs + atol + rtol·|rhs| − lhs`` of ``lhs ≤ rhs``: ``≥ 0`` iff :func:`check_inequality` holds."""
+    lhs = np.asarray(lhs, dtype=np.float64)
+    rhs = np.asarray(rhs, dtype=np.float64)
+    return rhs + atol + rtol * np.abs(rhs) - lhs
+
+
+def is_strictly_positive(x, scale=1.0, rtol: float = POSITIVITY_RTOL) -> np.ndarray:
+    """Elementwise ``x > rtol·|scale|`` (strict positivity relative to a scale, THEOREMS.md §3.0)."""
+    x = np.asarray(x, dtype=np.float64)
+    return np.asarray(x > rtol * np.abs(np.asarray(scale, dtype=np.float64)))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# JSON conversion
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _json_float(x: float) -> float | str:
+    x = float(x)
+    if math.isfinite(x):
+        return x
+    return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Convert numpy scalars/arrays, tuples, sets and dataclasses to plain JSON types.
+
+    Non-finite floats become the strings ``"nan"``, ``"inf"``, ``"-inf"`` (strict JSON has no NaN); other
+    objects (e.g. sympy expressions) become their ``str``.
+    """
+    if obj is None or isinstance(obj, (bool, str)):
+        return obj
+    if isinstance(obj, (np.bool_,)):
+        return bool(obj)
+    if isinstance(obj, (int, np.integer)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        return _json_float(obj)
+    if isinstance(obj, np.ndarray):
+        return [to_jsonable(v) for v in obj.tolist()] if obj.ndim else to_jsonable(obj.item())
+    if isinstance(obj, Mapping):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, Evidence):
+        return obj.to_dict()
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return to_jsonable(dataclasses.asdict(obj))
+    return str(obj)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Hypotheses
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Hypothesis:
+    """Summary of one checklist item over the instances: held / failed counts and the smallest margin.
+
+    ``min_margin`` is the smallest recorded margin (``≥ 0`` means held); ``None`` when no margin was given.
+    """
+
+    name: str
+    held: int
+    failed: int
+    min_margin: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return to_jsonable(dataclasses.asdict(self))
+
+
+class HypothesisMonitor:
+    """Accumulates, per hypothesis, whether it held at each instance, with margins.
+
+    Instances are indexed ``0..n_instances−1``. Each :meth:`record` call ANDs into the hypothesis' per-instance
+    status (a hypothesis checked at several points of one instance holds iff it held at all of them) and keeps
+    the smallest margin. An instance where a hypothesis was never evaluated counts as *held* for it (not
+    applicable). :attr:`mask` is the set of instances where every hypothesis held and no explicit exclusion
+    applies; the conclusion is evaluated there only.
+
+    Use it batched (arrays of length ``n_instances``) or instance by instance (``index=i``); the number of
+    instances can grow with :meth:`add_instances`.
+    """
+
+    def __init__(self, n_instances: int = 0):
+        if int(n_instances) < 0:
+            raise ValueError(f"n_instances must be >= 0; got {n_instances!r}")
+        self._n = int(n_instances)
+        self._held: dict[str, np.ndarray] = {}
+        self._evaluated: dict[str, np.ndarray] = {}
+        self._margin: dict[str, np.ndarray] = {}
+        self._order: list[str] = []
+        self._exclusions: dict[str, np.ndarray] = {}
+
+    # -- size ---------------------------------------------------------------------------------------------
+    @property
+    def n_instances(self) -> int:
+        return self._n
+
+    def add_instances(self, k: int = 1) -> range:
+        """Append ``k`` new instances (hypotheses not yet evaluated there) and return their indices."""
+        k = int(k)
+        if k < 0:
+            raise ValueError(f"add_instances: k must be >= 0; got {k}")
+        start = self._n
+        self._n += k
+        for store, fill in ((self._held, True), (self._evaluated, False), (self._margin, np.inf)):
+            for name, arr in store.items():
+                store[name] = np.concatenate([arr, np.full(k, fill, dtype=arr.dtype)])
+        for reason, arr in self._exclusions.items():
+            self._exclusions[reason] = np.concatenate([arr, np.zeros(k, dtype=bool)])
+        return range(start, self._n)
+
+    def _ensure(self, name: str) -> None:
+        if name not in self._held:
+            self._held[name] = np.ones(self._n, dtype=bool)
+            self._evaluated[name] = np.zeros(self._n, dtype=bool)
+            self._margin[name] = np.full(self._n, np.inf)
+            self._order.append(name)
+
+    def _index(self, index) -> Any:
+        if index is None:
+            return slice(None)
+        if isinstance(index, (int, np.integer)):
+            if not 0 <= int(index) < self._n:
+                raise ValueError(f"instance index {index} out of range 0..{self._n - 1}")
+            return int(index)
+        return index
+
+    # -- recording ----------------------------------------------------------------------------------------
+    def record(self, name: str, held, margin=None, index=None) -> np.ndarray:
+        """Record hypothesis ``name``: ``held`` (bool, scalar or array) at ``index`` (default: all instances).
+
+        ``margin`` (optional, same shape) is a signed slack, ``≥ 0`` where held. NaN margins count as failed.
+        Returns the boolean ``held`` array as recorded (after broadcasting).
+        """
+        if self._n == 0 and index is None and np.ndim(held) == 1:
+            self.add_instances(len(held))
+        self._ensure(name)
+        idx = self._index(index)
+        target_shape = np.shape(self._held[name][idx])
+        h = np.asarray(held, dtype=bool)
+        try:
+            h = np.broadcast_to(h, target_shape)
+        except ValueError as exc:
+            raise ValueError(
+                f"hypothesis {name!r}: held has shape {np.shape(held)}, expected {target_shape}"
+            ) from exc
+        self._held[name][idx] &= h
+        self._evaluated[name][idx] = True
+        if margin is not None:
+            mg = np.broadcast_to(np.asarray(margin, dtype=np.float64), target_shape)
+            mg = np.where(np.isnan(mg), -np.inf, mg)
+            self._margin[name][idx] = np.minimum(self._margin[name][idx], mg)
+        return np.array(h)
+
+    def require_nonnegative(self, name: str, margin, tol: float = 0.0, index=None) -> np.ndarray:
+        """Record hypothesis ``margin ≥ −tol`` (NaN fails)."""
+        mg = np.asarray(margin, dtype=np.float64)
+        return self.record(name, mg >= -tol, margin=mg, index=index)
+
+    def require_inequality(self, name: str, lhs, rhs, atol: float = ATOL, rtol: float = RTOL,
+                           index=None) -> np.ndarray:
+        """Record hypothesis ``lhs ≤ rhs`` with the deterministic tolerance of :func:`check_inequality`."""
+        mg = inequality_margin(lhs, rhs, atol, rtol)
+        return self.record(name, mg >= 0, margin=mg, index=index)
+
+    def require_positive(self, name: str, x, scale=1.0, rtol: float = POSITIVITY_RTOL,
+                         index=None) -> np.ndarray:
+        """Record hypothesis ``x > rtol·|scale|`` (strict positivity); the margin is ``x − rtol·|scale|``."""
+        x = np.asarray(x, dtype=np.float64)
+        thr = rtol * np.abs(np.asarray(scale, dtype=np.float64))
+        return self.record(name, x > thr, margin=x - thr, index=index)
+
+    def exclude(self, reason: str, mask, index=None) -> None:
+        """Exclude instances for a reason that is not a checklist hypothesis (e.g. "LP infeasible")."""
+        if self._n == 0 and index is None and np.ndim(mask) == 1:
+            self.add_instances(len(mask))
+        if reason not in self._exclusions:
+            self._exclusions[reason] = np.zeros(self._n, dtype=bool)
+        idx = self._index(index)
+        m = np.broadcast_to(np.asarray(mask, dtype=bool), np.shape(self._exclusions[reason][idx]))
+        self._exclusions[reason][idx] |= m
+
+    # -- summaries ----------------------------------------------------------------------------------------
+    @property
+    def names(self) -> list[str]:
+        return list(self._order)
+
+    def held(self, name: str) -> np.ndarray:
+        """Per-instance status of hypothesis ``name`` (True = held or not evaluated)."""
+        if name not in self._held:
+            raise ValueError(f"unknown hypothesis {name!r}; recorded: {self._order}")
+        return self._held[name].copy()
+
+    def failed(self, name: str) -> np.ndarray:
+        """Per-instance mask where hypothesis ``name`` was evaluated and failed."""
+        return ~self.held(name)
+
+    @property
+    def mask(self) -> np.ndarray:
+        """Instances where every hypothesis held and no exclusion applies."""
+        m = np.ones(self._n, dtype=bool)
+        for arr in self._held.values():
+            m &= arr
+        for arr in self._exclusions.values():
+            m &= ~arr
+        return m
+
+    def hypotheses(self) -> tuple[Hypothesis, ...]:
+        out = []
+        for name in self._order:
+            ev = self._evaluated[name]
+            h = self._held[name]
+            mg = self._margin[name][ev]
+            finite_given = mg[mg != np.inf]
+            out.append(
+                Hypothesis(
+                    name=name,
+                    held=int(np.sum(h & ev)),
+                    failed=int(np.sum(~h)),
+                    min_margin=float(finite_given.min()) if finite_given.size else None,
+                )
+            )
+        return tuple(out)
+
+    def exclusion_reasons(self) -> dict[str, int]:
+        """Each excluded instance is attributed to its first failed hypothesis (recording order), else to its
+        first explicit exclusion reason; the counts add up to the number of excluded instances."""
+        reasons: dict[str, int] = {}
+        remaining = np.ones(self._n, dtype=bool)
+        for name in self._order:
+            hit = remaining & ~self._held[name]
+            if hit.any():
+                reasons[name] = int(hit.sum())
+            remaining &= ~hit
+        for reason, arr in self._exclusions.items():
+            hit = remaining & arr
+            if hit.any():
+                reasons[reason] = reasons.get(reason, 0) + int(hit.sum())
+            remaining &= ~hit
+        return reasons
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Evidence
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _instance_record(i: int, data: Mapping[str, Any] | Callable[[int], Mapping[str, Any]] | None) -> dict:
+    if data is None:
+        return {}
+    if callable(data):
+        return dict(data(i))
+    rec = {}
+    for key, val in data.items():
+        arr = np.asarray(val)
+        rec[key] = arr[i] if arr.ndim >= 1 and arr.shape[0] > i else arr
+    return rec
+
+
+def _tightness(lhs: np.ndarray, rhs: np.ndarray) -> float | None:
+    """``max lhs/rhs`` over the instances with ``rhs > ATOL``: a bound below the inequality's absolute
+    tolerance is indistinguishable from 0, and a ratio to it measures round-off, not tightness."""
+    pos = rhs > ATOL
+    if not pos.any():
+        return None
+    t = float(np.max(lhs[pos] / rhs[pos]))
+    return t if math.isfinite(t) else None
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """The result of one executable statement (or of its negative control).
+
+    Fields:
+      id, name          statement id ("H.13", "S4") and name.
+      verdict           one of ``VERDICTS``.
+      hypotheses        per-hypothesis held/failed counts and min margins.
+      lhs, rhs          float64 arrays of the conclusion ``lhs ≤ rhs`` over the instances where all
+                        hypotheses held (empty for purely symbolic checks).
+      tightness         ``max lhs/rhs`` over those instances with ``rhs > 0``; ``None`` when not meaningful.
+      instances         number of instances examined; ``excluded`` of them were excluded.
+      exclusion_reasons reason → count (sums to ``excluded``).
+      counterexamples   up to ``MAX_STORED_COUNTEREXAMPLES`` JSON-serialisable dicts with the data to
+                        reproduce them; ``n_counterexamples`` is the total count.
+      details           extra reported numbers (JSON-serialisable).
+      negative_control  "detected" / "missed" / "none" (filled by ``registry.run_statement``).
+      control_detected  for a negative-control Evidence: the broken hypothesis was flagged *and* the
+                        conclusion was seen to fail on a flagged instance. ``None`` for ordinary checks.
+      control           the negative control's own Evidence (filled by ``registry.run_statement``).
+      repaired          for a FINDING: the Evidence of the repaired statement.
+      seconds           wall time of the check plus its negative control.
+    """
+
+    id: str
+    name: str
+    verdict: str
+    hypotheses: tuple[Hypothesis, ...] = ()
+    lhs: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    rhs: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    tightness: float | None = None
+    instances: int = 0
+    excluded: int = 0
+    exclusion_reasons: dict[str, int] = field(default_factory=dict)
+    counterexamples: list[dict[str, Any]] = field(default_factory=list)
+    n_counterexamples: int | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+    negative_control: str = "none"
+    control_detected: bool | None = None
+    control: Evidence | None = None
+    repaired: Evidence | None = None
+    seconds: float = 0.0
+
+    def __post_init__(self):
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"Evidence {self.id!r}: verdict must be one of {VERDICTS}; got {self.verdict!r}")
+        if self.negative_control not in NEGATIVE_CONTROL_STATES:
+            raise ValueError(
+                f"Evidence {self.id!r}: negative_control must be one of {NEGATIVE_CONTROL_STATES}; "
+                f"got {self.negative_control!r}"
+            )
+        lhs = np.atleast_1d(np.asarray(self.lhs, dtype=np.float64))
+        rhs = np.atleast_1d(np.asarray(self.rhs, dtype=np.float64))
+        if lhs.shape != rhs.shape:
+            raise ValueError(f"Evidence {self.id!r}: lhs shape {lhs.shape} != rhs shape {rhs.shape}")
+        object.__setattr__(self, "lhs", lhs)
+        object.__setattr__(self, "rhs", rhs)
+        object.__setattr__(self, "hypotheses", tuple(self.hypotheses))
+        if self.n_counterexamples is None:
+            object.__setattr__(self, "n_counterexamples", len(self.counterexamples))
+        if self.tightness is not None:
+            object.__setattr__(self, "tightness", float(self.tightness))
+        if not 0 <= self.excluded <= max(self.instances, 0):
+            raise ValueError(
+                f"Evidence {self.id!r}: excluded={self.excluded} must lie in [0, instances={self.instances}]"
+            )
+
+    # -- constructors -------------------------------------------------------------------------------------
+    @classmethod
+    def from_implication(
+        cls,
+        id: str,
+        name: str,
+        monitor: HypothesisMonitor | np.ndarray | None,
+        lhs=None,
+        rhs=None,
+        *,
+        ok=None,
+        atol: float = ATOL,
+        rtol: float = RTOL,
+        tightness: float | None | str = "auto",
+        instance_data: Mapping[str, Any] | Callable[[int], Mapping[str, Any]] | None = None,
+        details: Mapping[str, Any] | None = None,
+    ) -> Evidence:
+        """Evidence of ``hypotheses ⇒ lhs ≤ rhs`` over all instances.
+
+        ``monitor`` is a :class:`HypothesisMonitor`, a boolean mask of the instances where the hypotheses
+        held, or ``None`` (no hypotheses: every instance counts). ``lhs``, ``rhs`` (and ``ok``, an optional
+        boolean conclusion for claims that are not inequalities; both are required where both are given) are
+        arrays over *all* instances; the conclusion is evaluated where the hypotheses held. ``instance_data``
+        (dict of per-instance arrays, or a callable ``i -> dict``) is stored with each counterexample.
+
+        Verdict: "violated" iff some held instance breaks the conclusion; "vacuous" iff no instance held
+        (including zero instances); otherwise "holds".
+        """
+        if lhs is None and ok is None:
+            raise ValueError(f"Evidence {id!r}: give lhs and rhs, or ok")
+        if (lhs is None) != (rhs is None):
+            raise ValueError(f"Evidence {id!r}: lhs and rhs must be given together")
+        arrays = {}
+        if lhs is not None:
+            arrays["lhs"] = np.atleast_1d(np.asarray(lhs, dtype=np.float64))
+            arrays["rhs"] = np.atleast_1d(np.asarray(rhs, dtype=np.float64))
+        if ok is not None:
+            arrays["ok"] = np.atleast_1d(np.asarray(ok, dtype=bool))
+        if isinstance(monitor, HypothesisMonitor):
+            n = monitor.n_instances
+            mask = monitor.mask
+            hyps = monitor.hypotheses()
+            reasons = monitor.exclusion_reasons()
+        elif monitor is None:
+            n = len(next(iter(arrays.values())))
+            mask = np.ones(n, dtype=bool)
+            hyps, reasons = (), {}
+        else:
+            mask = np.asarray(monitor, dtype=bool).reshape(-1)
+            n = mask.size
+            hyps = ()
+            reasons = {"hypotheses failed": int((~mask).sum())} if (~mask).any() else {}
+        for key, arr in arrays.items():
+            if arr.shape != (n,):
+                raise ValueError(f"Evidence {id!r}: {key} has shape {arr.shape}, expected ({n},) instances")
+        idx_held = np.flatnonzero(mask)
+        if "lhs" in arrays:
+            lhs_h, rhs_h = arrays["lhs"][idx_held], arrays["rhs"][idx_held]
+            good = check_inequality(lhs_h, rhs_h, atol, rtol)
+        else:
+            lhs_h = rhs_h = np.zeros(0)
+            good = np.ones(idx_held.size, dtype=bool)
+        if "ok" in arrays:
+            good = good & arrays["ok"][idx_held]
+        bad = idx_held[~good]
+        if idx_held.size == 0:
+            verdict = "vacuous"
+        elif bad.size:
+            verdict = "violated"
+        else:
+            verdict = "holds"
+        cex = []
+        for i in bad[:MAX_STORED_COUNTEREXAMPLES]:
+            rec = {"instance": int(i)}
+            if "lhs" in arrays:
+                rec["lhs"] = arrays["lhs"][i]
+                rec["rhs"] = arrays["rhs"][i]
+            rec.update(_instance_record(int(i), instance_data))
+            cex.append(to_jsonable(rec))
+        if tightness == "auto":
+            tightness = _tightness(lhs_h, rhs_h) if lhs_h.size else None
+        return cls(
+            id=id,
+            name=name,
+            verdict=verdict,
+            hypotheses=hyps,
+            lhs=lhs_h,
+            rhs=rhs_h,
+            tightness=tightness,
+            instances=int(n),
+            excluded=int(n - idx_held.size),
+            exclusion_reasons=dict(reasons),
+            counterexamples=cex,
+            n_counterexamples=int(bad.size),
+            details=to_jsonable(dict(details or {})),
+        )
+
+    @classmethod
+    def from_control(
+        cls,
+        id: str,
+        name: str,
+        monitor: HypothesisMonitor,
+        broken: str | Sequence[str],
+        lhs=None,
+        rhs=None,
+        *,
+        ok=None,
+        atol: float = ATOL,
+        rtol: float = RTOL,
+        instance_data: Mapping[str, Any] | Callable[[int], Mapping[str, Any]] | None = None,
+        details: Mapping[str, Any] | None = None,
+    ) -> Evidence:
+        """Evidence of a negative control in which hypothesis/es ``broken`` were violated on purpose.
+
+        The conclusion is evaluated on the *flagged* instances (where some ``broken`` hypothesis failed).
+        ``control_detected`` is True iff some instance is flagged and the conclusion fails on a flagged
+        instance. Verdict (of the conclusion on the flagged instances): "violated" if it failed somewhere,
+        "vacuous" if nothing was flagged, else "holds".
+        """
+        broken = [broken] if isinstance(broken, str) else list(broken)
+        if not broken:
+            raise ValueError(f"negative control {id!r}: name at least one broken hypothesis")
+        for b in broken:
+            if b not in monitor.names:
+                raise ValueError(
+                    f"negative control {id!r}: hypothesis {b!r} was never recorded; recorded: {monitor.names}"
+                )
+        flagged = np.zeros(monitor.n_instances, dtype=bool)
+        for b in broken:
+            flagged |= monitor.failed(b)
+        ev = cls.from_implication(
+            id, name, flagged, lhs, rhs, ok=ok, atol=atol, rtol=rtol, instance_data=instance_data,
+            details=details,
+        )
+        detected = bool(flagged.any() and ev.n_counterexamples > 0)
+        d = dict(ev.details)
+        d.setdefault("broken_hypotheses", broken)
+        d.setdefault("flagged_instances", int(flagged.sum()))
+        return dataclasses.replace(
+            ev,
+            hypotheses=monitor.hypotheses(),
+            exclusion_reasons={"broken hypothesis not flagged": int((~flagged).sum())} if (~flagged).any() else {},
+            control_detected=detected,
+            details=to_jsonable(d),
+        )
+
+    @classmethod
+    def from_control_flags(cls, id: str, name: str, *, flagged: bool, conclusion_failed: bool,
+                details: Mapping[str, Any] | None = None, counterexamples: Iterable[Mapping] = ()) -> Evidence:
+        """Negative-control Evidence from two booleans, for controls that do not use a monitor."""
+        cex = [to_jsonable(dict(c)) for c in counterexamples]
+        verdict = "vacuous" if not flagged else ("violated" if conclusion_failed else "holds")
+        return cls(
+            id=id, name=name, verdict=verdict, instances=1, excluded=0 if flagged else 1,
+            counterexamples=cex[:MAX_STORED_COUNTEREXAMPLES], n_counterexamples=len(cex),
+            control_detected=bool(flagged and conclusion_failed),
+            details=to_jsonable({"flagged": bool(flagged), "conclusion_failed": bool(conclusion_failed),
+                                 **dict(details or {})}),
+        )
+
+    @classmethod
+    def finding(cls, id: str, name: str, literal: Evidence, repaired: Evidence,
+                details: Mapping[str, Any] | None = None) -> Evidence:
+        """A FINDING: ``literal`` is the check of the statement as printed (expected to be violated, i.e.
+        the counterexample is shown), ``repaired`` the check of the repaired statement (must hold).
+
+        Verdict: "finding" iff the literal statement shows a counterexample and the repaired one holds;
+        "violated" if the repaired statement is violated; "vacuous" if the repaired check is vacuous or the
+        expected counterexample was not reproduced (the test failed to show what it exists to show; the
+        reason is in ``details["finding"]``).
+        """
+        d = dict(details or {})
+        if repaired.verdict == "violated":
+            verdict, why = "violated", "repaired statement violated"
+        elif repaired.verdict == "vacuous":
+            verdict, why = "vacuous", "repaired statement check is vacuous"
+        elif literal.n_counterexamples == 0:
+            verdict, why = "vacuous", "expected counterexample to the literal statement not reproduced"
+        else:
+            verdict, why = "finding", "literal statement false (counterexample shown); repaired statement holds"
+        d["finding"] = why
+        d["literal"] = literal.to_dict()
+        d["repaired"] = repaired.to_dict()
+        return cls(
+            id=id,
+            name=name,
+            verdict=verdict,
+            hypotheses=literal.hypotheses,
+            lhs=literal.lhs,
+            rhs=literal.rhs,
+            tightness=repaired.tightness,
+            instances=literal.instances,
+            excluded=literal.excluded,
+            exclusion_reasons=dict(literal.exclusion_reasons),
+            counterexamples=list(literal.counterexamples),
+            n_counterexamples=literal.n_counterexamples,
+            details=to_jsonable(d),
+            repaired=repaired,
+        )
+
+    # -- derived ------------------------------------------------------------------------------------------
+    @property
+    def failed(self) -> bool:
+        """True iff this result should fail a run: violated, vacuous, or a missed negative control."""
+        return self.verdict in ("violated", "vacuous") or self.negative_control == "missed"
+
+    def with_details(self, **extra: Any) -> Evidence:
+        return dataclasses.replace(self, details=to_jsonable({**self.details, **extra}))
+
+    # -- serialisation ------------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON object of the results file: exactly ``id, name, verdict, tightness, instances, excluded,
+        negative_control, counterexamples`` (the count), ``seconds``, plus ``details`` when non-empty."""
+        out = {
+            "id": self.id,
+            "name": self.name,
+            "verdict": self.verdict,
+            "tightness": None if self.tightness is None else _json_float(self.tightness),
+            "instances": int(self.instances),
+            "excluded": int(self.excluded),
+            "negative_control": self.negative_control,
+            "counterexamples": int(self.n_counterexamples),
+            "seconds": float(self.seconds),
+        }
+        if self.details:
+            out["details"] = to_jsonable(self.details)
+        return out
+
+    def to_record(self) -> dict[str, Any]:
+        """Everything except the lhs/rhs arrays (summarised), for reports and debugging."""
+        rec = self.to_dict()
+        rec.update(
+            hypotheses=[h.to_dict() for h in self.hypotheses],
+            exclusion_reasons=dict(self.exclusion_reasons),
+            counterexample_records=list(self.counterexamples),
+            control_detected=self.control_detected,
+            control=None if self.control is None else self.control.to_record(),
+            repaired=None if self.repaired is None else self.repaired.to_record(),
+            n_conclusion=int(self.lhs.size),
+        )
+        return to_jsonable(rec)

@@ -1,0 +1,255 @@
+"""Registry of executable statements.
+
+Statements come from two sources:
+
+* modules in :mod:`verification.statements` (one per statement, e.g. ``h13_simultaneous_balancing.py``), each
+  exposing ``STATEMENT_ID`` (e.g. ``"H.13"``), ``NAME``, ``run(config, rng) -> Evidence`` and optionally
+  ``negative_control(config, rng) -> Evidence``, a frozen dataclass ``Config`` (its defaults run in seconds)
+  and ``NUMBER`` (the catalogue number shown by ``list``; default derived from the id). A module may instead
+  expose ``STATEMENTS``, a list of :class:`Statement`;
+* explicit registrations with :func:`register` (the symbolic identities S1–S26 of :mod:`verification.symbolic`).
+
+:func:`run_statement` runs a check and its negative control, each with a fresh
+``numpy.random.default_rng(seed)``, and records the wall time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import pkgutil
+import re
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .evidence import Evidence
+
+__all__ = [
+    "DEFAULT_SEED",
+    "Statement",
+    "UnknownStatementError",
+    "StatementImportError",
+    "register",
+    "discover",
+    "all_statements",
+    "get_statement",
+    "resolve",
+    "run_statement",
+]
+
+#: Seed used when none is given (THEOREMS.md §3.0: all seeds fixed).
+DEFAULT_SEED = 0
+
+STATEMENTS_PACKAGE = "verification.statements"
+SYMBOLIC_MODULE = "verification.symbolic"
+
+
+class UnknownStatementError(ValueError):
+    """An id that no registered statement has."""
+
+
+class StatementImportError(ImportError):
+    """A module under ``verification/statements`` could not be imported or lacks the required names."""
+
+
+def _default_number(stmt_id: str) -> str:
+    m = re.fullmatch(r"[A-Za-z]+[.\-]?(\d+[a-z]?(?:\([a-z]\))?)", stmt_id)
+    return m.group(1) if m else stmt_id
+
+
+@dataclass(frozen=True)
+class Statement:
+    """One executable statement.
+
+    ``id`` is the statement id used on the command line and in results ("H.13", "S4"); ``number`` its catalogue
+    number as shown by ``list`` ("13", "4"); ``run(config, rng) -> Evidence``; ``negative_control(config, rng)
+    -> Evidence`` or None; ``module`` the defining module; ``config_factory()`` builds the default config
+    (None: the check takes ``config=None``).
+    """
+
+    id: str
+    number: str
+    name: str
+    run: Callable[[Any, np.random.Generator], Evidence]
+    negative_control: Callable[[Any, np.random.Generator], Evidence] | None = None
+    module: str = ""
+    config_factory: Callable[[], Any] | None = None
+
+    @property
+    def sort_key(self) -> tuple:
+        """Appendix-H statements by number, then other statements, then S1..S26."""
+        m = re.match(r"\d+", self.number)
+        num = int(m.group(0)) if m else 10**9
+        if self.module == SYMBOLIC_MODULE:
+            group = 2
+        elif re.match(r"H[.\-]?\d", self.id):
+            group = 0
+        else:
+            group = 1
+        return (group, num, self.number, self.id)
+
+
+_EXPLICIT: list[Statement] = []
+
+
+def register(
+    id: str,
+    name: str,
+    *,
+    number: str | None = None,
+    negative_control: Callable[[Any, np.random.Generator], Evidence] | None = None,
+    config_factory: Callable[[], Any] | None = None,
+) -> Callable:
+    """Decorator registering ``run(config, rng) -> Evidence`` as statement ``id``; returns the function."""
+
+    def deco(fn: Callable) -> Callable:
+        _EXPLICIT.append(
+            Statement(
+                id=id,
+                number=number if number is not None else _default_number(id),
+                name=name,
+                run=fn,
+                negative_control=negative_control,
+                module=getattr(fn, "__module__", ""),
+                config_factory=config_factory,
+            )
+        )
+        return fn
+
+    return deco
+
+
+def _from_module(mod) -> list[Statement]:
+    if hasattr(mod, "STATEMENTS"):
+        stmts = list(mod.STATEMENTS)
+        for s in stmts:
+            if not isinstance(s, Statement):
+                raise StatementImportError(f"{mod.__name__}.STATEMENTS must hold Statement objects; got {s!r}")
+        return stmts
+    missing = [a for a in ("STATEMENT_ID", "NAME", "run") if not hasattr(mod, a)]
+    if missing:
+        raise StatementImportError(f"statement module {mod.__name__} lacks {', '.join(missing)}")
+    sid = str(mod.STATEMENT_ID)
+    return [
+        Statement(
+            id=sid,
+            number=str(getattr(mod, "NUMBER", _default_number(sid))),
+            name=str(mod.NAME),
+            run=mod.run,
+            negative_control=getattr(mod, "negative_control", None),
+            module=mod.__name__,
+            config_factory=getattr(mod, "Config", None),
+        )
+    ]
+
+
+def discover() -> list[Statement]:
+    """Import every module of :mod:`verification.statements` and the symbolic identities; return all
+    statements sorted by :attr:`Statement.sort_key`. Raises on an import error or a duplicate id."""
+    importlib.import_module(SYMBOLIC_MODULE)  # registers S1..S26 via @register
+    pkg = importlib.import_module(STATEMENTS_PACKAGE)
+    found: list[Statement] = list(_EXPLICIT)
+    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
+        if info.name.startswith("_"):
+            continue
+        modname = f"{STATEMENTS_PACKAGE}.{info.name}"
+        try:
+            mod = importlib.import_module(modname)
+        except Exception as exc:  # noqa: BLE001 - re-raised with the module named
+            raise StatementImportError(f"cannot import statement module {modname}: {exc!r}") from exc
+        found.extend(_from_module(mod))
+    seen: dict[str, str] = {}
+    for s in found:
+        if s.id in seen and seen[s.id] != s.module:
+            raise ValueError(f"duplicate statement id {s.id!r} in {seen[s.id]} and {s.module}")
+        seen[s.id] = s.module
+    unique = {s.id: s for s in found}
+    return sorted(unique.values(), key=lambda s: s.sort_key)
+
+
+_CACHE: list[Statement] | None = None
+
+
+def all_statements(refresh: bool = False) -> list[Statement]:
+    """All statements (discovered once and cached)."""
+    global _CACHE
+    if _CACHE is None or refresh:
+        _CACHE = discover()
+    return list(_CACHE)
+
+
+def _norm(s: str) -> str:
+    return s.strip().lower()
+
+
+def get_statement(stmt_id: str) -> Statement:
+    """The statement with this id (case-insensitive); raises :class:`UnknownStatementError`."""
+    return resolve([stmt_id])[0]
+
+
+def resolve(ids: Iterable[str] | None) -> list[Statement]:
+    """Statements for ``ids`` in the given order (all statements if ``ids`` is empty or None).
+
+    Raises :class:`UnknownStatementError` naming the unknown ids and listing the valid ones."""
+    stmts = all_statements()
+    ids = list(ids or [])
+    if not ids:
+        return stmts
+    by_id = {_norm(s.id): s for s in stmts}
+    unknown = [i for i in ids if _norm(i) not in by_id]
+    if unknown:
+        valid = ", ".join(s.id for s in stmts)
+        raise UnknownStatementError(f"unknown statement id(s): {', '.join(unknown)}. Valid ids: {valid}")
+    out: list[Statement] = []
+    for i in ids:
+        s = by_id[_norm(i)]
+        if s not in out:
+            out.append(s)
+    return out
+
+
+def _check_evidence(ev: Any, stmt: Statement, what: str) -> Evidence:
+    if not isinstance(ev, Evidence):
+        raise TypeError(f"{stmt.module}: {what} of statement {stmt.id} returned {type(ev).__name__}, not Evidence")
+    if ev.id != stmt.id:
+        raise ValueError(f"{stmt.module}: {what} of statement {stmt.id} returned Evidence with id {ev.id!r}")
+    return ev
+
+
+def run_statement(stmt: Statement, seed: int = DEFAULT_SEED, config: Any = None) -> Evidence:
+    """Run the check and its negative control of ``stmt``.
+
+    Each gets a fresh ``numpy.random.default_rng(seed)`` (so either can be reproduced alone) and the same
+    config (``config`` or ``stmt.config_factory()``). The returned Evidence carries ``negative_control``
+    ("detected" iff the control's ``control_detected`` is True, "missed" otherwise, "none" without a
+    control), the control's own Evidence in ``control``, and ``seconds`` (check + control wall time).
+    """
+    if config is None and stmt.config_factory is not None:
+        config = stmt.config_factory()
+    t0 = time.perf_counter()
+    ev = _check_evidence(stmt.run(config, np.random.default_rng(seed)), stmt, "run")
+    control = None
+    state = "none"
+    if stmt.negative_control is not None:
+        control = _check_evidence(
+            stmt.negative_control(config, np.random.default_rng(seed)), stmt, "negative_control"
+        )
+        state = "detected" if control.control_detected else "missed"
+    seconds = time.perf_counter() - t0
+    return dataclasses.replace(ev, negative_control=state, control=control, seconds=seconds)
+
+
+def run_statements(stmts: Sequence[Statement], seed: int = DEFAULT_SEED,
+                   on_result: Callable[[Statement, Evidence], None] | None = None) -> list[Evidence]:
+    """Run several statements in order; ``on_result`` is called after each (progress reporting)."""
+    out = []
+    for s in stmts:
+        ev = run_statement(s, seed)
+        if on_result is not None:
+            on_result(s, ev)
+        out.append(ev)
+    return out

@@ -1,0 +1,1 @@
+"""One module per executable statement (see verification.registry for the module contract)."""
