@@ -1,0 +1,225 @@
+r"""Assumption H.17 — near-aligned regime (THEOREMS.md §2 H.17, design §3.1 T-H17, O-9, §1.11, (I5)).
+
+Setting
+    One client with preference ``λ`` and objectives ``l_j`` near the aligned set (small ``β``), in balancing mode
+    (``β > 0``; the theory's ``ε_mode = 0``). ``γ* = d_iᵀd_bal,i = μᵀCA`` is the LP correction gain (computed; it can be
+    ``≤ 0`` in general, O-9), ``d_bal = GA``.
+
+Statement (an assumption; eq 49)
+    There are constants ``κ_β > 0`` and ``L_A > 0`` such that, in a neighbourhood of the aligned set,
+    ``γ_i* ≥ κ_β β_i`` and ``‖d_bal,i‖ ≤ L_A √β_i``.
+
+Hypotheses of the check
+    H.1–H.3 at the sampled points (losses ``> 0``); every LP solved; and H.17's own requirement on the estimation
+    sample: ``κ̂_β > 0``.
+
+What is checked (constants estimated on one sample, CHECKED on an independent fresh sample)
+    Family F1 (§3.0), ``Config.n_problems`` single planted clients (``m`` cycling over ``Config.m_choices``), points
+    ``w = w* + r ξ`` with ``r`` drawn uniformly from ``{0.1, 0.03, 0.01, 0.003, 0.001}`` and ``ξ`` a uniform unit
+    vector, independently for every point; points with ``β ≤ 1e-14`` are excluded (counted).
+
+    1. **Estimate** ``κ̂_β := min γ*/β`` and ``L̂_A := max ‖d_bal‖/√β`` on an estimation sample of ``n_est`` points
+       (:func:`sim.constants.regularity_constants`; no safety factor, nothing tuned).
+    2. **Check** eq 49 with ``(κ̂_β, L̂_A)`` on an independent fresh sample of ``n_fresh`` points from the same
+       distribution. A sample minimum is an optimistic estimate of an infimum: if the sampled points are i.i.d.,
+       the number ``K`` of fresh points below the estimation minimum (above the maximum) has exactly the
+       Beta-binomial law ``BetaBinomial(n_fresh, 1, n_est)`` (``P(one fresh point below) = 1/(n_est+1)``), whatever
+       the distribution of the ratio. The conclusion per problem and constant is ``lhs = K ≤ rhs = k_crit``, with
+       ``k_crit`` the ``1 − δ`` quantile (``δ = Config.delta = 1e-4``): a false failure has probability ``≤ δ``;
+       more fresh violations than that mean the estimated constants do not carry over to new points of the
+       neighbourhood (or ``γ ≤ 0`` occurs, which eq 49 with ``κ_β > 0`` forbids). A fresh point counts as a
+       violation of the first part iff ``γ < κ̂_β β`` or ``γ ≤ 0``.
+    3. (I5, deterministic, per fresh point with ``r ≤ 0.01``) ``‖A‖²/β ∈ [2mλ_min²(1−0.1), 2mλ_max²(1+0.1)]``, the
+       small-β asymptotics behind ``L_A = Θ(√m B)``; ``L̂_A`` is reported against ``√(2m)λ_max σ_max(G(w*))``.
+
+Negative control
+    Random Chebyshev optima **not on the ray**: F1 objectives with a random interior ``λ``, the optimum ``w°`` of
+    ``max_jλ_jl_j`` by F-OPT (SLSQP + KKT certificate, :func:`sim.problems.chebyshev_optimum`), kept only if
+    ``β(w°) > 1e-3``; the same sampling around ``w°``. There ``γ* ≤ 0`` occurs: the monitor flags ``κ̂_β ≤ 0`` and the
+    fresh sample has far more than ``k_crit`` points violating eq 49 for every ``κ_β > 0``.
+
+Reference
+    THEOREMS.md §2 "H.17 Assumption — near-aligned regime", §1.11 (κ_β, L_A), §1.2 (I5), §3.1 T-H17, §5 O-9,
+    §6 chk3/chk3b.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.stats import betabinom
+
+from sim.constants import regularity_constants
+from sim.direction import lp_direction
+from sim.preference import preference_uniformity
+from sim.problems import PlantedQuadraticCluster, chebyshev_optimum
+from sim.problems._quadratic import gram_of, interior_preferences
+from verification.evidence import Evidence, HypothesisMonitor
+
+from . import _cluster_common as cc
+
+STATEMENT_ID = "H.17"
+NAME = "Near-aligned regime (eq 49): gamma* >= kappa_beta*beta, ||d_bal|| <= L_A*sqrt(beta)"
+NUMBER = "17"
+
+HYP_KAPPA = "H.17 on the estimation sample: kappa_beta > 0"
+HYP_POS = "H.1-H.3: losses > 0 at the sampled points"
+HYP_LP = "all LPs solved"
+
+
+@dataclass(frozen=True)
+class Config:
+    n_problems: int = 6
+    m_choices: tuple = (2, 3, 4)
+    n_w_max: int = 6
+    radii: tuple = (0.1, 0.03, 0.01, 0.003, 0.001)
+    n_est: int = 1000
+    n_fresh: int = 1000
+    beta_min: float = 1e-14
+    delta: float = 1e-4
+    eps_mode: float = 0.0
+    asymptotic_radius: float = 0.01
+    asymptotic_rtol: float = 0.1
+    # negative control
+    control_problems: int = 4
+    control_beta_min_at_opt: float = 1e-3
+    control_max_tries: int = 50
+
+
+def _sample(rng, P, lam, center, n: int, cfg: Config) -> dict:
+    """``n`` i.i.d. points ``center + rξ`` and the LP quantities there."""
+    radii = np.asarray(cfg.radii, dtype=np.float64)
+    r = radii[rng.integers(0, radii.size, n)]
+    W = center[None, :] + r[:, None] * cc.unit_vectors(rng, n, center.size)
+    L = P.losses(W)
+    G = P.grads(W)
+    res = lp_direction(L, np.broadcast_to(lam, L.shape), gram_of(G), eps_mode=cfg.eps_mode)
+    dbal = np.einsum("nwm,nm->nw", G, res.adjustment)
+    A2 = np.sum(res.adjustment**2, axis=1)
+    sig = np.linalg.norm(G, ord=2, axis=(1, 2))
+    return dict(gamma=res.gain, beta=res.beta, dbal_norm=np.linalg.norm(dbal, axis=1), r=r, A2=A2, sigma=sig,
+                solved=np.isin(res.status, ("optimal", "relaxed")) & (res.mode == "balance"),
+                min_loss=float(L.min()), J_empty=~res.J.any(axis=1), W=W)
+
+
+def _k_crit(n_fresh: int, n_est: int, delta: float) -> int:
+    """Largest ``k`` with ``P(K ≥ k) ≥ δ`` is ``k_crit``; ``K > k_crit`` has probability ``< δ``."""
+    law = betabinom(n_fresh, 1, n_est)
+    k = 0
+    while law.sf(k) >= delta:  # sf(k) = P(K > k) = P(K ≥ k+1)
+        k += 1
+    return k
+
+
+def _problem(rng, cfg: Config, P, lam, center, label: str, extra: dict) -> dict:
+    est = _sample(rng, P, lam, center, cfg.n_est, cfg)
+    fr = _sample(rng, P, lam, center, cfg.n_fresh, cfg)
+    use_e = est["solved"] & (est["beta"] > cfg.beta_min)
+    use_f = fr["solved"] & (fr["beta"] > cfg.beta_min)
+    rc = regularity_constants(est["gamma"][use_e], est["beta"][use_e], est["dbal_norm"][use_e])
+    g, b, dn = fr["gamma"][use_f], fr["beta"][use_f], fr["dbal_norm"][use_f]
+    viol_k = (g < max(rc.kappa_beta, 0.0) * b) | (g <= 0.0)
+    viol_l = dn > rc.L_A * np.sqrt(b)
+    kc = _k_crit(int(use_f.sum()), int(use_e.sum()), cfg.delta)
+    m = lam.size
+    sel = use_f & (fr["r"] <= cfg.asymptotic_radius)
+    ratio = fr["A2"][sel] / fr["beta"][sel]
+    lo, hi = 2 * m * lam.min() ** 2, 2 * m * lam.max() ** 2
+    i5_ok = bool(np.all((ratio >= lo * (1 - cfg.asymptotic_rtol)) & (ratio <= hi * (1 + cfg.asymptotic_rtol))))
+    G_star = P.grads(center)
+    ratios_e = est["gamma"][use_e] / est["beta"][use_e]
+    return dict(
+        label=label, m=m, n_w=center.size, kappa_beta=rc.kappa_beta, L_A=rc.L_A, n_est=int(use_e.sum()),
+        n_fresh=int(use_f.sum()), K_kappa=int(viol_k.sum()), K_L=int(viol_l.sum()), k_crit=kc,
+        fresh_min_ratio=float(np.min(g / b)) if g.size else None,
+        fresh_max_LA_ratio=float(np.max(dn / np.sqrt(b))) if g.size else None,
+        gamma_nonpositive_est=int(np.sum(est["gamma"][use_e] <= 0)), gamma_nonpositive_fresh=int(np.sum(g <= 0)),
+        frac_gamma_nonpositive=float(np.mean(np.concatenate([ratios_e, g / b]) <= 0)),
+        excluded_points=int((~use_e).sum() + (~use_f).sum()), lp_unsolved=int((~est["solved"]).sum()
+                                                                             + (~fr["solved"]).sum()),
+        J_empty=int(est["J_empty"].sum() + fr["J_empty"].sum()),
+        i5_ok=i5_ok, i5_checked=int(sel.sum()),
+        i5_ratio_range=[float(ratio.min() / hi), float(ratio.max() / hi)] if ratio.size else None,
+        LA_asymptotic_reference=float(np.sqrt(2 * m) * lam.max() * np.linalg.norm(G_star, ord=2)),
+        min_loss=min(est["min_loss"], fr["min_loss"]), kappa_scale=float(np.max(np.abs(ratios_e))),
+        all_solved=bool(est["solved"].all() and fr["solved"].all()),
+        lam=lam, center=center, P=P, **extra,
+    )
+
+
+def _evidence(problems, cfg: Config, control: bool) -> Evidence:
+    # Two instances per problem: the κ_β part and the L_A part of eq 49.
+    n = 2 * len(problems)
+    mon = HypothesisMonitor(n)
+    pr = [problems[x // 2] for x in range(n)]
+    kappa = np.array([p["kappa_beta"] for p in pr])
+    mon.require_positive(HYP_KAPPA, kappa, scale=np.array([p["kappa_scale"] for p in pr]))
+    mon.require_positive(HYP_POS, np.array([p["min_loss"] for p in pr]))
+    mon.exclude(HYP_LP, np.array([not p["all_solved"] for p in pr]))
+    lhs = np.array([p["K_kappa"] if x % 2 == 0 else p["K_L"] for x, p in enumerate(pr)], dtype=np.float64)
+    rhs = np.array([p["k_crit"] for p in pr], dtype=np.float64)
+    ok = np.array([p["i5_ok"] or control for p in pr])
+
+    def data(x):
+        p = pr[x]
+        rec = {k: v for k, v in p.items() if k not in ("P",)}
+        rec.update(part="kappa_beta" if x % 2 == 0 else "L_A", radii=cfg.radii, eps_mode=cfg.eps_mode,
+                   **cc.problem_record(p["P"]))
+        rec["prefs"] = p["lam"]
+        return rec
+
+    keys = ("label", "m", "n_w", "kappa_beta", "L_A", "LA_asymptotic_reference", "n_est", "n_fresh", "K_kappa",
+            "K_L", "k_crit", "fresh_min_ratio", "fresh_max_LA_ratio", "gamma_nonpositive_est",
+            "gamma_nonpositive_fresh", "frac_gamma_nonpositive", "excluded_points", "J_empty", "i5_ok",
+            "i5_checked", "i5_ratio_range")
+    details = {
+        "method": ("kappa_beta, L_A estimated by sim.constants.regularity_constants on an estimation sample; eq 49 "
+                   "checked with them on an independent fresh sample; K fresh violations must not exceed the "
+                   f"1-delta quantile (delta={cfg.delta}) of BetaBinomial(n_fresh, 1, n_est), the exact law of K "
+                   "for i.i.d. points"),
+        "problems": [{k: p.get(k) for k in keys} for p in problems],
+        "kappa_beta_range": cc.summary([p["kappa_beta"] for p in problems]),
+        "L_A_range": cc.summary([p["L_A"] for p in problems]),
+    }
+    if control:
+        return Evidence.from_control(STATEMENT_ID, NAME, mon, HYP_KAPPA, lhs, rhs, ok=ok, instance_data=data,
+                                     details=details)
+    return Evidence.from_implication(STATEMENT_ID, NAME, mon, lhs, rhs, ok=ok, instance_data=data, details=details)
+
+
+def run(config: Config | None, rng: np.random.Generator) -> Evidence:
+    cfg = config or Config()
+    problems = []
+    for p in range(cfg.n_problems):
+        m = int(cfg.m_choices[p % len(cfg.m_choices)])
+        n_w = int(rng.integers(m, max(m, cfg.n_w_max) + 1))
+        P = PlantedQuadraticCluster.make(rng, m, n_w, 1, spread=0.0)
+        problems.append(_problem(rng, cfg, P, P.prefs[0], P.w_star[0], f"planted-{p}", {}))
+    return _evidence(problems, cfg, control=False)
+
+
+def negative_control(config: Config | None, rng: np.random.Generator) -> Evidence:
+    """Samples around random Chebyshev optima that are not on the preference ray (``β(w°) > 1e-3``)."""
+    cfg = config or Config()
+    problems = []
+    for p in range(cfg.control_problems):
+        m = int(cfg.m_choices[p % len(cfg.m_choices)])
+        n_w = int(rng.integers(m, max(m, cfg.n_w_max) + 1))
+        P = PlantedQuadraticCluster.make(rng, m, n_w, 1, spread=0.0)
+        lf, gf = P.loss_fn()
+        starts = np.vstack([P.centres.mean(axis=0)[None], P.centres])
+        found = None
+        for tries in range(1, cfg.control_max_tries + 1):
+            lam = interior_preferences(rng, (), m)
+            opt = chebyshev_optimum(lf, gf, lam, starts)
+            beta_opt = float(preference_uniformity(P.losses(opt.w), lam))
+            if opt.certified and beta_opt > cfg.control_beta_min_at_opt:
+                found = (lam, opt, beta_opt, tries)
+                break
+        if found is None:
+            continue  # no off-ray optimum found for this problem (visible in the problem count)
+        lam, opt, beta_opt, tries = found
+        problems.append(_problem(rng, cfg, P, lam, opt.w, f"off-ray-{p}",
+                                 {"beta_at_optimum": beta_opt, "kkt_norm": opt.kkt_norm, "tries": tries}))
+    return _evidence(problems, cfg, control=True)
