@@ -72,12 +72,12 @@ def check_preferences(prefs, name: str = "prefs") -> np.ndarray:
     bad = ~np.isfinite(lam)
     if bad.any():
         at = _first_bad(bad)
-        raise ValueError(f"{name} contains a non-finite entry {lam[at]!r} at index {at}")
+        raise ValueError(f"{name} contains a non-finite entry {float(lam[at])!r} at index {at}")
     bad = lam <= 0.0
     if bad.any():
         at = _first_bad(bad)
         raise ValueError(
-            f"{name} must lie in the open simplex (every entry > 0); entry {at} is {lam[at]!r}"
+            f"{name} must lie in the open simplex (every entry > 0); entry {at} is {float(lam[at])!r}"
         )
     s = lam.sum(axis=-1)
     off = np.abs(s - 1.0) > SIMPLEX_ATOL
@@ -97,11 +97,11 @@ def check_losses(losses, name: str = "losses") -> np.ndarray:
     bad = ~np.isfinite(l)
     if bad.any():
         at = _first_bad(bad)
-        raise ValueError(f"{name} contains a non-finite entry {l[at]!r} at index {at}")
+        raise ValueError(f"{name} contains a non-finite entry {float(l[at])!r} at index {at}")
     bad = l <= 0.0
     if bad.any():
         at = _first_bad(bad)
-        raise ValueError(f"{name} must be strictly positive; entry {at} is {l[at]!r}")
+        raise ValueError(f"{name} must be strictly positive; entry {at} is {float(l[at])!r}")
     return l
 
 
@@ -117,7 +117,7 @@ def check_gram(gram, name: str = "gram") -> np.ndarray:
     bad = ~np.isfinite(C)
     if bad.any():
         at = _first_bad(bad)
-        raise ValueError(f"{name} contains a non-finite entry {C[at]!r} at index {at}")
+        raise ValueError(f"{name} contains a non-finite entry {float(C[at])!r} at index {at}")
     scale = np.maximum(1.0, np.abs(C).max(axis=(-2, -1)))
     asym = np.abs(C - np.swapaxes(C, -1, -2)).max(axis=(-2, -1))
     bad = asym > GRAM_RTOL * scale
