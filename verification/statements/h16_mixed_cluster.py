@@ -393,8 +393,30 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
                       "L0": "max_j ||Q_j|| (exact)", "tau": 1, "eta": f"{cfg.eta_factor}/L0",
                       "delta_g": "sim.cluster.gradient_dissimilarity at w0 (exact)", "eps_mode": cfg.eps_mode},
         "delta_g_max_over_delta_g": cc.summary([c["dg_max"] / c["dg"] for c in clusters if c["dg"] > 0]),
+        "figure_data": {"penalty": _penalty_table(clusters, lit, held, rep, mon_r.mask, rng)},
     }
     return Evidence.finding(STATEMENT_ID, NAME, literal, repaired, details=details)
+
+
+def _penalty_table(clusters, lit, lit_held, rep, rep_held, rng, max_rows: int = 3000) -> dict:
+    """Figure data: the objective ascent ``-d̄ᵀg_i^(j)`` over the eq 48 and eq 48′ bounds, against ρ⁺.
+
+    One row per checked (cluster, uniform client, objective) of each bound; every violation is kept, the rest
+    is subsampled to ``max_rows`` rows per bound."""
+    cols: dict[str, list] = {"bound": [], "rho_plus": [], "ratio": [], "violated": [], "set": []}
+    for label, a, held, part in (("eq 48 (literal)", lit, lit_held, "eq48"),
+                                 ("eq 48' (repaired)", rep, rep_held, "eq48'")):
+        sel = np.flatnonzero(held & (a["part"] == part) & (a["rhs"] > ATOL))
+        bad = ~check_inequality(a["lhs"][sel], a["rhs"][sel])
+        keep = np.concatenate([sel[bad], rng.permutation(sel[~bad])[: max(0, max_rows - int(bad.sum()))]])
+        for x in keep:
+            c = clusters[int(a["k"][x])]
+            cols["bound"].append(label)
+            cols["rho_plus"].append(float(c["blk"].rho_plus))
+            cols["ratio"].append(float(a["lhs"][x] / a["rhs"][x]))
+            cols["violated"].append(bool(not check_inequality(a["lhs"][x], a["rhs"][x])))
+            cols["set"].append(c["set"])
+    return cols
 
 
 def _is_uniform(a, clusters):
