@@ -21,9 +21,9 @@ venv: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
-## report: run every executable statement and write the results under reports/
+## report: run every executable statement and the studies; write the dashboard and figures to reports/
 report: $(STAMP)
-	$(BIN)/python -m verification run --seed $(SEED) --json reports/results.json
+	$(BIN)/python -m verification report --out reports --seed $(SEED)
 
 ## bench: pytest-benchmark speed comparisons (batched LP solver against HiGHS)
 bench: $(STAMP)

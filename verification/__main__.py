@@ -1,12 +1,16 @@
 """Command line of the verification suite.
 
     python -m verification list
-    python -m verification run [ID ...] [--json PATH] [--seed N]
+    python -m verification run [ID ...] [--json PATH] [--seed N] [--baseline PATH]
+    python -m verification report [--out DIR] [--scale default|paper] [--seed N]
 
 ``run`` prints one progress line per statement on stderr as it finishes, then a table on stdout, and writes
 the JSON list of result objects (``Evidence.to_dict``) to PATH. Exit status: 0 iff no verdict is
-"violated" or "vacuous", no negative control is "missed" and no check raised; 1 otherwise; 2 on usage errors
-(e.g. unknown ids).
+"violated" or "vacuous", no negative control is "missed", no check raised and (with ``--baseline``) no bound
+regressed against the earlier results (:mod:`verification.regression`); 1 otherwise; 2 on usage errors (e.g.
+unknown ids, an unreadable baseline).
+
+``report`` runs every check and the studies and writes the dashboard and figures (:mod:`verification.report`).
 
 New subcommands (a later ``report``) are added by writing ``_add_<name>(subparsers)`` that sets
 ``func=_cmd_<name>`` and appending it to ``_SUBCOMMANDS``.
@@ -20,7 +24,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from . import registry
+from . import registry, regression
 from .evidence import to_jsonable
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -66,7 +70,8 @@ def _table(rows: list[dict]) -> str:
 def _cmd_run(args: argparse.Namespace) -> int:
     try:
         stmts = registry.resolve(args.ids)
-    except registry.UnknownStatementError as exc:
+        baseline = regression.load_results(args.baseline) if args.baseline else None
+    except (registry.UnknownStatementError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     rows: list[dict] = []
@@ -99,6 +104,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if path.parent and not path.parent.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(to_jsonable(rows), indent=2, allow_nan=False) + "\n")
+    if baseline is not None:
+        reg = regression.compare(to_jsonable(rows), baseline, rtol=args.tightness_rtol)
+        print(reg.summary())
+        failed |= not reg.ok
     return EXIT_FAIL if failed else EXIT_OK
 
 
@@ -112,11 +121,39 @@ def _add_run(sub) -> None:
     p.add_argument("ids", nargs="*", metavar="ID", help="statement ids (default: all)")
     p.add_argument("--json", metavar="PATH", help="write the results as a JSON list to PATH")
     p.add_argument("--seed", type=int, default=registry.DEFAULT_SEED, help="RNG seed (default %(default)s)")
+    p.add_argument("--baseline", metavar="PATH",
+                   help="compare with an earlier results.json; exit 1 if a verdict regresses from holds, a negative "
+                        "control stops being detected, or a tightness moves past the tolerance")
+    p.add_argument("--tightness-rtol", type=float, default=regression.TIGHTNESS_RTOL,
+                   help="relative tolerance on tightness changes against the baseline (default %(default)s)")
     p.set_defaults(func=_cmd_run)
 
 
-# Hook: a later `report` subcommand is added here as `_add_report`.
-_SUBCOMMANDS = [_add_list, _add_run]
+def _cmd_report(args: argparse.Namespace) -> int:
+    from .report import build_report
+
+    try:
+        res = build_report(args.out, scale=args.scale, seed=args.seed, studies=not args.no_studies)
+    except registry.UnknownStatementError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(res.summary())
+    return EXIT_FAIL if res.failed else EXIT_OK
+
+
+def _add_report(sub) -> None:
+    from .report import SCALES
+
+    p = sub.add_parser("report", help="run every check and the studies; write the dashboard and figures")
+    p.add_argument("--out", default="reports", metavar="DIR", help="output folder (default %(default)s)")
+    p.add_argument("--scale", choices=SCALES, default="default",
+                   help="default: every check in seconds; paper: the larger presets where a check has one")
+    p.add_argument("--seed", type=int, default=registry.DEFAULT_SEED, help="RNG seed (default %(default)s)")
+    p.add_argument("--no-studies", action="store_true", help="skip the reported studies")
+    p.set_defaults(func=_cmd_report)
+
+
+_SUBCOMMANDS = [_add_list, _add_run, _add_report]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -154,8 +154,29 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
             "constants": "C_1 = kappa_LP^2 sigma_max(C) L_adj^2 (sim.constants.h11_constant); kappa_LP at the "
                          "common basis; L_adj eq 14 with c = m min lhat over the cluster",
             "tightness_is": "max H / (C_1 delta_lambda^2) over the bound instances",
+            "figure_data": _figure_data(cls, held, H, C1, d2, series),
         },
     )
+
+
+def _figure_data(cls, held, H, C1, d2, series) -> dict:
+    """Figure data: H_Cn against the ρ-weighted variance of A (eq 10) and δ_λ², and the scaling series."""
+    idx = np.flatnonzero(held)
+    clusters = {
+        "dispersion": [float(H[i]) for i in idx],
+        "adjustment_variance": [float(cls[i].adjustment_variance) for i in idx],
+        "delta_lambda_sq": [float(d2[i]) for i in idx],
+        "bound": [float(C1[i] * d2[i]) for i in idx],
+    }
+    rows: dict[str, list] = {"series": [], "delta_lambda": [], "dispersion": [], "valid": []}
+    for k, s in enumerate(series):
+        for lv in s["levels"]:
+            if lv["H"] > 0 and lv["delta"] > 0:
+                rows["series"].append(k)
+                rows["delta_lambda"].append(float(lv["delta"]))
+                rows["dispersion"].append(float(lv["H"]))
+                rows["valid"].append(bool(lv["valid"]))
+    return {"clusters": clusters, "scaling": rows}
 
 
 def negative_control(config: Config | None, rng: np.random.Generator) -> Evidence:

@@ -1,0 +1,141 @@
+"""Figures of the report (seaborn, PNG). Each figure has one message, labelled axes and a caption.
+
+Every ``fig_*`` function takes the result rows and the figure-data tables (``{statement or study id: {table:
+DataFrame}}``) and returns ``(figure, caption)``, or raises :class:`MissingData` naming what it needed, so the
+dashboard can say which figure is missing and why instead of drawing an empty one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+__all__ = ["MissingData", "FIGURES", "draw_all"]
+
+VERDICT_COLORS = {"holds": "#2e7d32", "finding": "#ef6c00", "violated": "#c62828", "vacuous": "#6a1b9a",
+                  "error": "#424242"}
+
+
+class MissingData(LookupError):
+    """A figure's data is not in the run (its statement or study did not report it)."""
+
+
+def _table(tables, sid: str, name: str, columns) -> pd.DataFrame:
+    df = tables.get(sid, {}).get(name)
+    if df is None:
+        raise MissingData(f"table {name!r} of {sid} not reported")
+    miss = [c for c in columns if c not in df.columns]
+    if miss:
+        raise MissingData(f"table {name!r} of {sid} lacks columns {miss}")
+    if df.empty:
+        raise MissingData(f"table {name!r} of {sid} is empty")
+    return df
+
+
+def fig_tightness(rows, tables):
+    """Tightness (observed / bound) of every statement with a bound, coloured by verdict."""
+    df = pd.DataFrame([{"id": r["id"], "tightness": r["tightness"], "verdict": r["verdict"]} for r in rows
+                       if isinstance(r.get("tightness"), (int, float)) and r["tightness"] is not None
+                       and np.isfinite(r["tightness"]) and r["tightness"] > 0])
+    if df.empty:
+        raise MissingData("no statement reported a positive tightness")
+    df = df.sort_values("tightness")
+    fig, ax = plt.subplots(figsize=(7, 0.28 * len(df) + 1.5))
+    sns.scatterplot(data=df, x="tightness", y="id", hue="verdict", palette=VERDICT_COLORS, s=60, ax=ax)
+    ax.axvline(1.0, color="k", ls="--", lw=1)
+    ax.set_xscale("log")
+    ax.set_xlabel("tightness = max observed lhs / bound rhs (log scale; 1 = bound attained)")
+    ax.set_ylabel("statement")
+    ax.set_title("How close each checked bound comes to being attained")
+    return fig, "Tightness of every statement: the largest observed ratio of the conclusion's two sides."
+
+
+def fig_mixed_cluster_penalty(rows, tables):
+    """H.16: ascent of the uniform clients' objectives over the eq 48 and eq 48′ bounds, against ρ⁺."""
+    df = _table(tables, "H.16", "penalty", ["bound", "rho_plus", "ratio", "violated"]).copy()
+    df["ratio"] = df["ratio"].clip(lower=1e-4)  # ratio <= 0: the objective decreases; drawn on the floor
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    for ax, (label, sub) in zip(axes, df.groupby("bound", sort=True), strict=False):
+        ok = sub[~sub["violated"]]
+        bad = sub[sub["violated"]]
+        ax.scatter(ok["rho_plus"], ok["ratio"], s=8, alpha=0.35, color="#1565c0", label="bound holds")
+        if len(bad):
+            ax.scatter(bad["rho_plus"], bad["ratio"], s=28, marker="x", color="#c62828",
+                       label=f"counterexample ({len(bad)})")
+        ax.axhline(1.0, color="k", ls="--", lw=1)
+        ax.set_yscale("log")
+        ax.set_xlabel("ρ⁺ (aggregation mass of the balancing clients)")
+        ax.set_title(label)
+        ax.legend(loc="lower right", fontsize=8)
+    axes[0].set_ylabel("ascent / bound  (> 1: violated)")
+    fig.suptitle("Mixed-cluster penalty (Lemma H.16): eq 48 fails, the repaired eq 48′ holds")
+    return fig, ("H.16 mixed clusters: the first-order ascent of a uniform client's objective divided by the "
+                 "literal eq 48 bound (left; counterexamples marked ×) and by the repaired eq 48′ bound (right). "
+                 "Ratios <= 1e-4 (objectives that decrease) are drawn at 1e-4.")
+
+
+def fig_dispersion_scaling(rows, tables):
+    """H.7/H.11: H_Cn against the within-cluster variance of A, and its δ_λ² scaling."""
+    cl = _table(tables, "H.11", "clusters", ["dispersion", "adjustment_variance", "delta_lambda_sq", "bound"])
+    sc = _table(tables, "H.11", "scaling", ["series", "delta_lambda", "dispersion", "valid"])
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    ax = axes[0]
+    cl = cl[(cl["dispersion"] > 1e-24) & (cl["adjustment_variance"] > 0)]  # H at round-off: identical directions
+    ax.scatter(cl["adjustment_variance"], cl["dispersion"], s=14, alpha=0.6, color="#1565c0",
+               label="clusters with a common basis (H.6)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("Σ ρ_i ‖A_i − Ā‖²  (within-cluster variance of the adjustments)")
+    ax.set_ylabel("H_Cn = Σ ρ_i ‖d_i − d̄‖²")
+    ax.set_title("Direction dispersion follows the variance of A (eq 10)")
+    ax.legend(fontsize=8)
+    ax = axes[1]
+    valid = sc[sc["valid"]]
+    for _, sub in valid.groupby("series"):
+        ax.plot(sub["delta_lambda"], sub["dispersion"], marker="o", ms=3, lw=1, alpha=0.8)
+    if len(valid):
+        x = np.geomspace(valid["delta_lambda"].min(), valid["delta_lambda"].max(), 10)
+        y0 = valid["dispersion"].median() / valid["delta_lambda"].median() ** 2
+        ax.plot(x, y0 * x**2, "k--", lw=1.5, label="slope 2 (H ∝ δ_λ²)")
+        ax.legend(fontsize=8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("preference spread δ_λ")
+    ax.set_ylabel("H_Cn")
+    ax.set_title("H_Cn = O(δ_λ²) as the spread shrinks (Cor. H.11)")
+    return fig, ("Left: direction dispersion H_Cn against the ρ-weighted variance of the adjustment vectors, for "
+                 "clusters sharing a non-degenerate LP basis (clusters whose H is at round-off level, < 1e-24, are not drawn). Right: H_Cn along scaling series of shrinking "
+                 "preference spread δ_λ (one line per series) against the slope-2 reference of Cor. H.11.")
+
+
+FIGURES = {
+    "tightness_overview.png": fig_tightness,
+    "mixed_cluster_penalty.png": fig_mixed_cluster_penalty,
+    "dispersion_scaling.png": fig_dispersion_scaling,
+}
+
+
+def draw_all(fig_dir: Path, rows, tables) -> tuple[dict[str, str], dict[str, str]]:
+    """Draw every figure of :data:`FIGURES`; returns ({file: caption}, {file: why missing})."""
+    fig_dir = Path(fig_dir)
+    fig_dir.mkdir(parents=True, exist_ok=True)
+    sns.set_theme(style="whitegrid", context="notebook")
+    drawn, missing = {}, {}
+    for name, fn in FIGURES.items():
+        try:
+            fig, caption = fn(rows, tables)
+        except MissingData as exc:
+            missing[name] = str(exc)
+            continue
+        fig.tight_layout()
+        fig.savefig(fig_dir / name, dpi=110)
+        plt.close(fig)
+        drawn[name] = caption
+    return drawn, missing

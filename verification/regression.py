@@ -1,0 +1,117 @@
+"""Bound regression: compare a run with an earlier ``results.json`` (the schema of ``python -m verification run``).
+
+A comparison fails when, for a statement present in both runs,
+
+* the verdict changes from ``holds`` (or ``finding``) to anything else (``violated``, ``vacuous``, ``error``),
+  or from ``finding`` to ``holds`` (the expected counterexample is no longer shown);
+* a negative control that was ``detected`` is no longer detected;
+* the tightness moves by more than ``atol + rtol·|baseline|`` (default ``rtol = 1e-3``, ``atol = 1e-9``): every
+  check is deterministic given its seed, so a change past round-off means the numbers changed.
+
+Statements only in the current run are reported as new; statements only in the baseline are reported as not
+run (a subset run is allowed). Neither fails the comparison.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["TIGHTNESS_RTOL", "TIGHTNESS_ATOL", "Regression", "compare", "load_results"]
+
+TIGHTNESS_RTOL = 1e-3
+TIGHTNESS_ATOL = 1e-9
+_GOOD = ("holds", "finding")
+
+
+@dataclass
+class Regression:
+    """Outcome of a comparison: ``failures`` (each a sentence), ``changes`` within tolerance, new/missing ids."""
+
+    failures: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    new: list[str] = field(default_factory=list)
+    not_run: list[str] = field(default_factory=list)
+    compared: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def summary(self) -> str:
+        lines = [f"baseline comparison: {self.compared} statement(s) compared, "
+                 f"{len(self.failures)} regression(s)"]
+        lines += [f"  REGRESSION {f}" for f in self.failures]
+        lines += [f"  note {n}" for n in self.notes]
+        if self.new:
+            lines.append(f"  new (not in the baseline): {', '.join(self.new)}")
+        if self.not_run:
+            lines.append(f"  in the baseline but not run: {', '.join(self.not_run)}")
+        return "\n".join(lines)
+
+
+def load_results(path: str | Path) -> list[dict[str, Any]]:
+    """Read a results JSON list; raises ``ValueError`` naming the file when it is not of the run schema."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"cannot read baseline {str(p)!r}: {exc}") from exc
+    if not isinstance(data, list) or not all(isinstance(r, dict) and "id" in r and "verdict" in r for r in data):
+        raise ValueError(f"baseline {str(p)!r} is not a results list (objects with 'id' and 'verdict')")
+    return data
+
+
+def _tightness(row: dict) -> float | None:
+    t = row.get("tightness")
+    if t is None or isinstance(t, str):
+        return None
+    return float(t)
+
+
+def compare(current: list[dict[str, Any]], baseline: list[dict[str, Any]], *,
+            rtol: float = TIGHTNESS_RTOL, atol: float = TIGHTNESS_ATOL) -> Regression:
+    """Compare ``current`` with ``baseline`` result rows (see the module docstring for the rules)."""
+    if rtol < 0 or atol < 0:
+        raise ValueError(f"tolerances must be >= 0; got rtol={rtol!r}, atol={atol!r}")
+    base = {r["id"]: r for r in baseline}
+    cur = {r["id"]: r for r in current}
+    out = Regression()
+    out.new = [i for i in cur if i not in base]
+    out.not_run = [i for i in base if i not in cur]
+    for sid, row in cur.items():
+        if sid not in base:
+            continue
+        b = base[sid]
+        out.compared += 1
+        v0, v1 = b["verdict"], row["verdict"]
+        if v0 in _GOOD and v1 != v0:
+            out.failures.append(f"{sid}: verdict {v0} -> {v1}")
+        elif v0 != v1:
+            out.notes.append(f"{sid}: verdict {v0} -> {v1}")
+        n0, n1 = b.get("negative_control", "none"), row.get("negative_control", "none")
+        if n0 == "detected" and n1 != "detected":
+            out.failures.append(f"{sid}: negative control {n0} -> {n1}")
+        t0, t1 = _tightness(b), _tightness(row)
+        if t0 is None and t1 is None:
+            continue
+        if (t0 is None) != (t1 is None):
+            out.failures.append(f"{sid}: tightness {t0} -> {t1}")
+            continue
+        if not (math.isfinite(t0) and math.isfinite(t1)):
+            if t0 != t1:
+                out.failures.append(f"{sid}: tightness {t0} -> {t1}")
+            continue
+        allowed = atol + rtol * abs(t0)
+        if abs(t1 - t0) > allowed:
+            direction = "tighter (closer to the bound)" if t1 > t0 else "looser"
+            out.failures.append(
+                f"{sid}: tightness {t0:.6g} -> {t1:.6g} ({direction}; |change| {abs(t1 - t0):.3g} > "
+                f"tolerance {allowed:.3g})"
+            )
+        elif t1 != t0:
+            out.notes.append(f"{sid}: tightness {t0:.6g} -> {t1:.6g} (within tolerance)")
+    return out
