@@ -983,6 +983,66 @@ def _adapt_records(rec, phase, k, clients, psi, psi_star, beta, dr, counts, n_de
             n_descent_steps=n_desc, **base)
 
 
+@dataclass
+class PreconditionerState:
+    """Optimiser buffers of a Pipeline-1 run: ``m1`` (AdamW first moment / SGD momentum), ``v`` (second moment)."""
+
+    m1: np.ndarray
+    v: np.ndarray
+
+    @classmethod
+    def zeros(cls, shape) -> PreconditionerState:
+        return cls(np.zeros(shape), np.zeros(shape))
+
+
+def preconditioned_step(W, g, k: int, state: PreconditionerState, *, preconditioner: str, alpha: float,
+                        P=None, p_minus: float = 0.5, p_plus: float = 2.0, beta1: float = 0.9,
+                        beta2: float = 0.999, eps: float = 1e-8, weight_decay: float = 0.0,
+                        momentum: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """One adaptation step ``w_{k+1} = w_k − α P_k d̃_k`` (eq 88) for rows ``W`` (n, n_w) with directions ``g``.
+
+    ``k`` is the step index (0-based); ``state`` holds the optimiser buffers and is updated in place. Rules:
+
+    * ``identity``: ``P_k = I``; ``fixed``: the SPD matrix ``P``;
+    * ``rmsprop_lagged``: ``P_k = diag(clip(1/(√v̂_{k-1} + eps), p_-, p_+))`` (``P_0 = clip(1)``), built from
+      ``v_{k-1}`` only, hence 𝓕_k-measurable (H.41(a)); ``v`` is updated with ``d̃_k`` after the step is formed;
+    * ``adamw``: torch.optim.AdamW: bias-corrected moments, ``v_k`` includes the current ``d̃_k`` (not
+      measurable), decoupled weight decay ``w ← w(1 − α·weight_decay)`` (Remark H.42);
+    * ``sgd``: torch.optim.SGD (L2 weight decay added to the direction, momentum with dampening 0).
+
+    Returns the new rows and the diagonal of ``P_k`` per row (for ``fixed``, its extreme eigenvalues).
+    """
+    n, n_w = W.shape
+    if preconditioner == "identity":
+        return W - alpha * g, np.ones((n, n_w))
+    if preconditioner == "fixed":
+        ev = np.linalg.eigvalsh(P)
+        return W - alpha * (g @ P), np.broadcast_to(np.array([ev[0], ev[-1]]), (n, 2))  # P symmetric
+    if preconditioner == "rmsprop_lagged":
+        if k == 0:
+            pdiag = np.full((n, n_w), np.clip(1.0, p_minus, p_plus))
+        else:
+            vhat = state.v / (1.0 - beta2**k)
+            pdiag = np.clip(1.0 / (np.sqrt(vhat) + eps), p_minus, p_plus)
+        state.v = beta2 * state.v + (1.0 - beta2) * g**2
+        return W - alpha * (pdiag * g), pdiag
+    if preconditioner == "adamw":
+        state.m1 = beta1 * state.m1 + (1.0 - beta1) * g
+        state.v = beta2 * state.v + (1.0 - beta2) * g**2  # includes the current sample
+        mhat = state.m1 / (1.0 - beta1 ** (k + 1))
+        vhat = state.v / (1.0 - beta2 ** (k + 1))
+        pdiag = 1.0 / (np.sqrt(vhat) + eps)
+        W = W * (1.0 - alpha * weight_decay)  # decoupled weight decay
+        return W - alpha * (mhat * pdiag), pdiag
+    if preconditioner == "sgd":  # torch.optim.SGD, dampening 0, no Nesterov
+        gg = g + weight_decay * W
+        if momentum > 0:
+            state.m1 = gg if k == 0 else momentum * state.m1 + gg
+            gg = state.m1
+        return W - alpha * gg, np.ones((n, n_w))
+    raise ValueError(f"preconditioner must be one of {_PRECONDITIONERS}; got {preconditioner!r}")
+
+
 def pipeline1(source, clients, w0, config: AdaptConfig, rng: np.random.Generator | None = None, *,
               batches=None, phase: str = "pipeline1", cluster=-1) -> AdaptResult:
     """Pipeline 1 for the new clients ``clients`` (batched; one LP call per step for all of them) from ``w0``
@@ -1007,8 +1067,7 @@ def pipeline1(source, clients, w0, config: AdaptConfig, rng: np.random.Generator
     lam = src.prefs[clients]
     psi_star = src.check_psi_star(clients)
     pre = config.preconditioner
-    m1 = np.zeros((n, n_w))  # AdamW first moment / SGD momentum buffer
-    v = np.zeros((n, n_w))  # second moment (AdamW, lagged RMSprop)
+    state = PreconditionerState.zeros((n, n_w))
     rec = _Recorder()
     traj = np.empty((K + 1, n, n_w))
     traj[0] = W
@@ -1032,40 +1091,14 @@ def pipeline1(source, clients, w0, config: AdaptConfig, rng: np.random.Generator
             n_desc += dr.mode == "descent"
         g = dr.d
         a = config.alpha_adapt
-        if pre == "identity":
-            step, pdiag = g, np.ones((n, n_w))
-        elif pre == "fixed":
-            step = g @ config.P  # P symmetric
-            ev = np.linalg.eigvalsh(config.P)
-            pdiag = np.broadcast_to(np.array([ev[0], ev[-1]]), (n, 2))
-        elif pre == "rmsprop_lagged":
-            if k == 0:
-                pdiag = np.full((n, n_w), np.clip(1.0, config.p_minus, config.p_plus))
-            else:
-                vhat = v / (1.0 - config.beta2**k)
-                pdiag = np.clip(1.0 / (np.sqrt(vhat) + config.eps), config.p_minus, config.p_plus)
-            step = pdiag * g  # P_k uses v_{k-1} only: F_k-measurable
-            v = config.beta2 * v + (1.0 - config.beta2) * g**2
-        elif pre == "adamw":
-            m1 = config.beta1 * m1 + (1.0 - config.beta1) * g
-            v = config.beta2 * v + (1.0 - config.beta2) * g**2  # includes the current sample
-            mhat = m1 / (1.0 - config.beta1 ** (k + 1))
-            vhat = v / (1.0 - config.beta2 ** (k + 1))
-            pdiag = 1.0 / (np.sqrt(vhat) + config.eps)
-            W = W * (1.0 - a * config.weight_decay)  # decoupled weight decay
-            step = mhat * pdiag
-        else:  # sgd (torch.optim.SGD, dampening 0, no Nesterov)
-            gg = g + config.weight_decay * W
-            if config.momentum > 0:
-                m1 = gg if k == 0 else config.momentum * m1 + gg
-                step = m1
-            else:
-                step = gg
-            pdiag = np.ones((n, n_w))
+        W, pdiag = preconditioned_step(
+            W, g, k, state, preconditioner=pre, alpha=a, P=config.P, p_minus=config.p_minus,
+            p_plus=config.p_plus, beta1=config.beta1, beta2=config.beta2, eps=config.eps,
+            weight_decay=config.weight_decay, momentum=config.momentum,
+        )
         _adapt_records(rec, phase, k, clients, psi, psi_star, beta, dr, counts, n_desc, cluster, alpha_adapt=a,
                        preconditioner=pre, p_min=pdiag.min(axis=1), p_max=pdiag.max(axis=1), batch_size=float(S),
                        local_steps=1)
-        W = W - a * step
         traj[k + 1] = W
     lp_, _ = src.population(W, clients)
     psi = (lam * lp_).max(axis=-1)
