@@ -114,7 +114,7 @@ _DESCENT = ("restricted", "relaxed")
 _ON_INFEASIBLE = ("relaxed", "fallback_preference", "raise")
 _TRAIN_DIRECTIONS = ("lp", "linear")
 _ADAPT_DIRECTIONS = ("lp", "chebyshev", "linear")
-_PRECONDITIONERS = ("identity", "fixed", "rmsprop_lagged", "adamw", "sgd")
+_PRECONDITIONERS = ("identity", "fixed", "rmsprop_lagged", "rmsprop_current", "adamw", "sgd")
 _FAILED = ("infeasible", "iteration_limit", "solver_error")
 
 #: Columns of every record DataFrame, in order.
@@ -1006,6 +1006,8 @@ def preconditioned_step(W, g, k: int, state: PreconditionerState, *, preconditio
     * ``identity``: ``P_k = I``; ``fixed``: the SPD matrix ``P``;
     * ``rmsprop_lagged``: ``P_k = diag(clip(1/(√v̂_{k-1} + eps), p_-, p_+))`` (``P_0 = clip(1)``), built from
       ``v_{k-1}`` only, hence 𝓕_k-measurable (H.41(a)); ``v`` is updated with ``d̃_k`` after the step is formed;
+    * ``rmsprop_current``: the same clipped rule built from ``v_k``, which includes the current ``d̃_k``: not
+      𝓕_k-measurable (breaks H.41(a); a negative control);
     * ``adamw``: torch.optim.AdamW: bias-corrected moments, ``v_k`` includes the current ``d̃_k`` (not
       measurable), decoupled weight decay ``w ← w(1 − α·weight_decay)`` (Remark H.42);
     * ``sgd``: torch.optim.SGD (L2 weight decay added to the direction, momentum with dampening 0).
@@ -1025,6 +1027,10 @@ def preconditioned_step(W, g, k: int, state: PreconditionerState, *, preconditio
             vhat = state.v / (1.0 - beta2**k)
             pdiag = np.clip(1.0 / (np.sqrt(vhat) + eps), p_minus, p_plus)
         state.v = beta2 * state.v + (1.0 - beta2) * g**2
+        return W - alpha * (pdiag * g), pdiag
+    if preconditioner == "rmsprop_current":
+        state.v = beta2 * state.v + (1.0 - beta2) * g**2  # includes the current sample
+        pdiag = np.clip(1.0 / (np.sqrt(state.v / (1.0 - beta2 ** (k + 1))) + eps), p_minus, p_plus)
         return W - alpha * (pdiag * g), pdiag
     if preconditioner == "adamw":
         state.m1 = beta1 * state.m1 + (1.0 - beta1) * g

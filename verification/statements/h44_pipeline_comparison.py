@@ -1,0 +1,307 @@
+r"""H.44 — Proposition (Pipeline 1 vs Pipeline 2 for a new client), eq 91–94.
+
+Setting
+    A cluster ``C_n`` trained by Phase 1 (output ``w_I``) and Phase 2 (output ``w_II``); a new client with
+    preference ``λ_new`` that evaluates the same objectives ``l_j`` and did not take part in training.
+    Pipeline 1: ``K`` steps of eq 88 from ``w_0 ∈ {w_I, w_II}``, ``w_{k+1} = w_k − αP_k d̃_new(w_k)`` (fresh batch of
+    ``S`` samples per step), output ``w_K``. Pipeline 2: data-rich local training, output ``w^{(2)} := w_new*`` with
+    ``ψ_new(w^{(2)}) = ψ_new*`` and ``β_new(w^{(2)}) = 0``.
+
+Hypotheses
+    H.1–H.3; H.34 for ``ψ_new`` at ``w_new*`` (``ψ_new − ψ* ≥ (μ/2)‖w − w_new*‖²``); H.39, H.40, H.41;
+    ``0 < α ≤ p₋/(L₀p₊²)``; ``‖λ_new − λ_i‖ ≤ δ_λ`` for ``i ∈ C_n``; ``β_new`` locally ``L_β``-Lipschitz in ``w``
+    (O-12); for eq 92 the hypotheses of H.37/H.29 (H.19 on the shared iterates, ``ηc_d ≤ 1``).
+
+Guarantee
+    (a) eq 91: ``E[ψ_new(w_K) − ψ*] ≤ (1 − αμ_PL p₋)^K Δ₀(w_0) + L₀αp₊²σ₀²/(2μ_PL p₋ S)`` =: RHS91, and for
+        ``w_0 ∈ {w_I, w_II}`` eq 92: ``Δ₀(w_0) ≤ G_opt(w_0) + δ_λ(‖l(w_0)‖_∞ + L*) ≤ ε̄_0 + δ_λ(‖l(w_0)‖_∞ + L*)``
+        (the second inequality with the transient term ``(1/N)Σ_iΠ_t(1 − η_t c_d) r_i^{t_0}``, O-14; ``ε̂`` and the
+        two-phase product for ``w_II``);
+    (b) eq 93: ``E‖w_K − w_new*‖² ≤ (2/μ)·RHS91``; and ``E β_new(w_K) ≤ L_β E‖w_K − w_new*‖ ≤
+        L_β (E‖w_K − w_new*‖²)^{1/2} ≤ L_β ((2/μ)RHS91)^{1/2}``, while ``β_new(w^{(2)}) = 0``;
+    (c) eq 94: ``E[ψ_new(w_K) − ψ_new(w^{(2)})] ≤ RHS91`` and ``E[Δβ] = O(√(ρ^KΔ₀) + √(σ₀²/S))`` (explicit form:
+        the chain of (b)).
+
+How it is checked (THEOREMS.md §3.1 T-H44)
+    New client: F3 reference instance (``L₀ = λ_{j*}‖Q‖``, ``μ_PL = μ = λ_{j*}λ_min(Q)``, ``σ₀² = λ_{j*}² tr Σ_ξ``:
+    exact). Cluster: the F3-compatible F1-type cluster of T-H44(a) (same ``l_j = ½(w − c)ᵀQ(w − c) + t/λ_new^{(j)}``,
+    4 clients with ``λ_i`` near ``λ_new``, all optima at ``c``); ``w_I`` from :func:`sim.algorithm.phase1` (20
+    rounds, ``τ = 1``, population gradients), ``w_II`` from :func:`sim.algorithm.phase2` (20 rounds, population
+    gradients, ``K = 1``: the covered regime, O-27). H.19 constants by :func:`sim.constants.descent_margin_constants`
+    on the recorded iterates (§1.11).
+
+    * Exact expectations for fixed ``P ∈ {I, U diag(linspace(0.5, 2))Uᵀ}``, ``S ∈ {1, 4, 16}``,
+      ``α = p₋/(L₀p₊²)``, ``K = 0..200``, from ``w_I`` and ``w_II``: (a) ``E gap``; (a)∘(92) the same against
+      RHS91 with ``Δ₀`` replaced by the eq 92 bound; (b) ``E‖w_K − c‖² = tr M_K``; (c) ``ψ_new(c) = t`` and
+      ``β_new(c) = 0`` asserted exactly (``≤ 1e-12``), and ``E ψ(w_K) − ψ(w^{(2)})`` with ``w^{(2)}`` the output of
+      :func:`sim.algorithm.pipeline2`.
+    * eq 92 (deterministic) at ``w_ref``, ``w_I``, ``w_II``.
+    * Per-sample ``β_new(w_K) ≤ L_β‖w_K − c‖`` on exact samples of ``w_K`` (Gaussian with the exact moments, fixed
+      ``P``) and on the Monte Carlo runs; ``L_β`` = 1.1 × the largest ``‖∇_wβ_new‖ = ‖GA/Z‖`` over a ball
+      containing every point (§1.11), monitored against F3's one-dimensional upper bound of ``‖∇β‖`` on that ball.
+    * Monte Carlo (3 assertions), lagged RMSprop clipped to ``[0.5, 2]``, ``S = 4``, ``K = 60``, ``N = 4000`` from
+      ``w_I``: (a) ``X = ψ(w_K) − ψ*``, ``b = RHS91``; (b) ``X = ‖w_K − c‖²``, ``b = (2/μ)RHS91``; (b)/(c) chain
+      ``X = β_new(w_K)``, ``b = L_β((2/μ)RHS91)^{1/2}``. Rule of §3.0 (cap 5b, ``δ = 1e-4``).
+
+Negative controls
+    * (b) with quartic growth: ``ψ = t + λ_{j*}‖w − c‖⁴``, ``μ = 2λ_{j*}`` declared from ``‖w − c‖ ≥ 1``; the QG
+      monitor on the region flags H.34 and the per-sample step ``‖w_K − c‖² ≤ (2/μ)(ψ(w_K) − ψ*)`` fails;
+    * as H.43: the non-measurable preconditioner (MC at ``N = 10⁴``, outside the budget) and the biased direction.
+
+Reference: THEOREMS.md §2 H.44 (eq 91–94), H.37 (eq 92), O-12, O-14, O-27, §3.1 T-H44, T-H37.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.algorithm import ClientSource, Pipeline2Config, pipeline2
+from sim.problems import CommonMinimizer
+from verification.evidence import Evidence, HypothesisMonitor
+from verification.montecarlo import DELTA
+from verification.statements import _adaptation_common as A
+from verification.statements import h43_expected_contraction as H43
+
+STATEMENT_ID = "H.44"
+NAME = "Pipeline 1 vs Pipeline 2: adaptation gap, distance and beta bounds (eq 91-94)"
+
+H_NEW = A.H_NEW
+H_LBETA = "L_beta >= F3 upper bound of ||grad_w beta_new|| on the ball (L_beta valid)"
+
+
+@dataclass(frozen=True)
+class Config:
+    n_clients: int = 4
+    spread: float = 0.05
+    rounds_I: int = 20
+    rounds_II: int = 20
+    eta_I_factor: float = 0.1
+    eta_II_factor: float = 0.2
+    S_values: tuple = (1, 4, 16)
+    K_exact: int = 200
+    settings: tuple = (("identity", 1.0, 1.0), ("spectral", 0.5, 2.0))
+    n_endpoint: int = 2000
+    K_b: int = 60
+    S_b: int = 4
+    mc_runs: int = 4000
+    mc_K: int = 60
+    mc_S: int = 4
+    mc_p: tuple = (0.5, 2.0)
+    delta: float = DELTA
+    lbeta_safety: float = 1.1
+    n_ball: int = 20000
+    pipeline2_steps: int = 400
+    fig_K_step: int = 2
+    quartic_runs: int = 2000
+    quartic_K: int = 60
+    quartic_alpha: float = 0.05
+    quartic_S: int = 4
+
+
+def _qg(prob, W):
+    """H.34 margin ``ψ − ψ* − (μ/2)‖w − c‖²`` at the points (``μ = λ_{j*}λ_min(Q)``, exact for F3)."""
+    e = np.asarray(W).reshape(-1, prob.n_params) - prob.centre
+    return A.gap_of(prob, prob.centre + e) - 0.5 * prob.mu_pl * np.einsum("na,na->n", e, e)
+
+
+def _beta(prob, W):
+    return prob.beta(np.asarray(W).reshape(-1, prob.n_params))
+
+
+def _dist(prob, W):
+    return np.linalg.norm(np.asarray(W).reshape(-1, prob.n_params) - prob.centre, axis=1)
+
+
+def _eq92(rows, cs: A.ClusterStarts, hyp_new):
+    """eq 92 rows; returns the eq 92 bound of Δ₀ per start (with the transient, O-14)."""
+    out = {}
+    for key in ("w_ref", "w_I", "w_II"):
+        rhs1 = cs.g_opt[key] + cs.delta_lambda * (cs.linf[key] + cs.L_star)
+        rows.add("eq 92 (first): Delta0 <= G_opt + delta_lambda (||l(w0)||_inf + L*)", cs.delta0[key], rhs1,
+                 hyp=hyp_new, start=key)
+    for key in ("w_I", "w_II"):
+        rhs2 = cs.eps0_bar[key] + cs.transient[key]
+        hyp, mg = A.h19_hyps(cs, key)
+        rows.add("eq 92 (second, with transient O-14): G_opt <= eps0_bar + transient", cs.g_opt[key], rhs2, hyp=hyp,
+                 margins=mg, start=key)
+        out[key] = rhs2 + cs.delta_lambda * (cs.linf[key] + cs.L_star)
+    return out
+
+
+def run(config: Config | None, rng: np.random.Generator) -> Evidence:
+    cfg = config or Config()
+    prob = CommonMinimizer.reference()
+    cs = A.cluster_starts(prob, rng, n_clients=cfg.n_clients, spread=cfg.spread, rounds_I=cfg.rounds_I,
+                          rounds_II=cfg.rounds_II, eta_I_factor=cfg.eta_I_factor, eta_II_factor=cfg.eta_II_factor)
+    U = A.random_orthogonal(rng, prob.n_params)
+    rows = A.Rows()
+    hyp_new = {H_NEW: True}
+    b92 = _eq92(rows, cs, hyp_new)
+    mu = prob.mu_pl  # QG constant of psi_new (F3: exact)
+    # Pipeline 2 (data-rich local training of the new client, sim.algorithm.pipeline2) from w_I
+    p2 = pipeline2(ClientSource(A.F3Runs(prob, 1)), np.arange(1), cs.starts["w_I"],
+                   Pipeline2Config(max_steps=cfg.pipeline2_steps))
+    w2 = p2.w[0]
+    psi2 = float(prob.chebyshev(w2))
+    # ---------------- exact expectations, fixed P
+    endpoints, worst = [], {}
+    for start in ("w_I", "w_II"):
+        w0 = cs.starts[start]
+        d0 = cs.delta0[start]
+        for kind, pm, pp in cfg.settings:
+            P = np.eye(prob.n_params) if kind == "identity" else A.spectral_preconditioner(U, pm, pp)
+            ev = np.linalg.eigvalsh(P)
+            alpha = A.alpha_max(prob, pm, pp)
+            hyp, mg = A.adaptation_hyps(prob, alpha=alpha, p_minus=pm, p_plus=pp, spec_min=ev[0], spec_max=ev[-1])
+            hyp = {**hyp, **hyp_new}
+            for S in cfg.S_values:
+                K = np.arange(cfg.K_exact + 1)
+                gap = A.exact_gap(prob, alpha, S, cfg.K_exact, P, w0)
+                r91 = A.rhs_91(prob, alpha, S, cfg.K_exact, pm, pp, d0)
+                r9192 = A.rhs_91(prob, alpha, S, cfg.K_exact, pm, pp, b92[start])
+                sq = A.exact_sq_dist(prob, alpha, S, cfg.K_exact, P, w0)
+                tag = dict(start=start, P=kind, S=S, K=K, alpha=alpha)
+                rows.add("(a) eq 91 exact", gap, r91, hyp=hyp, margins=mg, **tag)
+                h19, m19 = A.h19_hyps(cs, start)
+                rows.add("(a) eq 91 with eq 92 bound of Delta0", gap, r9192, hyp={**hyp, **h19}, margins={**mg, **m19},
+                         **tag)
+                rows.add("(b) eq 93 exact: E||w_K - c||^2 <= (2/mu) RHS91", sq, 2.0 / mu * r91,
+                         hyp={**hyp, A.H_QG: True}, margins=mg, **tag)
+                rows.add("(c) eq 94 exact: E psi(w_K) - psi(w2) <= RHS91, w2 = sim.algorithm.pipeline2 output",
+                         gap - (psi2 - prob.psi_star), r91, hyp=hyp, margins=mg, **tag)
+                worst[f"{start}/{kind}/S={S}"] = {"a": float(np.max(gap / r91)), "b": float(np.max(sq / (2 / mu * r91)))}
+            Wend = A.gaussian_endpoint_samples(prob, rng, alpha, cfg.S_b, cfg.K_b, P, w0, cfg.n_endpoint)
+            endpoints.append((f"{start}/{kind}", Wend, hyp, mg))
+    # ---------------- Monte Carlo, lagged RMSprop from w_I
+    pm, pp = cfg.mc_p
+    alpha = A.alpha_max(prob, pm, pp)
+    w0 = cs.starts["w_I"]
+    runs = A.run_adaptation(prob, rng, alpha=alpha, S=cfg.mc_S, K=cfg.mc_K, n_runs=cfg.mc_runs,
+                            kind="rmsprop_lagged", p_minus=pm, p_plus=pp, w0=w0)
+    h39 = A.h39_along(prob, runs.W)
+    hyp_mc, mg_mc = A.adaptation_hyps(prob, alpha=alpha, p_minus=pm, p_plus=pp, spec_min=runs.p_min.min(),
+                                      spec_max=runs.p_max.max())
+    hyp_mc.update({A.H_BN: bool(h39["bottleneck_ok"].all()), A.H_PL: bool(A.pl_ok(h39).all()), **hyp_new})
+    endpoints.append(("w_I/rmsprop_lagged (MC)", runs.w_K, hyp_mc, mg_mc))
+    # ---------------- L_beta over a ball containing every point used
+    allpts = np.concatenate([e[1] for e in endpoints] + [runs.W.reshape(-1, prob.n_params)])
+    R = float(_dist(prob, allpts).max())
+    lb = A.beta_lipschitz(prob, rng, allpts[:: max(1, allpts.shape[0] // 20000)], R, n_ball=cfg.n_ball,
+                          safety=cfg.lbeta_safety)
+    L_beta = lb["L_beta"]
+    lb_ok = L_beta >= lb["sup_1d"]
+    qg_all = _qg(prob, allpts)
+    for label, Wend, hyp, mg in endpoints:
+        rows.add("(b) per sample: beta_new(w_K) <= L_beta ||w_K - c||", _beta(prob, Wend), L_beta * _dist(prob, Wend),
+                 hyp={**hyp, H_LBETA: lb_ok, A.H_QG: bool(np.all(_qg(prob, Wend) >= -1e-12))},
+                 margins={**mg, H_LBETA: L_beta - lb["sup_1d"]}, endpoints=label)
+    b91 = float(A.rhs_91(prob, alpha, cfg.mc_S, cfg.mc_K, pm, pp, cs.delta0["w_I"])[-1])
+    mcs = []
+    X_b = np.sum((runs.w_K - prob.centre) ** 2, axis=1)
+    beta_K = _beta(prob, runs.w_K)
+    for lab, X, b in (("(a) eq 91: E[psi(w_K) - psi*] <= RHS91", runs.gaps[-1], b91),
+                      ("(b) eq 93: E||w_K - c||^2 <= (2/mu) RHS91", X_b, 2.0 / mu * b91),
+                      ("(b)/(c) chain: E beta_new(w_K) <= L_beta sqrt((2/mu) RHS91)", beta_K,
+                       L_beta * np.sqrt(2.0 / mu * b91))):
+        res, rec = A.mc_claim(lab + " [lagged RMSprop, w_I, S=4, K=60]", X, b, delta=cfg.delta)
+        mcs.append(rec)
+        rows.add("Monte Carlo " + lab + " (LCB <= b)", res.lcb, b,
+                 hyp={**hyp_mc, A.H_QG: bool(np.all(qg_all >= -1e-12)), H_LBETA: lb_ok},
+                 margins={**mg_mc, H_LBETA: L_beta - lb["sup_1d"]}, start="w_I", P="rmsprop_lagged")
+    chain = {"mean_beta": float(beta_K.mean()), "L_beta_sqrt_mean_sq_dist": float(L_beta * np.sqrt(X_b.mean())),
+             "L_beta_mean_dist": float(L_beta * _dist(prob, runs.w_K).mean()),
+             "L_beta_sqrt_2_over_mu_rhs91": float(L_beta * np.sqrt(2.0 / mu * b91))}
+    # ---------------- (c): Pipeline 2 output
+    psi_c = float(prob.chebyshev(prob.centre))
+    beta_c = float(prob.beta(prob.centre))
+    rows.add("(c) psi_new(w2 = c) = psi* (exact, <= 1e-12)", abs(psi_c - prob.psi_star), 0.0, hyp=hyp_new)
+    rows.add("(c) beta_new(w2 = c) = 0 (exact, <= 1e-12)", beta_c, 0.0, hyp=hyp_new)
+    lhs, rhs, ok = rows.arrays()
+    details = {
+        "instance": "F3 reference new client; F3-compatible F1-type cluster (THEOREMS §3.1 T-H44(a))",
+        "constants": {"L0": prob.L0, "mu_PL": prob.mu_pl, "mu_QG": mu, "sigma0_sq": prob.sigma0_sq,
+                      "psi_star": prob.psi_star, "L_beta": lb, "cluster": cs.constants,
+                      "method": "F3 exact; H.19 constants by sim.constants.descent_margin_constants on the Phase-1/2 "
+                                "iterates; L_beta 1.1 x sampled max ||G A/Z|| (THEOREMS §1.11)"},
+        "starts": {k: {"Delta0": cs.delta0[k], "G_opt": cs.g_opt[k], "l_inf": cs.linf[k]} for k in cs.starts},
+        "eq92": {"delta_lambda": cs.delta_lambda, "L_star": cs.L_star, "eps0_bar": cs.eps0_bar,
+                 "transient": cs.transient, "bound_of_Delta0": b92,
+                 "literal_second_inequality_without_transient (O-14)": {
+                     k: bool(cs.g_opt[k] <= cs.eps0_bar[k]) for k in ("w_I", "w_II")}},
+        "max_ratios_exact": worst, "chain_b_c": chain,
+        "pipeline2": {"psi_minus_psi_star": psi2 - prob.psi_star, "beta": float(prob.beta(w2)), "steps": p2.steps,
+                      "lp_status_counts": p2.step_status_counts},
+        "mc_run": {"spectrum_P_k": [float(runs.p_min.min()), float(runs.p_max.max())],
+                   "h39_bottleneck_failures": int((~h39["bottleneck_ok"]).sum()),
+                   "h39_pl_failures": int((~A.pl_ok(h39)).sum())},
+        "mc_assertions": {"count": 3, "delta_each": cfg.delta, "assertions": mcs},
+        "figure_data": {"adaptation_gap": _figure(prob, rng, cfg, U, cs)},
+    }
+    return Evidence.from_implication(STATEMENT_ID, NAME, rows.monitor(), lhs, rhs, ok=ok,
+                                     instance_data=rows.instance_data(), details=details)
+
+
+def _figure(prob, rng, cfg: Config, U, cs) -> dict:
+    """E[ψ(w_K) − ψ*] against K from ``w_I`` (exact for fixed P; MC mean for lagged RMSprop) with the eq 91 bound."""
+    cols = {"K": [], "S": [], "preconditioner": [], "gap": [], "bound": []}
+    w0, d0 = cs.starts["w_I"], cs.delta0["w_I"]
+    Ks = np.arange(0, cfg.mc_K + 1, cfg.fig_K_step)
+    pm, pp = cfg.mc_p
+    for S in cfg.S_values:
+        for kind, a, b in (("identity", 1.0, 1.0), ("fixed", pm, pp), ("rmsprop_lagged", pm, pp)):
+            alpha = A.alpha_max(prob, a, b)
+            if kind == "rmsprop_lagged":
+                gap = A.run_adaptation(prob, rng, alpha=alpha, S=S, K=cfg.mc_K, n_runs=cfg.mc_runs, kind=kind,
+                                       p_minus=a, p_plus=b, w0=w0).gaps.mean(axis=1)
+            else:
+                P = None if kind == "identity" else A.spectral_preconditioner(U, a, b)
+                gap = A.exact_gap(prob, alpha, S, cfg.mc_K, P, w0)
+            bound = A.rhs_91(prob, alpha, S, cfg.mc_K, a, b, d0)
+            cols["K"] += Ks.tolist()
+            cols["S"] += [int(S)] * Ks.size
+            cols["preconditioner"] += [kind] * Ks.size
+            cols["gap"] += gap[Ks].tolist()
+            cols["bound"] += bound[Ks].tolist()
+    return cols
+
+
+# ------------------------------------------------------------------------------------------------- controls
+
+
+def _control_quartic(prob, rng, cfg: Config) -> Evidence:
+    lam, t, c = prob.lam_star, prob.t, prob.centre
+    mu = 2.0 * lam  # QG constant of t + lam||e||^4 on the region ||e|| >= 1
+    ev, U = np.linalg.eigh(prob.noise_cov)
+    root = (U * np.sqrt(ev)).T / np.sqrt(cfg.quartic_S)
+    w = np.broadcast_to(prob.w0, (cfg.quartic_runs, prob.n_params)).copy()
+    for _ in range(cfg.quartic_K):
+        d = A.quartic_grad(lam, w, c) + lam * (rng.standard_normal(w.shape) @ root)
+        w = w - cfg.quartic_alpha * d
+    gap = A.quartic_psi(lam, t, w, c) - t
+    sq = np.sum((w - c) ** 2, axis=1)
+    # QG monitor on the region: radii up to the largest distance seen, random directions
+    R = max(float(np.sqrt(sq.max())), float(np.linalg.norm(prob.w0 - c)))
+    u = rng.standard_normal((400, prob.n_params))
+    u /= np.linalg.norm(u, axis=1, keepdims=True)
+    reg = c + np.linspace(0.02, R, 400)[:, None] * u
+    qg_margin = A.quartic_psi(lam, t, reg, c) - t - 0.5 * mu * np.sum((reg - c) ** 2, axis=1)
+    mon = HypothesisMonitor(sq.size)
+    mon.record(A.H_QG, bool(np.all(qg_margin >= -1e-12)), margin=float(qg_margin.min()))
+    return Evidence.from_control(STATEMENT_ID, NAME, mon, A.H_QG, sq, 2.0 / mu * gap,
+                                 details={"control": "quartic growth psi = t + lam*||w - c||^4, mu = 2 lam*",
+                                          "fraction_failing": float(np.mean(sq > 2.0 / mu * gap)),
+                                          "median_dist": float(np.median(np.sqrt(sq)))})
+
+
+def negative_control(config: Config | None, rng: np.random.Generator) -> Evidence:
+    cfg = config or Config()
+    prob = CommonMinimizer.reference()
+    hcfg = H43.Config()
+    parts = {
+        "quartic_growth_b": _control_quartic(prob, rng, cfg),
+        "non_measurable": H43.control_nonmeasurable(rng, hcfg, STATEMENT_ID, NAME),
+        "biased_direction": H43.control_biased(hcfg, STATEMENT_ID, NAME),
+    }
+    return A.combine_controls(STATEMENT_ID, NAME, parts)

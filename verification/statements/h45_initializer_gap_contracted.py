@@ -1,0 +1,175 @@
+r"""H.45 — Remark (the initializer gap is contracted by adaptation), eq 95–96.
+
+Setting
+    As H.44: a cluster trained by Phase 1 / Phase 2 (outputs ``w_I``, ``w_II``), a new client with ``λ_new``,
+    ``‖λ_new − λ_i‖ ≤ δ_λ``, the same objectives ``l_j``, Pipeline 1 from ``w_0 ∈ {w_I, w_II}``.
+
+Hypotheses
+    Those of H.37 (for eq 95: H.19 on the shared iterates, ``ηc_d ≤ 1``, ``L* ≥ ‖l(w_new*)‖_∞``), H.34 for ``ψ_new``
+    (``ψ_new − ψ* ≥ (μ/2)‖w − w_new*‖²``), and those of H.43 (H.39–H.41, ``0 < α ≤ p₋/(L₀p₊²)``) for eq 96.
+
+Guarantee
+    (eq 95) ``Δ₀(w_0) ≤ ε̄_0 + δ_λ(‖l(w_0)‖_∞ + L*)`` in objective space — checked with the transient term
+    ``(1/N)Σ_iΠ_t(1 − η_tc_d) r_i^{t_0}`` that the finite-``R`` outputs need (O-14; two-phase ``ε̂`` for ``w_II``) —
+    and ``‖w_0 − w_new*‖² ≤ (2/μ)Δ₀(w_0)``;
+    (eq 96, before/after) ``E[ψ_new(w_K) − ψ*] ≤ (1 − αμ_PL p₋)^K(ψ_new(w_0) − ψ*) + L₀αp₊²σ₀²/(2μ_PL p₋ S)``;
+    the RMS distance contracts accordingly: ``(E‖w_K − w_new*‖²)^{1/2} ≤ ((2/μ)[(1 − αμ_PL p₋)^K(ψ_new(w_0) − ψ*) +
+    floor])^{1/2}`` (from ``√((2/μ)Δ₀)`` before adaptation).
+
+How it is checked (THEOREMS.md §3.1 T-H45: same data as T-H44)
+    F3 reference new client and the F3-compatible cluster of T-H44(a) (``w_I``, ``w_II`` from
+    :func:`sim.algorithm.phase1` / :func:`sim.algorithm.phase2`; H.19 constants by
+    :func:`sim.constants.descent_margin_constants`). Exact expectations for fixed ``P ∈ {I, U diag(linspace(0.5,
+    2))Uᵀ}``, ``S ∈ {1, 4, 16}``, ``K = 0..200``: eq 96, eq 96 with ``ψ(w_0) − ψ*`` replaced by the eq 95 bound
+    (the full chain "initializer gap → contracted gap"), and the RMS distance. ``μ = λ_{j*}λ_min(Q)`` (exact).
+    Monte Carlo (1 assertion): lagged RMSprop clipped to ``[0.5, 2]``, ``S = 4``, ``K = 60``, ``N = 4000`` from
+    ``w_II``: ``E‖w_K − c‖² ≤ (2/μ)[ρ^K(ψ(w_II) − ψ*) + floor]`` (rule of §3.0, cap 5b, ``δ = 1e-4``).
+
+Negative controls
+    * eq 95 (second part) under quartic growth ``ψ = t + λ_{j*}‖w − c‖⁴`` with ``μ = 2λ_{j*}`` declared from
+      ``‖w − c‖ ≥ 1``: at starts ``‖w_0 − c‖ < 1`` the QG monitor flags H.34 and ``‖w_0 − c‖² > (2/μ)Δ₀``;
+    * eq 96 with the step too large (``α = 3/L₀``, ``P = I``; exact): the step condition is flagged and the gap
+      grows.
+
+Reference: THEOREMS.md §2 H.45 (eq 95–96), H.37 (eq 81/82), H.43, O-14, §3.1 T-H45, T-H44, T-H37.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.problems import CommonMinimizer
+from verification.evidence import Evidence, HypothesisMonitor
+from verification.montecarlo import DELTA
+from verification.statements import _adaptation_common as A
+from verification.statements import h43_expected_contraction as H43
+
+STATEMENT_ID = "H.45"
+NAME = "Initializer gap contracted by adaptation: eq 95 (objective/parameter space) and eq 96 (before/after)"
+
+
+@dataclass(frozen=True)
+class Config:
+    n_clients: int = 4
+    spread: float = 0.05
+    rounds_I: int = 20
+    rounds_II: int = 20
+    eta_I_factor: float = 0.1
+    eta_II_factor: float = 0.2
+    S_values: tuple = (1, 4, 16)
+    K_exact: int = 200
+    settings: tuple = (("identity", 1.0, 1.0), ("spectral", 0.5, 2.0))
+    mc_runs: int = 4000
+    mc_K: int = 60
+    mc_S: int = 4
+    mc_p: tuple = (0.5, 2.0)
+    delta: float = DELTA
+    n_region: int = 2000
+    quartic_radii: tuple = (0.1, 0.3, 0.5, 0.7, 0.9)
+
+
+def run(config: Config | None, rng: np.random.Generator) -> Evidence:
+    cfg = config or Config()
+    prob = CommonMinimizer.reference()
+    cs = A.cluster_starts(prob, rng, n_clients=cfg.n_clients, spread=cfg.spread, rounds_I=cfg.rounds_I,
+                          rounds_II=cfg.rounds_II, eta_I_factor=cfg.eta_I_factor, eta_II_factor=cfg.eta_II_factor)
+    U = A.random_orthogonal(rng, prob.n_params)
+    mu = prob.mu_pl
+    rows = A.Rows()
+    # QG (H.34) monitored on a region sample around c containing every start
+    Rmax = max(float(np.linalg.norm(w - prob.centre)) for w in cs.starts.values())
+    u = rng.standard_normal((cfg.n_region, prob.n_params))
+    u /= np.linalg.norm(u, axis=1, keepdims=True)
+    reg = prob.centre + (Rmax * rng.random(cfg.n_region))[:, None] * u
+    qg_margin = A.gap_of(prob, reg) - 0.5 * mu * np.sum((reg - prob.centre) ** 2, axis=1)
+    qg = {A.H_QG: bool(np.all(qg_margin >= -1e-12))}
+    qg_m = {A.H_QG: float(qg_margin.min())}
+    # ---- eq 95
+    b95 = {}
+    for key in ("w_I", "w_II"):
+        b95[key] = cs.eps0_bar[key] + cs.transient[key] + cs.delta_lambda * (cs.linf[key] + cs.L_star)
+        h19, m19 = A.h19_hyps(cs, key)
+        rows.add("eq 95 (objective space, with transient O-14): Delta0 <= eps0_bar + transient + dl(||l||+L*)",
+                 cs.delta0[key], b95[key], hyp=h19, margins=m19, start=key)
+    for key, w in cs.starts.items():
+        rows.add("eq 95 (parameter space): ||w0 - w*||^2 <= (2/mu) Delta0", float(np.sum((w - prob.centre) ** 2)),
+                 2.0 / mu * cs.delta0[key], hyp=qg, margins=qg_m, start=key)
+    # ---- eq 96, exact
+    worst = {}
+    for key in ("w_I", "w_II"):
+        w0 = cs.starts[key]
+        for kind, pm, pp in cfg.settings:
+            P = np.eye(prob.n_params) if kind == "identity" else A.spectral_preconditioner(U, pm, pp)
+            ev = np.linalg.eigvalsh(P)
+            alpha = A.alpha_max(prob, pm, pp)
+            hyp, mg = A.adaptation_hyps(prob, alpha=alpha, p_minus=pm, p_plus=pp, spec_min=ev[0], spec_max=ev[-1])
+            for S in cfg.S_values:
+                gap = A.exact_gap(prob, alpha, S, cfg.K_exact, P, w0)
+                after = A.rhs_91(prob, alpha, S, cfg.K_exact, pm, pp, cs.delta0[key])
+                chain = A.rhs_91(prob, alpha, S, cfg.K_exact, pm, pp, b95[key])
+                rms = np.sqrt(A.exact_sq_dist(prob, alpha, S, cfg.K_exact, P, w0))
+                tag = dict(start=key, P=kind, S=S, K=np.arange(cfg.K_exact + 1), alpha=alpha)
+                rows.add("eq 96: E gap_K <= rho^K (psi(w0) - psi*) + floor", gap, after, hyp=hyp, margins=mg, **tag)
+                h19, m19 = A.h19_hyps(cs, key)
+                rows.add("eq 96 with eq 95: E gap_K <= rho^K (eq 95 bound) + floor", gap, chain,
+                         hyp={**hyp, **h19}, margins={**mg, **m19}, **tag)
+                rows.add("RMS distance: sqrt(E||w_K - w*||^2) <= sqrt((2/mu)(rho^K Delta0 + floor))", rms,
+                         np.sqrt(2.0 / mu * after), hyp={**hyp, **qg}, margins={**mg, **qg_m}, **tag)
+                worst[f"{key}/{kind}/S={S}"] = {"eq96": float(np.max(gap / after)),
+                                                "rms": float(np.max(rms / np.sqrt(2.0 / mu * after)))}
+    # ---- Monte Carlo: RMS distance from w_II, lagged RMSprop
+    pm, pp = cfg.mc_p
+    alpha = A.alpha_max(prob, pm, pp)
+    runs = A.run_adaptation(prob, rng, alpha=alpha, S=cfg.mc_S, K=cfg.mc_K, n_runs=cfg.mc_runs,
+                            kind="rmsprop_lagged", p_minus=pm, p_plus=pp, w0=cs.starts["w_II"])
+    h39 = A.h39_along(prob, runs.W)
+    b = 2.0 / mu * float(A.rhs_91(prob, alpha, cfg.mc_S, cfg.mc_K, pm, pp, cs.delta0["w_II"])[-1])
+    res, rec = A.mc_claim("E||w_K - c||^2 <= (2/mu)[rho^K (psi(w_II) - psi*) + floor] [lagged RMSprop, w_II, S=4, "
+                          "K=60]", np.sum((runs.w_K - prob.centre) ** 2, axis=1), b, delta=cfg.delta)
+    hyp, mg = A.adaptation_hyps(prob, alpha=alpha, p_minus=pm, p_plus=pp, spec_min=runs.p_min.min(),
+                                spec_max=runs.p_max.max())
+    hyp.update({A.H_BN: bool(h39["bottleneck_ok"].all()), A.H_PL: bool(A.pl_ok(h39).all()), **qg})
+    rows.add("Monte Carlo RMS distance from w_II (LCB <= b)", res.lcb, b, hyp=hyp, margins={**mg, **qg_m},
+             start="w_II", P="rmsprop_lagged")
+    lhs, rhs, ok = rows.arrays()
+    details = {
+        "instance": "F3 reference new client; F3-compatible cluster of T-H44(a)",
+        "constants": {"L0": prob.L0, "mu_PL": prob.mu_pl, "mu_QG": mu, "sigma0_sq": prob.sigma0_sq,
+                      "cluster": cs.constants,
+                      "method": "F3 exact; H.19 constants by sim.constants.descent_margin_constants (THEOREMS §1.11)"},
+        "starts": {k: {"Delta0": cs.delta0[k], "dist_sq": float(np.sum((w - prob.centre) ** 2)),
+                       "rms_before": float(np.sqrt(2.0 / mu * cs.delta0[k]))} for k, w in cs.starts.items()},
+        "eq95_bound": b95, "eq95_literal_without_transient (O-14)": {
+            k: bool(cs.delta0[k] <= cs.eps0_bar[k] + cs.delta_lambda * (cs.linf[k] + cs.L_star)) for k in b95},
+        "max_ratios_exact": worst, "qg_region_min_margin": float(qg_margin.min()),
+        "mc_assertions": {"count": 1, "delta_each": cfg.delta, "assertions": [rec]},
+    }
+    return Evidence.from_implication(STATEMENT_ID, NAME, rows.monitor(), lhs, rhs, ok=ok,
+                                     instance_data=rows.instance_data(), details=details)
+
+
+def _control_quartic(prob, rng, cfg: Config) -> Evidence:
+    lam, t, c = prob.lam_star, prob.t, prob.centre
+    mu = 2.0 * lam
+    u = rng.standard_normal((len(cfg.quartic_radii), prob.n_params))
+    u /= np.linalg.norm(u, axis=1, keepdims=True)
+    W0 = c + np.asarray(cfg.quartic_radii)[:, None] * u
+    d0 = A.quartic_psi(lam, t, W0, c) - t
+    sq = np.sum((W0 - c) ** 2, axis=1)
+    reg = c + np.linspace(0.02, 1.5, 300)[:, None] * rng.standard_normal((300, prob.n_params))
+    qg_margin = A.quartic_psi(lam, t, reg, c) - t - 0.5 * mu * np.sum((reg - c) ** 2, axis=1)
+    mon = HypothesisMonitor(sq.size)
+    mon.record(A.H_QG, bool(np.all(qg_margin >= -1e-12)), margin=float(qg_margin.min()))
+    return Evidence.from_control(STATEMENT_ID, NAME, mon, A.H_QG, sq, 2.0 / mu * d0,
+                                 instance_data={"radius": np.asarray(cfg.quartic_radii)},
+                                 details={"control": "eq 95 (parameter space) under quartic growth, mu = 2 lam*"})
+
+
+def negative_control(config: Config | None, rng: np.random.Generator) -> Evidence:
+    cfg = config or Config()
+    prob = CommonMinimizer.reference()
+    parts = {"quartic_growth_eq95": _control_quartic(prob, rng, cfg),
+             "step_too_large_eq96": H43.control_step_too_large(prob, H43.Config(), STATEMENT_ID, NAME)}
+    return A.combine_controls(STATEMENT_ID, NAME, parts)
