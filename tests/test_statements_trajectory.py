@@ -1,0 +1,52 @@
+"""Executable statements of the shared-iteration part of Appendix H: H.25, H.28, H.29, H.31, Cor-C, H.32, H.37
+(THEOREMS.md §2, §3.1 "T-H25", "T-H28 / T-H29 / T-H31 / Cor-C", "T-H32", "T-H37").
+
+Each statement runs with its default ``Config`` and seed ``registry.DEFAULT_SEED`` through
+:func:`verification.registry.run_statement` (check + negative control). Every verdict must be ``"holds"`` and every
+negative control ``"detected"`` (the broken hypothesis is flagged and the conclusion fails on a flagged instance;
+for the trajectory statements both control families — F4 double well and F5 kink, or the two H.32 controls — must
+show the failure). H.28, H.29, H.31 and Cor-C share their runs (memoised on the generator state), so running them
+in one process costs about one of them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from verification import registry
+
+IDS = ("H.25", "H.28", "H.29", "H.31", "CorC", "H.32", "H.37")
+
+
+@pytest.mark.parametrize("stmt_id", IDS)
+def test_trajectory_statement(stmt_id):
+    stmt = registry.get_statement(stmt_id)
+    ev = registry.run_statement(stmt, seed=registry.DEFAULT_SEED)
+    assert ev.id == stmt_id
+    assert ev.verdict == "holds", (ev.verdict, ev.counterexamples[:2])
+    assert ev.negative_control == "detected", ev.control.to_record() if ev.control else None
+    assert ev.instances > ev.excluded  # never vacuous
+    assert ev.n_counterexamples == 0
+    assert ev.tightness is not None and np.isfinite(ev.tightness) and ev.tightness <= 1.0 + 1e-9
+    checks = ev.details["checks"]
+    assert all(c["evaluated"] > 0 and c["violated"] == 0 for c in checks.values()), checks
+    if stmt_id == "H.29":
+        fig = ev.details["figure_data"]
+        assert set(fig["band"]) == {"t", "client", "r", "bound", "band"}
+        assert set(fig["nesting"]) == {"t", "client", "psi_increase", "slack"}
+        assert set(ev.control.details["figure_data"]["double_well"]) >= {"t", "r", "band"}
+        assert all(len(v) <= 2000 for tab in fig.values() for v in tab.values())
+
+
+def test_double_well_control_numbers():
+    """T-H31(e): the double well is stuck at the spurious minimum (r_T ≈ 0.4998) against a band of a few
+    hundredths, with c_d ≈ 6.21 estimated on the left well (THEOREMS.md §6 chk14)."""
+    ev = registry.run_statement(registry.get_statement("H.31"), seed=registry.DEFAULT_SEED)
+    dw = [c for c in ev.control.details["controls"] if c["family"] == "F4 double well"]
+    assert len(dw) == 2
+    for c in dw:
+        assert abs(c["final_gap"] - 0.4998) < 1e-3
+        assert abs(c["c_d"] - 6.21) < 0.01
+        assert c["eps0"] < 0.07
+        assert c["iterates_outside_region"] == c["iterates"]

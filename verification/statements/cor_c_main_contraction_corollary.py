@@ -1,0 +1,91 @@
+r"""Cor-C — the main-text contraction corollary (THEOREMS.md §2 "Cor-C (seed l.7)": H.31 items 1–2 with a uniform
+band ``ε_0 = max_i ε_{0,i}``; design §3.1 "T-H28 / T-H29 / T-H31 / Cor-C").
+
+Setting
+    The shared iteration eq 55 ``w^{t+1} = w^t − η d̄^t`` on a cluster ``C_n``; ``r_i^t = ψ_i(w^t) − ψ_i*``,
+    ``q_i* = ψ_i* λ_i^{-1}``, ``q = 1 − ηc_d`` and
+
+        ``ε_{0,i} := (‖λ_i‖_∞/c_d)(BΔ̄_i + L₀B²η/2) + b_i/c_d``,   ``ε_0 := max_i ε_{0,i}``.
+
+Hypotheses
+    As Theorem H.31: H.1–H.3, H.19 (``c_d``, ``b_i``), ``0 < η ≤ 1/c_d``, and for all ``t ≥ t0`` and ``i``:
+    ``w^t ∈ 𝒩``, ``β_i(w^t) ≤ β̄``, ``Δ_i^t ≤ Δ̄_i``; segments in the H.1–H.3 region.
+
+Guarantee
+    1. ``r_i^T ≤ q^{T−t0} r_i^{t0} + ε_0`` for all ``T ≥ t0`` and every client;
+    2. ``limsup_T r_i^T ≤ ε_0``, ``limsup_T l_ij(w^T) ≤ q*_ij + ε_0/λ_min,i``, and a limit point (if any) lies in
+       ``⋂_i {w : l_i(w) ≤ q_i* + (ε_0/λ_min,i) 1}``.
+
+What is checked
+    The T-H31 runs shared with H.28/H.29/H.31 (F1, ``N = 3``; :func:`sim.algorithm.shared_iteration`) with the
+    **iterate constants** (the implication chain, O-8; region constants reported) and ``n_sweep`` further grid
+    values of ``c_d`` for item 1: item 1 at every ``t0 < T ≤ T_end``; item 2 in its finite-horizon form (O-26) on the
+    last ``n_tail`` rounds, componentwise ``l_ij(w^T) − q*_ij ≤ (q^{T−t0} r_i^{t0} + ε_0)/λ_min,i`` (which is also the
+    limit-point statement for the final iterate). Cor-C is implied by H.31 (``ε_0 ≥ ε_{0,i}``); its tightness is
+    reported against the uniform ``ε_0``.
+
+Negative control
+    F4 double well and F5 kink, as for H.31 (for one client ``ε_0 = ε_{0,1}``): flagged ``w^t ∉ 𝒩`` / eq 51, and
+    items 1–2 fail.
+
+Reference
+    THEOREMS.md §2 "Cor-C" and "H.31 Theorem", §0.1 (seed line 7), §3.1 T-H31, §5 O-8, O-26.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _trajectory_common as tc
+from .h31_shared_iteration_convergence import item1_rows, item2_rows
+
+STATEMENT_ID = "CorC"
+NAME = "Main-text contraction corollary: H.31 items 1-2 with the uniform band eps_0 = max_i eps_{0,i}"
+NUMBER = "Cor-C"
+
+
+@dataclass(frozen=True)
+class Config(tc.ChainConfig):
+    n_sweep: int = 6
+    n_tail: int = 50
+
+    @classmethod
+    def paper(cls) -> Config:
+        return cls(n_runs=40)
+
+
+def run(config: Config | None, rng: np.random.Generator):
+    cfg = config or Config()
+    runs = tc.f1_chains(cfg, rng)
+    rows = tc.RowSet()
+    per_run = []
+    for k, rn in enumerate(runs):
+        eps0 = np.full(rn.N, float(rn.eps0.max()))
+        item1_rows(rows, rn, k, rn.c_d, rn.consts.b, eps0, "uniform eps_0, iterate constants")
+        for c_d, b, e in tc.sweep_constants(rn, cfg.n_sweep):
+            item1_rows(rows, rn, k, c_d, b, np.full(rn.N, float(e.max())), "uniform eps_0, c_d sweep")
+        item2_rows(rows, rn, k, eps0, cfg.n_tail, "uniform eps_0")
+        per_run.append({**rn.summary(), "eps0": float(eps0[0]), "final_r_over_eps0": rn.gap[-1] / eps0})
+    ratios = np.concatenate([np.asarray(p["final_r_over_eps0"]) for p in per_run])
+    details = dict(
+        verdict_constants="iterate constants (c_d, b_i) on t >= t0 (implication chain, O-8); eps_0 = max_i eps_{0,i}",
+        method=("as H.31: shared iteration on F1, L0 exact, B = max gradient norm over the iterates, "
+                "sim.constants.descent_margin_constants on t >= t0 (c_d minimises eps_0 = max_i eps_{0,i})"),
+        band_tightness_final_r_over_eps0=tc.summary(ratios),
+        iterates_violating_region_constants=int(sum(p["iterates_violating_region_constants"] for p in per_run)),
+        per_run=per_run,
+    )
+    return rows.evidence(STATEMENT_ID, NAME, details)
+
+
+def negative_control(config: Config | None, rng: np.random.Generator):
+    cfg = config or Config()
+    controls = tc.one_dim_controls(cfg)
+    rows = tc.RowSet()
+    for c in controls:
+        tc.one_dim_rows(rows, c, {"H.31 item 1", "eq 72"}, tail=cfg.n_tail)
+    details = dict(controls=[c.summary() for c in controls],
+                   figure_data={"double_well": tc.one_dim_figure(controls)})
+    return rows.control(STATEMENT_ID, NAME, [tc.H_REGION, tc.H_H19], details, groups=("F4 double well", "F5 kink"))
