@@ -643,7 +643,9 @@ class Evidence:
     # -- serialisation ------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """The JSON object of the results file: exactly ``id, name, verdict, tightness, instances, excluded,
-        negative_control, counterexamples`` (the count), ``seconds``, plus ``details`` when non-empty."""
+        negative_control, counterexamples`` (the count), ``seconds``, plus ``details`` when non-empty.
+
+        ``details["figure_data"]`` (tables for the report's figures) is left out: the report writes it as CSV."""
         out = {
             "id": self.id,
             "name": self.name,
@@ -655,8 +657,9 @@ class Evidence:
             "counterexamples": int(self.n_counterexamples),
             "seconds": float(self.seconds),
         }
-        if self.details:
-            out["details"] = to_jsonable(self.details)
+        details = {k: v for k, v in self.details.items() if k != "figure_data"}
+        if details:
+            out["details"] = to_jsonable(details)
         return out
 
     def to_record(self) -> dict[str, Any]:

@@ -187,7 +187,7 @@ def build_report(out_dir: str | Path = "reports", *, scale: str = "default", see
     results = run_all(ids, seed=seed, scale=scale, progress=progress)
     rows = [r for _, _, r in results]
     _write_json(out / "results.json", rows)
-    _instances_frame(results).to_csv(out / "instances.csv", index=False)
+    _instances_frame(results).to_csv(out / "instances.csv", index=False, float_format="%.10g")
 
     tables: dict[str, dict[str, pd.DataFrame]] = {}
     for s, ev, _ in results:
