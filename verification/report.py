@@ -248,7 +248,7 @@ def _fmt(t) -> str:
         return "–"
     if isinstance(t, str):
         return t
-    return f"{t:.3g}"
+    return f"{t:.4g}"
 
 
 def _repaired_cell(ev: Evidence | None) -> str:
