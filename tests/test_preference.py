@@ -203,3 +203,39 @@ def test_property_beta_kl_and_gradient_identity(m, seed, spread):
     assert 0 <= beta <= np.log(m) + 1e-12
     assert abs(A @ l) <= 1e-12 * max(1.0, np.abs(A * l).sum())
     assert (np.abs(A).max() == 0) == (beta == 0)
+
+
+# ------------------------------------------------ gradients in the parameters (I3, I4), over problem families
+
+
+def _family(name, rng, m):
+    from sim.problems import CommonMinimizer, PerturbedClients, PlantedQuadraticCluster
+
+    if name == "F1":
+        P = PlantedQuadraticCluster.make(rng, m, 5, 3, spread=0.1)
+        return (lambda w: P.losses(w)), (lambda w: P.grads(w)), P.prefs[1], P.n_params
+    if name == "F2":
+        P = PerturbedClients.make(rng, m, 5, 3, shift=0.2)
+        return (lambda w: P.losses(w, client=2)), (lambda w: P.grads(w, client=2)), P.prefs[2], P.n_params
+    P = CommonMinimizer.make(rng, n_w=5, prefs=tuple(np.linspace(2, 1, m) / np.linspace(2, 1, m).sum()))
+    return (lambda w: P.losses(w)), (lambda w: P.grads(w)), P.prefs, P.hessian.shape[0]
+
+
+@pytest.mark.parametrize("m", [2, 3, 4])
+@pytest.mark.parametrize("family", ["F1", "F2", "F3"])
+def test_gradient_in_parameters_I3_and_directional_derivative_I4(family, m):
+    """∇_w β = G A / Z and d/ds β(l(w − s v)) = −vᵀ G A / Z, central differences (step 1e-7), rel. error <= 1e-5."""
+    rng = np.random.default_rng([m, ["F1", "F2", "F3"].index(family)])
+    loss, grad, lam, n_w = _family(family, rng, m)
+    h = 1e-7
+    for _ in range(10):
+        w = rng.normal(size=n_w)
+        l, G = loss(w), grad(w)
+        beta, A = uniformity_and_adjustment(l, lam)
+        exact = G @ A / normalizer(l, lam)
+        fd = np.array([(preference_uniformity(loss(w + h * e), lam) - preference_uniformity(loss(w - h * e), lam))
+                       / (2 * h) for e in np.eye(n_w)])
+        assert np.linalg.norm(fd - exact) <= FD_RTOL * np.linalg.norm(exact), (w, fd, exact)
+        v = rng.normal(size=n_w)
+        dd = (preference_uniformity(loss(w - h * v), lam) - preference_uniformity(loss(w + h * v), lam)) / (2 * h)
+        assert abs(dd + v @ exact) <= FD_RTOL * max(abs(v @ exact), np.linalg.norm(v) * np.linalg.norm(exact) * 1e-3)
