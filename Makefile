@@ -27,7 +27,7 @@ report: $(STAMP)
 
 ## bench: pytest-benchmark speed comparisons (batched LP solver against HiGHS)
 bench: $(STAMP)
-	$(BIN)/python -m pytest -m bench --benchmark-enable --benchmark-columns=min,median,mean,rounds
+	$(BIN)/python -m pytest -m bench -s --benchmark-enable --benchmark-columns=min,median,mean,rounds
 
 lint: $(STAMP)
 	$(BIN)/ruff check sim verification tests
