@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -171,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     except registry.StatementImportError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:  # output piped into a reader that closed early (e.g. `| head`)
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at interpreter exit
+        return EXIT_OK
 
 
 if __name__ == "__main__":
