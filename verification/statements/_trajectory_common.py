@@ -718,6 +718,17 @@ def summary(x) -> dict:
 # ============================================================================================ evidence assembly
 
 
+def one_dim_control(stmt_id: str, name: str, cfg: ChainConfig, checks, *, tail: int = 50):
+    """The shared negative control of the chain statements: F4 double well and F5 kink, where H.19 (and
+    ``w ∈ 𝒩``) fail; ``checks`` are the conclusions of the statement evaluated on those runs."""
+    controls = one_dim_controls(cfg)
+    rows = RowSet()
+    for c in controls:
+        one_dim_rows(rows, c, checks, tail=tail)
+    details = dict(controls=[c.summary() for c in controls], figure_data={"double_well": one_dim_figure(controls)})
+    return rows.control(stmt_id, name, [H_REGION, H_H19], details, groups=("F4 double well", "F5 kink"))
+
+
 class RowSet:
     """Rows of conclusions ``lhs ≤ rhs`` from several blocks (checks), with per-row hypothesis margins.
 

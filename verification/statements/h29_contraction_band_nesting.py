@@ -245,10 +245,4 @@ def run(config: Config | None, rng: np.random.Generator):
 
 def negative_control(config: Config | None, rng: np.random.Generator):
     cfg = config or Config()
-    controls = tc.one_dim_controls(cfg)
-    rows = tc.RowSet()
-    for c in controls:
-        tc.one_dim_rows(rows, c, {"eq 65", "eq 66", "eq 63"})
-    details = dict(controls=[c.summary() for c in controls],
-                   figure_data={"double_well": tc.one_dim_figure(controls)})
-    return rows.control(STATEMENT_ID, NAME, [tc.H_REGION, tc.H_H19], details, groups=("F4 double well", "F5 kink"))
+    return tc.one_dim_control(STATEMENT_ID, NAME, cfg, {"eq 65", "eq 66", "eq 63"})
