@@ -238,4 +238,4 @@ def test_gradient_in_parameters_I3_and_directional_derivative_I4(family, m):
         assert np.linalg.norm(fd - exact) <= FD_RTOL * np.linalg.norm(exact), (w, fd, exact)
         v = rng.normal(size=n_w)
         dd = (preference_uniformity(loss(w - h * v), lam) - preference_uniformity(loss(w + h * v), lam)) / (2 * h)
-        assert abs(dd + v @ exact) <= FD_RTOL * max(abs(v @ exact), np.linalg.norm(v) * np.linalg.norm(exact) * 1e-3)
+        assert abs(dd + v @ exact) <= FD_RTOL * abs(v @ exact)
