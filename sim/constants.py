@@ -63,6 +63,9 @@ __all__ = [
     "lp_sensitivity",
     "LPBasis",
     "lp_basis",
+    "basis_duals",
+    "ClientBasis",
+    "client_basis",
     "h11_constant",
     "RegularityConstants",
     "regularity_constants",
@@ -477,6 +480,77 @@ def lp_basis(
         nondegenerate=nondeg, basis_rows=ro(basis_rows), M_B=ro(M_B), b_B=ro(b_B), b_const_B=ro(b0_B),
         S_B=ro(S_B), kappa_lp=kappa, reason=reason,
     )
+
+
+def basis_duals(info: LPBasis) -> tuple[np.ndarray, np.ndarray, bool, float]:
+    """Duals of the balancing LP at the basis of ``info``.
+
+    At a basis (``m`` linearly independent active rows ``M_B``) the duals are unique: stationarity of
+    ``max (CA)ᵀμ s.t. M_r μ ≥ b_r (r ≠ eq), 1ᵀμ = 1`` reads ``CA = M_Bᵀ y``; optimality needs ``y_r ≤ 0`` on every
+    active inequality and strict complementarity ``y_r ≠ 0``. One ``m×m`` solve gives the numbers HiGHS reports
+    as ``res.ineqlin.marginals`` / ``res.lower.marginals`` for that vertex, and certifies the vertex optimal.
+
+    Returns ``(sign_duals (m,), constraint_duals (m,), dual_feasible, min |dual| over active inequalities)``,
+    in the indexing :func:`lp_basis` expects (``constraint_duals[j]`` for row ``(Cμ)_j ≥ rhs_j``).
+    """
+    m = info.adjustment.shape[0]
+    y = np.linalg.solve(info.M_B.T, info.CA)
+    sign = np.zeros(m)
+    con = np.zeros(m)
+    ineq = []
+    for r_idx, y_r in zip(info.basis_rows, y, strict=True):
+        kind, j = info.rows[int(r_idx)]
+        if kind == "sign":
+            sign[j] = y_r
+            ineq.append(y_r)
+        elif kind == "con":
+            con[j] = y_r
+            ineq.append(y_r)
+    ineq = np.asarray(ineq)
+    scale = max(1.0, float(np.abs(info.CA).max()))
+    feasible = bool(np.all(ineq <= 1e-12 * scale)) if ineq.size else True
+    min_abs = float(np.abs(ineq).min()) if ineq.size else np.inf
+    return sign, con, feasible, min_abs
+
+
+@dataclass(frozen=True, eq=False)
+class ClientBasis:
+    """One client's LP vertex: the :class:`LPBasis` (with duals) and the dual certificate."""
+
+    info: LPBasis | None  # None: dom mode (lp_basis is defined for balancing mode only)
+    dual_feasible: bool
+    min_dual: float
+
+    @property
+    def vertex(self) -> bool:
+        """Non-degenerate *optimal* vertex: a basis, strictly complementary, dual feasible."""
+        return bool(self.info is not None and self.info.is_basis and self.info.nondegenerate
+                    and self.dual_feasible)
+
+    @property
+    def key(self) -> tuple | None:
+        """Identity of the basis: the index sets and the labels of the basis rows."""
+        if self.info is None or not self.info.is_basis:
+            return None
+        rows = tuple(self.info.rows[int(r)] for r in self.info.basis_rows)
+        return (tuple(self.info.J.tolist()), tuple(self.info.J_star.tolist()), rows)
+
+    @property
+    def a_dependent(self) -> bool:
+        """The basis holds an A-dependent row (``S_B ≠ 0``); otherwise consequence (a) of H.6: ``H = 0``."""
+        return bool(self.info is not None and self.info.is_basis and np.any(self.info.S_B))
+
+
+def client_basis(losses, pref, gram, weights, mode: str, *, dual_tol: float = 1e-10) -> ClientBasis:
+    """Classify one client's LP solution (two passes of :func:`lp_basis`: rows, then duals)."""
+    if mode != "balance":
+        return ClientBasis(None, False, 0.0)
+    info = lp_basis(losses, pref, gram, weights)
+    if not info.is_basis:
+        return ClientBasis(info, False, 0.0)
+    sd, cd, feas, min_abs = basis_duals(info)
+    info = lp_basis(losses, pref, gram, weights, sign_duals=sd, constraint_duals=cd, dual_tol=dual_tol)
+    return ClientBasis(info, feas, min_abs)
 
 
 def h11_constant(kappa_lp, gram, L_adj, *, half: bool = False) -> np.float64:

@@ -62,6 +62,7 @@ __all__ = [
     "STATUSES",
     "lp_direction",
     "lp_direction_reference",
+    "HIGHS_OPTIONS",
 ]
 
 #: Every status a result can carry.
@@ -494,7 +495,7 @@ def lp_direction(
 
 #: HiGHS at its tightest feasibility tolerances (its defaults, 1e-7, are loose for an oracle of a solver that
 #: is exact to round-off: near-stationary instances have LP values of order 1e-7).
-_HIGHS_OPTIONS = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10, "presolve": False}
+HIGHS_OPTIONS = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10, "presolve": False}
 
 
 def _solve_highs(lp: _LP, scaled):
@@ -517,7 +518,7 @@ def _solve_highs(lp: _LP, scaled):
             b_eq=np.ones(1),
             bounds=[(0, None)] * m,
             method="highs",
-            options=_HIGHS_OPTIONS,
+            options=HIGHS_OPTIONS,
         )
         iters[i] = getattr(res, "nit", 0)
         if res.status == 0:

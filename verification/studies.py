@@ -42,18 +42,19 @@ from sim.algorithm import (
     Phase1Config,
     Phase2Config,
     PreconditionerState,
+    ProblemSpec,
+    build_problem,
     clustering_step,
     phase1,
     phase2,
     preconditioned_step,
 )
 from sim.cluster import Clustering
+from sim.constants import client_basis
 from sim.direction import lp_direction
 from sim.hull import min_norm_element, near_active_set
 from sim.problems import CommonMinimizer
-from sim.simulate import ProblemSpec, build_problem
 from verification.evidence import to_jsonable
-from verification.statements import _lp_common as LC
 
 __all__ = [
     "StudyResult",
@@ -129,7 +130,7 @@ def _default_problem() -> ProblemSpec:
 
 
 def _setup(spec: ProblemSpec, rng: np.random.Generator):
-    """Planted F1 problem of :func:`sim.simulate.build_problem`: ``(source, w_ref, train clients, planted group
+    """Planted F1 problem of :func:`sim.algorithm.build_problem`: ``(source, w_ref, train clients, planted group
     of every client)``."""
     src, w_ref, train, _new, groups = build_problem(spec, rng)
     return src, w_ref, train, groups
@@ -478,7 +479,7 @@ def study_h6_basis(config: H6BasisConfig | None, rng: np.random.Generator) -> St
                 C = G[0].T @ G[0]
                 C = 0.5 * (C + C.T)
                 dr = lp_direction(l, lam, np.broadcast_to(C, (clients.size,) + C.shape), eps_mode=cfg.eps_mode)
-                bases = [LC.client_basis(l[k], lam[k], C, dr.weights[k], str(dr.mode[k]))
+                bases = [client_basis(l[k], lam[k], C, dr.weights[k], str(dr.mode[k]))
                          for k in range(clients.size)]
                 status = _h6_status(dr.mode, bases)
                 d = dr.weights @ G[0].T
@@ -531,7 +532,7 @@ def study_h6_basis(config: H6BasisConfig | None, rng: np.random.Generator) -> St
         "At the server model of every round of Phase 1 and Phase 2 (w_ref, ..., w_I, ..., w_II) every client of a "
         "Stage-1+2 cluster solves the EPO LP at the common (l, C) (F1: H.5 holds; h5_gap is the measured max gradient "
         "difference) with eps_mode as configured, and its optimal vertex is classified by sim.constants.lp_basis with "
-        "the unique basis duals (verification.statements._lp_common.client_basis, as in the H.6 check). Cluster "
+        "the unique basis duals (sim.constants.client_basis, as in the H.6 check). Cluster "
         "status, tested in this order: descent_client (some client in descent mode: H.6 does not hold, O-24), "
         "not_nondegenerate_vertex (some client's vertex has != m active rows, dependent rows, a zero dual, or is not "
         "dual feasible), different_index_sets (J or J* differ), different_bases (same index sets, different basis "

@@ -6,13 +6,9 @@ every client solves the EPO LP (:func:`sim.direction.lp_direction`, ``eps_mode =
 the common ``(l, C)``, and :func:`client_basis` classifies its optimal vertex in the LP matrix form of §1.5
 (:func:`sim.constants.lp_basis`).
 
-Duals. :func:`sim.constants.lp_basis` needs the duals of the active rows to decide strict complementarity. At a
-basis (``m`` linearly independent active rows ``M_B``) the duals are unique: stationarity of
-``max (CA)ᵀμ s.t. M_r μ ≥ b_r (r ≠ eq), 1ᵀμ = 1`` reads ``CA = M_Bᵀ y``; optimality needs ``y_r ≤ 0`` on every
-active inequality (``y = −ν``, ``ν ≥ 0`` the multipliers), strict complementarity ``y_r ≠ 0``. They are computed
-here by one ``m×m`` solve, which is the same number HiGHS reports as ``res.ineqlin.marginals`` /
-``res.lower.marginals`` for that vertex, and doubles as an optimality certificate of the batched solver's vertex
-(``dual_feasible``). HiGHS is used as an independent oracle only for the LP at a blended adjustment
+Duals. :func:`sim.constants.client_basis` computes the duals of the vertex (unique at a basis) and decides
+strict complementarity; the dual feasibility doubles as an optimality certificate of the batched solver's
+vertex. HiGHS is used as an independent oracle only for the LP at a blended adjustment
 (:func:`solve_fixed_index_lp`), which no public kernel solves (the kernels take ``(l, λ, C)``, not ``A``).
 """
 
@@ -24,7 +20,8 @@ import numpy as np
 
 from sim import cluster as cl
 from sim import constants as K
-from sim.direction import lp_direction
+from sim.constants import client_basis
+from sim.direction import HIGHS_OPTIONS, lp_direction
 from sim.preference import normalized_losses
 from sim.problems import PlantedQuadraticCluster
 
@@ -33,73 +30,6 @@ DUAL_TOL = 1e-10
 #: eq 8 tolerance (H.6 checklist: ‖μ_i − M_B⁻¹ b_B(A_i)‖ ≤ 1e-9).
 EQ8_TOL = 1e-9
 
-_HIGHS_OPTIONS = {"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10, "presolve": False}
-
-
-def basis_duals(info: K.LPBasis) -> tuple[np.ndarray, np.ndarray, bool, float]:
-    """Duals of the basis of ``info`` (see the module docstring).
-
-    Returns ``(sign_duals (m,), constraint_duals (m,), dual_feasible, min |dual| over active inequalities)``,
-    in the indexing :func:`sim.constants.lp_basis` expects (``constraint_duals[j]`` for row ``(Cμ)_j ≥ rhs_j``).
-    """
-    m = info.adjustment.shape[0]
-    y = np.linalg.solve(info.M_B.T, info.CA)
-    sign = np.zeros(m)
-    con = np.zeros(m)
-    ineq = []
-    for r_idx, y_r in zip(info.basis_rows, y, strict=True):
-        kind, j = info.rows[int(r_idx)]
-        if kind == "sign":
-            sign[j] = y_r
-            ineq.append(y_r)
-        elif kind == "con":
-            con[j] = y_r
-            ineq.append(y_r)
-    ineq = np.asarray(ineq)
-    scale = max(1.0, float(np.abs(info.CA).max()))
-    feasible = bool(np.all(ineq <= 1e-12 * scale)) if ineq.size else True
-    min_abs = float(np.abs(ineq).min()) if ineq.size else np.inf
-    return sign, con, feasible, min_abs
-
-
-@dataclass(frozen=True, eq=False)
-class ClientBasis:
-    """One client's LP vertex: the :class:`sim.constants.LPBasis` (with duals) and the dual certificate."""
-
-    info: K.LPBasis | None  # None: dom mode (lp_basis is defined for balancing mode only)
-    dual_feasible: bool
-    min_dual: float
-
-    @property
-    def vertex(self) -> bool:
-        """Non-degenerate *optimal* vertex: a basis, strictly complementary, dual feasible."""
-        return bool(self.info is not None and self.info.is_basis and self.info.nondegenerate
-                    and self.dual_feasible)
-
-    @property
-    def key(self) -> tuple | None:
-        """Identity of the basis: the index sets and the labels of the basis rows."""
-        if self.info is None or not self.info.is_basis:
-            return None
-        rows = tuple(self.info.rows[int(r)] for r in self.info.basis_rows)
-        return (tuple(self.info.J.tolist()), tuple(self.info.J_star.tolist()), rows)
-
-    @property
-    def a_dependent(self) -> bool:
-        """The basis holds an A-dependent row (``S_B ≠ 0``); otherwise consequence (a) of H.6: ``H = 0``."""
-        return bool(self.info is not None and self.info.is_basis and np.any(self.info.S_B))
-
-
-def client_basis(losses, pref, gram, weights, mode: str) -> ClientBasis:
-    """Classify one client's LP solution (two passes of :func:`sim.constants.lp_basis`: rows, then duals)."""
-    if mode != "balance":
-        return ClientBasis(None, False, 0.0)
-    info = K.lp_basis(losses, pref, gram, weights)
-    if not info.is_basis:
-        return ClientBasis(info, False, 0.0)
-    sd, cd, feas, min_abs = basis_duals(info)
-    info = K.lp_basis(losses, pref, gram, weights, sign_duals=sd, constraint_duals=cd, dual_tol=DUAL_TOL)
-    return ClientBasis(info, feas, min_abs)
 
 
 @dataclass(frozen=True, eq=False)
@@ -217,7 +147,8 @@ def analyse_cluster(problem: PlantedQuadraticCluster, w: np.ndarray, rho: np.nda
     gap = float(np.linalg.norm(Gi - Gi[:1], axis=1).max())
     res = lp_direction(np.broadcast_to(l, (N, l.shape[0])), problem.prefs, np.broadcast_to(C, (N,) + C.shape),
                        eps_mode=0.0)
-    bases = tuple(client_basis(l, problem.prefs[i], C, res.weights[i], str(res.mode[i])) for i in range(N))
+    bases = tuple(client_basis(l, problem.prefs[i], C, res.weights[i], str(res.mode[i]), dual_tol=DUAL_TOL)
+                  for i in range(N))
     return ClusterLP(l, G, C, gap, problem.prefs.copy(), res.adjustment, res.weights, rho, res.mode, res.status,
                      bases, float(problem.spread), w)
 
@@ -247,7 +178,7 @@ def solve_fixed_index_lp(info: K.LPBasis, adjustment: np.ndarray) -> np.ndarray 
     m = M.shape[1]
     ineq = M[1 + m:]
     res = linprog(-CA, A_ub=-ineq if ineq.size else None, b_ub=-b[1 + m:] if ineq.size else None,
-                  A_eq=M[:1], b_eq=b[:1], bounds=[(0, None)] * m, method="highs", options=_HIGHS_OPTIONS)
+                  A_eq=M[:1], b_eq=b[:1], bounds=[(0, None)] * m, method="highs", options=HIGHS_OPTIONS)
     return res.x if res.status == 0 else None
 
 
