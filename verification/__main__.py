@@ -80,7 +80,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     n = len(stmts)
     for k, s in enumerate(stmts, 1):
         try:
-            ev = registry.run_statement(s, seed=args.seed)
+            ev = registry.run_statement(s, seed=args.seed, jitter=args.jitter, jitter_seed=args.jitter_seed)
         except Exception as exc:  # noqa: BLE001 - reported, counted as a failure, the run continues
             traceback.print_exc(file=sys.stderr)
             row = {
@@ -112,6 +112,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return EXIT_FAIL if failed else EXIT_OK
 
 
+def _jitter_value(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (0.0 <= v < 1e-3):
+        raise argparse.ArgumentTypeError(f"must be a relative size in [0, 1e-3); got {text!r}")
+    return v
+
+
 def _add_list(sub) -> None:
     p = sub.add_parser("list", help="list the statements: id, number, name")
     p.set_defaults(func=_cmd_list)
@@ -127,6 +137,12 @@ def _add_run(sub) -> None:
                         "control stops being detected, or a tightness moves past the tolerance")
     p.add_argument("--tightness-rtol", type=float, default=regression.TIGHTNESS_RTOL,
                    help="relative tolerance on tightness changes against the baseline (default %(default)s)")
+    p.add_argument("--jitter", type=_jitter_value, default=0.0, metavar="REL",
+                   help="roundoff-sensitivity mode: perturb every problem's data by the relative amount REL (e.g. "
+                        "1e-14; every continuous random draw x becomes x(1 + REL·u), u ~ U(-1, 1)); with --baseline, "
+                        "verdicts, negative controls, counterexample counts and tightness must not move (default 0)")
+    p.add_argument("--jitter-seed", type=int, default=1, metavar="N",
+                   help="seed of the jitter stream (independent of --seed; default %(default)s)")
     p.set_defaults(func=_cmd_run)
 
 
