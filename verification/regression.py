@@ -5,8 +5,17 @@ A comparison fails when, for a statement present in both runs,
 * the verdict changes from ``holds`` (or ``finding``) to anything else (``violated``, ``vacuous``, ``error``),
   or from ``finding`` to ``holds`` (the expected counterexample is no longer shown);
 * a negative control that was ``detected`` is no longer detected;
+* the number of counterexamples changes (a finding that shows 189 counterexamples where the baseline showed 195
+  has changed, even if the verdict has not);
 * the tightness moves by more than ``atol + rtol·|baseline|`` (default ``rtol = 1e-3``, ``atol = 1e-9``): every
-  check is deterministic given its seed, so a change past round-off means the numbers changed.
+  check is deterministic given its seed, so a change past round-off means the numbers changed. A row that states a
+  ``tightness_floor`` (an identity whose tightness is a residual, i.e. roundoff: H.5, H.6) is compared against that
+  absolute floor instead: it fails only when the tightness rises above the floor; any two values below it are
+  roundoff and compare equal.
+
+Fields compared, and how: ``verdict`` (exactly, with the rules above), ``negative_control`` (detected must stay
+detected), ``counterexamples`` (exactly), ``tightness`` (relative tolerance, or the row's absolute floor).
+``instances``, ``excluded``, ``seconds`` and ``details`` are not compared.
 
 Statements only in the current run are reported as new; statements only in the baseline are reported as not
 run (a subset run is allowed). Neither fails the comparison.
@@ -95,8 +104,20 @@ def compare(current: list[dict[str, Any]], baseline: list[dict[str, Any]], *,
         n0, n1 = b.get("negative_control", "none"), row.get("negative_control", "none")
         if n0 == "detected" and n1 != "detected":
             out.failures.append(f"{sid}: negative control {n0} -> {n1}")
+        c0, c1 = b.get("counterexamples"), row.get("counterexamples")
+        if c0 is not None and c1 is not None and c0 != c1:
+            out.failures.append(f"{sid}: counterexamples {c0} -> {c1}")
         t0, t1 = _tightness(b), _tightness(row)
         if t0 is None and t1 is None:
+            continue
+        floor = b.get("tightness_floor", row.get("tightness_floor"))
+        if floor is not None and t0 is not None and t1 is not None and t0 <= floor:
+            if t1 > floor:
+                out.failures.append(
+                    f"{sid}: tightness {t0:.6g} -> {t1:.6g} rose above the roundoff floor {floor:.3g} of this residual"
+                )
+            elif t1 != t0:
+                out.notes.append(f"{sid}: tightness {t0:.3g} -> {t1:.3g} (both below the roundoff floor {floor:.3g})")
             continue
         if (t0 is None) != (t1 is None):
             out.failures.append(f"{sid}: tightness {t0} -> {t1}")
