@@ -152,3 +152,10 @@ def test_roundoff_sensitivity_mode_can_fail(tmp_path):
     """The jitter mode is not vacuous: at a relative 1e-3 the problems differ enough to move tightness."""
     proc = _run_cli("H.15", "--jitter", "9e-4", "--baseline", str(BASELINE))
     assert proc.returncode == 1 and "REGRESSION H.15" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_non_finite_tightness_spelled_as_strings_is_compared():
+    """results.json spells non-finite floats "nan"/"inf" (strict JSON): they are values, not missing values."""
+    assert not compare([_row("A", tightness=0.5)], [_row("A", tightness="inf")]).ok
+    assert not compare([_row("A", tightness="nan")], [_row("A", tightness="inf")]).ok
+    assert compare([_row("A", tightness="inf")], [_row("A", tightness="inf")]).ok

@@ -29,7 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TIGHTNESS_RTOL", "TIGHTNESS_ATOL", "Regression", "compare", "load_results"]
+from .evidence import NEGATIVE_CONTROL_STATES, VERDICTS
+
+__all__ = ["TIGHTNESS_RTOL", "TIGHTNESS_ATOL", "Regression", "compare", "load_results", "check_rows"]
 
 TIGHTNESS_RTOL = 1e-3
 TIGHTNESS_ATOL = 1e-9
@@ -63,20 +65,71 @@ class Regression:
 
 
 def load_results(path: str | Path) -> list[dict[str, Any]]:
-    """Read a results JSON list; raises ``ValueError`` naming the file when it is not of the run schema."""
+    """Read a results JSON list; raises ``ValueError`` naming the file (and, for a bad row, the statement id and the
+    field) when it is not of the run schema (:func:`check_rows`)."""
     p = Path(path)
     try:
         data = json.loads(p.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"cannot read baseline {str(p)!r}: {exc}") from exc
+    except OSError as exc:
+        raise ValueError(f"cannot read baseline {str(p)!r}: {exc.strerror or exc}") from exc
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"baseline {str(p)!r} is not JSON: {exc}") from exc
     if not isinstance(data, list) or not all(isinstance(r, dict) and "id" in r and "verdict" in r for r in data):
         raise ValueError(f"baseline {str(p)!r} is not a results list (objects with 'id' and 'verdict')")
+    check_rows(data, f"baseline {str(p)!r}")
     return data
 
 
-def _tightness(row: dict) -> float | None:
+_VERDICTS = (*VERDICTS, "error")
+_NONFINITE = ("nan", "inf", "-inf")
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _row_problem(row: dict[str, Any]) -> tuple[str, str] | None:
+    """(field, what it must be) for the first field of ``row`` outside the run schema, or None."""
+    if not isinstance(row["id"], str) or not row["id"]:
+        return "id", "a non-empty string"
+    if row["verdict"] not in _VERDICTS:
+        return "verdict", f"one of {', '.join(_VERDICTS)}"
+    if row.get("negative_control", "none") not in NEGATIVE_CONTROL_STATES:
+        return "negative_control", f"one of {', '.join(NEGATIVE_CONTROL_STATES)}"
     t = row.get("tightness")
-    if t is None or isinstance(t, str):
+    if not (t is None or _is_number(t) or t in _NONFINITE):
+        return "tightness", "a number, null or one of 'nan', 'inf', '-inf'"
+    for name in ("instances", "excluded", "counterexamples"):
+        v = row.get(name, 0)
+        if not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
+            return name, "an integer >= 0"
+    v = row.get("seconds", 0.0)
+    if not (_is_number(v) and math.isfinite(v) and v >= 0):
+        return "seconds", "a finite number >= 0"
+    return None
+
+
+def check_rows(rows: list[dict[str, Any]], source: str) -> None:
+    """Check result rows (objects with ``id`` and ``verdict``) against the schema of ``python -m verification
+    run``; raises ``ValueError`` naming ``source``, the statement id and the field of the first bad value, or the
+    first id that occurs twice. Fields other than the schema's are not checked."""
+    seen: set[Any] = set()
+    for k, row in enumerate(rows):
+        problem = _row_problem(row)
+        where = f"statement {row['id']!r}" if problem is None or problem[0] != "id" else f"row {k}"
+        if problem is not None:
+            name, must = problem
+            raise ValueError(f"{source}: {where}: field {name!r} must be {must}; got {row.get(name)!r}")
+        if row["id"] in seen:
+            raise ValueError(f"{source}: statement {row['id']!r} occurs twice")
+        seen.add(row["id"])
+
+
+def _tightness(row: dict) -> float | None:
+    """The row's tightness as a float (``"nan"``, ``"inf"``, ``"-inf"``: the JSON spelling of non-finite values);
+    None when the row has none."""
+    t = row.get("tightness")
+    if t is None:
         return None
     return float(t)
 
