@@ -49,14 +49,23 @@ _INF = np.inf
 # ------------------------------------------------------------------------------------------------ helpers
 
 
-@njit(cache=True)
-def _pairwise_block(a, lo, n):
-    """numpy's pairwise sum of ``a[lo:lo+n]`` for ``n <= 128`` (one leaf of its recursion)."""
+@njit(cache=True, error_model="numpy", inline="always")
+def _pairwise_sum(a, lo, n):
+    """``numpy.add.reduce`` of ``a[lo:lo+n]`` over a contiguous axis, in numpy's pairwise order (bit-identical).
+    Below 8 terms numpy adds in order; longer sums: :func:`_pairwise_sum_long`. Inlined where it is called (a
+    numba function that calls another is not inlined by LLVM, and a call costs more than a short sum)."""
     if n < 8:
         s = 0.0
         for i in range(lo, lo + n):
             s += a[i]
         return s
+    return _pairwise_sum_long(a, lo, n)
+
+
+@njit(cache=True, error_model="numpy")
+def _pairwise_block(a, lo, n):
+    """numpy's pairwise sum of ``a[lo:lo+n]`` for ``8 <= n <= 128`` (a leaf of its recursion): eight accumulators,
+    combined pairwise, then the remainder in order."""
     r0, r1, r2, r3 = a[lo], a[lo + 1], a[lo + 2], a[lo + 3]
     r4, r5, r6, r7 = a[lo + 4], a[lo + 5], a[lo + 6], a[lo + 7]
     i = 8
@@ -77,11 +86,11 @@ def _pairwise_block(a, lo, n):
     return s
 
 
-@njit(cache=True)
-def _pairwise_sum(a, lo, n):
-    """``numpy.add.reduce`` of ``a[lo:lo+n]`` over a contiguous axis, in numpy's pairwise order (bit-identical):
-    blocks of at most 128 summed by :func:`_pairwise_block`, halves (cut at a multiple of 8) added pairwise. The
-    recursion is unrolled on an explicit stack (numba's cache cannot hold recursive functions)."""
+@njit(cache=True, error_model="numpy")
+def _pairwise_sum_long(a, lo, n):
+    """:func:`_pairwise_sum` for ``n >= 8``: blocks of at most 128 terms by :func:`_pairwise_block`, longer ones
+    halved (at a multiple of 8) and the halves added, numpy's recursion unrolled on an explicit stack (numba's cache
+    cannot hold recursive functions)."""
     if n <= 128:
         return _pairwise_block(a, lo, n)
     slo = np.empty(64, dtype=np.int64)
@@ -118,13 +127,13 @@ def _pairwise_sum(a, lo, n):
     return total
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy", inline="always")
 def _np_sum(a):
     """``a.sum()`` of a contiguous 1-D array, bit-identical to numpy (its pairwise summation)."""
     return _pairwise_sum(a, 0, a.shape[0])
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy", inline="always")
 def _dot(a, b, n, tmp):
     """``(a[:n] * b[:n]).sum()`` as numpy computes it (products, then its pairwise sum); ``tmp`` is scratch."""
     for i in range(n):
@@ -132,7 +141,7 @@ def _dot(a, b, n, tmp):
     return _pairwise_sum(tmp, 0, n)
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _nmax(a, b):
     """``numpy.maximum`` of two scalars (NaN propagates)."""
     if a != a or b != b:
@@ -143,7 +152,7 @@ def _nmax(a, b):
 # ------------------------------------------------------------------------------------------------ checks
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _check_instance(l, lam, C, P, L):
     """Input checks of one instance; returns a CHECK_* code. ``L`` is an (m, m) workspace for the Cholesky factor."""
     m = l.shape[0]
@@ -191,7 +200,7 @@ def _check_instance(l, lam, C, P, L):
     return CHECK_OK
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def check_inputs(l, lam, C, P):
     """Checks of every instance (shapes (N, m), (N, m), (N, m, m)); returns ``(first bad instance or -1, code)``."""
     N, m = l.shape
@@ -206,7 +215,7 @@ def check_inputs(l, lam, C, P):
 # ------------------------------------------------------------------------------------------------ builder
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _preference_parts(l, lam, P, w):
     """:class:`sim.preference.PreferenceParts` of one instance into the workspace rows ``w[0..7]``:
     ``y, lhat, x, A, res_A`` (rows 0-4; rows 5-7 are scratch); returns ``(beta, spread, beta_resolution)``."""
@@ -265,7 +274,7 @@ def _preference_parts(l, lam, P, w):
     return beta, spread, res_beta
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _build_instance(l, lam, C, eps_mode, restricted, tlog, P, w, c, D, e, active, CA, J, Jstar):
     """``sim.direction._build`` for one instance: fills ``c (m), D (m+1, m), e (m+1), active (m+1), CA, J, J*``
     and the workspace rows of :func:`_preference_parts` (``A`` in ``w[3]``); returns ``(beta, balance, ambiguous)``."""
@@ -338,7 +347,7 @@ def _build_instance(l, lam, C, eps_mode, restricted, tlog, P, w, c, D, e, active
     return beta, balance, amb
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _scale(c, D, e, cs, Ds, es):
     """Rows and objective scaled to max-norm 1 (``sim.direction._scale_lp``)."""
     k, m = D.shape
@@ -363,7 +372,7 @@ def _scale(c, D, e, cs, Ds, es):
 # ------------------------------------------------------------------------------------------------ simplex
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _dual_simplex(c, D, e, max_iter, bland_after, P, T, basis, prow, f):
     """``sim.direction._dual_simplex`` for one instance (same tableau, same pivots); returns
     ``(code, iterations)`` with code 0 optimal, 1 infeasible, 2 iteration limit. The final tableau stays in ``T``
@@ -447,7 +456,7 @@ def _dual_simplex(c, D, e, max_iter, bland_after, P, T, basis, prow, f):
     return 2, it
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _weights_from(xB, basis, m, mu):
     """``sim.direction._weights``: ``μ = max(x_{:m}, 0) / Σ``."""
     for j in range(m):
@@ -460,7 +469,7 @@ def _weights_from(xB, basis, m, mu):
         mu[j] = mu[j] / s
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _certificate(c, D, e, mu, y, tmp):
     """KKT residual ``max(max_j (c - Aᵀy)_j, max_i y_i, |cᵀμ - bᵀy|, 0)`` (``sim.direction._certificate``)."""
     k, m = D.shape
@@ -480,7 +489,7 @@ def _certificate(c, D, e, mu, y, tmp):
     return _nmax(_nmax(zmax, ymax), _nmax(gap, 0.0))
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _feasibility(D, e, mu, tmp):
     """``sim.direction._feasibility_residual`` of one instance."""
     k, m = D.shape
@@ -493,7 +502,7 @@ def _feasibility(D, e, mu, tmp):
     return _nmax(_nmax(rows, -mumin), _nmax(abs(_np_sum(mu) - 1.0), 0.0))
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _resolve_basis(D, e, basis, B, xB):
     """``B x_B = b`` from the data (``sim.direction._resolve_basis``, the same elimination as
     ``sim.direction._lu_solve``); returns False (and leaves ``xB`` meaningless) where ``B`` is exactly singular."""
@@ -541,7 +550,7 @@ def _resolve_basis(D, e, basis, B, xB):
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _solve_lp(c, D, e, max_iter, P, T, basis, prow, f, y, xB, xr, B, tmp, mu):
     """Dual simplex, recovery and certificate of one scaled LP (``sim.direction._solve_batched`` per instance).
 
@@ -597,7 +606,7 @@ F_GAIN, F_BETA, F_OBJ, F_FEAS, F_KKT = 0, 1, 2, 3, 4  # offsets from 2m
 B_BALANCE, B_UNIQUE, B_AMBIGUOUS, B_REDO = 0, 1, 2, 3  # offsets from 2m
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def _workspace(m):
     """Scratch arrays for one instance: vectors ``V`` (rows: preference parts 0-8, c, c scaled, e, e scaled, pivot
     row, pivot column, duals, basic values, re-solved values), ``D`` and its scaled copy, the tableau, ``B``, the
@@ -608,7 +617,7 @@ def _workspace(m):
             np.empty((p, p)), np.empty(p, dtype=np.int64), np.empty(k, dtype=np.bool_))
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def direction_instance(t, l, lam, C, eps_mode, restricted, tlog, policy, max_iter, P, w, V, D, Ds, T, B, basis,
                        active, F, Fl, I):
     """The LP direction of instance ``t`` (``sim.direction._finish`` per instance) into row ``t`` of the outputs
@@ -666,7 +675,7 @@ def direction_instance(t, l, lam, C, eps_mode, restricted, tlog, policy, max_ite
     I[t, 1] = iters
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def directions(l, lam, C, eps_mode, restricted, tlog, policy, max_iter, P, check):
     """Every instance of ``(l, λ, C)`` (shapes (N, m), (N, m), (N, m, m), C-contiguous float64).
 
@@ -689,13 +698,21 @@ def directions(l, lam, C, eps_mode, restricted, tlog, policy, max_iter, P, check
     Fl = np.empty((N, 2 * m + 4), dtype=np.bool_)
     I = np.empty((N, 2), dtype=np.int64)
     w, V, D, Ds, T, B, basis, active = _workspace(m)
-    for t in range(N):
-        direction_instance(t, l, lam, C, eps_mode, restricted, tlog, policy, max_iter, P, w, V, D, Ds, T, B, basis,
-                           active, F, Fl, I)
+    instance_loop(l, lam, C, eps_mode, restricted, tlog, policy, max_iter, P, w, V, D, Ds, T, B, basis, active, F,
+                  Fl, I)
     return -1, CHECK_OK, F, Fl, I
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
+def instance_loop(l, lam, C, eps_mode, restricted, tlog, policy, max_iter, P, w, V, D, Ds, T, B, basis, active, F,
+                  Fl, I):
+    """:func:`direction_instance` for every instance, with scratch arrays and outputs given (no checks)."""
+    for t in range(l.shape[0]):
+        direction_instance(t, l, lam, C, eps_mode, restricted, tlog, policy, max_iter, P, w, V, D, Ds, T, B, basis,
+                           active, F, Fl, I)
+
+
+@njit(cache=True, error_model="numpy")
 def build_lps(l, lam, C, eps_mode, restricted, tlog, P):
     """The compiled builder alone, batched: ``(c, D, e, active, beta, A, CA, J, J*, balance, ambiguous)`` as
     ``sim.direction._build`` returns them (for the twin tests)."""
@@ -714,7 +731,7 @@ def build_lps(l, lam, C, eps_mode, restricted, tlog, P):
     return c, D, e, active, beta, A, CA, J, Js, balance, amb
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def solve_lps(c, D, e, max_iter, P):
     """The compiled solver alone on scaled LP data (shapes (N, m), (N, m+1, m), (N, m+1)), as
     ``sim.direction._solve_batched`` (for the twin tests): ``(weights, code, iterations, kkt, unique, basis)``

@@ -71,6 +71,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import math
 import warnings
 from dataclasses import dataclass
 
@@ -203,7 +204,7 @@ def _real_option(value, name: str) -> float:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise ValueError(f"{name} must be a real number; got {value!r} ({type(value).__name__})")
     v = float(value)
-    if not np.isfinite(v) or v < 0:
+    if not math.isfinite(v) or v < 0:
         raise ValueError(f"{name} must be a finite number >= 0; got {value!r}")
     return v
 
@@ -702,12 +703,32 @@ def _direction_compiled(losses, prefs, gram, eps_mode, descent, on_infeasible, t
     status = _STATUS_NAMES[I[:, 0]]
     if on_infeasible == "raise":
         _raise_unsolved(status)
-    f, b = F[:, 2 * m :], Fl[:, 2 * m :]
-    return _result(
-        batch, "compiled", weights=F[:, :m], mode=_MODE_NAMES[b[:, kern.B_BALANCE].view(np.int8)], status=status,
-        gain=f[:, kern.F_GAIN], beta=f[:, kern.F_BETA], adjustment=F[:, m : 2 * m], J=Fl[:, :m],
-        J_star=Fl[:, m : 2 * m], objective=f[:, kern.F_OBJ], feasibility_residual=f[:, kern.F_FEAS],
-        kkt_residual=f[:, kern.F_KKT], iterations=I[:, 1], unique=b[:, kern.B_UNIQUE], ambiguous=b[:, kern.B_AMBIGUOUS],
+    mode = _MODE_NAMES[Fl[:, 2 * m + kern.B_BALANCE].view(np.int8)]
+    # Columns of the kernel's outputs as the result's arrays: views, shaped as the reference shapes them.
+    if batch == ():  # one instance: 0-d and (m,) arrays
+        F, Fl, I, mode, status = F[0], Fl[0], I[0], mode.reshape(()), status.reshape(())
+
+        def col(a, j):
+            return a[j, ...]
+
+        def blk(a, lo):
+            return a[lo : lo + m]
+    else:
+        shape, shape_m = batch, batch + (m,)
+
+        def col(a, j):
+            return a[:, j].reshape(shape)
+
+        def blk(a, lo):
+            return a[:, lo : lo + m].reshape(shape_m)
+
+        mode, status = mode.reshape(shape), status.reshape(shape)
+    f, b = 2 * m, 2 * m
+    return DirectionResult(
+        weights=blk(F, 0), mode=mode, status=status, gain=col(F, f + kern.F_GAIN), beta=col(F, f + kern.F_BETA),
+        adjustment=blk(F, m), J=blk(Fl, 0), J_star=blk(Fl, m), objective=col(F, f + kern.F_OBJ),
+        feasibility_residual=col(F, f + kern.F_FEAS), kkt_residual=col(F, f + kern.F_KKT), iterations=col(I, 1),
+        unique=col(Fl, b + kern.B_UNIQUE), ambiguous=col(Fl, b + kern.B_AMBIGUOUS), backend="compiled",
     )
 
 
