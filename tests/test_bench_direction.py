@@ -2,8 +2,8 @@
 
 For each m, on ``N_BATCH = 1024`` instances of the ``gaussian`` family:
 
-* ``highs``     — :func:`lp_direction_reference` (``scipy.optimize.linprog(method="highs")``, one LP at a time) on the
-  first ``N_REFERENCE`` instances: the reference every ratio is taken against;
+* ``highs``     — :func:`lp_direction_reference` (``scipy.optimize.linprog(method="highs")``, one LP at a time) on
+  ``N_REFERENCE`` instances per round, each round the next ones: the reference every ratio is taken against;
 * ``numpy``     — ``lp_direction(..., backend="numpy")`` on the whole batch (the vectorised reference solver);
 * ``compiled``  — ``lp_direction(..., backend="compiled")`` on the whole batch;
 * ``loop``      — a straight compiled loop over the same instances (:func:`straight_loop`: the per-instance kernel
@@ -14,7 +14,7 @@ For each m, on ``N_BATCH = 1024`` instances of the ``gaussian`` family:
 * ``single_numpy`` — the same with ``backend="numpy"``.
 
 Every time is the best round of pytest-benchmark divided by the number of LP instances in the round (µs per LP;
-input validation included everywhere except ``loop``). ``test_bench_table`` prints the table with the ratios
+input validation included everywhere except ``loop``); every round lasts a few milliseconds (see ``N_REFERENCE``). ``test_bench_table`` prints the table with the ratios
 ``highs / compiled`` (target >= 1000 at m = 3 and 5), ``highs / single`` (target >= 40) and ``compiled / loop``
 (target <= 2), the CPU and the date; the README's table is copied from it. Other processes share the CPU: run it
 several times and report the spread; only ratios within one run are comparable.
@@ -35,9 +35,12 @@ pytestmark = pytest.mark.bench
 
 MS = (2, 3, 5, 10)
 N_BATCH = 1024
-N_REFERENCE = 128  # HiGHS instances per round (about 0.1 s at ~1 ms each)
+# Every variant is timed in rounds of a few milliseconds, and the best round counts: on a shared CPU a short round
+# can run undisturbed, a long one cannot, so rounds of equal length keep the ratios fair.
+N_REFERENCE = 4  # HiGHS instances per round (about 1 ms each)
 N_SINGLE = 256  # single calls per round
-N_SINGLE_NUMPY = 32
+N_SINGLE_NUMPY = 8
+ROUNDS = {"highs": 60, "single_numpy": 40}  # others: 15
 VARIANTS = ("highs", "numpy", "compiled", "loop", "single", "single_numpy")
 TARGETS = {"batch": 1000.0, "single": 40.0, "loop": 2.0}
 RESULTS: dict[tuple[int, str], dict[str, float]] = {}
@@ -65,7 +68,13 @@ def _runner(variant, m):
     inst = _instances(m)
     l, lam, C = (np.ascontiguousarray(a) for a in (inst.losses, inst.prefs, inst.gram))
     if variant == "highs":
-        return (lambda: lp_direction_reference(l[:N_REFERENCE], lam[:N_REFERENCE], C[:N_REFERENCE])), N_REFERENCE
+        start = iter(range(0, N_BATCH, N_REFERENCE))
+
+        def highs():
+            i = next(start, 0)
+            lp_direction_reference(l[i : i + N_REFERENCE], lam[i : i + N_REFERENCE], C[i : i + N_REFERENCE])
+
+        return highs, N_REFERENCE
     if variant in ("numpy", "compiled"):
         return (lambda: lp_direction(l, lam, C, backend=variant)), N_BATCH
     if variant == "loop":
@@ -85,8 +94,7 @@ def _runner(variant, m):
 def test_bench_lp_kernel(benchmark, m, variant):
     fn, n = _runner(variant, m)
     fn()  # warm up: imports, HiGHS, the compiled kernels' cache
-    benchmark.pedantic(fn, rounds=15 if variant not in ("highs", "single_numpy") else 5, iterations=1,
-                       warmup_rounds=1)
+    benchmark.pedantic(fn, rounds=ROUNDS.get(variant, 15), iterations=1, warmup_rounds=1)
     if benchmark.stats is None:  # --benchmark-disable: nothing was timed
         return
     st = benchmark.stats.stats
