@@ -416,13 +416,14 @@ def _kmeans(X: np.ndarray, k: int, rng: np.random.Generator, n_init: int, max_it
         for _it in range(max_iter):
             dist = ((X[:, None, :] - centers[None, :, :]) ** 2).sum(axis=2)
             new = dist.argmin(axis=1)
-            # re-seed empty clusters with the point farthest from its centre (deterministic)
+            # re-seed each empty cluster with the point farthest from its centre among the clusters that keep
+            # another member (one exists while k <= N), so no cluster is emptied in turn; deterministic: the
+            # lowest index among equally far points
             for c in range(k):
                 if not np.any(new == c):
-                    far = int(np.argmax(dist[np.arange(N), new]))
+                    movable = np.bincount(new, minlength=k)[new] > 1
+                    far = int(np.argmax(np.where(movable, dist[np.arange(N), new], -np.inf)))
                     new[far] = c
-                    dist[far, :] = np.inf
-                    dist[far, c] = 0.0
             if np.array_equal(new, labels):
                 break
             labels = new
