@@ -3,11 +3,11 @@ Stage-1 / Stage-2 clustering (§1.10, O-17)."""
 
 from __future__ import annotations
 
-import re
 import warnings
 
 import numpy as np
 import pytest
+from error_patterns import float_value
 
 from sim import cluster as cl
 from sim.preference import adjustment
@@ -440,20 +440,16 @@ _X = np.arange(8.0).reshape(4, 2)
 _RNG = np.random.default_rng
 
 
-def _F(value: str) -> str:
-    """Regex for a float as a message shows it: ``0.5`` or numpy's ``np.float64(0.5)``."""
-    return rf"(?:np\.float64\()?{re.escape(value)}\)?"
-
 # each message must name the argument and the offending value (a regex; numpy's own ValueErrors do not match)
 _BAD = [
     (cl.check_aggregation_weights, ([0.5, 0.6],), {}, r"^rho must sum to 1 .*sums to 1\.1"),
-    (cl.check_aggregation_weights, ([1.0, 0.0],), {}, rf"^rho must be strictly positive .*rho\[1\] = {_F('0.0')}"),
-    (cl.check_aggregation_weights, ([np.nan, 1.0],), {}, rf"^rho contains a non-finite entry {_F('nan')} at index \(0,\)"),
+    (cl.check_aggregation_weights, ([1.0, 0.0],), {}, rf"^rho must be strictly positive .*rho\[1\] = {float_value('0.0')}"),
+    (cl.check_aggregation_weights, ([np.nan, 1.0],), {}, rf"^rho contains a non-finite entry {float_value('nan')} at index \(0,\)"),
     (cl.check_aggregation_weights, ([[0.5, 0.5], [0.25, 0.5], [0.2, 0.8]],), {}, r"^rho must sum to 1 .*sums to 0\.75"),
-    (cl.check_aggregation_weights, ([[0.5, 0.5], [0.5, -0.5]],), {}, rf"^rho must be strictly positive .*rho\[1, 1\] = {_F('-0.5')}"),
+    (cl.check_aggregation_weights, ([[0.5, 0.5], [0.5, -0.5]],), {}, rf"^rho must be strictly positive .*rho\[1, 1\] = {float_value('-0.5')}"),
     (cl.check_aggregation_weights, (np.ones((2, 0)),), {}, r"^rho must hold at least one client weight; got shape \(2, 0\)"),
     (cl.check_aggregation_weights, ("abc",), {}, r"^rho must be a numeric array; got 'abc'"),
-    (cl.aggregation_weights, (), {"n_samples": [1, -2]}, rf"^n_samples must be strictly positive; n_samples\[1\] = {_F('-2.0')}"),
+    (cl.aggregation_weights, (), {"n_samples": [1, -2]}, rf"^n_samples must be strictly positive; n_samples\[1\] = {float_value('-2.0')}"),
     (cl.aggregation_weights, (), {"n_samples": []}, r"^n_samples must hold at least one client"),
     (cl.aggregation_weights, (), {"N": 0}, r"^N must be a positive integer; got N=0"),
     (cl.aggregation_weights, (), {"N": True}, r"^N must be a positive integer; got N=True"),
@@ -465,7 +461,7 @@ _BAD = [
     (cl.shared_direction, ([[1.0, 2.0], [3.0]], [0.5, 0.5]), {}, r"^directions must be a numeric array"),
     (cl.shared_direction, (np.ones((2, 3, 2)), np.full((3, 3), 1 / 3)), {},
      r"^rho batch shape \(3,\) does not broadcast with directions batch shape \(2,\)"),
-    (cl.deviations, (np.full((2, 2), np.nan), [0.5, 0.5]), {}, rf"^directions contains a non-finite entry {_F('nan')} at index \(0, 0\)"),
+    (cl.deviations, (np.full((2, 2), np.nan), [0.5, 0.5]), {}, rf"^directions contains a non-finite entry {float_value('nan')} at index \(0, 0\)"),
     (cl.dispersion, (np.ones(3), [1.0]), {}, r"^directions must have at least 2 dimension\(s\); got shape \(3,\)"),
     (cl.dispersion_from_weights, (np.ones((2, 3)) / 3, np.eye(2), [0.5, 0.5]), {},
      r"^gram must have shape \(\.\.\., 3, 3\) to match mu shape \(2, 3\); got \(2, 2\)"),
@@ -483,7 +479,7 @@ _BAD = [
     (cl.mixed_cluster_blocks, (_D, _D, [0.5, 0.5], [True]), {}, r"^balancing_mask must have shape \(2,\); got shape \(1,\)"),
     (cl.gradient_dissimilarity, (np.ones((2, 3, 2)), [0.2, 0.3, 0.5]), {}, r"^rho has 3 weights but grads has 2 clients"),
     (cl.gradient_dissimilarity, (np.ones((0, 3, 2)), [1.0]), {}, r"^grads must hold at least one client; got shape \(0, 3, 2\)"),
-    (cl.gradient_dissimilarity_max, (np.full((2, 3, 2), np.inf),), {}, rf"^grads contains a non-finite entry {_F('inf')} at index \(0, 0, 0\)"),
+    (cl.gradient_dissimilarity_max, (np.full((2, 3, 2), np.inf),), {}, rf"^grads contains a non-finite entry {float_value('inf')} at index \(0, 0, 0\)"),
     (cl.stage1_keys, (np.ones((2, 2)), np.full((2, 2), 0.5)), {"key": "foo"}, r"^key must be one of .*; got key='foo'"),
     (cl.stage1_groups, (-np.ones((2, 2)), np.full((2, 2), 0.5)), {}, r"\blosses_ref\b.*-1\.0"),
     (cl.stage1_groups, (np.ones((2, 2)), np.full((2, 2), 0.6)), {}, r"\bprefs\b.*1\.2"),
@@ -504,7 +500,7 @@ _BAD = [
     (cl.stage2_split, (_X,), {"method": "kmeans", "k": True, "rng": _RNG(0)}, r"^k must be a positive integer; got k=True"),
     (cl.stage2_split, (_X,), {"method": "kmeans", "k": 2, "rng": _RNG(0), "n_init": 0}, r"^n_init and max_iter must be >= 1; got n_init=0"),
     (cl.stage2_split, (_X,), {"method": "kmeans", "k": 2, "rng": _RNG(0), "max_iter": 0}, r"must be >= 1; got n_init=10, max_iter=0"),
-    (cl.stage2_split, (np.array([[1.0, np.nan]]),), {"threshold": 1.0}, rf"^adjustments contains a non-finite entry {_F('nan')} at index \(0, 1\)"),
+    (cl.stage2_split, (np.array([[1.0, np.nan]]),), {"threshold": 1.0}, rf"^adjustments contains a non-finite entry {float_value('nan')} at index \(0, 1\)"),
     (cl.stage2_split, (np.zeros((0, 2)),), {"threshold": 1.0}, r"^adjustments must hold at least one client"),
     (cl.stage2_split, (np.zeros(3),), {"threshold": 1.0}, r"^adjustments must have 2 dimension\(s\); got shape \(3,\)"),
     (cl.cluster_clients, (np.ones((2, 2)), np.full((2, 2), 0.5)), {}, r"needs exactly one of threshold or k; got threshold=None, k=None"),
