@@ -402,13 +402,14 @@ def test_kmeans_result_is_a_lloyd_fixed_point(seed):
 def test_kmeans_keeps_the_restart_of_least_inertia_first_on_ties():
     """n_init restarts draw from the rng in turn, so n_init=R equals the best of R single restarts replayed on
     one generator: least inertia, the first such restart on exact ties (a square has two optimal 2-splits)."""
-    X = np.random.default_rng(0).normal(size=(30, 2))
-    rng = np.random.default_rng(7)
-    singles = [cl.stage2_split(X, method="kmeans", k=4, rng=rng, n_init=1) for _ in range(10)]
-    inertias = [_inertia(X, s) for s in singles]
-    assert inertias[0] > min(inertias) + 0.1  # restarts matter on this instance
-    best = cl.stage2_split(X, method="kmeans", k=4, rng=np.random.default_rng(7), n_init=10)
-    np.testing.assert_array_equal(best, singles[int(np.argmin(inertias))])
+    for data_seed in range(3):
+        X = np.random.default_rng(data_seed).normal(size=(30, 2))
+        rng = np.random.default_rng(7)
+        singles = [cl.stage2_split(X, method="kmeans", k=4, rng=rng, n_init=1) for _ in range(10)]
+        inertias = [_inertia(X, s) for s in singles]
+        assert inertias[0] > min(inertias) + 0.1  # restarts matter on this instance
+        best = cl.stage2_split(X, method="kmeans", k=4, rng=np.random.default_rng(7), n_init=10)
+        np.testing.assert_array_equal(best, singles[int(np.argmin(inertias))])
 
     square = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
     rng = np.random.default_rng(4)
@@ -433,6 +434,119 @@ def test_kmeans_plus_plus_seeding_finds_separated_blobs_without_lloyd():
         assert _partition(labels) == truth, f"seed {seed}"
 
 
+def test_stage1_keys_sort_the_weighted_losses_and_ties_by_index():
+    """π_i = argsort_desc(λ_i ⊙ l_i) with widely varying losses (so λ alone or l alone would order differently),
+    and exact ties among many objectives ordered by ascending index (a stable sort)."""
+    rng = np.random.default_rng(6)
+    l = np.exp(rng.uniform(-2.0, 2.0, size=(50, 5)))
+    lam = rng.dirichlet(np.ones(5), size=50)
+    keys = cl.stage1_keys(l, lam)
+    for i in range(50):
+        np.testing.assert_array_equal(keys[i], sorted(range(5), key=lambda j: -lam[i, j] * l[i, j]))
+    assert keys.dtype == np.int64
+    np.testing.assert_array_equal(cl.stage1_keys(l, lam, key="bottleneck")[:, 0], (lam * l).argmax(axis=1))
+    lam8 = np.array([1.0, 2.0, 1.0, 2.0, 3.0, 1.0, 3.0, 2.0]) / 15.0
+    np.testing.assert_array_equal(cl.stage1_keys(np.ones((1, 8)), lam8)[0], [4, 6, 1, 3, 7, 0, 2, 5])
+
+
+def test_cluster_clients_passes_the_key_and_returns_integer_read_only_arrays():
+    rng = np.random.default_rng(4)
+    l, lam, _ = _constructed_clients(rng, [(0.5, 0.3, 0.2), (0.5, 0.2, 0.3)], per_cluster=2)
+    res = cl.cluster_clients(l, lam, key="bottleneck", stage2=False)
+    assert res.keys.shape == (4, 1)
+    np.testing.assert_array_equal(res.labels, np.zeros(4))
+    np.testing.assert_array_equal(res.stage1_labels, cl.stage1_groups(l, lam, key="bottleneck")[0])
+    res = cl.cluster_clients(l, lam, key="bottleneck", threshold=1e6)
+    assert res.keys.shape == (4, 1) and res.n_clusters == 1
+    for arr in (res.labels, res.stage1_labels, res.keys):
+        assert arr.dtype == np.int64 and not arr.flags.writeable
+    assert not res.adjustments_ref.flags.writeable
+    with pytest.raises(AttributeError):
+        res.labels = None  # frozen
+    assert res in {res}  # identity equality and hashing (array fields are never compared with ==)
+    for labels in (cl.stage1_groups(l, lam)[0], cl.stage2_split(l[:1], threshold=1.0),
+                   cl.stage2_split(l, threshold=0.1), cl.stage2_split(l, method="kmeans", k=2, rng=_RNG(0))):
+        assert labels.dtype == np.int64
+    blk = cl.mixed_cluster_blocks(np.ones((2, 2)), np.ones((2, 2)), [0.5, 0.5], [True, False])
+    with pytest.raises(AttributeError):
+        blk.rho_plus = 0.0
+    assert blk in {blk} and not blk.dist_plus.flags.writeable
+
+
+def test_cluster_clients_kmeans_without_k_names_k():
+    l, lam = np.ones((3, 2)), np.full((3, 2), 0.5)
+    with pytest.raises(ValueError, match=r"^method='kmeans' needs the number of clusters k"):
+        cl.cluster_clients(l, lam, method="kmeans", rng=_RNG(0))
+
+
+def test_mixed_blocks_distances_exactly_and_numeric_masks():
+    rng = np.random.default_rng(21)
+    d, dbal = rng.normal(size=(5, 3)), rng.normal(size=(5, 3))
+    rho = rng.dirichlet(np.ones(5))
+    mask = np.array([True, False, True, True, False])
+    blk = cl.mixed_cluster_blocks(d, dbal, rho, mask)
+    plus = (rho[mask] @ d[mask]) / rho[mask].sum()
+    zero = (rho[~mask] @ d[~mask]) / rho[~mask].sum()
+    assert blk.dist_plus.shape == blk.dist_zero.shape == blk.deviation_bound.shape == (5,)
+    np.testing.assert_allclose(blk.dist_plus, [np.linalg.norm(plus - x) for x in d], rtol=1e-13)
+    np.testing.assert_allclose(blk.dist_zero, [np.linalg.norm(zero - x) for x in d], rtol=1e-13)
+    np.testing.assert_allclose(blk.deviation_bound, blk.rho_plus * blk.dist_plus + blk.rho_zero * blk.dist_zero,
+                               rtol=1e-15)
+    for numeric in (mask.astype(int), mask.astype(float)):  # 0/1 masks mean the same as booleans
+        other = cl.mixed_cluster_blocks(d, dbal, rho, numeric)
+        np.testing.assert_array_equal(other.balancing, mask)
+        np.testing.assert_array_equal(other.dist_plus, blk.dist_plus)
+
+
+def test_shared_weights_over_a_batch_and_two_batch_axes():
+    """ρ of shape (N,) serves a batch of clusters; per-instance results equal the unbatched calls."""
+    rng = np.random.default_rng(13)
+    B, N, n_w, m = 4, 3, 2, 2
+    d = rng.normal(size=(B, N, n_w))
+    rho = rng.dirichlet(np.ones(N))
+    H = cl.dispersion(d, rho)
+    np.testing.assert_allclose(H, [cl.dispersion(d[b], rho) for b in range(B)], rtol=1e-14)
+    np.testing.assert_allclose(cl.shared_direction(d, rho), [cl.shared_direction(d[b], rho) for b in range(B)],
+                               rtol=1e-14)
+    G = rng.normal(size=(B, 5, n_w, m))
+    mu = rng.dirichlet(np.ones(m), size=(B, 5, N))
+    C = np.swapaxes(G, -1, -2) @ G
+    Hw = cl.dispersion_from_weights(mu, C, rho)
+    assert Hw.shape == (B, 5)
+    np.testing.assert_allclose(Hw[2, 3], cl.dispersion_from_weights(mu[2, 3], C[2, 3], rho), rtol=1e-14)
+    np.testing.assert_allclose(cl.dispersion_from_weights(mu, C[0, 0], rho)[1],
+                               [cl.dispersion_from_weights(mu[1, j], C[0, 0], rho) for j in range(5)], rtol=1e-14)
+    grads = rng.normal(size=(B, N, n_w, m))
+    rho_b = rng.dirichlet(np.ones(N), size=B)
+    np.testing.assert_allclose(cl.gradient_dissimilarity(grads, rho_b),
+                               [cl.gradient_dissimilarity(grads[b], rho_b[b]) for b in range(B)], rtol=1e-14)
+    np.testing.assert_allclose(cl.gradient_dissimilarity_max(grads),
+                               [cl.gradient_dissimilarity_max(grads[b]) for b in range(B)], rtol=1e-14)
+
+
+def test_delta_g_sees_every_client_and_one_client_has_none():
+    """The last client is an outlier: δ_g is attained at it; a single client has δ_g = 0."""
+    rng = np.random.default_rng(14)
+    N, n_w, m = 5, 3, 2
+    g = rng.normal(size=(N, n_w, m))
+    g[-1] += 10.0
+    rho = np.full(N, 1.0 / N)
+    brute = max(sum(rho[k] * np.linalg.norm(g[i, :, j] - g[k, :, j]) for k in range(N))
+                for i in range(N) for j in range(m))
+    assert cl.gradient_dissimilarity(g, rho) == pytest.approx(brute, rel=1e-13)
+    assert cl.gradient_dissimilarity(g[:1], [1.0]) == 0.0 and cl.gradient_dissimilarity_max(g[:1]) == 0.0
+
+
+def test_aggregation_weights_of_one_client_and_first_bad_entry_named():
+    np.testing.assert_array_equal(cl.aggregation_weights(N=1), [1.0])
+    np.testing.assert_array_equal(cl.aggregation_weights(n_samples=[7]), [1.0])
+    np.testing.assert_array_equal(cl.check_aggregation_weights([1.0]), [1.0])
+    with pytest.raises(ValueError, match=r"rho\[0\] = "):
+        cl.check_aggregation_weights([0.0, 1.0, 0.0])
+    with pytest.raises(ValueError, match=r"n_samples\[1\] = "):
+        cl.aggregation_weights(n_samples=[1.0, 0.0, -1.0])
+
+
 # ------------------------------------------------------------------------------------------ bad inputs
 
 _D = np.ones((2, 2))
@@ -451,6 +565,9 @@ _BAD = [
     (cl.check_aggregation_weights, ("abc",), {}, r"^rho must be a numeric array; got 'abc'"),
     (cl.aggregation_weights, (), {"n_samples": [1, -2]}, rf"^n_samples must be strictly positive; n_samples\[1\] = {float_value('-2.0')}"),
     (cl.aggregation_weights, (), {"n_samples": []}, r"^n_samples must hold at least one client"),
+    (cl.aggregation_weights, (), {"n_samples": [[1, 2]]}, r"^n_samples must have 1 dimension\(s\); got shape \(1, 2\)"),
+    (cl.aggregation_weights, (), {"n_samples": [1, np.nan]}, rf"^n_samples contains a non-finite entry {float_value('nan')}"),
+    (cl.check_aggregation_weights, (1.0,), {}, r"^rho must have at least 1 dimension\(s\); got shape \(\)"),
     (cl.aggregation_weights, (), {"N": 0}, r"^N must be a positive integer; got N=0"),
     (cl.aggregation_weights, (), {"N": True}, r"^N must be a positive integer; got N=True"),
     (cl.aggregation_weights, (), {"N": 2.0}, r"^N must be a positive integer; got N=2\.0"),
@@ -477,6 +594,12 @@ _BAD = [
     (cl.mixed_cluster_blocks, (_D, _D, [0.5, 0.5], [2, 0]), {}, r"^balancing_mask must be a boolean mask \(entries 0/1\); got \[2, 0\]"),
     (cl.mixed_cluster_blocks, (_D, _D, [0.5, 0.5], ["a", "b"]), {}, r"^balancing_mask must be a boolean mask; got \['a', 'b'\]"),
     (cl.mixed_cluster_blocks, (_D, _D, [0.5, 0.5], [True]), {}, r"^balancing_mask must have shape \(2,\); got shape \(1,\)"),
+    (cl.mixed_cluster_blocks, (np.ones(2), np.ones(2), [0.5, 0.5], [True, False]), {},
+     r"^directions must have 2 dimension\(s\); got shape \(2,\)"),
+    (cl.mixed_cluster_blocks, (_D, np.ones(2), [0.5, 0.5], [True, False]), {}, r"^d_bal must have 2 dimension\(s\)"),
+    (cl.mixed_cluster_blocks, (_D, np.full((2, 2), np.nan), [0.5, 0.5], [True, False]), {},
+     rf"^d_bal contains a non-finite entry {float_value('nan')}"),
+    (cl.gradient_dissimilarity_max, (np.ones((2, 3)),), {}, r"^grads must have at least 3 dimension\(s\); got shape \(2, 3\)"),
     (cl.gradient_dissimilarity, (np.ones((2, 3, 2)), [0.2, 0.3, 0.5]), {}, r"^rho has 3 weights but grads has 2 clients"),
     (cl.gradient_dissimilarity, (np.ones((0, 3, 2)), [1.0]), {}, r"^grads must hold at least one client; got shape \(0, 3, 2\)"),
     (cl.gradient_dissimilarity_max, (np.full((2, 3, 2), np.inf),), {}, rf"^grads contains a non-finite entry {float_value('inf')} at index \(0, 0, 0\)"),
@@ -484,6 +607,7 @@ _BAD = [
     (cl.stage1_groups, (-np.ones((2, 2)), np.full((2, 2), 0.5)), {}, r"\blosses_ref\b.*-1\.0"),
     (cl.stage1_groups, (np.ones((2, 2)), np.full((2, 2), 0.6)), {}, r"\bprefs\b.*1\.2"),
     (cl.stage1_groups, (np.ones(2), np.full(2, 0.5)), {}, r"^losses_ref must have shape \(N, m\); got \(2,\)"),
+    (cl.stage1_groups, (np.ones((2, 3)), np.full((2, 2), 0.5)), {}, r"objectives m: losses shape \(2, 3\), prefs shape \(2, 2\)"),
     (cl.stage1_groups, (np.ones((2, 2)), np.full((1, 2, 2), 0.5)), {}, r"^prefs must have shape \(N, m\) or \(m,\); got \(1, 2, 2\)"),
     (cl.stage2_split, (_X,), {}, r"needs exactly one of threshold or k; got threshold=None, k=None"),
     (cl.stage2_split, (_X,), {"threshold": 1.0, "k": 2}, r"needs exactly one of threshold or k; got threshold=1\.0, k=2"),
