@@ -9,7 +9,7 @@ import re
 
 def names(*fragments: str) -> str:
     """Regex matching a message that contains every fragment (each itself a regex), in any order."""
-    return "(?s)" + "".join(f"(?=.*{f})" for f in fragments)
+    return "(?s)" + "".join(f"(?=.*(?:{f}))" for f in fragments)
 
 
 def float_value(value: str) -> str:
