@@ -429,9 +429,11 @@ def test_kmeans_plus_plus_seeding_finds_separated_blobs_without_lloyd():
     centres = np.array([[0.0, 0.0], [100.0, 0.0], [0.0, 60.0]])
     X = np.concatenate([c + 1e-3 * rng.normal(size=(5, 2)) for c in centres])
     truth = {frozenset(range(5 * b, 5 * b + 5)) for b in range(3)}
-    for seed in range(40):
-        labels = cl.stage2_split(X, method="kmeans", k=3, rng=np.random.default_rng(seed), n_init=1, max_iter=1)
-        assert _partition(labels) == truth, f"seed {seed}"
+    for scale in (1.0, 1e-4):  # the D² weights are relative: the same at any scale of the data
+        for seed in range(40):
+            labels = cl.stage2_split(scale * X, method="kmeans", k=3, rng=np.random.default_rng(seed), n_init=1,
+                                     max_iter=1)
+            assert _partition(labels) == truth, f"scale {scale}, seed {seed}"
 
 
 def test_stage1_keys_sort_the_weighted_losses_and_ties_by_index():
@@ -588,6 +590,8 @@ _BAD = [
     (cl.dispersion_from_weights, (np.ones(2) / 2, np.eye(2), [1.0]), {}, r"^mu must have at least 2 dimension\(s\)"),
     (cl.dispersion_from_weights, (np.ones((2, 2, 2)) / 2, np.ones((3, 2, 2)), [0.5, 0.5]), {},
      r"^batch shapes do not broadcast: mu \(2,\), gram \(3,\), rho \(\)"),
+    (cl.dispersion_from_weights, (np.ones((2, 2, 2)) / 2, np.eye(2), np.full((3, 2), 0.5)), {},
+     r"^batch shapes do not broadcast: mu \(2,\), gram \(\), rho \(3,\)"),
     (cl.mixed_cluster_blocks, (_D, np.ones((3, 2)), [0.5, 0.5], [True, False]), {},
      r"^d_bal must have the shape of directions \(2, 2\); got \(3, 2\)"),
     (cl.mixed_cluster_blocks, (_D, _D, [0.2, 0.3, 0.5], [True, False]), {}, r"^rho must have shape \(2,\) to match directions; got \(3,\)"),

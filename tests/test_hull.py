@@ -298,6 +298,16 @@ def test_a_tiny_positive_weight_is_kept(method):
     np.testing.assert_allclose(res.weights, [theta, 1 - theta], rtol=1e-9, atol=0)
 
 
+def test_a_tiny_negative_weight_is_clipped_to_the_vertex():
+    """Mirror image: the affine minimiser of {v1, v2} lies just outside the segment (θ = -1e-11), so the minimum-norm
+    point is the vertex v2 with weights exactly (0, 1), never a point outside the hull."""
+    V = np.array([[1.0, 0.0], [1e-4 + 1e-7, 1e-4]])
+    for method in ("enumerate", "wolfe"):
+        res = min_norm_element(V, method=method)
+        np.testing.assert_array_equal(res.weights, [0.0, 1.0])
+        np.testing.assert_array_equal(res.point, V[:, 1])
+
+
 @pytest.mark.parametrize("method", ["enumerate", "wolfe"])
 @pytest.mark.parametrize("scale", [1e-9, 1e9])
 def test_min_norm_is_scale_equivariant(method, scale):

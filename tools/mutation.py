@@ -755,6 +755,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runner", choices=sorted(RUNNERS), default="fork" if hasattr(os, "fork") else "subprocess",
                    help="fork: a preloaded server forks a pytest per mutant (default on POSIX); subprocess: a fresh "
                         "interpreter per mutant")
+    p.add_argument("--rerun", type=Path, default=None, metavar="REPORT",
+                   help="run only the mutants that survived (or timed out, or were equivalent) in an earlier JSON "
+                        "report, e.g. after adding tests; a quick check, not a kill-rate measurement")
     p.add_argument("--list", action="store_true", help="list the sampled mutants and exit without running tests")
     return p
 
@@ -786,10 +789,20 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         parser.error(f"argument --json: cannot write {args.json}: {exc}")
 
+    rerun = None
+    if args.rerun is not None:
+        try:
+            previous = json.loads(args.rerun.read_text())
+            rerun = {r["id"] for f in previous["files"] for r in f["results"] if r["status"] != "killed"}
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            parser.error(f"argument --rerun: cannot read the survivors of {args.rerun}: {exc}")
     plans = []
     for src, tests in pairs:
         mutants, invalid = enumerate_mutants(REPO / src, src)
-        picked = sample_mutants(mutants, args.n, args.seed, src)
+        if rerun is None:
+            picked = sample_mutants(mutants, args.n, args.seed, src)
+        else:
+            picked = [m for m in mutants if m.id in rerun]
         plans.append((src, tests, mutants, invalid, picked))
         print(f"{src}: {len(mutants)} mutants ({invalid} not compiling dropped), {len(picked)} sampled "
               f"(seed {args.seed}); tests {tests}", file=sys.stderr)
@@ -823,7 +836,7 @@ def main(argv: list[str] | None = None) -> int:
         for t, r in zip(trees, runners, strict=True):
             free.put((t, r))
         originals = {src: (REPO / src).read_bytes() for src, *_ in plans}
-        meta = {"seed": args.seed, "n": args.n, "jobs": args.jobs, "runner": args.runner, "python": sys.version.split()[0],
+        meta = {"rerun_of": None if args.rerun is None else str(args.rerun), "seed": args.seed, "n": args.n, "jobs": args.jobs, "runner": args.runner, "python": sys.version.split()[0],
                 "pytest_args": list(PYTEST_ARGS), "equivalents": str(args.equivalents),
                 "kill_rate": "(killed + timeout) / (killed + timeout + survived); equivalent and error excluded"}
         todo = [(src, tests, m) for src, tests, _, _, picked in plans for m in picked]
