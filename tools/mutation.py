@@ -440,7 +440,11 @@ def enumerate_mutants(path: Path, rel: str) -> tuple[list[Mutant], int]:
     seen: dict[str, int] = {}
     out: list[Mutant] = []
     invalid = 0
+    distinct: set[tuple[tuple[int, int], str]] = set()
     for m in sorted(col.found, key=lambda m: (m.span, m.operator, m.replacement)):
+        if (m.span, m.replacement) in distinct:  # two operators may propose the same text (0.0 + 1 and 1.0)
+            continue
+        distinct.add((m.span, m.replacement))
         s, e = next(sp for sp in spans if sp[0] <= m.span[0] and m.span[1] <= sp[1])
         a, b = m.span
         if not _compiles(source[s:a] + m.replacement.encode() + source[b:e], rel):
@@ -607,8 +611,16 @@ class ForkRunner:
         return _classify(reply["rc"], reply["output"], reply["seconds"])
 
     def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait(timeout=60)
+        """End the server; a server still busy (the run was interrupted) is terminated with its test run."""
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
 
 
 def _serve(tree: str, preload: list[str]) -> int:
@@ -631,6 +643,17 @@ def _serve(tree: str, preload: list[str]) -> int:
     sys.path.insert(0, tree)
     sys.dont_write_bytecode = True
     out = sys.stdout
+    current = {"pid": 0}
+
+    def stop(signum, frame):  # terminated by the runner: take the test run in progress along
+        if current["pid"]:
+            try:
+                os.killpg(current["pid"], signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        os._exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
     print("ready", file=out, flush=True)
     for line in sys.stdin:
         req = json.loads(line)
@@ -650,6 +673,7 @@ def _serve(tree: str, preload: list[str]) -> int:
                     sys.stderr.flush()
                 finally:
                     os._exit(rc)
+            current["pid"] = pid
             rc = None
             deadline = t0 + float(req["timeout"])
             while True:
@@ -665,6 +689,7 @@ def _serve(tree: str, preload: list[str]) -> int:
                     os.waitpid(pid, 0)
                     break
                 time.sleep(0.005)
+            current["pid"] = 0
             dt = time.perf_counter() - t0
             log.seek(0)
             output = log.read().decode(errors="replace")[-4000:]
@@ -675,6 +700,7 @@ def _serve(tree: str, preload: list[str]) -> int:
 def _preload_modules(paths: list[Path]) -> list[str]:
     """Top-level third-party modules imported by the given files (the project's own packages excluded)."""
     own = {p.name for p in REPO.iterdir() if p.is_dir()} | {p.stem for p in REPO.glob("*.py")}
+    own |= {q.stem for p in paths for q in p.parent.glob("*.py")}  # helpers imported next to the test files
     names = {"numpy", "pytest"}
     for path in paths:
         for node in ast.walk(ast.parse(path.read_bytes())):
@@ -768,6 +794,7 @@ def main(argv: list[str] | None = None) -> int:
         return _serve(argv[1], argv[2:])
     parser = build_parser()
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # clean up copies and servers
     if args.n < 0:
         parser.error(f"argument --n: must be >= 0; got {args.n}")
     if args.jobs < 1:
@@ -821,69 +848,85 @@ def main(argv: list[str] | None = None) -> int:
             trees.append(t)
         _check_imports_from(trees[0], [src for src, *_ in plans])
         preload = _preload_modules([REPO / p for src, tests, *_ in plans for p in (src, tests)])
-        runners = [RUNNERS[args.runner](t, preload) for t in trees]
-
-        reports: dict[str, FileReport] = {}
-        for src, tests, mutants, invalid, picked in plans:
-            status, dt, info = runners[0].run(tests, timeout=600)
-            if status != "survived":
-                raise SystemExit(f"mutation: {tests} does not pass on the unmutated tree ({status}: {info})")
-            timeout = args.timeout if args.timeout is not None else max(30.0, 10 * dt)
-            reports[src] = FileReport(src, tests, len(mutants), invalid, len(picked), round(dt, 2), timeout)
-
-        lock = threading.Lock()
-        free: queue.Queue = queue.Queue()
-        for t, r in zip(trees, runners, strict=True):
-            free.put((t, r))
-        originals = {src: (REPO / src).read_bytes() for src, *_ in plans}
-        meta = {"rerun_of": None if args.rerun is None else str(args.rerun), "seed": args.seed, "n": args.n, "jobs": args.jobs, "runner": args.runner, "python": sys.version.split()[0],
-                "pytest_args": list(PYTEST_ARGS), "equivalents": str(args.equivalents),
-                "kill_rate": "(killed + timeout) / (killed + timeout + survived); equivalent and error excluded"}
-        todo = [(src, tests, m) for src, tests, _, _, picked in plans for m in picked]
-        done = 0
-
-        def write_report() -> None:
-            payload = {"meta": meta, "files": [r.to_json() for r in reports.values()]}
-            tmp_out = out_path.with_suffix(out_path.suffix + ".tmp")
-            tmp_out.write_text(json.dumps(payload, indent=1, ensure_ascii=False) + "\n")
-            tmp_out.replace(out_path)
-
-        def one(src: str, tests: str, m: Mutant) -> None:
-            nonlocal done
-            tree, runner = free.get()
-            try:
-                target = tree / src
-                target.write_bytes(m.apply(originals[src]))
-                try:
-                    status, dt, info = runner.run(tests, reports[src].timeout_s)
-                finally:
-                    target.write_bytes(originals[src])
-            finally:
-                free.put((tree, runner))
-            eq = equivalents.get(m.id)
-            if eq is not None:
-                if status == "survived":
-                    status, info = "equivalent", eq["reason"]
-                else:
-                    info = f"listed as equivalent but {status}: {info}"
-            row = {"id": m.id, "line": m.line, "col": m.col, "where": m.where, "function": m.function,
-                   "operator": m.operator, "change": m.change, "source_line": m.source_line,
-                   "status": status, "seconds": round(dt, 2), "info": info}
-            with lock:
-                reports[src].results.append(row)
-                done += 1
-                write_report()
-                print(f"[{done}/{len(todo)}] {status:10s} {m.where} {m.operator}: {m.change}", file=sys.stderr)
-
-        with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-            for fut in [pool.submit(one, *t) for t in todo]:
-                fut.result()
-        write_report()
-        for r in runners:
-            r.close()
+        runners = []
+        try:
+            for t in trees:
+                runners.append(RUNNERS[args.runner](t, preload))
+            reports = _run_all(args, plans, trees, runners, equivalents, out_path)
+        finally:
+            for r in runners:
+                r.close()
 
     sampled_ids = {m.id for _, _, mutants, _, _ in plans for m in mutants}
-    stale = sorted(i for i, e in equivalents.items() if e["file"] in originals and i not in sampled_ids)
+    checked = {src for src, *_ in plans}
+    stale = sorted(i for i, e in equivalents.items() if e["file"] in checked and i not in sampled_ids)
+    return _summary(args, reports, equivalents, stale)
+
+
+def _run_all(args, plans, trees, runners, equivalents, out_path) -> dict[str, FileReport]:
+    """Baseline run of every test file, then every sampled mutant on the free copies; the report is rewritten
+    after each mutant."""
+    reports: dict[str, FileReport] = {}
+    for src, tests, mutants, invalid, picked in plans:
+        status, dt, info = runners[0].run(tests, timeout=600)
+        if status != "survived":
+            raise SystemExit(f"mutation: {tests} does not pass on the unmutated tree ({status}: {info})")
+        timeout = args.timeout if args.timeout is not None else max(30.0, 10 * dt)
+        reports[src] = FileReport(src, tests, len(mutants), invalid, len(picked), round(dt, 2), timeout)
+
+    lock = threading.Lock()
+    free: queue.Queue = queue.Queue()
+    for t, r in zip(trees, runners, strict=True):
+        free.put((t, r))
+    originals = {src: (REPO / src).read_bytes() for src, *_ in plans}
+    meta = {"rerun_of": None if args.rerun is None else str(args.rerun), "seed": args.seed, "n": args.n,
+            "jobs": args.jobs, "runner": args.runner, "python": sys.version.split()[0],
+            "pytest_args": list(PYTEST_ARGS), "equivalents": str(args.equivalents),
+            "kill_rate": "(killed + timeout) / (killed + timeout + survived); equivalent and error excluded"}
+    todo = [(src, tests, m) for src, tests, _, _, picked in plans for m in picked]
+    done = 0
+
+    def write_report() -> None:
+        payload = {"meta": meta, "files": [r.to_json() for r in reports.values()]}
+        tmp_out = out_path.with_suffix(out_path.suffix + ".tmp")
+        tmp_out.write_text(json.dumps(payload, indent=1, ensure_ascii=False) + "\n")
+        tmp_out.replace(out_path)
+
+    def one(src: str, tests: str, m: Mutant) -> None:
+        nonlocal done
+        tree, runner = free.get()
+        try:
+            target = tree / src
+            target.write_bytes(m.apply(originals[src]))
+            try:
+                status, dt, info = runner.run(tests, reports[src].timeout_s)
+            finally:
+                target.write_bytes(originals[src])
+        finally:
+            free.put((tree, runner))
+        eq = equivalents.get(m.id)
+        if eq is not None:
+            if status == "survived":
+                status, info = "equivalent", eq["reason"]
+            else:
+                info = f"listed as equivalent but {status}: {info}"
+        row = {"id": m.id, "line": m.line, "col": m.col, "where": m.where, "function": m.function,
+               "operator": m.operator, "change": m.change, "source_line": m.source_line,
+               "status": status, "seconds": round(dt, 2), "info": info}
+        with lock:
+            reports[src].results.append(row)
+            done += 1
+            write_report()
+            print(f"[{done}/{len(todo)}] {status:10s} {m.where} {m.operator}: {m.change}", file=sys.stderr)
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        for fut in [pool.submit(one, *t) for t in todo]:
+            fut.result()
+    write_report()
+    return reports
+
+
+def _summary(args, reports: dict[str, FileReport], equivalents: dict[str, dict], stale: list[str]) -> int:
     failed = False
     print("\nfile                    total sampled  killed survived timeout equivalent error  kill rate")
     for r in reports.values():
