@@ -56,14 +56,15 @@ cancel), and ``combine(μ)`` is ``einsum("nwm,nm->nw", G, torch.as_tensor(μ, dt
 fixed, lagged RMSprop, AdamW, SGD) and the diagnostics are written once against the array namespace of ``W``.
 
 **Parameter arithmetic: the array API standard.** :func:`array_namespace` returns numpy itself for numpy arrays
-(NumPy ≥ 2 implements the standard, so the numpy families run exactly the numpy code they always ran, bit for bit)
-and otherwise the namespace of :mod:`array_api_compat` (``array_api_compat.torch`` for tensors; any library with
+(NumPy ≥ 2 implements the standard, so the numpy families' parameter updates are plain numpy, bit for bit those of
+a numpy-only loop) and otherwise the namespace of :mod:`array_api_compat` (``array_api_compat.torch`` for tensors; any library with
 ``__array_namespace__``). The standard is the one interface numpy and torch both satisfy without a hand-kept
 shim: the phases use only its functions (``asarray``, ``broadcast_to``, ``stack``, ``take``, ``where``, ``clip``,
 ``sqrt``, ``zeros``/``ones``/``full``, ``matmul``, ``linalg.vector_norm``, ``min``/``max``, ``isfinite``/``all``),
 create every new array on the device and dtype of the parameters, and move to the host only per-client scalars
 (losses, Grams, norms, the preconditioner's extremes). The tests run Algorithm 1 on a source whose parameters are
-``array_api_strict`` arrays on a non-default device, which fails on any numpy call or host transfer in the loop.
+``array_api_strict`` arrays on a non-default device, where any numpy call on parameters fails, and whose
+``to_host`` refuses every array with a parameter-sized axis.
 
 **Diagnostics from Grams** (:mod:`sim.algorithm` records). With ``d_i = G_i μ_i``: ``(G_iᵀd_i)_j = (C_i μ_i)_j``, so
 the H.19 margin is ``min_{j∈J} λ_j (C_i μ_i)_j`` (:func:`sim.hull.descent_margin_from_gram`); the gradient bound is
