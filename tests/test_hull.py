@@ -362,6 +362,9 @@ def test_descent_margin_from_gram_equals_descent_margin():
         got = descent_margin_from_gram(mu, C, lam, mask, validate=validate)
         assert np.all(np.abs(got - ref) <= 1e-14 * scale)
     assert descent_margin_from_gram(mu[3], C[3], lam[3], mask[3]) == pytest.approx(ref[3], rel=1e-13)
+    two_axes = descent_margin_from_gram(mu.reshape(6, 10, 4), C.reshape(6, 10, 4, 4), lam.reshape(6, 10, 4),
+                                        mask.reshape(6, 10, 4))
+    np.testing.assert_allclose(two_axes.ravel(), descent_margin_from_gram(mu, C, lam, mask), rtol=1e-15)
 
 
 @pytest.mark.parametrize(
