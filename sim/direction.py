@@ -65,6 +65,14 @@ a basis whose certificate exceeds 1e-13 has its weights re-solved from the data 
 with partial pivoting; where ``B`` is exactly singular in the data the tableau's weights are kept and their
 certificate is reported).
 :func:`lp_direction_reference` solves the same LPs one by one with ``scipy.optimize.linprog(method="highs")``.
+
+Backends. The code above is the **numpy reference**. :mod:`sim._lp_compiled` is its **compiled twin** (numba,
+``cache=True``): the same checks, builder, rules (R1)-(R5), simplex, certificate and policy, one instance at a time in
+one compiled call, performing the same rounded operations in the same order (sums over the objective axis in numpy's
+pairwise order; the re-solve by the Gaussian elimination of :func:`_lu_solve`), so that on the same LP data its
+solver is bit-identical and its builder differs only by the last bits of ``log``/``expm1``/``log1p``.
+``lp_direction(..., backend="auto")`` runs the twin where numba can be imported (:func:`backend_status`,
+:func:`resolve_backend`); every result names its backend; nothing switches backends silently.
 """
 
 from __future__ import annotations
