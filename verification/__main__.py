@@ -34,7 +34,6 @@ from sim import cli
 from sim.cli import UsageError
 
 from . import registry, regression, resultlog
-from .evidence import to_jsonable
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, cli.EXIT_USAGE, 130
 
@@ -92,11 +91,12 @@ def _note(msg: str) -> None:
 def _run_row(stmt: registry.Statement, seed: int, jitter: float = 0.0, jitter_seed: int = 0) -> dict:
     """The (JSON-ready) result row of one statement; a check that raises is an ``error`` row, with the traceback
     on stderr, and the run goes on."""
-    try:
-        return to_jsonable(registry.run_statement(stmt, seed=seed, jitter=jitter, jitter_seed=jitter_seed).to_dict())
-    except Exception as exc:  # noqa: BLE001 - reported, counted as a failure, the run continues
-        traceback.print_exc(file=sys.stderr)
-        return to_jsonable(resultlog.error_row(stmt, exc))
+    return registry.run_statement_row(stmt, seed, jitter=jitter, jitter_seed=jitter_seed,
+                                      on_error=_print_traceback)[1]
+
+
+def _print_traceback(exc: BaseException) -> None:
+    traceback.print_exception(exc, file=sys.stderr)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

@@ -45,7 +45,8 @@ from .resultlog import ResultLogError
 
 __all__ = ["SCALES", "LOG_NAME", "ReportResult", "build_report", "statement_config", "evidence_tables"]
 
-SCALES = ("default", "paper")
+SCALES = registry.SCALES
+statement_config = registry.statement_config
 #: The results log of a report, in its output folder.
 LOG_NAME = "results.jsonl"
 INSTANCE_COLUMNS = ("id", "instance", "lhs", "rhs", "ratio")
@@ -87,29 +88,8 @@ class ReportResult:
 # ------------------------------------------------------------------------------------------------ running
 
 
-def statement_config(stmt: registry.Statement, scale: str):
-    """The Config of ``stmt`` at ``scale``: the default Config, or its ``paper()`` preset where one exists."""
-    if scale not in SCALES:
-        raise ValueError(f"scale must be one of {SCALES}; got {scale!r}")
-    factory = stmt.config_factory
-    if factory is None:
-        return None
-    if scale == "paper" and hasattr(factory, "paper"):
-        return factory.paper()
-    return factory()
-
-
 def _progress(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def _run_one(stmt: registry.Statement, seed: int, scale: str) -> tuple[Evidence | None, dict[str, Any]]:
-    """Run one statement: (its Evidence, its result row), or (None, an ``error`` row) when the check raised."""
-    try:
-        ev = registry.run_statement(stmt, seed=seed, config=statement_config(stmt, scale))
-        return ev, ev.to_dict()
-    except Exception as exc:  # noqa: BLE001 - reported as an error row; the report goes on
-        return None, resultlog.error_row(stmt, exc)
 
 
 def _progress_line(k: int, n: int, elapsed: float, stmt: registry.Statement, row: dict, source=None) -> str:
@@ -125,7 +105,7 @@ def run_all(ids=None, *, seed: int = registry.DEFAULT_SEED, scale: str = "defaul
     out = []
     t_start = time.perf_counter()
     for k, s in enumerate(stmts, 1):
-        ev, row = _run_one(s, seed, scale)
+        ev, row = registry.run_statement_row(s, seed, scale=scale)
         out.append((s, ev, row))
         progress(_progress_line(k, len(stmts), time.perf_counter() - t_start, s, row))
     return out
@@ -296,7 +276,7 @@ def build_report(out_dir: str | Path = "reports", *, scale: str = "default", see
     for k, s in enumerate(stmts, 1):
         rec = done.get(s.id)
         if rec is None:
-            ev, row = _run_one(s, seed, scale)
+            ev, row = registry.run_statement_row(s, seed, scale=scale)
             rec = {"id": s.id, "row": to_jsonable(row), "report": _write_statement_files(out, s, ev)}
             log.append(rec)
         results.append((s, rec["report"], rec["row"]))
