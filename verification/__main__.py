@@ -2,7 +2,9 @@
 
     python -m verification list
     python -m verification run [ID ...] [--json PATH [--resume]] [--seed N] [--baseline PATH]
-    python -m verification report [ID ...] [--out DIR] [--scale default|paper] [--seed N] [--resume]
+    python -m verification report [ID ...] [--out DIR] [--scale default|paper] [--seed N] [--resume] [--sweep DIR]
+    python -m verification sweep [ID ... | --mc] --seeds A:B [--scale default|paper]
+                                 [--workers K | --scheduler ADDRESS] --out DIR
 
 ``run`` prints one progress line per statement on stderr as it finishes, then a table on stdout. With
 ``--json PATH`` it appends each finished statement's result object (``Evidence.to_dict``) to the results log
@@ -10,7 +12,13 @@
 (atomically); ``--resume`` reads that log, skips the statements it holds and runs the rest.
 
 ``report`` runs the checks and the studies and writes the dashboard and figures (:mod:`verification.report`),
-logging each statement to ``DIR/results.jsonl`` as it finishes; ``--resume`` finishes an interrupted report.
+logging each statement to ``DIR/results.jsonl`` as it finishes; ``--resume`` finishes an interrupted report;
+``--sweep DIR`` adds the summary of a sweep to the dashboard.
+
+``sweep`` runs every (statement, seed) cell as a Dask task, on a local cluster of K worker processes or on the
+cluster of an existing scheduler, writes each cell's result row to ``DIR/cells/<id>/<seed>.json`` as it finishes
+and the summary to ``DIR/sweep.json`` and ``DIR/sweep.csv`` (:mod:`verification.sweep`); the same command again
+computes only the cells still missing. A scheduler that cannot be reached is a usage error.
 
 Exit status: 0 iff no verdict is "violated" or "vacuous", no negative control is "missed", no check raised and
 (with ``--baseline``) no bound regressed against the earlier results (:mod:`verification.regression`); 1
@@ -197,10 +205,18 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from .report import LOG_NAME, build_report
 
     stmts = _resolve(args.ids)
+    sweep_summary = None
+    if args.sweep is not None:
+        from .sweep import SweepError, read_summary
+
+        try:
+            sweep_summary = read_summary(args.sweep)
+        except SweepError as exc:
+            raise UsageError(f"argument --sweep: {exc}") from None
     out = cli.check_writable_dir(args.out, "--out")
     try:
         res = build_report(out, ids=[s.id for s in stmts], scale=args.scale, seed=args.seed,
-                           studies=not args.no_studies, resume=args.resume)
+                           studies=not args.no_studies, resume=args.resume, sweep=sweep_summary)
     except resultlog.ResultLogError as exc:
         raise UsageError(f"argument --resume: {exc}") from None
     except KeyboardInterrupt:
@@ -212,22 +228,87 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _add_report(sub) -> None:
-    from .report import SCALES
-
     p = sub.add_parser("report", help="run the checks and the studies; write the dashboard and figures")
     p.add_argument("ids", nargs="*", metavar="ID", help="statement ids (default: all)")
     p.add_argument("--out", default="reports", metavar="DIR", help="output folder (default %(default)s)")
-    p.add_argument("--scale", choices=SCALES, default="default",
+    p.add_argument("--scale", choices=registry.SCALES, default="default",
                    help="default: every check in seconds; paper: the larger presets where a check has one")
     _add_seed(p)
     p.add_argument("--no-studies", action="store_true", help="skip the reported studies")
     p.add_argument("--resume", action="store_true",
                    help="finish an interrupted report: keep the statements already in DIR/results.jsonl (and their "
                         "files under DIR) and run the rest (needs the same ids, scale and seed)")
+    p.add_argument("--sweep", metavar="DIR",
+                   help="add the sweep in DIR (the --out folder of `python -m verification sweep`) to the dashboard: "
+                        "verdicts and tightness spread over its seeds, Monte Carlo failure rates, one figure")
     p.set_defaults(func=_cmd_report)
 
 
-_SUBCOMMANDS = [_add_list, _add_run, _add_report]
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from . import sweep
+    from .dask_engine import SchedulerUnreachable, dask_client
+
+    # every usage error is found here, before any cell runs or any cluster starts
+    try:
+        stmts = sweep.parse_ids_or_mc(args.ids, args.mc)
+    except registry.UnknownStatementError as exc:
+        raise UsageError(f"argument ID: {exc}") from None
+    except ValueError as exc:
+        raise UsageError(f"argument --mc: {exc}") from None
+    seeds = list(args.seeds)
+    out = cli.check_writable_dir(args.out, "--out")
+    try:
+        sweep.check_params(out, sweep.sweep_params(args.scale))
+        sweep.read_cells(out, [s.id for s in stmts], seeds)
+    except sweep.SweepError as exc:
+        raise UsageError(f"argument --out: {exc}") from None
+    pending = [c for c in sweep.sweep_cells(out, stmts, seeds, args.scale) if not c.path.is_file()]
+    where = f"the scheduler at {args.scheduler}" if args.scheduler else f"a local cluster of {args.workers or 'one per CPU'} workers"
+    _note(f"sweep of {len(stmts)} statement(s) x {len(seeds)} seed(s) = {len(stmts) * len(seeds)} cells at scale "
+          f"{args.scale}: {len(pending)} to compute" + (f" on {where}" if pending else "") + f", results in {out}")
+    try:
+        if pending:
+            with dask_client(args.workers, args.scheduler, connect_timeout=args.connect_timeout) as client:
+                run = sweep.run_sweep(client, out, stmts, seeds, scale=args.scale, progress=not args.quiet)
+        else:
+            run = sweep.run_sweep(None, out, stmts, seeds, scale=args.scale, progress=False)
+    except SchedulerUnreachable as exc:
+        raise UsageError(f"argument --scheduler: {exc}") from None
+    except KeyboardInterrupt:
+        _note(f"interrupted: the finished cells are in {out / sweep.CELLS_DIR}; the same command computes the rest")
+        return EXIT_INTERRUPTED
+    rows = sweep.read_cells(out, [s.id for s in stmts], seeds)
+    summary = sweep.summarize(stmts, seeds, rows, scale=args.scale, run=run)
+    sweep.write_summary(out, summary)
+    print(sweep.screen(summary, out, run))
+    return EXIT_FAIL if sweep.failed(summary, run) else EXIT_OK
+
+
+def _add_sweep(sub) -> None:
+    p = sub.add_parser("sweep", help="run statements x seeds as Dask tasks; one result file per cell, a summary")
+    p.add_argument("ids", nargs="*", metavar="ID", help="statement ids (default: all)")
+    p.add_argument("--mc", action="store_true",
+                   help="sweep the statements with Monte Carlo assertions (instead of IDs)")
+    p.add_argument("--seeds", type=cli.seed_range, required=True, metavar="A:B",
+                   help="the seeds A, A+1, ..., B-1 (integers 0 <= A < B)")
+    p.add_argument("--scale", choices=registry.SCALES, default="default",
+                   help="default: every check in seconds; paper: the larger presets where a check has one")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--workers", type=cli.positive_int, metavar="K",
+                       help="start a local Dask cluster of K worker processes, one thread each, BLAS pinned to one "
+                            "thread (default: one per CPU)")
+    where.add_argument("--scheduler", metavar="ADDRESS",
+                       help="use the existing Dask cluster whose scheduler listens at ADDRESS (e.g. "
+                            "tcp://10.0.0.5:8786)")
+    p.add_argument("--connect-timeout", type=cli.positive_float, default=5.0, metavar="S",
+                   help="seconds allowed to reach the --scheduler (default %(default)s)")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="the sweep folder: cells/<id>/<seed>.json, params.json, sweep.json, sweep.csv")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_sweep)
+
+
+_SUBCOMMANDS = [_add_list, _add_run, _add_report, _add_sweep]
 
 
 def build_parser() -> argparse.ArgumentParser:

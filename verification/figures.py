@@ -17,7 +17,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-__all__ = ["MissingData", "FIGURES", "draw_all"]
+__all__ = ["MissingData", "FIGURES", "SWEEP_FIGURES", "draw_all"]
 
 VERDICT_COLORS = {"holds": "#2e7d32", "finding": "#ef6c00", "violated": "#c62828", "vacuous": "#6a1b9a",
                   "error": "#424242"}
@@ -255,13 +255,44 @@ FIGURES = {
 }
 
 
-def draw_all(fig_dir: Path, rows, tables) -> tuple[dict[str, str], dict[str, str]]:
-    """Draw every figure of :data:`FIGURES`; returns ({file: caption}, {file: why missing})."""
+def fig_sweep_tightness(rows, tables):
+    """A sweep over seeds: the spread of each statement's tightness over the seeds, points coloured by verdict."""
+    df = _table(tables, "sweep", "tightness", ["id", "seed", "tightness", "verdict"])
+    df = df[np.isfinite(df["tightness"])]
+    pos = df[df["tightness"] > 0]
+    if pos.empty:
+        raise MissingData("no statement of the sweep reported a positive tightness")
+    left_out = len(df) - len(pos)
+    order = list(dict.fromkeys(pos["id"]))
+    n_seeds = int(df.groupby("id")["seed"].nunique().max())
+    fig, ax = plt.subplots(figsize=(8, 0.42 * len(order) + 1.8))
+    sns.boxplot(data=pos, x="tightness", y="id", order=order, whis=(0, 100), color="#e3f2fd", fliersize=0,
+                width=0.6, ax=ax)
+    sns.stripplot(data=pos, x="tightness", y="id", order=order, hue="verdict", palette=VERDICT_COLORS, size=3.5,
+                  alpha=0.7, jitter=0.2, ax=ax)
+    ax.axvline(1.0, color="k", ls="--", lw=1)
+    ax.set_xscale("log")
+    ax.set_xlabel("tightness = max observed lhs / bound rhs per seed (log scale; 1 = bound attained)")
+    ax.set_ylabel("statement")
+    ax.set_title(f"Tightness over {n_seeds} seeds per statement")
+    ax.legend(title="verdict", fontsize=8, loc="lower left")
+    note = f" {left_out} value(s) <= 0 (a bound side below zero) are not drawn." if left_out else ""
+    return fig, ("Sweep over seeds: each statement's tightness at every seed (dots, coloured by verdict); the box spans "
+                 "the quartiles and the whiskers the minimum and maximum over the seeds." + note)
+
+
+#: Figures of the sweep section of the dashboard (``report --sweep DIR``; table ``tables["sweep"]["tightness"]``).
+SWEEP_FIGURES = {"sweep_tightness.png": fig_sweep_tightness}
+
+
+def draw_all(fig_dir: Path, rows, tables, figures=None) -> tuple[dict[str, str], dict[str, str]]:
+    """Draw every figure of ``figures`` (default :data:`FIGURES`); returns ({file: caption}, {file: why
+    missing})."""
     fig_dir = Path(fig_dir)
     fig_dir.mkdir(parents=True, exist_ok=True)
     sns.set_theme(style="whitegrid", context="notebook")
     drawn, missing = {}, {}
-    for name, fn in FIGURES.items():
+    for name, fn in (FIGURES if figures is None else figures).items():
         try:
             fig, caption = fn(rows, tables)
         except MissingData as exc:
