@@ -36,8 +36,9 @@ from typing import Any
 
 from sim.cli import atomic_write_text
 
-__all__ = ["WORKER_ENV", "CONNECT_TIMEOUT", "SchedulerUnreachable", "Cell", "CellRun", "dask_client", "run_cells",
-           "read_cell"]
+__all__ = ["WORKER_ENV", "CONNECT_TIMEOUT", "PARAMS_NAME", "CELLS_DIR", "SchedulerUnreachable", "CellFolderError",
+           "Cell", "CellRun", "dask_client", "run_cells", "read_cell", "folder_params", "check_params",
+           "write_params"]
 
 #: Environment of every worker process of a local cluster, set before the process starts (so that numpy's BLAS
 #: reads it): one thread per BLAS / OpenMP pool, the worker process itself having one thread.
@@ -45,10 +46,60 @@ WORKER_ENV = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THRE
               "VECLIB_MAXIMUM_THREADS": "1", "NUMEXPR_NUM_THREADS": "1"}
 #: Seconds allowed to reach the scheduler of an existing cluster.
 CONNECT_TIMEOUT = 5.0
+#: In a cell folder: the parameters every cell depends on (:func:`folder_params`), and the cells' sub-folder.
+PARAMS_NAME = "params.json"
+CELLS_DIR = "cells"
+FOLDER_FORMAT = 1
 
 
 class SchedulerUnreachable(ConnectionError):
     """No Dask scheduler answered at the given address within the time allowed."""
+
+
+class CellFolderError(ValueError):
+    """A cell folder that cannot be used: made with other parameters, or a cell file that is not a result."""
+
+
+def folder_params(kind: str, **params: Any) -> dict[str, Any]:
+    """The ``params.json`` of a cell folder: the kind of sweep, the format, the package version and ``params``
+    (everything a cell's result depends on besides the cell's own coordinates, which name its file)."""
+    from .evidence import to_jsonable
+    from .resultlog import package_version
+
+    return to_jsonable({"sweep": kind, "format": FOLDER_FORMAT, "version": package_version(), **params})
+
+
+def check_params(out: str | Path, params: dict[str, Any]) -> None:
+    """Refuse (:class:`CellFolderError`, every difference named) a folder ``out`` whose ``params.json`` differs from
+    ``params``, or that holds a ``cells/`` folder without one. Nothing is written. Other cells (other statements,
+    seeds or grid points) may be added to a folder; other parameters may not."""
+    out = Path(out)
+    p = out / PARAMS_NAME
+    if not p.exists():
+        if (out / CELLS_DIR).exists():
+            raise CellFolderError(f"{str(out)!r} holds a {CELLS_DIR}/ folder but no {PARAMS_NAME}: not a sweep folder "
+                                  "of this program (use another --out)")
+        return
+    try:
+        found = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise CellFolderError(f"cannot read {str(p)!r}: {exc}") from None
+    if not isinstance(found, dict):
+        raise CellFolderError(f"{str(p)!r} is not the parameter file of a sweep")
+    absent = "(absent)"
+    diffs = [f"{k} {found.get(k, absent)!r} there, {params.get(k, absent)!r} now"
+             for k in dict.fromkeys([*params, *found]) if found.get(k, absent) != params.get(k, absent)]
+    if diffs:
+        raise CellFolderError(f"{str(out)!r} holds cells made with other parameters: {'; '.join(diffs)} (use another "
+                              "--out, or remove the folder to start again)")
+
+
+def write_params(out: str | Path, params: dict[str, Any]) -> None:
+    """:func:`check_params`, then create ``out`` and write its ``params.json`` if it has none."""
+    check_params(out, params)
+    p = Path(out) / PARAMS_NAME
+    if not p.exists():
+        atomic_write_text(p, json.dumps(params, indent=2) + "\n")
 
 
 @dataclass(frozen=True)
@@ -125,7 +176,7 @@ def dask_client(workers: int | None = None, scheduler: str | None = None, *,
     env = {**dask.config.get("distributed.nanny.pre-spawn-environ"), **WORKER_ENV}
     with dask.config.set({"distributed.nanny.pre-spawn-environ": env}), _environ(WORKER_ENV):
         cluster = LocalCluster(n_workers=int(workers), threads_per_worker=1, processes=True,
-                               dashboard_address=None, silence_logs=logging.ERROR)
+                               dashboard_address=":0", silence_logs=logging.ERROR)
     with cluster, Client(cluster, set_as_default=False) as client:
         yield client
 

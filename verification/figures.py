@@ -17,7 +17,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-__all__ = ["MissingData", "FIGURES", "SWEEP_FIGURES", "draw_all"]
+__all__ = ["MissingData", "FIGURES", "SWEEP_FIGURES", "GRID_FIGURES", "draw_all"]
 
 VERDICT_COLORS = {"holds": "#2e7d32", "finding": "#ef6c00", "violated": "#c62828", "vacuous": "#6a1b9a",
                   "error": "#424242"}
@@ -283,6 +283,44 @@ def fig_sweep_tightness(rows, tables):
 
 #: Figures of the sweep section of the dashboard (``report --sweep DIR``; table ``tables["sweep"]["tightness"]``).
 SWEEP_FIGURES = {"sweep_tightness.png": fig_sweep_tightness}
+
+
+def fig_pipeline_gap(rows, tables):
+    """A simulation grid: the Pipeline 1 (from w_II) vs Pipeline 2 gap against K, per S and preference spread."""
+    df = _table(tables, "grid", "points", ["K", "S", "delta_lambda", "seeds", "gap_wII_mean", "gap_wII_ci_low",
+                                           "gap_wII_ci_high", "delta_lambda_realized"])
+    df = df[df["seeds"] > 0].sort_values(["delta_lambda", "S", "K"])
+    if df.empty:
+        raise MissingData("no grid point has a finished cell")
+    spreads = list(dict.fromkeys(df["delta_lambda"]))
+    s_values = list(dict.fromkeys(sorted(df["S"])))
+    colors = dict(zip(s_values, sns.color_palette("viridis", len(s_values)), strict=True))
+    fig, axes = plt.subplots(1, len(spreads), figsize=(max(4.2 * len(spreads), 6.5) + 1.0, 4.4), sharey=True,
+                             squeeze=False)
+    positive = bool((df["gap_wII_mean"] > 0).all())
+    for ax, dl in zip(axes[0], spreads, strict=True):
+        sub = df[df["delta_lambda"] == dl]
+        for S, g in sub.groupby("S", sort=True):
+            ax.plot(g["K"], g["gap_wII_mean"], marker="o", ms=4, lw=1.6, color=colors[S], label=f"S = {S}")
+            ax.fill_between(g["K"], g["gap_wII_ci_low"], g["gap_wII_ci_high"], color=colors[S], alpha=0.2, lw=0)
+        ax.set_xscale("log", base=2)
+        if positive:
+            ax.set_yscale("log")
+        ax.set_xlabel("K (steps of Pipeline 1)")
+        ax.set_title(f"spread s_u = {dl:g} (δ_λ ≈ {sub['delta_lambda_realized'].mean():.2g})")
+    axes[0][0].set_ylabel("gap ψ_new: Pipeline 1 (w_II) − Pipeline 2")
+    axes[0][-1].legend(title="samples per step", fontsize=8)
+    n = int(df["seeds"].min())
+    fig.suptitle(f"Pipeline 1 vs Pipeline 2 for a new client (mean, 95% CI over {n}+ seeds)", fontsize=12)
+    return fig, ("Simulation grid (planted F1, Algorithm 1): the mean over seeds of the new clients' gap between "
+                 "Pipeline 1 (K steps of S fresh samples each, from the Phase 2 model w_II) and Pipeline 2 "
+                 "(data-rich local training), with its two-sided 95% Student-t confidence band over seeds; one "
+                 "panel per planted preference spread s_u (δ_λ: the realised spread max ‖λ_new − λ_i‖ in the "
+                 "new client's cluster, mean over seeds).")
+
+
+#: The figure of a simulation grid (``python -m verification grid``; table ``tables["grid"]["points"]``).
+GRID_FIGURES = {"pipeline_gap.png": fig_pipeline_gap}
 
 
 def draw_all(fig_dir: Path, rows, tables, figures=None) -> tuple[dict[str, str], dict[str, str]]:

@@ -52,30 +52,31 @@ import numpy as np
 
 from sim.cli import atomic_write_text
 
-from . import montecarlo, registry, resultlog
-from .dask_engine import Cell, CellRun, read_cell, run_cells
+from . import montecarlo, registry
+from .dask_engine import (
+    CELLS_DIR,
+    Cell,
+    CellFolderError,
+    CellRun,
+    folder_params,
+    read_cell,
+    run_cells,
+    write_params,
+)
 from .evidence import to_jsonable
 
-__all__ = ["PARAMS_NAME", "SUMMARY_JSON", "SUMMARY_CSV", "CP_ALPHA", "SweepError", "cell_path", "sweep_params",
-           "check_params", "statement_cell", "sweep_cells", "run_sweep", "read_cells", "summarize",
+__all__ = ["SUMMARY_JSON", "SUMMARY_CSV", "CP_ALPHA", "cell_path", "sweep_params", "statement_cell", "sweep_cells", "run_sweep", "read_cells", "summarize",
            "write_summary", "read_summary", "monte_carlo_assertions", "monte_carlo_statements", "mc_budget",
            "clopper_pearson", "budget_status", "sweep_tables"]
 
-PARAMS_NAME = "params.json"
 SUMMARY_JSON = "sweep.json"
 SUMMARY_CSV = "sweep.csv"
-CELLS_DIR = "cells"
 #: Identifies a statement sweep's folder (params.json) and summary (sweep.json).
 SWEEP_KIND = "prefalign-verify statement sweep"
-SWEEP_FORMAT = 1
 #: One-sided level of the Clopper–Pearson bounds on the Monte Carlo failure rates.
 CP_ALPHA = 0.05
 _VERDICTS = ("holds", "finding", "violated", "vacuous", "error")
 _CONTROLS = ("detected", "missed", "none")
-
-
-class SweepError(ValueError):
-    """A sweep folder that cannot be used: other parameters, or a cell file that is not a result row."""
 
 
 # ------------------------------------------------------------------------------------------------ the cells
@@ -88,34 +89,9 @@ def cell_path(out: str | Path, stmt_id: str, seed: int) -> Path:
     return Path(out) / CELLS_DIR / stmt_id / f"{int(seed)}.json"
 
 
-def sweep_params(scale: str, kind: str = SWEEP_KIND, **extra: Any) -> dict[str, Any]:
-    """What every cell of a sweep folder depends on besides its own coordinates: the kind of sweep, the format,
-    the package version and the parameters given (``scale`` for a statement sweep)."""
-    return to_jsonable({"sweep": kind, "format": SWEEP_FORMAT, "version": resultlog.package_version(),
-                        "scale": scale, **extra})
-
-
-def check_params(out: str | Path, params: dict[str, Any]) -> None:
-    """Refuse (:class:`SweepError`, every difference named) a folder ``out`` whose ``params.json`` differs from
-    ``params``, or that holds cells without a ``params.json``. Nothing is written."""
-    out = Path(out)
-    p = out / PARAMS_NAME
-    if not p.exists():
-        if (out / CELLS_DIR).exists():
-            raise SweepError(f"{str(out)!r} holds a {CELLS_DIR}/ folder but no {PARAMS_NAME}: not a sweep folder of "
-                             "this program (use another --out)")
-        return
-    try:
-        found = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise SweepError(f"cannot read {str(p)!r}: {exc}") from None
-    if not isinstance(found, dict):
-        raise SweepError(f"{str(p)!r} is not the parameter file of a sweep")
-    diffs = [f"{k} {found.get(k, '(absent)')!r} there, {params.get(k, '(absent)')!r} now"
-             for k in dict.fromkeys([*params, *found]) if found.get(k, "(absent)") != params.get(k, "(absent)")]
-    if diffs:
-        raise SweepError(f"{str(out)!r} holds cells made with other parameters: {'; '.join(diffs)} (use another --out "
-                         "for this sweep, or remove the folder to start again)")
+def sweep_params(scale: str) -> dict[str, Any]:
+    """The ``params.json`` of a statement sweep: what its cells depend on besides statement and seed."""
+    return folder_params(SWEEP_KIND, scale=scale)
 
 
 def _print_traceback(exc: BaseException) -> None:
@@ -132,7 +108,8 @@ def statement_cell(stmt_id: str, seed: int, scale: str = "default") -> dict[str,
 
 def sweep_cells(out: str | Path, stmts: Sequence[registry.Statement], seeds: Sequence[int],
                 scale: str = "default") -> list[Cell]:
-    """The cells of a sweep, seed by seed (so an interrupted sweep has whole seeds first)."""
+    """The cells of a sweep, seed by seed (Dask starts them roughly in this order, so an interrupted sweep has
+    mostly whole seeds)."""
     return [Cell(f"{s.id}/{seed}", cell_path(out, s.id, seed), statement_cell, (s.id, int(seed), scale))
             for seed in seeds for s in stmts]
 
@@ -140,17 +117,17 @@ def sweep_cells(out: str | Path, stmts: Sequence[registry.Statement], seeds: Seq
 def _check_row(row: Any, path: Path, stmt_id: str) -> dict[str, Any]:
     keys = ("id", "verdict", "tightness", "negative_control", "counterexamples", "seconds")
     if not isinstance(row, dict) or any(k not in row for k in keys):
-        raise SweepError(f"{str(path)!r} is not a result row (it needs the keys {', '.join(keys)}): remove it to "
+        raise CellFolderError(f"{str(path)!r} is not a result row (it needs the keys {', '.join(keys)}): remove it to "
                          "compute the cell again")
     if row["id"] != stmt_id:
-        raise SweepError(f"{str(path)!r} holds a row of {row['id']!r}, not of {stmt_id!r}: remove it to compute the "
+        raise CellFolderError(f"{str(path)!r} holds a row of {row['id']!r}, not of {stmt_id!r}: remove it to compute the "
                          "cell again")
     return row
 
 
 def read_cells(out: str | Path, stmt_ids: Sequence[str], seeds: Sequence[int]
                ) -> dict[str, dict[int, dict[str, Any]]]:
-    """The finished cells among ``stmt_ids`` × ``seeds``: ``{id: {seed: row}}``. Raises :class:`SweepError` for a
+    """The finished cells among ``stmt_ids`` × ``seeds``: ``{id: {seed: row}}``. Raises :class:`CellFolderError` for a
     cell file that is not a result row of its statement."""
     found: dict[str, dict[int, dict[str, Any]]] = {sid: {} for sid in stmt_ids}
     for sid in stmt_ids:
@@ -161,7 +138,7 @@ def read_cells(out: str | Path, stmt_ids: Sequence[str], seeds: Sequence[int]
             try:
                 row = read_cell(p)
             except (OSError, ValueError) as exc:
-                raise SweepError(f"cannot read {str(p)!r} ({exc}): remove it to compute the cell again") from None
+                raise CellFolderError(f"cannot read {str(p)!r} ({exc}): remove it to compute the cell again") from None
             found[sid][int(seed)] = _check_row(row, p, sid)
     return found
 
@@ -170,13 +147,9 @@ def run_sweep(client, out: str | Path, stmts: Sequence[registry.Statement], seed
               scale: str = "default", progress: bool = True,
               on_written: Callable[[Cell, Any], None] | None = None) -> CellRun:
     """Run the cells of ``stmts`` × ``seeds`` not yet in ``out`` on the cluster of ``client`` (writing
-    ``params.json`` first, after :func:`check_params`); the summary is written by :func:`write_summary`."""
+    ``params.json`` first, after :func:`~verification.dask_engine.check_params`); the summary is written by :func:`write_summary`."""
     out = Path(out)
-    params = sweep_params(scale)
-    check_params(out, params)
-    out.mkdir(parents=True, exist_ok=True)
-    if not (out / PARAMS_NAME).exists():
-        atomic_write_text(out / PARAMS_NAME, json.dumps(params, indent=2) + "\n")
+    write_params(out, sweep_params(scale))
     read_cells(out, [s.id for s in stmts], seeds)  # a bad cell file is refused before any work
     return run_cells(client, sweep_cells(out, stmts, seeds, scale), desc="sweep", progress=progress,
                      on_written=on_written)
@@ -333,7 +306,7 @@ def summarize(stmts: Sequence[registry.Statement], seeds: Sequence[int],
     per = [_statement_summary(s, rows[s.id], budget) for s in stmts if rows.get(s.id)]
     mc_ids = [p["id"] for p in per if "monte_carlo" in p]
     summary: dict[str, Any] = {
-        "sweep": SWEEP_KIND, "format": SWEEP_FORMAT, "version": resultlog.package_version(), "scale": scale,
+        **folder_params(SWEEP_KIND, scale=scale),
         "ids": [s.id for s in stmts], "seeds": [int(seeds[0]), int(seeds[-1]) + 1] if len(seeds) else [],
         "cells": {"requested": len(stmts) * len(seeds), "finished": sum(len(rows.get(s.id, {})) for s in stmts)},
         "statements": per,
@@ -397,17 +370,17 @@ def write_summary(out: str | Path, summary: dict[str, Any]) -> tuple[Path, Path]
 
 
 def read_summary(out: str | Path) -> dict[str, Any]:
-    """The ``sweep.json`` of folder ``out``; raises :class:`SweepError` when there is none or it is not one."""
+    """The ``sweep.json`` of folder ``out``; raises :class:`CellFolderError` when there is none or it is not one."""
     p = Path(out) / SUMMARY_JSON
     try:
         summary = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise SweepError(f"{str(p)!r} does not exist: DIR must be the --out folder of a finished sweep") from None
+        raise CellFolderError(f"{str(p)!r} does not exist: DIR must be the --out folder of a finished sweep") from None
     except (OSError, ValueError) as exc:
-        raise SweepError(f"cannot read {str(p)!r}: {exc}") from None
+        raise CellFolderError(f"cannot read {str(p)!r}: {exc}") from None
     if not isinstance(summary, dict) or summary.get("sweep") != SWEEP_KIND or not isinstance(
             summary.get("statements"), list):
-        raise SweepError(f"{str(p)!r} is not the summary of a statement sweep")
+        raise CellFolderError(f"{str(p)!r} is not the summary of a statement sweep")
     return summary
 
 
