@@ -266,8 +266,10 @@ def fig_sweep_tightness(rows, tables):
     order = list(dict.fromkeys(pos["id"]))
     n_seeds = int(df.groupby("id")["seed"].nunique().max())
     fig, ax = plt.subplots(figsize=(8, 0.42 * len(order) + 1.8))
-    sns.boxplot(data=pos, x="tightness", y="id", order=order, whis=(0, 100), color="#e3f2fd", fliersize=0,
-                width=0.6, ax=ax)
+    spread = pos.groupby("id")["tightness"].agg(["min", "median", "max"]).reindex(order)
+    ys = np.arange(len(order))
+    ax.hlines(ys, spread["min"], spread["max"], color="#90a4ae", lw=6, alpha=0.45, zorder=1, label="min to max")
+    ax.scatter(spread["median"], ys, marker="|", s=400, color="k", zorder=3, label="median")
     sns.stripplot(data=pos, x="tightness", y="id", order=order, hue="verdict", palette=VERDICT_COLORS, size=3.5,
                   alpha=0.7, jitter=0.2, ax=ax)
     ax.axvline(1.0, color="k", ls="--", lw=1)
@@ -275,10 +277,10 @@ def fig_sweep_tightness(rows, tables):
     ax.set_xlabel("tightness = max observed lhs / bound rhs per seed (log scale; 1 = bound attained)")
     ax.set_ylabel("statement")
     ax.set_title(f"Tightness over {n_seeds} seeds per statement")
-    ax.legend(title="verdict", fontsize=8, loc="lower left")
+    ax.legend(fontsize=8, loc="lower left")
     note = f" {left_out} value(s) <= 0 (a bound side below zero) are not drawn." if left_out else ""
-    return fig, ("Sweep over seeds: each statement's tightness at every seed (dots, coloured by verdict); the box spans "
-                 "the quartiles and the whiskers the minimum and maximum over the seeds." + note)
+    return fig, ("Sweep over seeds: each statement's tightness at every seed (dots, coloured by verdict), its range "
+                 "over the seeds (grey bar) and its median (black tick)." + note)
 
 
 #: Figures of the sweep section of the dashboard (``report --sweep DIR``; table ``tables["sweep"]["tightness"]``).
