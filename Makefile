@@ -9,7 +9,12 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 SEED   ?= 0
 
-.PHONY: venv test report bench lint clean
+# make sweep: a small sweep on a local Dask cluster (override: make sweep SWEEP_IDS="H.43 H.44" SWEEP_SEEDS=0:50)
+SWEEP_IDS   ?= H.9 H.14 S4
+SWEEP_SEEDS ?= 0:4
+WORKERS     ?= 2
+
+.PHONY: venv test report sweep bench lint clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +32,10 @@ test: $(STAMP)
 report: $(STAMP)
 	$(BIN)/python -m verification report --out reports --seed $(SEED)
 
+## sweep: every (statement, seed) cell as a Dask task on a LocalCluster; cells and summary in sweeps/default/
+sweep: $(STAMP)
+	$(BIN)/python -m verification sweep $(SWEEP_IDS) --seeds $(SWEEP_SEEDS) --workers $(WORKERS) --out sweeps/default
+
 ## bench: pytest-benchmark speed comparisons (batched LP solver against HiGHS)
 bench: $(STAMP)
 	$(BIN)/python -m pytest -m bench -s --benchmark-enable --benchmark-columns=min,median,mean,rounds
@@ -35,4 +44,4 @@ lint: $(STAMP)
 	$(BIN)/ruff check sim verification tests
 
 clean:
-	rm -rf $(VENV) .pytest_cache .benchmarks reports
+	rm -rf $(VENV) .pytest_cache .benchmarks reports sweeps
