@@ -13,7 +13,8 @@ from ``w_II``), Pipeline 2 and the local-only baseline. Writes
 
 * ``DIR/trajectory.csv`` — every record row (:data:`sim.algorithm.RECORD_COLUMNS`);
 * ``DIR/summary.json`` — final gaps of Pipeline 1 vs Pipeline 2 vs the baselines, per-cluster gaps, LP status
-  counts, the parameters, the seed and the run time.
+  counts, the realised preference spread ``delta_lambda`` of the new clients (:func:`preference_spread`), the
+  parameters, the seed and the run time.
 
 Progress lines go to stderr; a one-screen summary goes to stdout. The library modules never print. A bad
 argument (a seed that is not an integer >= 0, an ``--out`` that cannot be created or written) is reported on one

@@ -85,6 +85,10 @@ class ReportResult:
             + (f", {len(self.missing_figures)} missing: {', '.join(self.missing_figures)}" if self.missing_figures else ""),
             f"  dashboard: {self.out_dir / 'index.html'} and {self.out_dir / 'README.md'}",
         ]
+        if self.sweep is not None:
+            lines.insert(-1, f"  sweep section: {len(self.sweep['statements'])} statement(s) over seeds "
+                             f"{self.sweep['seeds'][0]}..{self.sweep['seeds'][1] - 1}, "
+                             f"{len(self.sweep_figures)} figure(s)")
         return "\n".join(lines)
 
 
