@@ -242,13 +242,16 @@ def test_report_sweep_section(swept, tmp_path, capsys):
 
 def test_grid_cells_figure_and_resume(client, tmp_path, capsys, monkeypatch):
     out = tmp_path / "grid"
-    argv = ["grid", "K=1,4", "S=8", "--seeds", "0:2", "--scheduler", client.scheduler.address, "--out", str(out),
-            "--quiet"]
+    argv = ["grid", "K=4", "S=8", "--seeds", "0:2", "--scheduler", client.scheduler.address, "--out", str(out),
+            "--quiet"]  # one point, two seeds (a cell is a whole smoke run of Algorithm 1)
     assert cli_main(argv) == 0
-    table = json.loads((out / "grid.json").read_text())["points"]
-    assert [(p["K"], p["S"], p["delta_lambda"], p["seeds"]) for p in table] == [(1, 8, 0.05, 2), (4, 8, 0.05, 2)]
-    for p in table:
-        assert p["gap_wII_ci_low"] <= p["gap_wII_mean"] <= p["gap_wII_ci_high"]
+    (p,) = json.loads((out / "grid.json").read_text())["points"]
+    assert (p["K"], p["S"], p["delta_lambda"], p["seeds"], p["errors"]) == (4, 8, 0.05, 2, 0)
+    gaps = [json.loads((out / "cells" / "K=4,S=8,delta_lambda=0.05" / f"{s}.json").read_text())["gap_wII"]
+            for s in (0, 1)]
+    half = stats.t.ppf(0.975, 1) * np.std(gaps, ddof=1) / np.sqrt(2)
+    assert p["gap_wII_mean"] == pytest.approx(np.mean(gaps), rel=1e-12)
+    assert (p["gap_wII_ci_low"], p["gap_wII_ci_high"]) == pytest.approx((np.mean(gaps) - half, np.mean(gaps) + half))
     assert (out / "figures" / "pipeline_gap.png").stat().st_size > 0
     cell = json.loads((out / "cells" / "K=4,S=8,delta_lambda=0.05" / "1.json").read_text())
     _, serial = simulate(preset_variant(PRESETS["smoke"], K=4, S=8, spread=0.05), 1)
@@ -257,7 +260,7 @@ def test_grid_cells_figure_and_resume(client, tmp_path, capsys, monkeypatch):
     capsys.readouterr()
     _no_cluster(monkeypatch)
     assert cli_main(argv) == 0
-    assert "4 cells, 0 computed, 4 already in" in capsys.readouterr().out
+    assert "2 cells, 0 computed, 2 already in" in capsys.readouterr().out
 
 
 def test_run_cells_records_a_failed_cell_and_goes_on(client, tmp_path):
