@@ -263,6 +263,23 @@ def test_grid_cells_figure_and_resume(client, tmp_path, capsys, monkeypatch):
     assert "2 cells, 0 computed, 2 already in" in capsys.readouterr().out
 
 
+def _echo(i: int) -> dict:
+    time.sleep(0.01 * (i % 3))
+    return {"i": i}
+
+
+def test_cells_start_in_the_given_order_whatever_their_keys(client, tmp_path):
+    """Cells of several statements (whose ids Dask would split into different task groups) run in submission order:
+    a cell is written at most a few places (the cells in flight) after its place in the list."""
+    ids = ["H.39-41", "H.43", "ThmA"]
+    cells = [dask_engine.Cell(f"{ids[i % 3]}/{i // 3}", tmp_path / f"{i}.json", _echo, (i,)) for i in range(45)]
+    run = run_cells(client, cells, progress=False)
+    index = {c.key: i for i, c in enumerate(cells)}
+    order = [index[k] for k in run.written]
+    assert sorted(order) == list(range(45))
+    assert max(i - place for place, i in enumerate(order)) <= 4, order
+
+
 def test_run_cells_records_a_failed_cell_and_goes_on(client, tmp_path):
     def boom(x):
         if x == 1:

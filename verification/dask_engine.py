@@ -106,7 +106,7 @@ def write_params(out: str | Path, params: dict[str, Any]) -> None:
 class Cell:
     """One cell: ``func(*args)`` runs on a worker and returns a JSON-ready object, written to ``path``.
 
-    ``key`` names the cell in the progress bar, the Dask dashboard and the messages (``"H.9/3"``)."""
+    ``key`` names the cell in the progress bar and the messages (``"H.9/3"``)."""
 
     key: str
     path: Path
@@ -204,8 +204,8 @@ def _write(path: Path, result: Any) -> None:
 def run_cells(client, cells: Sequence[Cell], *, desc: str = "cells", progress: bool = True,
               on_written: Callable[[Cell, Any], None] | None = None) -> CellRun:
     """Run every cell of ``cells`` whose file does not exist on the cluster of ``client`` and write each result
-    to its file as it finishes (atomically). Cells are submitted in the given order (Dask starts them roughly in
-    that order). ``on_written(cell, result)`` is called after each write. A progress bar over all the cells goes
+    to its file as it finishes (atomically). Cells start in the given order (explicit task priorities; with two
+    workers or more they finish roughly in that order). ``on_written(cell, result)`` is called after each write. A progress bar over all the cells goes
     to stderr unless ``progress`` is False.
 
     With every cell finished already, nothing is submitted and ``client`` may be None.
@@ -232,8 +232,13 @@ def run_cells(client, cells: Sequence[Cell], *, desc: str = "cells", progress: b
                disable=not progress, dynamic_ncols=True, mininterval=0.5)
     futures: dict[Any, Cell] = {}  # the cells in flight; a future is dropped (and released) once handled
     try:
-        for c in pending:
-            futures[client.submit(c.func, *c.args, key=f"{c.key} [{token}]", pure=False)] = c
+        # One task group for all the cells ("<desc>-<token>-<k>": Dask groups keys by their prefix), so that the
+        # scheduler treats them alike: with many cells it queues them and hands each worker the next cell when
+        # it has a free thread, in the order of the explicit priorities (first cell first). Cells in separate
+        # groups would be sent to the workers' own queues up front, and a large group starved behind them.
+        for k, c in enumerate(pending):
+            fut = client.submit(c.func, *c.args, key=f"{desc}-{token}-{k}", pure=False, priority=len(pending) - k)
+            futures[fut] = c
         for fut in as_completed(list(futures), loop=client.loop):
             cell = futures.pop(fut)
             try:

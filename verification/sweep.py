@@ -108,8 +108,8 @@ def statement_cell(stmt_id: str, seed: int, scale: str = "default") -> dict[str,
 
 def sweep_cells(out: str | Path, stmts: Sequence[registry.Statement], seeds: Sequence[int],
                 scale: str = "default") -> list[Cell]:
-    """The cells of a sweep, seed by seed (Dask starts them roughly in this order, so an interrupted sweep has
-    mostly whole seeds)."""
+    """The cells of a sweep, seed by seed (they start in this order, so an interrupted sweep has whole seeds but
+    for the cells in flight)."""
     return [Cell(f"{s.id}/{seed}", cell_path(out, s.id, seed), statement_cell, (s.id, int(seed), scale))
             for seed in seeds for s in stmts]
 
