@@ -40,7 +40,6 @@ import argparse
 import json
 import os
 import sys
-import traceback
 
 from sim import cli
 from sim.cli import UsageError
@@ -104,11 +103,7 @@ def _run_row(stmt: registry.Statement, seed: int, jitter: float = 0.0, jitter_se
     """The (JSON-ready) result row of one statement; a check that raises is an ``error`` row, with the traceback
     on stderr, and the run goes on."""
     return registry.run_statement_row(stmt, seed, jitter=jitter, jitter_seed=jitter_seed,
-                                      on_error=_print_traceback)[1]
-
-
-def _print_traceback(exc: BaseException) -> None:
-    traceback.print_exception(exc, file=sys.stderr)
+                                      on_error=registry.print_traceback)[1]
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

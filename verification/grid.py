@@ -31,9 +31,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import sys
 import time
-import traceback
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,6 +52,7 @@ from .dask_engine import (
     write_params,
 )
 from .evidence import to_jsonable
+from .registry import print_traceback
 
 __all__ = ["GRID_KIND", "AXES", "CONFIDENCE", "GridError", "GridPoint", "parse_axes", "grid_points", "grid_params",
            "grid_cell", "grid_cells", "run_grid", "read_grid_cells", "summarize_grid", "write_grid"]
@@ -144,7 +143,7 @@ def grid_cell(preset: str, K: int, S: int, delta_lambda: float, seed: int) -> di
     try:
         _, summary = simulate(preset_variant(PRESETS[preset], K=K, S=S, spread=delta_lambda), seed)
     except Exception as exc:  # noqa: BLE001 - recorded as the cell's result; the grid goes on
-        traceback.print_exception(exc, file=sys.stderr)
+        print_traceback(exc)
         return {"grid": point, "preset": preset, "seed": int(seed), "error": repr(exc)}
     final = summary["mean_final_gap"]
     summary.update(preset=preset, seed=int(seed), seconds=time.perf_counter() - t0, grid=point,

@@ -19,7 +19,9 @@ import dataclasses
 import importlib
 import pkgutil
 import re
+import sys
 import time
+import traceback
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +45,7 @@ __all__ = [
     "resolve",
     "run_statement",
     "run_statement_row",
+    "print_traceback",
     "statement_rng",
     "SCALES",
     "statement_config",
@@ -272,6 +275,11 @@ def statement_config(stmt: Statement, scale: str = "default"):
     if scale == "paper" and hasattr(factory, "paper"):
         return factory.paper()
     return factory()
+
+
+def print_traceback(exc: BaseException) -> None:
+    """Print the traceback of ``exc`` on stderr: the ``on_error`` of :func:`run_statement_row` on a command line."""
+    traceback.print_exception(exc, file=sys.stderr)
 
 
 def run_statement_row(stmt: Statement, seed: int = DEFAULT_SEED, *, scale: str = "default", jitter: float = 0.0,

@@ -41,8 +41,6 @@ import ast
 import importlib.util
 import json
 import math
-import sys
-import traceback
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -94,16 +92,12 @@ def sweep_params(scale: str) -> dict[str, Any]:
     return folder_params(SWEEP_KIND, scale=scale)
 
 
-def _print_traceback(exc: BaseException) -> None:
-    traceback.print_exception(exc, file=sys.stderr)
-
-
 def statement_cell(stmt_id: str, seed: int, scale: str = "default") -> dict[str, Any]:
     """The result row of statement ``stmt_id`` at ``seed`` and ``scale`` (runs on a worker): the row ``python -m
     verification run ID --seed SEED`` makes (at the default scale), or an ``error`` row (traceback on the
     worker's stderr) when the check raised."""
     stmt = registry.get_statement(stmt_id)
-    return registry.run_statement_row(stmt, seed, scale=scale, on_error=_print_traceback)[1]
+    return registry.run_statement_row(stmt, seed, scale=scale, on_error=registry.print_traceback)[1]
 
 
 def sweep_cells(out: str | Path, stmts: Sequence[registry.Statement], seeds: Sequence[int],
@@ -117,11 +111,11 @@ def sweep_cells(out: str | Path, stmts: Sequence[registry.Statement], seeds: Seq
 def _check_row(row: Any, path: Path, stmt_id: str) -> dict[str, Any]:
     keys = ("id", "verdict", "tightness", "negative_control", "counterexamples", "seconds")
     if not isinstance(row, dict) or any(k not in row for k in keys):
-        raise CellFolderError(f"{str(path)!r} is not a result row (it needs the keys {', '.join(keys)}): remove it to "
-                         "compute the cell again")
+        raise CellFolderError(f"{str(path)!r} is not a result row (it needs the keys {', '.join(keys)}): remove it "
+                              "to compute the cell again")
     if row["id"] != stmt_id:
-        raise CellFolderError(f"{str(path)!r} holds a row of {row['id']!r}, not of {stmt_id!r}: remove it to compute the "
-                         "cell again")
+        raise CellFolderError(f"{str(path)!r} holds a row of {row['id']!r}, not of {stmt_id!r}: remove it to compute "
+                              "the cell again")
     return row
 
 
