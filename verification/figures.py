@@ -299,7 +299,7 @@ def fig_pipeline_gap(rows, tables):
     colors = dict(zip(s_values, sns.color_palette("viridis", len(s_values)), strict=True))
     fig, axes = plt.subplots(1, len(spreads), figsize=(max(4.2 * len(spreads), 6.5) + 1.0, 4.4), sharey=True,
                              squeeze=False)
-    positive = bool((df["gap_wII_mean"] > 0).all())
+    positive = bool((df["gap_wII_ci_low"] > 0).all())  # a log scale only when every band stays above 0
     for ax, dl in zip(axes[0], spreads, strict=True):
         sub = df[df["delta_lambda"] == dl]
         for S, g in sub.groupby("S", sort=True):
