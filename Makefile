@@ -8,13 +8,17 @@ CONSTRAINTS := constraints.txt
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 SEED   ?= 0
+# mutation testing (outside the default tier): files, sample size per file (0 = every mutant), parallel jobs
+MUTATION_FILES ?= sim/preference.py sim/direction.py sim/cluster.py sim/hull.py
+MUTATION_N     ?= 60
+JOBS           ?= 1
 
 # make sweep: a small sweep on a local Dask cluster (override: make sweep SWEEP_IDS="H.43 H.44" SWEEP_SEEDS=0:50)
 SWEEP_IDS   ?= H.9 H.14 S4
 SWEEP_SEEDS ?= 0:4
 WORKERS     ?= 2
 
-.PHONY: venv test report sweep bench lint clean
+.PHONY: venv test report sweep bench mutation lint clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -40,8 +44,13 @@ sweep: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m pytest -m bench -s --benchmark-enable --benchmark-columns=min,median,mean,rounds
 
+## mutation: mutants of each file run against its own test file; report in reports/mutation.json
+mutation: $(STAMP)
+	$(BIN)/python tools/mutation.py --files $(MUTATION_FILES) --n $(MUTATION_N) --seed $(SEED) --jobs $(JOBS) \
+		--json reports/mutation.json
+
 lint: $(STAMP)
-	$(BIN)/ruff check sim verification tests
+	$(BIN)/ruff check sim verification tests tools
 
 clean:
 	rm -rf $(VENV) .pytest_cache .benchmarks reports sweeps
