@@ -25,9 +25,9 @@ __all__ = [
     "ArgumentParser",
     "print_usage_error",
     "seed",
+    "positive_int",
     "nonnegative_float",
     "positive_float",
-    "positive_int",
     "seed_range",
     "check_writable_dir",
     "check_writable_file",
@@ -81,6 +81,17 @@ def seed(text: str) -> int:
     return value
 
 
+def positive_int(text: str) -> int:
+    """argparse type of a count: an integer >= 1."""
+    try:
+        value = int(text.strip(), 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1; got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1; got {text!r}")
+    return value
+
+
 def nonnegative_float(text: str) -> float:
     """argparse type of a tolerance: a finite float >= 0 (``nan``, ``inf`` and negatives are refused)."""
     try:
@@ -100,17 +111,6 @@ def positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"must be a finite number > 0; got {text!r}") from None
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"must be a finite number > 0; got {text!r}")
-    return value
-
-
-def positive_int(text: str) -> int:
-    """argparse type of a count (workers, steps): an integer >= 1."""
-    try:
-        value = int(text.strip(), 10)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1; got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1; got {text!r}")
     return value
 
 
