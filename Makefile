@@ -13,7 +13,12 @@ MUTATION_FILES ?= sim/preference.py sim/direction.py sim/cluster.py sim/hull.py
 MUTATION_N     ?= 60
 JOBS           ?= 1
 
-.PHONY: venv test report bench mutation lint clean
+# make sweep: a small sweep on a local Dask cluster (override: make sweep SWEEP_IDS="H.43 H.44" SWEEP_SEEDS=0:50)
+SWEEP_IDS   ?= H.9 H.14 S4
+SWEEP_SEEDS ?= 0:4
+WORKERS     ?= 2
+
+.PHONY: venv test report sweep bench mutation lint clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +36,10 @@ test: $(STAMP)
 report: $(STAMP)
 	$(BIN)/python -m verification report --out reports --seed $(SEED)
 
+## sweep: every (statement, seed) cell as a Dask task on a LocalCluster; cells and summary in sweeps/default/
+sweep: $(STAMP)
+	$(BIN)/python -m verification sweep $(SWEEP_IDS) --seeds $(SWEEP_SEEDS) --workers $(WORKERS) --out sweeps/default
+
 ## bench: pytest-benchmark speed comparisons (batched LP solver against HiGHS)
 bench: $(STAMP)
 	$(BIN)/python -m pytest -m bench -s --benchmark-enable --benchmark-columns=min,median,mean,rounds
@@ -44,4 +53,4 @@ lint: $(STAMP)
 	$(BIN)/ruff check sim verification tests tools
 
 clean:
-	rm -rf $(VENV) .pytest_cache .benchmarks reports
+	rm -rf $(VENV) .pytest_cache .benchmarks reports sweeps

@@ -19,7 +19,9 @@ import dataclasses
 import importlib
 import pkgutil
 import re
+import sys
 import time
+import traceback
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +30,8 @@ import numpy as np
 
 from sim.roundoff import JitteredGenerator
 
-from .evidence import Evidence
+from .evidence import Evidence, to_jsonable
+from .resultlog import error_row
 
 __all__ = [
     "DEFAULT_SEED",
@@ -41,11 +44,17 @@ __all__ = [
     "get_statement",
     "resolve",
     "run_statement",
+    "run_statement_row",
+    "print_traceback",
     "statement_rng",
+    "SCALES",
+    "statement_config",
 ]
 
 #: Seed used when none is given (THEOREMS.md §3.0: all seeds fixed).
 DEFAULT_SEED = 0
+#: Scales of a check: ``default`` (its Config's defaults, seconds) or ``paper`` (its ``Config.paper()`` preset).
+SCALES = ("default", "paper")
 
 STATEMENTS_PACKAGE = "verification.statements"
 SYMBOLIC_MODULE = "verification.symbolic"
@@ -254,6 +263,40 @@ def run_statement(stmt: Statement, seed: int = DEFAULT_SEED, config: Any = None,
         state = "detected" if control.control_detected else "missed"
     seconds = time.perf_counter() - t0
     return dataclasses.replace(ev, negative_control=state, control=control, seconds=seconds)
+
+
+def statement_config(stmt: Statement, scale: str = "default"):
+    """The Config of ``stmt`` at ``scale``: the default Config, or its ``paper()`` preset where one exists."""
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {SCALES}; got {scale!r}")
+    factory = stmt.config_factory
+    if factory is None:
+        return None
+    if scale == "paper" and hasattr(factory, "paper"):
+        return factory.paper()
+    return factory()
+
+
+def print_traceback(exc: BaseException) -> None:
+    """Print the traceback of ``exc`` on stderr: the ``on_error`` of :func:`run_statement_row` on a command line."""
+    traceback.print_exception(exc, file=sys.stderr)
+
+
+def run_statement_row(stmt: Statement, seed: int = DEFAULT_SEED, *, scale: str = "default", jitter: float = 0.0,
+                      jitter_seed: int = 0, on_error: Callable[[BaseException], None] | None = None
+                      ) -> tuple[Evidence | None, dict[str, Any]]:
+    """Run ``stmt`` (:func:`run_statement` with the Config of ``scale``) and make its result row: ``(Evidence, the
+    JSON-ready row of results.json)``, or ``(None, an error row)`` when the check raised; ``on_error(exc)`` is then
+    called (e.g. to print the traceback) and the caller goes on. ``python -m verification run``, ``report`` and
+    ``sweep`` all make their rows here."""
+    try:
+        ev = run_statement(stmt, seed=seed, config=statement_config(stmt, scale), jitter=jitter,
+                           jitter_seed=jitter_seed)
+    except Exception as exc:  # noqa: BLE001 - an error row; the caller's run goes on
+        if on_error is not None:
+            on_error(exc)
+        return None, to_jsonable(error_row(stmt, exc))
+    return ev, to_jsonable(ev.to_dict())
 
 
 def run_statements(stmts: Sequence[Statement], seed: int = DEFAULT_SEED,

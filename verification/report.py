@@ -45,7 +45,8 @@ from .resultlog import ResultLogError
 
 __all__ = ["SCALES", "LOG_NAME", "ReportResult", "build_report", "statement_config", "evidence_tables"]
 
-SCALES = ("default", "paper")
+SCALES = registry.SCALES
+statement_config = registry.statement_config
 #: The results log of a report, in its output folder.
 LOG_NAME = "results.jsonl"
 INSTANCE_COLUMNS = ("id", "instance", "lhs", "rhs", "ratio")
@@ -61,6 +62,9 @@ class ReportResult:
     missing_figures: dict[str, str]  # figure name -> why it was not drawn
     seconds: float
     failed: bool
+    sweep: dict[str, Any] | None = None  # the summary of the sweep shown (report --sweep DIR)
+    sweep_figures: dict[str, str] = dataclasses.field(default_factory=dict)
+    sweep_missing: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def summary(self) -> str:
         counts: dict[str, int] = {}
@@ -81,35 +85,18 @@ class ReportResult:
             + (f", {len(self.missing_figures)} missing: {', '.join(self.missing_figures)}" if self.missing_figures else ""),
             f"  dashboard: {self.out_dir / 'index.html'} and {self.out_dir / 'README.md'}",
         ]
+        if self.sweep is not None:
+            lines.insert(-1, f"  sweep section: {len(self.sweep['statements'])} statement(s) over seeds "
+                             f"{self.sweep['seeds'][0]}..{self.sweep['seeds'][1] - 1}, "
+                             f"{len(self.sweep_figures)} figure(s)")
         return "\n".join(lines)
 
 
 # ------------------------------------------------------------------------------------------------ running
 
 
-def statement_config(stmt: registry.Statement, scale: str):
-    """The Config of ``stmt`` at ``scale``: the default Config, or its ``paper()`` preset where one exists."""
-    if scale not in SCALES:
-        raise ValueError(f"scale must be one of {SCALES}; got {scale!r}")
-    factory = stmt.config_factory
-    if factory is None:
-        return None
-    if scale == "paper" and hasattr(factory, "paper"):
-        return factory.paper()
-    return factory()
-
-
 def _progress(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def _run_one(stmt: registry.Statement, seed: int, scale: str) -> tuple[Evidence | None, dict[str, Any]]:
-    """Run one statement: (its Evidence, its result row), or (None, an ``error`` row) when the check raised."""
-    try:
-        ev = registry.run_statement(stmt, seed=seed, config=statement_config(stmt, scale))
-        return ev, ev.to_dict()
-    except Exception as exc:  # noqa: BLE001 - reported as an error row; the report goes on
-        return None, resultlog.error_row(stmt, exc)
 
 
 def _progress_line(k: int, n: int, elapsed: float, stmt: registry.Statement, row: dict, source=None) -> str:
@@ -125,7 +112,7 @@ def run_all(ids=None, *, seed: int = registry.DEFAULT_SEED, scale: str = "defaul
     out = []
     t_start = time.perf_counter()
     for k, s in enumerate(stmts, 1):
-        ev, row = _run_one(s, seed, scale)
+        ev, row = registry.run_statement_row(s, seed, scale=scale)
         out.append((s, ev, row))
         progress(_progress_line(k, len(stmts), time.perf_counter() - t_start, s, row))
     return out
@@ -270,12 +257,13 @@ def _counterexample_record(ev: Evidence) -> dict[str, Any]:
 
 def build_report(out_dir: str | Path = "reports", *, scale: str = "default", seed: int = registry.DEFAULT_SEED,
                  ids=None, studies: bool = True, progress: Callable[[str], None] = _progress,
-                 resume: bool = False) -> ReportResult:
+                 resume: bool = False, sweep: dict[str, Any] | None = None) -> ReportResult:
     """Run every check (and the studies) and write the report to ``out_dir`` (see the module docstring).
 
     With ``resume=True`` the statements recorded in ``out_dir/results.jsonl`` by an interrupted report with the
     same ids, scale, seed and package version are not run again; a log that cannot be resumed raises
-    :class:`~verification.resultlog.ResultLogError` before any statement runs."""
+    :class:`~verification.resultlog.ResultLogError` before any statement runs. ``sweep``, the summary of a
+    sweep (:func:`verification.sweep.read_summary`), adds its section and figure to the dashboard."""
     from . import figures  # plotting is imported only when a report is made
 
     if scale not in SCALES:
@@ -296,7 +284,7 @@ def build_report(out_dir: str | Path = "reports", *, scale: str = "default", see
     for k, s in enumerate(stmts, 1):
         rec = done.get(s.id)
         if rec is None:
-            ev, row = _run_one(s, seed, scale)
+            ev, row = registry.run_statement_row(s, seed, scale=scale)
             rec = {"id": s.id, "row": to_jsonable(row), "report": _write_statement_files(out, s, ev)}
             log.append(rec)
         results.append((s, rec["report"], rec["row"]))
@@ -325,9 +313,16 @@ def build_report(out_dir: str | Path = "reports", *, scale: str = "default", see
     progress("drawing the figures ...")
     fig_dir = out / "figures"
     drawn, missing = figures.draw_all(fig_dir, rows, tables)
+    sweep_drawn, sweep_missing = {}, {}
+    if sweep is not None:
+        from .sweep import sweep_tables
+
+        sweep_drawn, sweep_missing = figures.draw_all(fig_dir, rows, {"sweep": sweep_tables(sweep)},
+                                                      figures=figures.SWEEP_FIGURES)
     seconds = time.perf_counter() - t0
     res = ReportResult(out_dir=out, rows=rows, figures=drawn, missing_figures=missing, seconds=seconds,
-                       failed=any(map(resultlog.row_failed, rows)))
+                       failed=any(map(resultlog.row_failed, rows)), sweep=sweep, sweep_figures=sweep_drawn,
+                       sweep_missing=sweep_missing)
     atomic_write_text(out / "README.md", dashboard_markdown(res, results, study_results, scale=scale, seed=seed))
     atomic_write_text(out / "index.html", dashboard_html(res, results, study_results, scale=scale, seed=seed))
     return res
@@ -417,12 +412,85 @@ def dashboard_markdown(res: ReportResult, results, study_results, *, scale: str,
         lines += [f"![{cap}](figures/{f})", "", f"*{cap}*", ""]
     for f, why in res.missing_figures.items():
         lines += [f"* figure `{f}` not drawn: {why}"]
+    if res.sweep is not None:
+        lines += ["", *_sweep_markdown(res)]
     if study_results:
         lines += ["", "## Studies the paper did not carry out", ""]
         for st in study_results:
             lines += [f"### {st.id}: {st.name}", "", st.notes, "", "```",
                       json.dumps(to_jsonable(st.summary), indent=1)[:2000], "```", ""]
     return "\n".join(lines) + "\n"
+
+
+_SWEEP_HEADER = ("statement", "seeds", "verdicts", "tightness min / median / max", "counterexamples (seeds)",
+                 "negative control detected / missed", "Monte Carlo failures (CP upper bound vs budget)", "s")
+
+
+def _sweep_cells(p: dict[str, Any], alpha: float) -> list[str]:
+    """The cells of one statement's row in the sweep table."""
+    t = p["tightness"]
+    cex = p["counterexamples"]
+    seeds = cex["seeds"]
+    cex_cell = str(cex["total"]) + (f" (seeds {', '.join(map(str, seeds[:12]))}{', ...' if len(seeds) > 12 else ''})"
+                                    if seeds else "")
+    mc = p.get("monte_carlo")
+    mc_cell = "–"
+    if mc is not None:
+        a = mc["any"]
+        mc_cell = (f"{a['failures']} / {a['seeds']} seeds; {100 * (1 - alpha):.0f}% upper bound {a['cp_upper']:.3g} "
+                   f"vs δ = {a['budget']:.3g} ({a['status']})")
+    return [p["id"], str(p["seeds"]), ", ".join(f"{k} {v}" for k, v in p["verdicts"].items() if v),
+            " / ".join(_fmt(t[k]) for k in ("min", "median", "max")), cex_cell,
+            f"{p['negative_control']['detected']} / {p['negative_control']['missed']}", mc_cell,
+            f"{p['seconds']['total']:.1f}"]
+
+
+def _sweep_intro(sw: dict[str, Any]) -> str:
+    a, b = sw["seeds"] if sw["seeds"] else (0, 0)
+    text = (f"A sweep over the seeds {a}..{b - 1} at scale {sw['scale']} (`python -m verification sweep`; "
+            f"{sw['cells']['finished']} of {sw['cells']['requested']} cells finished). A Monte Carlo assertion may "
+            f"fail with probability δ = {sw['budget']['delta']:g} when its claim holds (family-wise "
+            f"{sw['budget']['family_wise']:g} over the default run); the failures are counted over the seeds and "
+            f"bounded by a one-sided Clopper–Pearson bound at level {1 - sw['budget']['alpha']:g}: *confirmed* when "
+            "the upper bound is within the budget, *exceeded* when the lower bound is above it, *not resolved* "
+            "otherwise.")
+    mc = sw.get("monte_carlo")
+    if mc:
+        text += (f" All {mc['assertions']} Monte Carlo assertions of {', '.join(mc['statements'])} together: a "
+                 f"failure at {mc['failures']} of {mc['seeds']} seeds, upper bound {mc['cp_upper']:.3g} against "
+                 f"their summed δ = {mc['budget']:.3g} ({mc['status']}; {mc['seeds_to_confirm']} failure-free seeds "
+                 "would confirm it).")
+    return text
+
+
+def _sweep_markdown(res: ReportResult) -> list[str]:
+    sw = res.sweep
+    alpha = sw["budget"]["alpha"]
+    lines = ["## Sweep over seeds", "", _sweep_intro(sw), "", "| " + " | ".join(_SWEEP_HEADER) + " |",
+             "|" + "---|" * len(_SWEEP_HEADER)]
+    lines += ["| " + " | ".join(_sweep_cells(p, alpha)) + " |" for p in sw["statements"]]
+    lines.append("")
+    for f, cap in res.sweep_figures.items():
+        lines += [f"![{cap}](figures/{f})", "", f"*{cap}*", ""]
+    lines += [f"* figure `{f}` not drawn: {why}" for f, why in res.sweep_missing.items()]
+    return lines
+
+
+def _sweep_html(res: ReportResult) -> str:
+    esc = html.escape
+    sw = res.sweep
+    alpha = sw["budget"]["alpha"]
+    parts = [f"<h2>Sweep over seeds</h2><p>{esc(_sweep_intro(sw))}</p><table><tr>"
+             + "".join(f"<th>{esc(h)}</th>" for h in _SWEEP_HEADER) + "</tr>"]
+    parts += ["<tr>" + "".join(f"<td>{esc(c)}</td>" for c in _sweep_cells(p, alpha)) + "</tr>"
+              for p in sw["statements"]]
+    parts.append("</table>")
+    parts += [f"<figure><img src='figures/{esc(f)}' alt='{esc(c)}'><figcaption>{esc(c)}</figcaption></figure>"
+              for f, c in res.sweep_figures.items()]
+    if res.sweep_missing:
+        parts.append("<ul>" + "".join(f"<li>figure <code>{esc(f)}</code> not drawn: {esc(w)}</li>"
+                                      for f, w in res.sweep_missing.items()) + "</ul>")
+    return "\n".join(parts)
 
 
 _CSS = """
@@ -458,6 +526,8 @@ def dashboard_html(res: ReportResult, results, study_results, *, scale: str, see
     if res.missing_figures:
         body.append("<ul>" + "".join(f"<li>figure <code>{esc(f)}</code> not drawn: {esc(w)}</li>"
                                      for f, w in res.missing_figures.items()) + "</ul>")
+    if res.sweep is not None:
+        body.append(_sweep_html(res))
     if study_results:
         body.append("<h2>Studies the paper did not carry out</h2>")
         for st in study_results:
