@@ -729,6 +729,12 @@ def one_dim_control(stmt_id: str, name: str, cfg: ChainConfig, checks, *, tail: 
     return rows.control(stmt_id, name, [H_REGION, H_H19], details, groups=("F4 double well", "F5 kink"))
 
 
+def _conclusion_of(check: str) -> str:
+    """``"eq 62 (c_d sweep)"`` → ``"eq 62"``: the conclusion a check label belongs to."""
+    base = check.rsplit(" (", 1)[0] if check.endswith(")") and " (" in check else check
+    return base.strip()
+
+
 class RowSet:
     """Rows of conclusions ``lhs ≤ rhs`` from several blocks (checks), with per-row hypothesis margins.
 
@@ -740,7 +746,10 @@ class RowSet:
     def __init__(self):
         self.blocks: list[dict] = []
 
-    def add(self, check: str, lhs, rhs, hyps=None, info=None, repro=None) -> None:
+    def add(self, check: str, lhs, rhs, hyps=None, info=None, repro=None, *, conclusion: str | None = None,
+            kind: str = "bound") -> None:
+        """One block; ``conclusion`` names the conclusion it belongs to (default: the check label without a
+        trailing parenthesis, e.g. ``"eq 62 (c_d sweep)"`` → ``"eq 62"``), ``kind`` its kind."""
         lhs = np.asarray(lhs, dtype=np.float64)
         rhs = np.broadcast_to(np.asarray(rhs, dtype=np.float64), lhs.shape).ravel()
         lhs = lhs.ravel()
@@ -761,7 +770,18 @@ class RowSet:
                 inf[k] = a
             if inf[k].shape[0] != n:
                 raise ValueError(f"block {check!r}: info {k!r} has {inf[k].size} entries for {n} rows")
-        self.blocks.append(dict(check=check, lhs=lhs, rhs=rhs, hyps=h, info=inf, repro=repro or {}))
+        name = conclusion if conclusion is not None else _conclusion_of(check)
+        self.blocks.append(dict(check=check, lhs=lhs, rhs=rhs, hyps=h, info=inf, repro=repro or {},
+                                conclusion=name, kind=kind))
+
+    def conclusion_args(self) -> dict:
+        """``conclusion`` names (per row) and ``kinds`` for :meth:`Evidence.from_implication`."""
+        names = [np.full(b["lhs"].size, b["conclusion"], dtype=object) for b in self.blocks]
+        kinds: dict[str, str] = {}
+        for b in self.blocks:
+            if kinds.setdefault(b["conclusion"], b["kind"]) != b["kind"]:
+                raise ValueError(f"conclusion {b['conclusion']!r} given as {b['kind']!r} and {kinds[b['conclusion']]!r}")
+        return {"conclusion": np.concatenate(names) if names else np.zeros(0, dtype=object), "kinds": kinds}
 
     @property
     def n(self) -> int:
@@ -848,7 +868,7 @@ class RowSet:
             tightness = float(np.max(lhs[sel] / rhs[sel])) if sel.any() else None
             d["tightness_excludes"] = list(tightness_exclude)
         return Evidence.from_implication(stmt_id, name, mon, lhs, rhs, instance_data=self.instance_data(), details=d,
-                                         tightness=tightness)
+                                         tightness=tightness, **self.conclusion_args())
 
     def control(self, stmt_id: str, name: str, broken, details: dict, groups=()):
         """Negative-control Evidence (:meth:`Evidence.from_control`). With ``groups`` (substrings of check
@@ -872,7 +892,7 @@ class RowSet:
         if groups:
             d["detected_per_group"] = per_group
         ev = Evidence.from_control(stmt_id, name, mon, [b for b in broken if b in mon.names], lhs, rhs,
-                                   instance_data=self.instance_data(), details=d)
+                                   instance_data=self.instance_data(), details=d, **self.conclusion_args())
         if groups and ev.control_detected and not all(per_group.values()):
             ev = dataclasses.replace(ev, control_detected=False)
         return ev

@@ -51,6 +51,9 @@ STATEMENT_ID = "H.1-3"
 NUMBER = "1-3"
 NAME = "Standing assumptions: positive losses, L0-smooth, gradients bounded by B (monitor)"
 
+C_DNORM = "||d_i||, ||dbar|| <= B (convex combinations of gradients)"
+C_KERNELS = "kernels defined (finite beta, A, LP solved) and ||d_bal|| <= sqrt(m) B ||A||"
+
 
 @dataclass(frozen=True)
 class Config:
@@ -158,7 +161,7 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     rhs = np.array([r["B_used"] for r in recs])
     ok = np.array([r["kernels_ok"] and r["dbal_ok"] for r in recs])
     return Evidence.from_implication(
-        STATEMENT_ID, NAME, mon, lhs, rhs, ok=ok,
+        STATEMENT_ID, NAME, mon, lhs, rhs, ok=ok, conclusion=C_DNORM, ok_conclusion=C_KERNELS,
         instance_data=lambda i: {k: v for k, v in recs[i].items()} | {
             "centres": probs[i].centres, "hessians": probs[i].hessians, "offsets": probs[i].offsets,
             "prefs": probs[i].prefs},

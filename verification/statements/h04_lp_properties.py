@@ -326,6 +326,8 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
         "tightness_is": "max ‖d‖ / max_j ‖g_j‖ (P-d)",
     }
     return Evidence.from_implication(STATEMENT_ID, NAME, mon, out["lhs"], out["rhs"], ok=ok,
+                                     conclusion="P-d: ||d|| <= max_j ||g_j||",
+                                     ok_conclusion="P-a, P-b, feasibility, MGDA feasible, gamma = mu^T C A, I4",
                                      instance_data=lambda i: _record(out, i), details=details)
 
 

@@ -42,6 +42,8 @@ STATEMENT_ID = "H.10"
 NUMBER = "10"
 NAME = "lambda -> A is Lipschitz: ||A - A'|| <= L_adj ||lambda - lambda'|| (eq 14/15)"
 
+C_EQ15 = "eq 15: ||A - A'|| <= L_adj ||lambda - lambda'||"
+
 HYP_POS = "losses positive"
 HYP_FLOOR = "H.9 at both preferences: c = m min lhat in (0, 1)"
 HYP_CLAIM = "H.9 with the claimed floor: m min lhat >= c_claim at both preferences"
@@ -113,7 +115,7 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     kinds = np.array([p[3] for p in pairs])
     ratio = lhs / np.where(rhs > 0, rhs, np.inf)
     return Evidence.from_implication(
-        STATEMENT_ID, NAME, mon, lhs, rhs, instance_data=lambda i: recs[i],
+        STATEMENT_ID, NAME, mon, lhs, rhs, instance_data=lambda i: recs[i], conclusion=C_EQ15,
         details={"max_ratio_near": float(ratio[kinds == "near"].max()),
                  "max_ratio_independent": float(ratio[kinds == "independent"].max()),
                  "constant": "L_adj = (1 + log(m/c))(1 + sqrt(m) ||l||_inf / Z_min), c = m min lhat over both "
@@ -142,7 +144,7 @@ def negative_control(config: Config | None, rng: np.random.Generator) -> Evidenc
     mon.record(HYP_CLAIM, cs >= cfg.claimed_floor, margin=cs - cfg.claimed_floor)
     true_L = [float(K.adjustment_lipschitz(p[0], np.vstack([p[1], p[2]]))) for p in pairs]
     return Evidence.from_control(
-        STATEMENT_ID, NAME, mon, HYP_CLAIM, lhs, rhs, instance_data=lambda i: recs[i] | {"L_adj_true_floor": true_L[i]},
+        STATEMENT_ID, NAME, mon, HYP_CLAIM, lhs, rhs, conclusion=C_EQ15, instance_data=lambda i: recs[i] | {"L_adj_true_floor": true_L[i]},
         details={"reference_instance": {"ratio_times_L_adj": float(lhs[0] / np.linalg.norm(pairs[0][1] - pairs[0][2])),
                                         "L_adj_claimed": float(recs[0]["L_adj"]), "true_floor": float(cs[0]),
                                         "L_adj_true_floor": true_L[0]}},

@@ -52,6 +52,8 @@ NUMBER = "11"
 NAME = "Dispersion H_Cn <= C_1 delta_lambda^2 under H.5/H.6/H.10, and the delta_lambda^2 scaling"
 
 HYP_FLOOR = "H.9/H.10: c = m min lhat over the cluster in (0, 1)"
+C_BOUND = "H <= C_1 delta_lambda^2"
+C_SLOPE = "delta_lambda^2 scaling: |slope of log H on log delta - 2| <= 0.2"
 HYP_LEVELS = "scaling series: >= 3 levels with H.6 and an A-dependent basis row (H > 0)"
 
 
@@ -142,6 +144,7 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
 
     return Evidence.from_implication(
         STATEMENT_ID, NAME, mon, lhs, rhs, tightness=tight, instance_data=data,
+        conclusion=np.array([C_BOUND] * n + [C_SLOPE] * ns, dtype=object), kinds={C_SLOPE: "identity"},
         details={
             "instances": f"0..{n - 1}: H <= C_1 delta^2 (clusters); {n}..{n + ns - 1}: scaling series",
             "bound_instances_with_hypotheses": int(held.sum()),
@@ -187,7 +190,7 @@ def negative_control(config: Config | None, rng: np.random.Generator) -> Evidenc
     d2 = np.array([c.pref_spread**2 for c in cls])
     C1 = np.array([_c1(c, c.kappa_max_own()) for c in cls])
     return Evidence.from_control(
-        STATEMENT_ID, NAME, mon, H6.HYP_BASIS, H, C1 * d2,
+        STATEMENT_ID, NAME, mon, H6.HYP_BASIS, H, C1 * d2, conclusion=C_BOUND,
         instance_data=lambda i: cls[i].record() | {"H": H[i], "delta_lambda": cls[i].pref_spread, "C_1": C1[i]},
         details={"switch_pairs": len(cls), "H": H.tolist(), "delta_lambda": np.sqrt(d2).tolist(),
                  "H_over_delta2": (H / d2).tolist(), "kappa": "max over the clients' own bases"},

@@ -48,6 +48,8 @@ NUMBER = "14"
 
 HYP_RHO = "Definition H.12: rho_i > 0 and sum rho = 1"
 HYP_OWN_WEIGHT = "bound uses client i's own aggregation weight rho_i"
+C_DEV = "Delta_i <= sqrt(H/rho_i)"
+C_MIN = "Delta_i <= sqrt(H/rho_min); gamma > sqrt(H/rho_min)||d_bal|| + L0 B^2 tau eta implies eq 23"
 
 
 @dataclass(frozen=True)
@@ -150,7 +152,8 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
         "constants": {"L0": "max_j ||Q_j|| (exact)", "B": "max gradient norm at w0", "tau": 1,
                       "eta": f"{cfg.eta_factor}/L0"},
     }
-    return Evidence.from_implication(STATEMENT_ID, NAME, mon, lhs, rhs, ok=ok, instance_data=data, details=details)
+    return Evidence.from_implication(STATEMENT_ID, NAME, mon, lhs, rhs, ok=ok, instance_data=data, details=details,
+                                     conclusion=C_DEV, ok_conclusion=C_MIN)
 
 
 def negative_control(config: Config | None, rng: np.random.Generator) -> Evidence:
@@ -176,6 +179,6 @@ def negative_control(config: Config | None, rng: np.random.Generator) -> Evidenc
         return {"directions": d_all[k], "rho": rho_all[k], "weight_used": w_used[k]}
 
     return Evidence.from_control(
-        STATEMENT_ID, NAME, mon, HYP_OWN_WEIGHT, lhs, rhs, instance_data=data,
+        STATEMENT_ID, NAME, mon, HYP_OWN_WEIGHT, lhs, rhs, instance_data=data, conclusion=C_DEV,
         details={"setting": f"{n} random clusters, bound sqrt(H) (factor 1/rho dropped)"},
     )

@@ -56,6 +56,8 @@ HYP_DOM = "all clients uniform (beta_i <= eps_mode, dom mode)"
 HYP_LP = "dom LP solved with C mu >= 0 (status optimal or relaxed)"
 HYP_POS = "H.1-H.3: losses > 0 at w0"
 HYP_DG = "delta_g as declared equals the measured delta_g (H.5 when declared 0)"
+C_EQ42 = "eq 42: dbar^T g_i^(j) >= -B delta_g"
+C_EQ41 = "eq 41: d_i^T g_i^(j) >= 0"
 
 
 @dataclass(frozen=True)
@@ -145,7 +147,8 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
                                for s in cfg.shifts for sel in [held & (a["s_e"] == s) & (rhs > 0)]},
         "lp_statuses": sorted(set(a["statuses"].tolist())),
     }
-    return Evidence.from_implication(STATEMENT_ID, NAME, mon, lhs, rhs, ok=ok, instance_data=data, details=details)
+    return Evidence.from_implication(STATEMENT_ID, NAME, mon, lhs, rhs, ok=ok, instance_data=data, details=details,
+                                     conclusion=C_EQ42, ok_conclusion=C_EQ41)
 
 
 def negative_control(config: Config | None, rng: np.random.Generator) -> Evidence:
@@ -153,6 +156,6 @@ def negative_control(config: Config | None, rng: np.random.Generator) -> Evidenc
     cfg = config or Config()
     mon, a, lhs, rhs, ok, data = _evaluate(cfg, rng, (cfg.control_shift,), cfg.control_clusters, declare_zero=True)
     return Evidence.from_control(
-        STATEMENT_ID, NAME, mon, HYP_DG, lhs, rhs, ok=ok, instance_data=data,
+        STATEMENT_ID, NAME, mon, HYP_DG, lhs, rhs, ok=ok, instance_data=data, conclusion=C_EQ42,
         details={"setting": f"F2, s_e = {cfg.control_shift}, delta_g declared 0 (H.5 wrongly assumed)"},
     )

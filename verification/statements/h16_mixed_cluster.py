@@ -361,7 +361,8 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     rep = _repaired_rows(clusters, cfg).arrays(_KEYS)
     mon_r = _monitor(rep, clusters, extra=True)
     repaired = Evidence.from_implication(STATEMENT_ID, NAME + " [repaired]", mon_r, rep["lhs"], rep["rhs"],
-                                         ok=rep["ok"], instance_data=mk(rep))
+                                         ok=rep["ok"], instance_data=mk(rep), conclusion=rep["part"],
+                                         kinds={"eq44": "identity"})
     parts = ("eq44", "eq45", "eq46", "eq47", "eq48'", "eq48|J\\J*=0")
     per_part = _part_summary(rep, mon_r.mask, parts)
     t48p = per_part["eq48'"]["tightness"]
@@ -370,7 +371,7 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     lit = _literal_rows(clusters).arrays(_KEYS)
     mon_l = _monitor(lit, clusters, extra=False)
     literal = Evidence.from_implication(STATEMENT_ID, NAME + " [literal eq 48]", mon_l, lit["lhs"], lit["rhs"],
-                                        instance_data=mk(lit))
+                                        instance_data=mk(lit), conclusion=lit["part"])
     held = mon_l.mask
     bad = np.flatnonzero(held & ~check_inequality(lit["lhs"], lit["rhs"]))
     sets = np.array([clusters[int(x)]["set"] for x in lit["k"]])

@@ -112,6 +112,7 @@ H_REGION = "w in N (region where the constants were estimated)"
 H_BETA = "beta_i(w) <= beta_bar_i"
 H_POS = "H.1-H.3 positivity: losses > 0"
 H_GRAD = "H.1-H.3 gradient bound: ||g_j(w)|| <= B"
+C_EQ51 = "eq 51 at the iterates with region constants: c_d r_i - m_i <= b_i"
 
 
 def _run_f1(cfg: Config, rng: np.random.Generator, k: int) -> dict:
@@ -205,7 +206,7 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
                  "the bottleneck constraint (4c) binds; only b_i > 0 versions of H.19 hold on F1"),
     }
     return Evidence.from_implication(
-        STATEMENT_ID, NAME, mon, flat["lhs"], flat["rhs"],
+        STATEMENT_ID, NAME, mon, flat["lhs"], flat["rhs"], conclusion=C_EQ51,
         instance_data={"run": run_id, "t": flat["t"], "client": flat["client"], "gap": flat["gap"],
                        "margin": flat["margin"]},
         details=details,
@@ -284,7 +285,7 @@ def negative_control(config: Config | None, rng: np.random.Generator) -> Evidenc
                "double_well_minima": {"global": [w_star, psi_star],
                                       "spurious": [float(mins.w[1]), float(mins.values[1])]}}
     return Evidence.from_control(
-        STATEMENT_ID, NAME, mon, H_REGION, flat["lhs"], flat["rhs"],
+        STATEMENT_ID, NAME, mon, H_REGION, flat["lhs"], flat["rhs"], conclusion=C_EQ51,
         instance_data={"family": fam, "w": flat["w"], "gap": flat["gap"], "margin": flat["margin"]},
         details=details,
     )

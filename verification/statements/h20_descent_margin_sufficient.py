@@ -79,6 +79,10 @@ H_PL = "(i) near-active PL: ||d_M||^2 >= 2 mu_psi r"
 H_SIGMA = "(ii) sigma-comparability: m >= sigma ||d_M||^2"
 H_SIGMA_M = "(ii) for d_M with sigma = 1: m_M >= ||d_M||^2"
 H_SMOOTH = "J*_eps = J* = {single bottleneck} (psi smooth at w)"
+C_ROWS = {"LP": "(a) LP direction: 2 sigma mu_psi r <= m (strict H.19)",
+          "MGDA": "(b) d_M with sigma = 1: 2 mu_psi r <= m_M",
+          "KKT": "(b) KKT of the min-norm point: ||d_M||^2 <= min_j v_j^T d_M",
+          "FD": "(c) psi'(w; -d_M) = -||d_M||^2 where J*_eps = J* (finite differences)"}
 KKT_RTOL = 1e-6
 #: |margin| below this counts as 0 (round-off of a binding LP constraint) in the reported fractions
 MARGIN_ZERO = 1e-12
@@ -243,6 +247,7 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     details["tightness"] = "max 2 sigma mu_psi r / m over the checked LP and MGDA rows (guarantee (a))"
     return Evidence.from_implication(
         STATEMENT_ID, NAME, mon, flat["lhs"], flat["rhs"], tightness=tight,
+        conclusion=np.array([C_ROWS[k] for k in kind], dtype=object), kinds={C_ROWS["FD"]: "identity"},
         instance_data={"kind": kind, "problem": flat["problem"], "client": flat["client"],
                        "setting": flat["setting"], "gap": flat["gap"], "dM_sq": flat["dM_sq"]},
         details=details,
@@ -285,6 +290,6 @@ def negative_control(config: Config | None, rng: np.random.Generator) -> Evidenc
                          "lp_direction": qb["d"], "n_near_active": qb["n_active"]},
     }
     return Evidence.from_control(
-        STATEMENT_ID, NAME, mon, H_PL, 2.0 * c.sigma * c.mu_psi * qb["gap"], qb["margin"],
+        STATEMENT_ID, NAME, mon, H_PL, 2.0 * c.sigma * c.mu_psi * qb["gap"], qb["margin"], conclusion=C_ROWS["LP"],
         instance_data={"w": w_chk, "gap": qb["gap"], "dM_sq": qb["dM_sq"]}, details=details,
     )

@@ -169,7 +169,9 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     sel = np.isin(kinds, ("iff_a", "iff_b")) & np.tile(traj & (beta > 1e-12), k) & mon.mask
     tight = float(np.max(lhs[sel] / rhs[sel])) if sel.any() else None
     return Evidence.from_implication(
-        STATEMENT_ID, NAME, mon, lhs, rhs, tightness=tight,
+        STATEMENT_ID, NAME, mon, lhs, rhs, tightness=tight, conclusion=kinds,
+        kinds={"corner": "identity", "mc_V_in_A": "boolean", "equal_at_uniform": "identity",
+               "mc_A_in_V_at_uniform": "identity"},
         instance_data={"kind": kinds, "source": np.tile(inst["source"], k), "losses": np.tile(l, (k, 1)),
                        "prefs": np.tile(lam, (k, 1)), "beta": np.tile(beta, k)},
         details=details,

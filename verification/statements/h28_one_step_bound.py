@@ -106,7 +106,7 @@ def run(config: Config | None, rng: np.random.Generator):
             _rows_for(rows, rn, k, c_d, b, "c_d sweep")
         rows.add("the analysed directions reproduce the iteration: |w^{t+1} - (w^t - eta dbar^t)| (relative)",
                  rn.step_residual / max(1.0, float(np.abs(rn.traj).max())), 1e-10, info={"run": k},
-                 repro=tc.run_repro(rn, k))
+                 repro=tc.run_repro(rn, k), kind="identity")
     details = dict(
         verdict_constants="iterate constants (c_d, b_i) estimated on t >= t0 (implication chain, O-8); c_d sweep "
                           "rows use other grid values with their b_i(c_d); region constants reported only",

@@ -99,7 +99,7 @@ def _items_1_2(rows: tc.RowSet, run: tc.ChainRun, k: int, c_d: float, b, eps0, l
     if outside.any():
         rows.add(f"eq 65: psi non-increasing when r >= eps0 ({label})", (pl.psi[t0 + 1:] - pl.psi[t0:-1])[outside],
                  0.0, hyps={h: v[outside] for h, v in late.items()},
-                 info={"run": k, "t": tt[outside], "client": ii[outside]}, repro=repro)
+                 info={"run": k, "t": tt[outside], "client": ii[outside]}, repro=repro, kind="boolean")
     win = tc.window_hypotheses(hs, t0)
     Ts = np.arange(t0 + 1, T + 1)
     qT = q ** (Ts - t0)
@@ -130,7 +130,7 @@ def _nesting(rows: tc.RowSet, run: tc.ChainRun, k: int, cfg: Config, mc_rng: np.
     if all_out.any():
         rows.add("eq 68 (per client, rounds with every r_i >= eps0_i)", dpsi[t0:][all_out], 0.0,
                  hyps={h: v[all_out] for h, v in late.items()},
-                 info={"run": k, "t": tt[all_out], "client": ii[all_out]}, repro=repro)
+                 info={"run": k, "t": tt[all_out], "client": ii[all_out]}, repro=repro, kind="boolean")
     # ---- eq 69 at the iterates themselves (w^t ∈ 𝒜^t)
     lam_min = run.lam_min
     qstar = P.psi_star[:, None] / P.prefs  # (N, m)
@@ -176,7 +176,8 @@ def _nesting(rows: tc.RowSet, run: tc.ChainRun, k: int, cfg: Config, mc_rng: np.
                             acc["eq68"][0] += int(member.sum())
                             acc["eq68"][1] += member.size
                             rows.add("eq 68 (cluster sets, membership MC)", lhs, 0.0, hyps=hyp_t,
-                                     info={"run": k, "t": int(t), "eps": eps, "w": W[member]}, repro=repro)
+                                     info={"run": k, "t": int(t), "eps": eps, "w": W[member]}, repro=repro,
+                                     kind="boolean")
             else:
                 member = (psiW <= pl.psi[t][None]).all(axis=1)
                 acc["eq69"][0] += int(member.sum())

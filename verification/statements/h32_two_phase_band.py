@@ -258,9 +258,9 @@ def _rows(rows: tc.RowSet, x: dict) -> dict:
     rows.add("H.31 item 3 with eps_hat at w_II", dist2, (2.0 / mu) * trans, hyps=h3,
              info={"run": x["k"], "client": np.arange(N), "mu": mu}, repro=repro)
     rows.add("Phase-2 reduction: trajectory = shared_iteration with per-round steps (relative)",
-             x["reduction_error"], 1e-10, info={"run": x["k"]}, repro=repro)
+             x["reduction_error"], 1e-10, info={"run": x["k"]}, repro=repro, kind="identity")
     rows.add("Phase-2 reduction: w^{t+1} = w^t - eta_t dbar^t with the analysed directions (relative)",
-             x["step_error"], 1e-10, info={"run": x["k"]}, repro=repro)
+             x["step_error"], 1e-10, info={"run": x["k"]}, repro=repro, kind="identity")
     rg = x["region"]
     viol = rg.resid[t0:] > 0
     return dict(

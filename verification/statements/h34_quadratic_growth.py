@@ -117,7 +117,7 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
         "min_gap": float(f["rhs"].min()),
     }
     return Evidence.from_implication(
-        STATEMENT_ID, NAME, mon, f["lhs"], f["rhs"],
+        STATEMENT_ID, NAME, mon, f["lhs"], f["rhs"], conclusion="QG: (mu_i/2)||w - w_i*||^2 <= psi_i - psi_i*",
         instance_data={"problem": f["problem"], "client": f["client"], "s": f["s"], "mu": f["mu"]},
         details=details,
     )

@@ -54,7 +54,7 @@ import numpy as np
 from sim.constants import pl_constant_samples
 from sim.problems import CommonMinimizer, DoubleWell
 from verification.evidence import Evidence
-from verification.montecarlo import DELTA
+from verification.montecarlo import assertion_delta, assertion_record
 from verification.statements import _adaptation_common as A
 
 STATEMENT_ID = "H.39-41"
@@ -79,7 +79,7 @@ class Config:
     meas_S: int = 4
     xcheck_runs: int = 6
     xcheck_K: int = 30
-    delta: float = DELTA
+    delta: float = assertion_delta("H.39-41")
     ctl_bias: float = 0.5
     ctl_points: int = 5
     ctl_meas_S: int = 1
@@ -114,8 +114,8 @@ def h40_rows(rows, prob, rng, cfg, W, *, delta_sub, bias=None, label="H.40"):
                               delta=delta_sub, S=S, point=i)
         hyp = {A.H_F3: True, A.H_UNB: bias is None}
         rows.add(f"{label} mean: Hotelling F <= F_crit", ht["F"], ht["F_crit"], hyp=hyp, point=i, S=S,
-                 p_value=ht["p_value"])
-        rows.add(f"{label} variance: LCB of E||d - grad||^2 <= sigma0^2/S", res.lcb, b, hyp=hyp, point=i, S=S)
+                 p_value=ht["p_value"], ckind="identity")
+        rows.add_mc(f"{label} variance: LCB of E||d - grad||^2 <= sigma0^2/S", res, hyp=hyp, point=i, S=S)
         recs.append({"point": i, "S": S, "hotelling": ht, "variance": rec})
     return recs
 
@@ -156,7 +156,7 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
         rows.add("H.39(ii) eq 86 at the iterates: 2 mu_PL (psi - psi*) <= ||grad psi||^2", h["pl_lhs"], h["pl_rhs"],
                  hyp=hyp, preconditioner=kind)
         rows.add("H.39(i) bottleneck = j* at the iterates", 0.0, 0.0, ok=h["bottleneck_ok"], hyp=hyp,
-                 preconditioner=kind)
+                 preconditioner=kind, ckind="boolean")
         rows.add("H.41(b) p_- <= lambda_min(P_k)", np.full(runs.p_min.size, pm), runs.p_min.ravel(), hyp=hyp,
                  preconditioner=kind)
         rows.add("H.41(b) lambda_max(P_k) <= p_+", runs.p_max.ravel(), pp, hyp=hyp, preconditioner=kind)
@@ -173,7 +173,7 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
                                     n_runs=cfg.xcheck_runs, kind=kind, p_minus=pm, p_plus=pp, P=P)
         hyp = {A.H_MEAS: True, A.H_NOMOM: True, H_DECL: True}
         rows.add("vectorised runs reproduce sim.algorithm.pipeline1 (max |diff| <= 1e-12 scale)",
-                 cc["max_abs_diff"], 1e-12 * cc["scale"], hyp=hyp, preconditioner=kind)
+                 cc["max_abs_diff"], 1e-12 * cc["scale"], hyp=hyp, preconditioner=kind, ckind="identity")
         rows.add("H.41(b) pipeline1 records: p_- <= p_min(P_k)", np.full(cc["p_min"].size, pm), cc["p_min"].ravel(),
                  hyp=hyp, preconditioner=kind)
         rows.add("H.41(b) pipeline1 records: p_max(P_k) <= p_+", cc["p_max"].ravel(), pp, hyp=hyp,
@@ -189,9 +189,9 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
                            p_minus=pm, p_plus=pp, delta=delta_sub)
     hyp = {A.H_MEAS: True, A.H_NOMOM: True, H_DECL: True}
     rows.add("H.41(a) P_k invariant across replicates sharing F_k", 0.0, 0.0, ok=spread == 0.0, hyp=hyp,
-             preconditioner="rmsprop_lagged", step=cfg.meas_step)
+             preconditioner="rmsprop_lagged", step=cfg.meas_step, ckind="boolean")
     rows.add("H.41(a) E[P_k (d_k - grad) | F_k] = 0: Hotelling F <= F_crit", ht["F"], ht["F_crit"], hyp=hyp,
-             preconditioner="rmsprop_lagged", step=cfg.meas_step)
+             preconditioner="rmsprop_lagged", step=cfg.meas_step, ckind="identity")
     lhs, rhs, ok = rows.arrays()
     sub = [r for rec in recs for r in (dict(rec["hotelling"], label=f"H.40 mean at point {rec['point']}"),
                                        rec["variance"])]
@@ -210,9 +210,12 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
                             "max_variance_tightness": float(max(r["variance"]["tightness"] for r in recs)),
                             "min_variance_tightness": float(min(r["variance"]["tightness"] for r in recs)),
                             "subtests": sub}]},
+        "confidence_assertions": [assertion_record(
+            "H.40 (mean, variance at the points) + H.41(a) consequence: composite, delta split over the subtests",
+            cfg.delta, subtests=n_sub)],
     }
     return Evidence.from_implication(STATEMENT_ID, NAME, rows.monitor(), lhs, rhs, ok=ok,
-                                     instance_data=rows.instance_data(), details=details)
+                                     instance_data=rows.instance_data(), details=details, **rows.evidence_args())
 
 
 # ------------------------------------------------------------------------------------------------- controls
