@@ -5,8 +5,11 @@ Statements come from two sources:
 * modules in :mod:`verification.statements` (one per statement, e.g. ``h13_simultaneous_balancing.py``), each
   exposing ``STATEMENT_ID`` (e.g. ``"H.13"``), ``NAME``, ``run(config, rng) -> Evidence`` and optionally
   ``negative_control(config, rng) -> Evidence``, a frozen dataclass ``Config`` (its defaults run in seconds)
-  and ``NUMBER`` (the catalogue number shown by ``list``; default derived from the id). A module may instead
-  expose ``STATEMENTS``, a list of :class:`Statement`;
+  and ``NUMBER`` (the catalogue number shown by ``list``; default derived from the id); optionally ``SEARCH``, the
+  :class:`verification.search.SearchSpace` of its family for the falsification search, and ``REASONS``, a
+  mapping from a conclusion name to the reason its numeric bound cannot be approached on the family (shown next
+  to a weak conclusion in the power report). A module may instead expose ``STATEMENTS``, a list of
+  :class:`Statement`;
 * explicit registrations with :func:`register` (the symbolic identities S1–S26 of :mod:`verification.symbolic`).
 
 :func:`run_statement` runs a check and its negative control, each with a fresh
@@ -39,6 +42,7 @@ __all__ = [
     "get_statement",
     "resolve",
     "run_statement",
+    "search_statement",
 ]
 
 #: Seed used when none is given (THEOREMS.md §3.0: all seeds fixed).
@@ -78,6 +82,8 @@ class Statement:
     negative_control: Callable[[Any, np.random.Generator], Evidence] | None = None
     module: str = ""
     config_factory: Callable[[], Any] | None = None
+    search: Any = None  # verification.search.SearchSpace
+    reasons: Any = None  # conclusion name -> why its bound cannot be approached (Mapping[str, str])
 
     @property
     def sort_key(self) -> tuple:
@@ -143,6 +149,8 @@ def _from_module(mod) -> list[Statement]:
             negative_control=getattr(mod, "negative_control", None),
             module=mod.__name__,
             config_factory=getattr(mod, "Config", None),
+            search=getattr(mod, "SEARCH", None),
+            reasons=dict(getattr(mod, "REASONS", {}) or {}),
         )
     ]
 
@@ -240,7 +248,19 @@ def run_statement(stmt: Statement, seed: int = DEFAULT_SEED, config: Any = None)
         )
         state = "detected" if control.control_detected else "missed"
     seconds = time.perf_counter() - t0
+    ev = ev.with_reasons(stmt.reasons or {})
     return dataclasses.replace(ev, negative_control=state, control=control, seconds=seconds)
+
+
+def search_statement(stmt: Statement, budget: str = "default", seed: int = DEFAULT_SEED,
+                     progress: Callable[[str], None] | None = None):
+    """The falsification search of ``stmt`` over its declared family box (:func:`verification.search.falsify`);
+    ``None`` for a statement without a ``SEARCH`` space."""
+    if stmt.search is None:
+        return None
+    from .search import falsify
+
+    return falsify(stmt, stmt.search, budget, seed, progress=progress)
 
 
 def run_statements(stmts: Sequence[Statement], seed: int = DEFAULT_SEED,

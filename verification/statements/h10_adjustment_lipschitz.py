@@ -37,6 +37,7 @@ import numpy as np
 from sim import constants as K
 from sim.preference import adjustment
 from verification.evidence import Evidence, HypothesisMonitor
+from verification.search import Param, SearchSpace
 
 STATEMENT_ID = "H.10"
 NUMBER = "10"
@@ -55,12 +56,13 @@ class Config:
     m_range: tuple = (2, 7)
     log_loss_range: tuple = (-3.0, 3.0)
     near_eps_range: tuple = (1e-6, 0.3)
+    pref_concentration: float = 1.0  # λ = 0.95·Dirichlet(concentration·1) + 0.05/m
     claimed_floor: float = 0.5
     control_pairs: int = 20
 
 
-def _interior(rng, m):
-    p = 0.95 * rng.dirichlet(np.ones(m)) + 0.05 / m
+def _interior(rng, m, concentration: float = 1.0):
+    p = 0.95 * rng.dirichlet(np.full(m, concentration)) + 0.05 / m
     return p / p.sum()
 
 
@@ -69,14 +71,14 @@ def _pairs(rng, cfg: Config):
     for k in range(cfg.n_pairs):
         m = int(rng.integers(cfg.m_range[0], cfg.m_range[1] + 1))
         l = np.exp(rng.uniform(*cfg.log_loss_range, m))
-        lam = _interior(rng, m)
+        lam = _interior(rng, m, cfg.pref_concentration)
         if k % 2 == 0:
             eps = 10 ** rng.uniform(np.log10(cfg.near_eps_range[0]), np.log10(cfg.near_eps_range[1]))
             lam2 = lam * (1 + eps * rng.uniform(-1, 1, m))
             lam2 /= lam2.sum()
             kind = "near"
         else:
-            lam2 = _interior(rng, m)
+            lam2 = _interior(rng, m, cfg.pref_concentration)
             kind = "independent"
         out.append((l, lam, lam2, kind))
     return out
@@ -101,6 +103,16 @@ def _evaluate(pairs, c_claim=None):
         cs[i] = c
         recs[i] = {"losses": l, "pref": lam, "pref2": lam2, "kind": kind, "c": c, "L_adj": L_adj}
     return lhs, rhs, cs, recs
+
+
+SEARCH = SearchSpace(
+    params=(Param("m", 2, 7, "int"), Param("log_loss_halfwidth", 0.01, 4.0, "log"),
+            Param("near_eps", 1e-6, 0.9, "log"), Param("pref_concentration", 0.2, 50.0, "log")),
+    config=lambda p: Config(n_pairs=400, m_range=(p["m"], p["m"]),
+                            log_loss_range=(-p["log_loss_halfwidth"], p["log_loss_halfwidth"]),
+                            near_eps_range=(p["near_eps"], p["near_eps"]), pref_concentration=p["pref_concentration"]),
+    family="T-H10 pairs: m, spread of log l, size of the near perturbation, concentration of lambda",
+)
 
 
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:
