@@ -115,7 +115,7 @@ def _sphere(rng, n, dim):
 
 
 def _nesting(rows: tc.RowSet, run: tc.ChainRun, k: int, cfg: Config, mc_rng: np.random.Generator) -> dict:
-    P, pl, T, N, t0 = run.problem, run.pl, run.T, run.N, run.t0
+    P, T, t0 = run.problem, run.T, run.t0
     # membership Monte Carlo samples (drawn once; checked against every constant set)
     rounds = np.sort(mc_rng.choice(np.arange(t0, T), size=min(cfg.n_mc_rounds, T - t0), replace=False))
     samples = []
