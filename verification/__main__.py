@@ -3,6 +3,7 @@
     python -m verification list
     python -m verification run [ID ...] [--json PATH] [--seed N] [--baseline PATH]
     python -m verification report [--out DIR] [--scale default|paper] [--seed N]
+    python -m verification power [ID ...] [--factor 0.5] [--seed N] [--search default|paper|none] [--json PATH]
 
 ``run`` prints one progress line per statement on stderr as it finishes, then a table on stdout, and writes
 the JSON list of result objects (``Evidence.to_dict``) to PATH. Exit status: 0 iff no verdict is
@@ -11,6 +12,10 @@ regressed against the earlier results (:mod:`verification.regression`); 1 otherw
 unknown ids, an unreadable baseline).
 
 ``report`` runs every check and the studies and writes the dashboard and figures (:mod:`verification.report`).
+
+``power`` re-runs the checks with every numeric bound scaled to ``rhs − (1 − f)|rhs|`` and reports per conclusion
+whether that is detected, with the falsification search's best ratio and the stated reason for a weak one
+(:mod:`verification.power`); it exits 1 when a weak conclusion has no reason or a prediction disagrees.
 
 New subcommands (a later ``report``) are added by writing ``_add_<name>(subparsers)`` that sets
 ``func=_cmd_<name>`` and appending it to ``_SUBCOMMANDS``.
@@ -154,7 +159,49 @@ def _add_report(sub) -> None:
     p.set_defaults(func=_cmd_report)
 
 
-_SUBCOMMANDS = [_add_list, _add_run, _add_report]
+def _cmd_power(args: argparse.Namespace) -> int:
+    from .power import power_report
+
+    try:
+        rep = power_report(args.ids, factor=args.factor, seed=args.seed, search=args.search)
+    except (registry.UnknownStatementError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(rep.table())
+    print(rep.summary())
+    if args.json:
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(rep.to_json(), indent=2, allow_nan=False) + "\n")
+    return EXIT_OK if rep.ok else EXIT_FAIL
+
+
+def _factor(text: str) -> float:
+    try:
+        f = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--factor must be a number in (0, 1]; got {text!r}") from None
+    if not 0.0 < f <= 1.0:
+        raise argparse.ArgumentTypeError(f"--factor must lie in (0, 1]; got {text!r}")
+    return f
+
+
+def _add_power(sub) -> None:
+    from .search import BUDGETS
+
+    p = sub.add_parser("power", help="re-run the checks with every numeric bound weakened; report per conclusion "
+                                     "whether that is detected")
+    p.add_argument("ids", nargs="*", metavar="ID", help="statement ids (default: all)")
+    p.add_argument("--factor", type=_factor, default=0.5,
+                   help="bounds become rhs - (1 - f)|rhs| (default %(default)s: a bound too small by half)")
+    p.add_argument("--seed", type=int, default=registry.DEFAULT_SEED, help="RNG seed (default %(default)s)")
+    p.add_argument("--search", choices=[*BUDGETS, "none"], default="default",
+                   help="falsification-search budget for statements with a weak conclusion (default %(default)s)")
+    p.add_argument("--json", metavar="PATH", help="write the power rows as a JSON list to PATH")
+    p.set_defaults(func=_cmd_power)
+
+
+_SUBCOMMANDS = [_add_list, _add_run, _add_report, _add_power]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -944,6 +944,73 @@ class Evidence:
             labels=literal.labels,
         )
 
+    @classmethod
+    def merged(cls, main: Evidence, parts: Sequence[tuple[Mapping[str, Any], Evidence]]) -> Evidence:
+        """``main`` with the instances of further checks of the same statement (``parts``: ``(label, Evidence)``,
+        e.g. the tight points of the family found by the falsification search) added: conclusions merged by name
+        (counts summed, tightness and detection factor the maxima), hypotheses summed, counterexamples
+        concatenated; the verdict is ``violated`` if any part is, ``vacuous`` only if every part is; ``details``
+        are ``main``'s plus ``details["added_points"]`` (one summary per part)."""
+        evs = [main] + [e for _, e in parts]
+        for e in evs:
+            if e.id != main.id:
+                raise ValueError(f"cannot merge Evidence {e.id!r} into {main.id!r}")
+        if main.repaired is not None or any(e.repaired is not None for e in evs[1:]):
+            raise ValueError(f"Evidence {main.id!r}: a FINDING is merged through its literal/repaired parts")
+        by_name: dict[str, Conclusion] = {}
+        for e in evs:
+            for c in e.conclusions:
+                o = by_name.get(c.name)
+                if o is None:
+                    by_name[c.name] = c
+                    continue
+                best = c if (c.detect_factor or -math.inf) > (o.detect_factor or -math.inf) else o
+                tights = [x for x in (o.tightness, c.tightness) if x is not None]
+                by_name[c.name] = dataclasses.replace(
+                    o, tightness=max(tights) if tights else None, instances=o.instances + c.instances,
+                    excluded=o.excluded + c.excluded, counterexamples=o.counterexamples + c.counterexamples,
+                    detect_factor=best.detect_factor, worst=best.worst)
+        hyp: dict[str, list[int]] = {}
+        margins: dict[str, float | None] = {}
+        for e in evs:
+            for h in e.hypotheses:
+                acc = hyp.setdefault(h.name, [0, 0])
+                acc[0] += h.held
+                acc[1] += h.failed
+                if h.min_margin is not None:
+                    m0 = margins.get(h.name)
+                    margins[h.name] = h.min_margin if m0 is None else min(m0, h.min_margin)
+        reasons: dict[str, int] = {}
+        for e in evs:
+            for r, k in e.exclusion_reasons.items():
+                reasons[r] = reasons.get(r, 0) + k
+        verdicts = [e.verdict for e in evs]
+        verdict = ("violated" if "violated" in verdicts else
+                   "vacuous" if all(v == "vacuous" for v in verdicts) else "holds")
+        tights = [e.tightness for e in evs if e.tightness is not None]
+        details = dict(main.details)
+        details["added_points"] = [{"point": dict(p), "instances": e.instances, "excluded": e.excluded,
+                                    "verdict": e.verdict,
+                                    "tightness": {c.name: c.tightness for c in e.conclusions if c.numeric}}
+                                   for p, e in parts]
+        soft: dict[str, list] = {}
+        for p, e in [({}, main)] + list(parts):
+            for name, recs in (e.details.get("soft_counterexamples") or {}).items():
+                soft.setdefault(name, []).extend(dict(r, point=dict(p)) if p else r for r in recs)
+        if soft:
+            details["soft_counterexamples"] = {k: v[:MAX_STORED_COUNTEREXAMPLES] for k, v in soft.items()}
+        cex = [c for e in evs for c in e.counterexamples]
+        return dataclasses.replace(
+            main, verdict=verdict,
+            hypotheses=tuple(Hypothesis(n, held=v[0], failed=v[1], min_margin=margins.get(n)) for n, v in hyp.items()),
+            lhs=np.concatenate([e.lhs for e in evs]), rhs=np.concatenate([e.rhs for e in evs]),
+            labels=np.concatenate([e.labels for e in evs]),
+            tightness=max(tights) if tights else None,
+            instances=sum(e.instances for e in evs), excluded=sum(e.excluded for e in evs),
+            exclusion_reasons=reasons, counterexamples=cex[:MAX_STORED_COUNTEREXAMPLES],
+            n_counterexamples=sum(e.n_counterexamples for e in evs), details=to_jsonable(details),
+            conclusions=tuple(by_name.values()))
+
     # -- derived ------------------------------------------------------------------------------------------
     @property
     def failed(self) -> bool:

@@ -8,8 +8,10 @@ Statements come from two sources:
   and ``NUMBER`` (the catalogue number shown by ``list``; default derived from the id); optionally ``SEARCH``, the
   :class:`verification.search.SearchSpace` of its family for the falsification search, and ``REASONS``, a
   mapping from a conclusion name to the reason its numeric bound cannot be approached on the family (shown next
-  to a weak conclusion in the power report). A module may instead expose ``STATEMENTS``, a list of
-  :class:`Statement`;
+  to a weak conclusion in the power report), and ``TIGHT_POINTS``, points of its search box where the
+  falsification search found the bound approached: the check runs there too (the search's ``Config`` at each
+  point, the same seed) and the instances join the statement's evidence (:meth:`Evidence.merged`). A module may
+  instead expose ``STATEMENTS``, a list of :class:`Statement`;
 * explicit registrations with :func:`register` (the symbolic identities S1–S26 of :mod:`verification.symbolic`).
 
 :func:`run_statement` runs a check and its negative control, each with a fresh
@@ -84,6 +86,7 @@ class Statement:
     config_factory: Callable[[], Any] | None = None
     search: Any = None  # verification.search.SearchSpace
     reasons: Any = None  # conclusion name -> why its bound cannot be approached (Mapping[str, str])
+    tight_points: tuple = ()  # points of the search box the check also runs at (dicts of parameters)
 
     @property
     def sort_key(self) -> tuple:
@@ -151,6 +154,7 @@ def _from_module(mod) -> list[Statement]:
             config_factory=getattr(mod, "Config", None),
             search=getattr(mod, "SEARCH", None),
             reasons=dict(getattr(mod, "REASONS", {}) or {}),
+            tight_points=tuple(getattr(mod, "TIGHT_POINTS", ()) or ()),
         )
     ]
 
@@ -232,7 +236,8 @@ def run_statement(stmt: Statement, seed: int = DEFAULT_SEED, config: Any = None)
     """Run the check and its negative control of ``stmt``.
 
     Each gets a fresh ``numpy.random.default_rng(seed)`` (so either can be reproduced alone) and the same
-    config (``config`` or ``stmt.config_factory()``). The returned Evidence carries ``negative_control``
+    config (``config`` or ``stmt.config_factory()``); the check also runs at the statement's ``TIGHT_POINTS``
+    (each with a fresh generator of the same seed) and their instances join its evidence. The returned Evidence carries ``negative_control``
     ("detected" iff the control's ``control_detected`` is True, "missed" otherwise, "none" without a
     control), the control's own Evidence in ``control``, and ``seconds`` (check + control wall time).
     """
@@ -240,6 +245,12 @@ def run_statement(stmt: Statement, seed: int = DEFAULT_SEED, config: Any = None)
         config = stmt.config_factory()
     t0 = time.perf_counter()
     ev = _check_evidence(stmt.run(config, np.random.default_rng(seed)), stmt, "run")
+    if stmt.tight_points:
+        if stmt.search is None:
+            raise ValueError(f"{stmt.module}: TIGHT_POINTS need a SEARCH space (their Config comes from it)")
+        parts = [(p, _check_evidence(stmt.run(stmt.search.config(dict(p)), np.random.default_rng(seed)), stmt,
+                                     f"run at the tight point {p}")) for p in stmt.tight_points]
+        ev = Evidence.merged(ev, parts)
     control = None
     state = "none"
     if stmt.negative_control is not None:

@@ -86,12 +86,15 @@ class SearchSpace:
 
     ``config(params) -> Config`` builds the configuration evaluated at a point (``params``: name → value);
     ``family`` says what is searched; ``targets`` (optional) restricts the conclusions that drive the search
-    (default: every numeric conclusion that is not the literal statement of a FINDING)."""
+    (default: every numeric conclusion that is not the literal statement of a FINDING); ``scores`` (optional)
+    maps an evaluation's Evidence to further named quantities to maximise and record (e.g. the smallest ratio a
+    hypothesis needs, to show that it fails on the whole box)."""
 
     params: tuple[Param, ...]
     config: Callable[[dict[str, Any]], Any]
     family: str = ""
     targets: tuple[str, ...] = ()
+    scores: Callable[[Evidence], dict[str, float]] | None = None
 
     def __post_init__(self):
         names = [p.name for p in self.params]
@@ -111,19 +114,21 @@ class SearchSpace:
 
 @dataclass(frozen=True)
 class Budget:
-    """``initial`` design points, ``refine`` (1+1)-ES steps per conclusion below :data:`TARGET`, and for the
-    paper budget ``de_maxiter``/``de_popsize`` of differential evolution (0: no DE)."""
+    """``initial`` design points, ``refine`` (1+1)-ES steps for each of the ``max_refined`` weakest conclusions
+    below :data:`TARGET`, and for the paper budget ``de_maxiter``/``de_popsize`` of differential evolution (0: no
+    DE)."""
 
     name: str
     initial: int
     refine: int
     de_maxiter: int = 0
     de_popsize: int = 0
+    max_refined: int = 3  # conclusions refined (the weakest first)
 
 
 BUDGETS = {
     "default": Budget("default", initial=6, refine=3),
-    "paper": Budget("paper", initial=16, refine=12, de_maxiter=8, de_popsize=6),
+    "paper": Budget("paper", initial=16, refine=12, de_maxiter=8, de_popsize=6, max_refined=8),
 }
 
 
@@ -194,6 +199,8 @@ def falsify(stmt, space: SearchSpace, budget: str | Budget = "default", seed: in
             cache[key] = {}
             return {}
         sc = _scores(ev, space.targets)
+        if space.scores is not None:
+            sc.update({f"score: {k}": (float(v), None, 0) for k, v in space.scores(ev).items()})
         for name, (ratio, worst, n_cex) in sc.items():
             rec = res.best.get(name)
             if ratio is not None and (rec is None or rec["best_ratio"] is None or ratio > rec["best_ratio"]):
@@ -217,7 +224,8 @@ def falsify(stmt, space: SearchSpace, budget: str | Budget = "default", seed: in
         sc = evaluate(u)
         if not sc:
             return 0.0  # an invalid or empty evaluation scores like the floor everywhere
-        vals = [math.log(min(max(r, _FLOOR), 1.0)) if r is not None else math.log(_FLOOR) for r, _, _ in sc.values()]
+        vals = [math.log(min(max(r if not k.startswith("score: ") else 0.5 + 0.5 * math.tanh(r), _FLOOR), 1.0))
+                if r is not None else math.log(_FLOOR) for k, (r, _, _) in sc.items()]
         return -float(np.mean(vals)) / -math.log(_FLOOR)  # in [0, 1]: 0 = every conclusion attains its bound
 
     from scipy.stats import qmc
@@ -233,10 +241,11 @@ def falsify(stmt, space: SearchSpace, budget: str | Budget = "default", seed: in
         differential_evolution(objective, [(0.0, 1.0)] * d, maxiter=b.de_maxiter, popsize=b.de_popsize,
                                seed=seed, polish=False, init="sobol", tol=0.0, updating="immediate")
     rng = np.random.default_rng(seed)
-    for name in list(res.best):
+    weak = [name for name, rec in res.best.items()
+            if rec["best_ratio"] is None or rec["best_ratio"] < (0.0 if name.startswith("score: ") else TARGET)]
+    weak.sort(key=lambda nm: -1.0 if res.best[nm]["best_ratio"] is None else res.best[nm]["best_ratio"])
+    for name in weak[: b.max_refined]:
         rec = res.best[name]
-        if rec["best_ratio"] is not None and rec["best_ratio"] >= TARGET:
-            continue
         u, best, step = np.asarray(rec["point"]), rec["best_ratio"], 0.2
         for _ in range(b.refine):
             cand = np.clip(u + step * rng.standard_normal(d), 0.0, 1.0)

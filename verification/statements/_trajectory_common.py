@@ -217,6 +217,26 @@ def chain_fields() -> tuple[str, ...]:
     return tuple(f.name for f in fields(ChainConfig))
 
 
+def chain_search(config_cls, *, rounds: int = 120, t0: int = 30, **fixed):
+    """The falsification-search box of the T-H31 design (:mod:`verification.search`), shared by H.28, H.29, H.31,
+    Cor-C and H.37: preference spread ``s_u``, step size ``ηL₀``, start noise, ``m``, ``n_w``, ``N``; one run of
+    ``rounds`` rounds per evaluation (``fixed``: further fields of ``config_cls``)."""
+    from verification.search import Param, SearchSpace
+
+    def config(p):
+        return config_cls(n_runs=1, m=p["m"], n_w=max(p["n_w"], p["m"]), n_clients=p["n_clients"],
+                          spreads=(p["spread"],), eta_factors=(p["eta_factor"],), rounds=rounds, t0=t0,
+                          start_noise=p["start_noise"], n_region=300, **fixed)
+
+    return SearchSpace(
+        params=(Param("spread", 1e-3, 0.5, "log"), Param("eta_factor", 3e-3, 0.5, "log"),
+                Param("start_noise", 0.02, 3.0, "log"), Param("m", 2, 4, "int"), Param("n_w", 2, 6, "int"),
+                Param("n_clients", 2, 5, "int")),
+        config=config,
+        family="F1 shared-iteration runs: preference spread, step size eta L0, start noise, m, n_w, N",
+    )
+
+
 # ============================================================================================ F1 chain run
 
 

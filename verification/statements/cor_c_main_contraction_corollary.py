@@ -56,6 +56,9 @@ class Config(tc.ChainConfig):
         return cls(n_runs=40)
 
 
+SEARCH = tc.chain_search(Config, n_sweep=2, n_tail=20)
+
+
 def run(config: Config | None, rng: np.random.Generator):
     cfg = config or Config()
     runs = tc.f1_chains(cfg, rng)

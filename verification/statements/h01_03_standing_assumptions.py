@@ -46,6 +46,7 @@ from sim.direction import lp_direction, lp_direction_reference
 from sim.preference import adjustment, preference_uniformity, uniformity_and_adjustment
 from sim.problems import PerturbedClients, PlantedQuadraticCluster
 from verification.evidence import Evidence, HypothesisMonitor
+from verification.search import Param, SearchSpace
 
 STATEMENT_ID = "H.1-3"
 NUMBER = "1-3"
@@ -139,6 +140,15 @@ def _trajectory(prob, cfg: Config, rng):
         kernels_ok=kernels_ok, L0=L0, eta=eta, w0=it[0], n_points=int(pts.shape[0]),
         family=type(prob).__name__,
     )
+
+
+SEARCH = SearchSpace(
+    params=(Param("m", 2, 4, "int"), Param("n_w_max", 2, 6, "int"), Param("eta_factor", 1e-3, 0.5, "log"),
+            Param("start_radius", 0.05, 2.0, "log"), Param("f2_shift", 1e-3, 0.5, "log")),
+    config=lambda p: Config(n_runs=2, m_values=(p["m"],), n_w_max=max(p["n_w_max"], p["m"]), steps=15,
+                            eta_factor=p["eta_factor"], start_radius=p["start_radius"], f2_shift=p["f2_shift"]),
+    family="F1/F2 clusters along the shared iteration: m, n_w, step size, start radius, client shift",
+)
 
 
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:

@@ -56,6 +56,7 @@ from sim.hull import min_norm_weights_from_gram
 from sim.preference import normalizer, preference_uniformity
 from sim.problems import PlantedQuadraticCluster
 from verification.evidence import LP_TOL, POSITIVITY_RTOL, Evidence, HypothesisMonitor
+from verification.search import Param, SearchSpace
 
 STATEMENT_ID = "H.4"
 NUMBER = "4"
@@ -290,6 +291,13 @@ def _i4_table(out, key):
     sign, st = out[f"i4_sign_{key}"], out[f"i4_status_{key}"]
     return {f"gamma {g}": {s: int(np.sum((sign == g) & (st == s))) for s in _I4_STATES if np.any((sign == g) & (st == s))}
             for g in ("positive", "negative", "zero")}
+
+
+SEARCH = SearchSpace(
+    params=(Param("m", 2, 6, "int"), Param("n_w_max", 1, 6, "int")),
+    config=lambda p: Config(n_instances=60, control_instances=10, m_values=(p["m"],), n_w_max=p["n_w_max"]),
+    family="F6 random LP instances: m, n_w",
+)
 
 
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:

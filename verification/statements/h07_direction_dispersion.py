@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from verification.evidence import Evidence, HypothesisMonitor
+from verification.search import Param, SearchSpace
 from verification.statements import _lp_common as LC
 from verification.statements import h06_common_basis as H6
 
@@ -64,6 +65,15 @@ class Config:
 
 def _rhs10(c: LC.ClusterLP, kappa: float) -> float:
     return kappa**2 * c.sigma_max * c.adjustment_variance
+
+
+SEARCH = SearchSpace(
+    params=(Param("spread", 1e-4, 0.5, "log"), Param("m", 2, 4, "int"), Param("n_w_max", 2, 6, "int"),
+            Param("radius", 0.005, 1.0, "log"), Param("n_clients", 2, 8, "int")),
+    config=lambda p: Config(n_clusters=24, spreads=(p["spread"],), n_clients=p["n_clients"], m_values=(p["m"],),
+                            n_w_max=max(p["n_w_max"], p["m"]), radius=(p["radius"], 1.5 * p["radius"])),
+    family="F1 clusters at w = w*(u_0) + r xi: preference spread s_u, m, n_w, radius r, N",
+)
 
 
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:

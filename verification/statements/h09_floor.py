@@ -39,6 +39,7 @@ from sim import constants as K
 from sim.preference import normalized_losses, uniformity_and_adjustment
 from sim.problems import PlantedQuadraticCluster
 from verification.evidence import Evidence, HypothesisMonitor
+from verification.search import Param, SearchSpace
 
 STATEMENT_ID = "H.9"
 NUMBER = "9"
@@ -84,6 +85,15 @@ def _measure(L, prefs, c):
     a_ok = bool(np.all(np.abs(A) <= prefs.max(axis=-1)[None, :, None] * bound * (1 + 1e-12) + 1e-15))
     ladj = [float(K.adjustment_lipschitz(L[p], prefs, c=min(c, 1.0))) for p in range(L.shape[0])]
     return float(np.abs(s).max()), a_ok and bool(np.all(np.isfinite(ladj))), float(max(ladj))
+
+
+SEARCH = SearchSpace(
+    params=(Param("spread", 1e-3, 1.0, "log"), Param("m", 2, 5, "int"), Param("n_w_max", 2, 6, "int"),
+            Param("radius_max", 0.05, 3.0, "log"), Param("n_clients", 2, 8, "int")),
+    config=lambda p: Config(n_clusters=6, spreads=(p["spread"],), n_clients=p["n_clients"], m_values=(p["m"],),
+                            n_w_max=max(p["n_w_max"], p["m"]), radius_max=p["radius_max"]),
+    family="F1 clusters and visited points: preference spread, m, n_w, radius of the visited region, N",
+)
 
 
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:

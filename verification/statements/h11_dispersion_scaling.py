@@ -44,6 +44,7 @@ import numpy as np
 from sim import constants as K
 from sim.problems import PlantedQuadraticCluster
 from verification.evidence import Evidence, HypothesisMonitor
+from verification.search import Param, SearchSpace
 from verification.statements import _lp_common as LC
 from verification.statements import h06_common_basis as H6
 
@@ -107,6 +108,15 @@ def _series(rng, cfg: Config) -> dict:
         slope = float(np.polyfit(x, y, 1)[0])
     return {"levels": levels, "n_valid": len(v), "slope": slope, "m": m, "n_w": n_w, "w": w, "rho": rho,
             "centres": prob.centres, "hessians": prob.hessians, "offsets": prob.offsets, "u0": prob.u0, "xi": xi}
+
+
+SEARCH = SearchSpace(
+    params=(Param("spread", 1e-4, 0.5, "log"), Param("m", 2, 4, "int"), Param("n_w_max", 2, 6, "int"),
+            Param("radius", 0.005, 1.0, "log"), Param("n_clients", 2, 8, "int")),
+    config=lambda p: Config(n_clusters=24, spreads=(p["spread"],), n_clients=p["n_clients"], m_values=(p["m"],),
+                            n_w_max=max(p["n_w_max"], p["m"]), radius=(p["radius"], 1.5 * p["radius"]), n_series=0),
+    family="F1 clusters at w = w*(u_0) + r xi: preference spread s_u, m, n_w, radius r, N",
+)
 
 
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:

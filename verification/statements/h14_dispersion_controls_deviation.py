@@ -39,6 +39,7 @@ from sim.cluster import check_aggregation_weights, deviations, dispersion
 from sim.constants import gradient_bound, smoothness_quadratic
 from sim.problems import PlantedQuadraticCluster
 from verification.evidence import POSITIVITY_RTOL, Evidence, HypothesisMonitor, check_inequality
+from verification.search import Param, SearchSpace
 
 from . import _cluster_common as cc
 
@@ -80,6 +81,15 @@ def _random_set(rng, cfg: Config, n: int):
     d = rng.standard_normal((n, cfg.n_clients, cfg.dim))
     rho = rng.dirichlet(np.full(cfg.n_clients, cfg.rho_alpha), size=n)
     return d, rho
+
+
+SEARCH = SearchSpace(
+    params=(Param("rho_alpha", 0.05, 20.0, "log"), Param("n_clients", 2, 8, "int"), Param("dim", 1, 6, "int"),
+            Param("spread", 1e-3, 1.0, "log")),
+    config=lambda p: Config(n_random=60, n_clients=p["n_clients"], dim=p["dim"], rho_alpha=p["rho_alpha"],
+                            n_lp_clusters=10, spreads=(p["spread"],), control_random=10),
+    family="random and LP-direction clusters: rho concentration, N, dimension, preference spread",
+)
 
 
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:

@@ -45,6 +45,7 @@ from sim.constants import gradient_bound
 from sim.problems import PerturbedClients
 from sim.problems._quadratic import planted_point
 from verification.evidence import LP_TOL, Evidence, HypothesisMonitor
+from verification.search import Param, SearchSpace
 
 from . import _cluster_common as cc
 
@@ -126,6 +127,18 @@ def _evaluate(cfg: Config, rng, shifts, n_clusters: int, declare_zero: bool):
         return rec
 
     return mon, a, lhs, rhs, ok, data
+
+
+SEARCH = SearchSpace(
+    params=(Param("shift", 1e-3, 1.0, "log"), Param("m", 2, 4, "int"), Param("n_w_max", 2, 6, "int"),
+            Param("radius", 0.01, 2.0, "log"), Param("rho_alpha", 0.2, 20.0, "log"), Param("n_clients", 2, 6, "int")),
+    config=lambda p: Config(n_clusters=24, n_clients=p["n_clients"], shifts=(p["shift"],), m_choices=(p["m"],),
+                            n_w_max=max(p["n_w_max"], p["m"]), radius=(p["radius"], p["radius"]),
+                            rho_alpha=p["rho_alpha"]),
+    family="F2 all-uniform clusters: client shift s_e, m, n_w, radius of w0, rho concentration, N",
+)
+#: Found by the falsification search (seed 0): two clients, m = 2, w0 near the planted point, uneven rho.
+TIGHT_POINTS = ({"shift": 0.3527, "m": 2, "n_w_max": 4, "radius": 0.0266, "rho_alpha": 0.7396, "n_clients": 2},)
 
 
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:

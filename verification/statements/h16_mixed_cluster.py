@@ -62,6 +62,7 @@ from sim.constants import gradient_bound, smoothness_quadratic
 from sim.problems import PerturbedClients, PlantedQuadraticCluster
 from sim.problems._quadratic import interior_preferences, normalize, planted_point
 from verification.evidence import ATOL, POSITIVITY_RTOL, Evidence, HypothesisMonitor, check_inequality
+from verification.search import Param, SearchSpace
 
 from . import _cluster_common as cc
 
@@ -351,6 +352,19 @@ def _all_clusters(rng, cfg: Config):
     clusters += _collect(_set_f1(rng, cfg), cfg)
     clusters += _collect(_set_targeted(rng, cfg), cfg)
     return clusters
+
+
+SEARCH = SearchSpace(
+    params=(Param("shift", 1e-3, 0.5, "log"), Param("spread_f1", 1e-3, 1.0, "log"), Param("m", 2, 4, "int"),
+            Param("n_w_max", 2, 6, "int"), Param("radius", 1e-3, 1.0, "log"), Param("rho_alpha", 0.2, 20.0, "log"),
+            Param("n_clients", 2, 6, "int")),
+    config=lambda p: Config(n_clients=p["n_clients"], n_f2=8, shifts=(p["shift"],), n_f1=8, n_targeted=8,
+                            m_choices=(p["m"],), n_w_max=max(p["n_w_max"], p["m"]),
+                            radius_f2=(p["radius"], 1.5 * p["radius"]), radius_f1=(p["radius"], 1.5 * p["radius"]),
+                            radius_targeted=(p["radius"], 1.5 * p["radius"]), rho_alpha=p["rho_alpha"],
+                            spread_f1=p["spread_f1"]),
+    family="F2 mixtures, F1 near a planted point and the targeted pair: shift, spread, m, n_w, radius, rho, N",
+)
 
 
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:

@@ -60,6 +60,7 @@ from sim.problems import PlantedQuadraticCluster, chebyshev_optimum
 from sim.problems._quadratic import gram_of, interior_preferences
 from verification.evidence import Evidence, HypothesisMonitor, detection_factor, scaled_bound
 from verification.montecarlo import assertion_delta, assertion_record
+from verification.search import Param, SearchSpace
 
 from . import _cluster_common as cc
 
@@ -215,6 +216,14 @@ def _evidence(problems, cfg: Config, control: bool) -> Evidence:
     return Evidence.from_implication(STATEMENT_ID, NAME, mon, lhs, rhs, ok=ok, instance_data=data, details=details,
                                      conclusion=names, kinds="monte_carlo", detect=crossing,
                                      ok_conclusion=np.full(n, C_I5, dtype=object))
+
+
+SEARCH = SearchSpace(
+    params=(Param("radius", 1e-4, 0.3, "log"), Param("m", 2, 4, "int"), Param("n_w_max", 2, 6, "int")),
+    config=lambda p: Config(n_problems=1, m_choices=(p["m"],), n_w_max=max(p["n_w_max"], p["m"]),
+                            radii=(p["radius"],), n_est=400, n_fresh=400),
+    family="F1 single planted clients: radius of the sampled neighbourhood, m, n_w",
+)
 
 
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:

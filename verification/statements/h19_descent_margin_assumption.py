@@ -67,6 +67,7 @@ from sim.direction import lp_direction
 from sim.hull import descent_margin, eps_act, near_active_set
 from sim.problems import DoubleWell, Kink, PlantedQuadraticCluster
 from verification.evidence import Evidence, HypothesisMonitor
+from verification.search import Param, SearchSpace
 from verification.statements._regularity_helpers import (
     SOLVED_STATUSES,
     ball_points,
@@ -169,6 +170,17 @@ def _run_f1(cfg: Config, rng: np.random.Generator, k: int) -> dict:
         gap=gap_t, margin=qt.margin, t=tt, client=ii,
         near_active=qt.near_active.sum(axis=-1),
     )
+
+
+SEARCH = SearchSpace(
+    params=(Param("spread", 1e-3, 0.3, "log"), Param("eta_factor", 3e-3, 0.3, "log"),
+            Param("start_noise", 0.05, 2.0, "log"), Param("m", 2, 4, "int"), Param("n_w", 2, 6, "int"),
+            Param("n_clients", 2, 5, "int")),
+    config=lambda p: Config(n_runs=1, m=p["m"], n_w=max(p["n_w"], p["m"]), n_clients=p["n_clients"],
+                            spreads=(p["spread"],), eta_factors=(p["eta_factor"],), rounds=150, t0=30,
+                            start_noise=p["start_noise"], n_region=300),
+    family="F1 shared-iteration runs: spread, step size, start noise, m, n_w, N",
+)
 
 
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:

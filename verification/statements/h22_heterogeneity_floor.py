@@ -51,6 +51,7 @@ import numpy as np
 from sim.constants import regularity_constants
 from sim.problems import PlantedQuadraticCluster
 from verification.evidence import Evidence, HypothesisMonitor
+from verification.search import Param, SearchSpace
 from verification.statements._regularity_helpers import (
     SOLVED_STATUSES,
     cluster_quantities,
@@ -152,6 +153,17 @@ def _floors(flat: dict, kappa: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     bbar = beta_floor(safe, flat["L_A"], flat["Delta"], flat["drift"])
     simple = 2.0 * flat["L_A"] ** 2 * flat["Delta"] ** 2 / safe**2 + 2.0 * flat["drift"] / safe
     return bbar, simple
+
+
+SEARCH = SearchSpace(
+    params=(Param("spread", 1e-3, 1.0, "log"), Param("eta_factor", 1e-3, 0.5, "log"),
+            Param("radius_hi", 0.01, 1.0, "log"), Param("m", 2, 4, "int"), Param("n_w", 2, 6, "int"),
+            Param("n_clients", 2, 5, "int")),
+    config=lambda p: Config(n_problems=3, m=p["m"], n_w=max(p["n_w"], p["m"]), n_clients=p["n_clients"],
+                            spread=p["spread"], n_points=80, radius=(0.005 * p["radius_hi"] / 0.3, p["radius_hi"]),
+                            eta_factor=p["eta_factor"]),
+    family="F1 clusters around w*(u_0): preference spread, step size (drift), radius, m, n_w, N",
+)
 
 
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:

@@ -55,6 +55,7 @@ from sim.algorithm import shared_iteration
 from sim.preference import chebyshev, preference_uniformity, ray_point
 from sim.problems import PerturbedClients, PlantedQuadraticCluster
 from verification.evidence import Evidence, HypothesisMonitor
+from verification.search import Param, SearchSpace
 
 STATEMENT_ID = "H.27"
 NAME = "Admissible sets: V_i^t is contained in A_i^t, with equality iff beta_i = 0"
@@ -116,6 +117,17 @@ def _quantities(inst: dict) -> dict:
     q = ray_point(psi, lam)
     g = 1.0 - lam * l / psi[:, None]  # relative gaps (q_j − l_j)/q_j
     return dict(psi=psi, q=q, g=g, beta=preference_uniformity(l, lam))
+
+
+SEARCH = SearchSpace(
+    params=(Param("spread", 1e-3, 0.3, "log"), Param("eta_factor", 1e-3, 0.3, "log"),
+            Param("start_noise", 0.01, 2.0, "log"), Param("m", 2, 5, "int"), Param("n_w", 2, 6, "int"),
+            Param("uniform_shift", 1e-3, 0.3, "log")),
+    config=lambda p: Config(n_runs=2, m=p["m"], n_w=max(p["n_w"], p["m"]), spreads=(p["spread"],),
+                            eta_factor=p["eta_factor"], rounds=40, start_noise=p["start_noise"],
+                            n_uniform_problems=3, uniform_shift=p["uniform_shift"], n_mc=100),
+    family="F1 trajectory points and F2 uniform clients: spread, step size, start noise, m, n_w, shift",
+)
 
 
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:

@@ -94,6 +94,9 @@ def _rows_for(rows: tc.RowSet, run: tc.ChainRun, k: int, cs: tc.ConstantSet) -> 
     return dict(exact_inclusion_rounds=int(exact.sum()), rounds=int(exact.size))
 
 
+SEARCH = tc.chain_search(Config, n_sweep=2)
+
+
 def run(config: Config | None, rng: np.random.Generator):
     cfg = config or Config()
     runs = tc.f1_chains(cfg, rng)

@@ -218,6 +218,9 @@ def _figure(run: tc.ChainRun) -> dict:
     return {"band": tc.downsample(band), "nesting": tc.downsample(nest)}
 
 
+SEARCH = tc.chain_search(Config, n_sweep=2, n_mc_rounds=3, n_mc_points=20)
+
+
 def run(config: Config | None, rng: np.random.Generator):
     cfg = config or Config()
     runs = tc.f1_chains(cfg, rng)

@@ -127,6 +127,9 @@ def item3_rows(rows: tc.RowSet, run: tc.ChainRun, k: int, cs: tc.ConstantSet) ->
     return mu
 
 
+SEARCH = tc.chain_search(Config, n_sweep=2, n_tail=20)
+
+
 def run(config: Config | None, rng: np.random.Generator):
     cfg = config or Config()
     runs = tc.f1_chains(cfg, rng)

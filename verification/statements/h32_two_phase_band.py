@@ -66,6 +66,7 @@ from sim.constants import (
     strict_descent_constant,
 )
 from sim.problems import DoubleWell, PlantedQuadraticCluster
+from verification.search import Param, SearchSpace
 
 from . import _trajectory_common as tc
 
@@ -304,6 +305,18 @@ def _s_shot(cfg: Config, rng, x: dict) -> dict:
     gap = P.chebyshev(p2.w) - P.psi_star
     return dict(S=cfg.s_shot, gap_w_II_s_shot=gap, gap_w_II_population=x["pl"].gap[-1], eps_hat=x["eps_hat"],
                 within_eps_hat=bool(np.all(gap <= x["eps_hat"])), note="S-shot Phase 2 is not covered (O-27)")
+
+
+SEARCH = SearchSpace(
+    params=(Param("spread", 1e-3, 0.5, "log"), Param("eta_factor", 3e-3, 0.3, "log"), Param("ratio", 0.1, 3.0, "log"),
+            Param("start_noise", 0.02, 3.0, "log"), Param("m", 2, 4, "int"), Param("n_w", 2, 6, "int"),
+            Param("n_clients", 2, 5, "int")),
+    config=lambda p: Config(n_runs=1, m=p["m"], n_w=max(p["n_w"], p["m"]), n_clients=p["n_clients"],
+                            spreads=(p["spread"],), eta_factors=(p["eta_factor"],), ratios=(p["ratio"],),
+                            rounds_I=80, rounds_II=80, t0=30, start_noise=p["start_noise"], n_region=300,
+                            n_scalar=100),
+    family="F1 two-phase runs: spread, eta_I L0, eta_II/eta_I, start noise, m, n_w, N",
+)
 
 
 def run(config: Config | None, rng: np.random.Generator):

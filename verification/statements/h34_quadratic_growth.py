@@ -43,6 +43,7 @@ from sim.constants import quadratic_growth
 from sim.hull import min_norm_element
 from sim.problems import DoubleWell, PlantedQuadraticCluster
 from verification.evidence import Evidence, HypothesisMonitor
+from verification.search import Param, SearchSpace
 from verification.statements._regularity_helpers import unit_directions
 
 STATEMENT_ID = "H.34"
@@ -98,6 +99,15 @@ def _samples(cfg: Config, rng: np.random.Generator, n_problems: int, use_lambda_
             rec["client"].append(np.full(n, i))
             rec["s"].append(s)
     return {k: np.concatenate(v) for k, v in rec.items()}
+
+
+SEARCH = SearchSpace(
+    params=(Param("m", 2, 4, "int"), Param("spread", 1e-3, 1.0, "log"), Param("s_lo", 1e-4, 1.0, "log"),
+            Param("n_clients", 1, 4, "int")),
+    config=lambda p: Config(n_problems=2, ms=(p["m"],), n_clients=p["n_clients"], spread=p["spread"],
+                            n_points=200, s_range=(p["s_lo"], 2.0 * p["s_lo"])),
+    family="F1 clients: m, preference spread, distance from the optimum, N",
+)
 
 
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:

@@ -115,6 +115,9 @@ def _gap_rows(rows: tc.RowSet, P, lam_new, w_new, psi_new, W0, *, kind: str, rep
     return dict(delta_lambda_2=dl2, L_star=L_star, mu=mu, G_opt=G_opt, Delta0=delta0)
 
 
+SEARCH = tc.chain_search(Config, n_new=2, n_arbitrary=4)
+
+
 def run(config: Config | None, rng: np.random.Generator):
     cfg = config or Config()
     runs = tc.f1_chains(cfg, rng)

@@ -58,6 +58,7 @@ import numpy as np
 from sim.problems import CommonMinimizer
 from verification.evidence import Evidence, HypothesisMonitor
 from verification.montecarlo import assertion_delta, assertion_record
+from verification.search import Param, SearchSpace
 from verification.statements import _adaptation_common as A
 
 STATEMENT_ID = "H.43"
@@ -159,6 +160,16 @@ def mc_rows(rows: A.Rows, prob: CommonMinimizer, rng, cfg: Config, delta: float)
             "h39_iterates": int(h39["bottleneck_ok"].size), "h39_bottleneck_failures": int((~h39["bottleneck_ok"]).sum()),
             "h39_pl_failures": int((~A.pl_ok(h39)).sum()), "gap_identity_roundoff": h39["gap_identity_err"]}
     return rec, info
+
+
+SEARCH = SearchSpace(
+    params=(Param("p_ratio", 1.0, 8.0, "log"), Param("S", 1, 16, "int"), Param("K", 5, 80, "int"),),
+    config=lambda p: Config(S_values=(p["S"],), K_exact=p["K"],
+                            settings=(("spectral", p["p_ratio"] ** -0.5, p["p_ratio"] ** 0.5),), n_onestep=10,
+                            mc_runs=400, mc_K=p["K"], mc_S=p["S"],
+                            mc_p=(p["p_ratio"] ** -0.5, p["p_ratio"] ** 0.5)),
+    family="F3 reference: preconditioner spread p+/p- (p- p+ = 1), batch size S, steps K",
+)
 
 
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:

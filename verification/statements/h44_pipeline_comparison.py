@@ -63,6 +63,7 @@ from sim.algorithm import ClientSource, Pipeline2Config, pipeline2
 from sim.problems import CommonMinimizer
 from verification.evidence import Evidence, HypothesisMonitor
 from verification.montecarlo import assertion_delta, assertion_record
+from verification.search import Param, SearchSpace
 from verification.statements import _adaptation_common as A
 from verification.statements import h43_expected_contraction as H43
 
@@ -177,6 +178,16 @@ def _exact_block(rows: A.Rows, rng, prob: CommonMinimizer, cfg: Config, hyp_new:
                 Wend = A.gaussian_endpoint_samples(prob, rng, alpha, cfg.S_b, cfg.K_b, P, w0, cfg.n_endpoint)
                 endpoints.append((f"{start}/{kind}", Wend, hyp, mg))
     return {"cs": cs, "b92": b92, "w2": w2, "psi2": psi2, "p2": p2, "worst": worst, "U": U}
+
+
+SEARCH = SearchSpace(
+    params=(Param("p_ratio", 1.0, 8.0, "log"), Param("S", 1, 16, "int"), Param("K", 5, 80, "int"), Param("spread", 1e-3, 0.5, "log")),
+    config=lambda p: Config(spread=p["spread"], S_values=(p["S"],), K_exact=p["K"],
+                            settings=(("spectral", p["p_ratio"] ** -0.5, p["p_ratio"] ** 0.5),), n_endpoint=200,
+                            K_b=p["K"], S_b=p["S"], mc_runs=300, mc_K=p["K"], mc_S=p["S"],
+                            mc_p=(p["p_ratio"] ** -0.5, p["p_ratio"] ** 0.5), n_ball=2000, pipeline2_steps=100),
+    family="F3 new client and its cluster: preconditioner spread p+/p-, S, K, cluster preference spread",
+)
 
 
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:

@@ -45,6 +45,7 @@ import numpy as np
 from sim.problems import CommonMinimizer
 from verification.evidence import Evidence, HypothesisMonitor
 from verification.montecarlo import assertion_delta, assertion_record
+from verification.search import Param, SearchSpace
 from verification.statements import _adaptation_common as A
 from verification.statements import h43_expected_contraction as H43
 
@@ -99,6 +100,15 @@ def _eq96_rows(rows: A.Rows, prob: CommonMinimizer, cs, b95: dict, U, cfg: Confi
                 worst[f"{key}/{kind}/S={S}"] = {"eq96": float(np.max(gap / after)),
                                                 "rms": float(np.max(rms / np.sqrt(2.0 / mu * after)))}
     return worst
+
+
+SEARCH = SearchSpace(
+    params=(Param("p_ratio", 1.0, 8.0, "log"), Param("S", 1, 16, "int"), Param("K", 5, 80, "int"), Param("spread", 1e-3, 0.5, "log")),
+    config=lambda p: Config(spread=p["spread"], S_values=(p["S"],), K_exact=p["K"],
+                            settings=(("spectral", p["p_ratio"] ** -0.5, p["p_ratio"] ** 0.5),), mc_runs=300,
+                            mc_K=p["K"], mc_S=p["S"], mc_p=(p["p_ratio"] ** -0.5, p["p_ratio"] ** 0.5), n_region=300),
+    family="F3 new client and its cluster: preconditioner spread p+/p-, S, K, cluster preference spread",
+)
 
 
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:

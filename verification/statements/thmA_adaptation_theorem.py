@@ -43,6 +43,7 @@ import numpy as np
 from sim.problems import CommonMinimizer
 from verification.evidence import Evidence
 from verification.montecarlo import assertion_delta, assertion_record
+from verification.search import Param, SearchSpace
 from verification.statements import _adaptation_common as A
 from verification.statements import h43_expected_contraction as H43
 
@@ -77,6 +78,16 @@ def _instances(rng, cfg: Config) -> list[tuple[str, CommonMinimizer]]:
                 break
         out.append((f"random{k}", CommonMinimizer.make(rng, n_w=n_w, prefs=lam, eig=(0.5, 3.0))))
     return out
+
+
+SEARCH = SearchSpace(
+    params=(Param("p_ratio", 1.0, 8.0, "log"), Param("S", 1, 16, "int"), Param("K", 5, 80, "int"), Param("alpha_fraction", 0.05, 1.0, "log")),
+    config=lambda p: Config(n_random=1, S_values=(p["S"],), K_exact=p["K"],
+                            settings=(("spectral", p["p_ratio"] ** -0.5, p["p_ratio"] ** 0.5),),
+                            alpha_fractions=(p["alpha_fraction"],), mc_runs=300, mc_K=p["K"],
+                            mc_p=(p["p_ratio"] ** -0.5, p["p_ratio"] ** 0.5)),
+    family="F3 instances: preconditioner spread p+/p-, S, K, step size as a fraction of p-/(L0 p+^2)",
+)
 
 
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:
