@@ -77,7 +77,7 @@ from sim.cluster import (
 )
 from sim.direction import STATUSES, lp_direction
 from sim.hull import descent_margin, eps_act, min_norm_element, near_active_set
-from sim.preference import adjustment, uniformity_and_adjustment
+from sim.preference import adjustment, bottleneck_set, uniformity_and_adjustment
 from sim.problems import PlantedQuadraticCluster
 from sim.problems.quadratic import planted_mixing
 
@@ -89,6 +89,7 @@ __all__ = [
     "ClientSource",
     "as_source",
     "LPFailureError",
+    "DivergenceError",
     "ClusterConfig",
     "Phase1Config",
     "Phase2Config",
@@ -669,11 +670,43 @@ class _Dir:
     beta: np.ndarray
 
 
-def _directions(l, G, lam, direction: str, cfg, *, where: str) -> _Dir:
+class DivergenceError(ValueError):
+    """A training or adaptation step produced non-finite losses or gradients (the iteration diverged)."""
+
+
+def _require_finite(l, G, *, where: str, clients=None, step_size=None) -> None:
+    """Raise :class:`DivergenceError` naming the phase/round/step (``where``), the client, the objective and the step
+    size when a loss or gradient is not finite."""
+    for name, arr in (("loss", np.asarray(l)), ("gradient", np.asarray(G))):
+        bad = ~np.isfinite(arr)
+        if bad.any():
+            at = tuple(int(i) for i in np.argwhere(bad)[0])
+            row = at[0] if arr.ndim >= 2 else 0
+            who = f"client {int(np.asarray(clients)[row])}" if clients is not None else f"row {row}"
+            obj = at[-1]
+            step = f" with step size {step_size!r}" if step_size is not None else ""
+            raise DivergenceError(
+                f"{where}: {who} has a non-finite {name} ({float(arr[at])!r}, objective {obj}){step}: the iteration "
+                f"diverged; reduce the step size"
+            )
+
+
+def _directions(l, G, lam, direction: str, cfg, *, where: str, clients=None, step_size=None) -> _Dir:
     """One batched direction: the EPO LP (one :func:`lp_direction` call for all rows), the linear scalarisation
-    ``μ = λ`` or the Chebyshev gradient ``μ = λ_{j*} e_{j*}`` (``j*`` = first maximiser of ``λ ⊙ l``)."""
-    C = np.swapaxes(G, -1, -2) @ G
-    C = 0.5 * (C + np.swapaxes(C, -1, -2))
+    ``μ = λ`` or the Chebyshev gradient ``μ = λ_{j*} e_{j*}`` (``j*`` = first maximiser of ``λ ⊙ l``).
+    Non-finite losses or gradients raise :class:`DivergenceError` naming ``where``, the client and ``step_size``."""
+    _require_finite(l, G, where=where, clients=clients, step_size=step_size)
+    with np.errstate(over="ignore", invalid="ignore"):
+        C = np.swapaxes(G, -1, -2) @ G
+        C = 0.5 * (C + np.swapaxes(C, -1, -2))
+    if not np.all(np.isfinite(C)):
+        row = int(np.argwhere(~np.isfinite(C))[0][0])
+        who = f"client {int(np.asarray(clients)[row])}" if clients is not None else f"row {row}"
+        step = f" with step size {step_size!r}" if step_size is not None else ""
+        raise DivergenceError(
+            f"{where}: {who} has gradients of norm up to {float(np.linalg.norm(G[row], axis=0).max()):.3e}, whose "
+            f"Gram matrix overflows{step}: the iteration diverged; reduce the step size"
+        )
     if direction == "lp":
         res = lp_direction(l, lam, C, eps_mode=cfg.eps_mode, descent=cfg.descent, on_infeasible=cfg.on_infeasible)
         failed = np.isin(res.status, _FAILED)
@@ -689,8 +722,7 @@ def _directions(l, G, lam, direction: str, cfg, *, where: str) -> _Dir:
         mu = np.array(lam, dtype=np.float64)
         mode = np.full(l.shape[0], "linear")
     elif direction == "chebyshev":
-        wl = lam * l
-        j = np.argmax(wl, axis=-1)
+        j = np.argmax(bottleneck_set(l, lam), axis=-1)  # first maximiser, ties within the resolution
         mu = np.zeros_like(lam)
         mu[np.arange(l.shape[0]), j] = lam[np.arange(l.shape[0]), j]
         mode = np.full(l.shape[0], "chebyshev")
@@ -797,7 +829,8 @@ def shared_iteration(source, clients, w0, rho, eta_eff, rounds: int, *, eps_mode
     traj[0] = w
     for t in range(rounds):
         l, G = src.population(np.broadcast_to(w, (clients.size, src.n_params)), clients)
-        d = _directions(l, G, lam, "lp", cfg, where=f"shared_iteration round {t}").d
+        d = _directions(l, G, lam, "lp", cfg, where=f"shared_iteration round {t}", clients=clients,
+                        step_size=float(steps[t])).d
         w = w - steps[t] * (r @ d)
         traj[t + 1] = w
     return traj
@@ -808,11 +841,20 @@ def _diagnostics(src, clients, lam, psi_star, rho, w, eta_eff, B_cfg, B_seen, st
     """Population diagnostics at the server model ``w`` for every client of the cluster."""
     N = clients.size
     l, G = lG if lG is not None else src.population(np.broadcast_to(w, (N, src.n_params)), clients)
-    B_seen = max(B_seen, float(np.linalg.norm(G, axis=1).max()))
+    _require_finite(l, G, where=where, clients=clients, step_size=eta_eff)
+    gnorm = np.linalg.norm(G, axis=1)
+    B_seen = max(B_seen, float(gnorm.max()))
     B = B_seen if B_cfg is None else float(B_cfg)
+    with np.errstate(over="ignore"):
+        if not np.isfinite(2.0 * eta_eff * B * B):
+            c = int(np.asarray(clients)[np.unravel_index(np.argmax(gnorm), gnorm.shape)[0]])
+            raise DivergenceError(
+                f"{where}: client {c} has a gradient of norm {B:.3e}, so ε_act = 2·η·λ_max·B² overflows with step "
+                f"size {eta_eff!r}: the iteration diverged; reduce the step size"
+            )
     diag_counts = None
     if step_dir is None:
-        dr = _directions(l, G, lam, direction, cfg, where=where)
+        dr = _directions(l, G, lam, direction, cfg, where=where, clients=clients, step_size=eta_eff)
         diag_counts = _zero_counts()
         if direction == "lp":
             _add_counts(diag_counts, dr.status)
@@ -866,7 +908,8 @@ def _federated(src: ClientSource, clients, w0, rho, rng, *, phase: str, rounds: 
         lG0 = src.population(W, clients)
         first = None
         if not final and batch is None:
-            first = _directions(*lG0, lam, direction, cfg, where=where + " step 0")
+            first = _directions(*lG0, lam, direction, cfg, where=where + " step 0", clients=clients,
+                                step_size=eta_inner)
         cols, B_seen, dc = _diagnostics(src, clients, lam, psi_star, rho, w, eta_eff, B_cfg, B_seen, first, lG0,
                                         cfg, direction, where + " diagnostic")
         if dc is not None:
@@ -879,10 +922,11 @@ def _federated(src: ClientSource, clients, w0, rho, rng, *, phase: str, rounds: 
                 if k == 0 and first is not None:
                     dr = first
                 elif batch is None:
-                    dr = _directions(*src.population(W, clients), lam, direction, cfg, where=f"{where} step {k}")
+                    dr = _directions(*src.population(W, clients), lam, direction, cfg, where=f"{where} step {k}",
+                                     clients=clients, step_size=eta_inner)
                 else:
                     dr = _directions(*src.minibatch(W, clients, batches[k]), lam, direction, cfg,
-                                     where=f"{where} step {k}")
+                                     where=f"{where} step {k}", clients=clients, step_size=eta_inner)
                 if direction == "lp":
                     for s in STATUSES:
                         counts[s] += dr.status == s
@@ -1084,6 +1128,7 @@ def pipeline1(source, clients, w0, config: AdaptConfig, rng: np.random.Generator
     total = _zero_counts()
     for k in range(K + 1):
         lp_, Gp = src.population(W, clients)
+        _require_finite(lp_, Gp, where=f"{phase} step {k}", clients=clients, step_size=config.alpha_adapt)
         psi = (lam * lp_).max(axis=-1)
         beta = uniformity_and_adjustment(lp_, lam)[0]
         counts = {s: np.zeros(n, dtype=np.int64) for s in STATUSES}
@@ -1093,7 +1138,8 @@ def pipeline1(source, clients, w0, config: AdaptConfig, rng: np.random.Generator
                            alpha_adapt=config.alpha_adapt, preconditioner=pre, batch_size=float(S), local_steps=0)
             break
         lb, Gb = src.minibatch(W, clients, batches[:, k, :])
-        dr = _directions(lb, Gb, lam, config.direction, config, where=f"{phase} step {k}")
+        dr = _directions(lb, Gb, lam, config.direction, config, where=f"{phase} step {k}", clients=clients,
+                         step_size=config.alpha_adapt)
         if config.direction == "lp":
             for s in STATUSES:
                 counts[s] += dr.status == s
@@ -1154,15 +1200,16 @@ def pipeline2(source, clients, w0, config: Pipeline2Config | None = None, *, clu
     k = 0
     while True:
         l, G = src.population(W, clients)
+        eta = cfg.eta if cfg.decay_steps is None else cfg.eta / (1.0 + k / cfg.decay_steps)
+        _require_finite(l, G, where=f"pipeline2 step {k}", clients=clients, step_size=eta)
         psi = (lam * l).max(axis=-1)
         better = psi < best_psi
         best_psi = np.where(better, psi, best_psi)
         best_W[better] = W[better]
         if k == cfg.max_steps:
             break
-        dr = _directions(l, G, lam, "lp", cfg, where=f"pipeline2 step {k}")
+        dr = _directions(l, G, lam, "lp", cfg, where=f"pipeline2 step {k}", clients=clients, step_size=eta)
         _add_counts(total, dr.status)
-        eta = cfg.eta if cfg.decay_steps is None else cfg.eta / (1.0 + k / cfg.decay_steps)
         if k % cfg.record_every == 0:
             flush()
             pending = (dict(k=k, psi=psi, psi_star=psi_star, beta=dr.beta, dr=dr, eta_eff=eta, local_steps=1),

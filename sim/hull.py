@@ -32,7 +32,7 @@ from itertools import combinations
 
 import numpy as np
 
-from sim.preference import check_gram, check_losses, check_preferences, check_shapes
+from sim.preference import bottleneck_set, check_gram, check_losses, check_preferences, check_shapes
 
 __all__ = [
     "ENUMERATION_MAX_K",
@@ -90,7 +90,8 @@ def near_active_set(losses, prefs, eps_act) -> np.ndarray:
     """Boolean mask ``J*_ε = {j : λ_j l_j ≥ ψ - ε_act}`` with ``ψ = max_k λ_k l_k``; shape ``(..., m)``.
 
     ``eps_act`` (ε_act ≥ 0) is a scalar or broadcasts against the batch shape ``(...)``. It always contains the
-    bottleneck set ``J*`` (``eps_act = 0`` gives exactly ``J*``, with exact floating-point ties).
+    bottleneck set ``J*`` of :func:`sim.preference.bottleneck_set` (``eps_act = 0`` gives exactly ``J*``: the
+    maximisers, ties within the resolution ``TIE_RTOL`` included, as in the LP).
     """
     l = check_losses(losses)
     lam = check_preferences(prefs)
@@ -106,7 +107,7 @@ def near_active_set(losses, prefs, eps_act) -> np.ndarray:
         raise ValueError(
             f"eps_act shape {eps.shape} does not broadcast against the batch shape {psi.shape}"
         ) from exc
-    return wl >= thr[..., None]
+    return (wl >= thr[..., None]) | bottleneck_set(l, lam, validate=False)
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -68,6 +68,7 @@ __all__ = [
     "active_bound_factor",
     "scaled_bound",
     "detection_factor",
+    "RESIDUAL_TIGHTNESS_FLOOR",
     "Hypothesis",
     "HypothesisMonitor",
     "Evidence",
@@ -102,6 +103,11 @@ VERDICTS = ("holds", "violated", "finding", "vacuous")
 NEGATIVE_CONTROL_STATES = ("detected", "missed", "none")
 #: At most this many counterexamples are stored in full; all of them are counted.
 MAX_STORED_COUNTEREXAMPLES = 20
+#: Floor of a tightness that measures roundoff: where a conclusion is an identity whose lhs is a residual (exactly 0
+#: in exact arithmetic, ~1e-15 computed) its tightness is the residual over the identity's tolerance, ~1e-6..1e-5 on
+#: every machine we know, and changes with the BLAS kernel. Below this floor (1000x the roundoff seen, 1000x below
+#: the tolerance) the value is roundoff and the regression comparison treats any two such values as equal.
+RESIDUAL_TIGHTNESS_FLOOR = 1e-3
 
 #: Kinds of conclusion: a numeric bound ``lhs ≤ rhs``; an identity residual (``rhs`` is a tolerance); a boolean
 #: conclusion; a Monte Carlo (confidence-level) assertion ``LCB ≤ b``.
@@ -630,6 +636,8 @@ class Evidence:
       seconds           wall time of the check plus its negative control.
       conclusions       the named conclusions (:class:`Conclusion`), each with its own counts and power.
       labels            the conclusion of every entry of ``lhs``/``rhs``.
+      tightness_floor   set where the tightness measures roundoff (an identity residual): values below it are
+                        roundoff and compare equal in the bound regression (:data:`RESIDUAL_TIGHTNESS_FLOOR`).
     """
 
     id: str
@@ -652,6 +660,7 @@ class Evidence:
     seconds: float = 0.0
     conclusions: tuple[Conclusion, ...] = ()
     labels: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=object))
+    tightness_floor: float | None = None
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:
@@ -1070,6 +1079,8 @@ class Evidence:
         }
         if self.conclusions:
             out["conclusions"] = [c.to_dict() for c in self.conclusions]
+        if self.tightness_floor is not None:
+            out["tightness_floor"] = float(self.tightness_floor)
         details = {k: v for k, v in self.details.items() if k != "figure_data"}
         if details:
             out["details"] = to_jsonable(details)

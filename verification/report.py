@@ -4,16 +4,24 @@ Runs every executable statement (and the studies of :mod:`verification.studies`)
 
 * ``results.json`` — one object per statement in the schema of ``python -m verification run`` (with each
   conclusion's power and, where the falsification search ran, its best ratio);
-* ``instances.csv`` — the raw per-instance conclusion data ``(id, instance, lhs, rhs, ratio, conclusion)``;
-* ``worst/<id>.json`` — per conclusion the instance closest to (or beyond) its bound, from the check and from the
-  falsification search (:mod:`verification.search`), with the data to reproduce it;
+* ``instances.csv`` — the raw per-instance conclusion data ``(id, instance, lhs, rhs, ratio)`` of every check;
 * ``counterexamples/<id>.json`` — the data to reproduce each counterexample (and each finding's literal and
   repaired evidence);
 * ``data/<id>/<table>.csv`` — the figure data the statements and studies report;
 * ``figures/*.png`` — seaborn figures, one message each;
+* ``worst/<id>.json`` — per numeric conclusion the instance closest to (or beyond) its bound, from the check and
+  from the falsification search (:mod:`verification.search`), with the data to reproduce it;
 * ``README.md`` and ``index.html`` — the dashboard: one row per statement (verdict, tightness, ``power`` at factor
   0.5, …), its conclusions collapsed under it, the findings, the family-wise budget of the confidence-level
-  assertions and how the constants were estimated.
+  assertions and how the constants were estimated;
+* ``results.jsonl`` — the results log (:mod:`verification.resultlog`).
+
+Each statement's own files (its rows of ``instances.csv``, its ``counterexamples/`` and ``data/`` files) are
+written as soon as it finishes, and then its record is appended to ``results.jsonl``: its result row and what the
+dashboard needs besides (``"report": {"counterexample_file", "repaired", "tables", "instance_rows"}``). The
+final files are then assembled from the log and those files (the figure tables read back from ``data/``), the
+same way whether every statement ran now or a resumed report (``resume=True``) kept the statements an
+interrupted one had finished. The studies are run again on a resume.
 
 Progress goes to stderr while it runs; a one-screen summary is returned for the command line to print.
 """
@@ -23,25 +31,35 @@ from __future__ import annotations
 import dataclasses
 import html
 import json
+import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from . import registry
+from sim.cli import atomic_write_text
+
+from . import registry, resultlog
 from .evidence import POWER_FACTOR, Evidence, to_jsonable
 from .montecarlo import FAMILY_WISE_BUDGET
+from .resultlog import ResultLogError
 
-__all__ = ["SCALES", "SEARCH_BUDGET", "ReportResult", "build_report", "statement_config", "evidence_tables",
-           "confidence_budget"]
+__all__ = ["SCALES", "SEARCH_BUDGET", "LOG_NAME", "ReportResult", "build_report", "statement_config",
+           "evidence_tables", "confidence_budget"]
 
 SCALES = ("default", "paper")
 #: Falsification-search budget per scale (:data:`verification.search.BUDGETS`).
 SEARCH_BUDGET = {"default": "default", "paper": "paper"}
+#: The results log of a report, in its output folder.
+LOG_NAME = "results.jsonl"
+INSTANCE_COLUMNS = ("id", "instance", "lhs", "rhs", "ratio", "conclusion")
+# read_csv parses floats exactly by default from pandas 3 on; before, only with float_precision="round_trip"
+_EXACT_FLOATS: dict[str, Any] = {} if int(pd.__version__.split(".")[0]) >= 3 else {"float_precision": "round_trip"}
 
 
 @dataclasses.dataclass
@@ -98,42 +116,40 @@ def _progress(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def _error_row(stmt: registry.Statement, exc: BaseException) -> dict[str, Any]:
-    return {
-        "id": stmt.id, "name": stmt.name, "verdict": "error", "tightness": None, "instances": 0, "excluded": 0,
-        "negative_control": "none", "counterexamples": 0, "seconds": 0.0, "details": {"error": repr(exc)},
-    }
-
-
-def run_all(ids=None, *, seed: int = registry.DEFAULT_SEED, scale: str = "default", search: str | None = "auto",
-            progress: Callable[[str], None] = _progress, searches: dict | None = None,
-            ) -> list[tuple[registry.Statement, Evidence | None, dict]]:
-    """Run the statements (all by default); returns (statement, evidence or None on error, result row).
-
-    ``search``: the falsification-search budget (``"auto"``: :data:`SEARCH_BUDGET` of the scale; ``None``: no
-    search); its results are applied to the evidence (:func:`verification.search.apply`) and, when ``searches``
-    is a dict, stored there by statement id."""
+def _run_one(stmt: registry.Statement, seed: int, scale: str, search: str | None = None):
+    """Run one statement and (with a ``search`` budget, where it declares a family box) its falsification search:
+    (its Evidence with the search applied, its result row, the search result), or (None, an ``error`` row, None)
+    when the check raised."""
     from .search import apply
 
-    budget = SEARCH_BUDGET[scale] if search == "auto" else search
+    try:
+        ev = registry.run_statement(stmt, seed=seed, config=statement_config(stmt, scale))
+        res = None
+        if search is not None and stmt.search is not None:
+            res = registry.search_statement(stmt, search, seed)
+            ev = apply(ev, res)
+        return ev, ev.to_dict(), res
+    except Exception as exc:  # noqa: BLE001 - reported as an error row; the report goes on
+        return None, resultlog.error_row(stmt, exc), None
+
+
+def _progress_line(k: int, n: int, elapsed: float, stmt: registry.Statement, row: dict, source=None) -> str:
+    took = f"({row['seconds']:.2f} s)" if source is None else f"(from {source})"
+    return (f"[{k:>2}/{n}] {elapsed:6.1f}s  {stmt.id:<8} {row['verdict']:<9} "
+            f"negative control: {row['negative_control']:<8} {took}")
+
+
+def run_all(ids=None, *, seed: int = registry.DEFAULT_SEED, scale: str = "default", search: str | None = None,
+            progress: Callable[[str], None] = _progress) -> list[tuple[registry.Statement, Evidence | None, dict]]:
+    """Run the statements (all by default); returns (statement, evidence or None on error, result row).
+    ``search``: a falsification-search budget (:data:`verification.search.BUDGETS`), or None for none."""
     stmts = registry.resolve(ids)
     out = []
     t_start = time.perf_counter()
     for k, s in enumerate(stmts, 1):
-        try:
-            ev = registry.run_statement(s, seed=seed, config=statement_config(s, scale))
-            if budget is not None and s.search is not None:
-                res = registry.search_statement(s, budget, seed)
-                ev = apply(ev, res)
-                if searches is not None:
-                    searches[s.id] = res
-            row = ev.to_dict()
-        except Exception as exc:  # noqa: BLE001 - reported as an error row; the report goes on
-            ev, row = None, _error_row(s, exc)
+        ev, row, _ = _run_one(s, seed, scale, search)
         out.append((s, ev, row))
-        elapsed = time.perf_counter() - t_start
-        progress(f"[{k:>2}/{len(stmts)}] {elapsed:6.1f}s  {s.id:<8} {row['verdict']:<9} "
-                 f"negative control: {row['negative_control']:<8} ({row['seconds']:.2f} s)")
+        progress(_progress_line(k, len(stmts), time.perf_counter() - t_start, s, row))
     return out
 
 
@@ -166,22 +182,101 @@ def _safe(name: str) -> str:
 
 
 def _write_json(path: Path, obj: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(to_jsonable(obj), indent=2, allow_nan=False) + "\n")
+    atomic_write_text(path, json.dumps(to_jsonable(obj), indent=2, allow_nan=False) + "\n")
 
 
-def _instances_frame(results) -> pd.DataFrame:
-    frames = []
-    for s, ev, _ in results:
-        if ev is None or ev.lhs.size == 0:
-            continue
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.where(ev.rhs > 0, ev.lhs / ev.rhs, np.nan)
-        frames.append(pd.DataFrame({"id": s.id, "instance": np.arange(ev.lhs.size), "lhs": ev.lhs,
-                                    "rhs": ev.rhs, "ratio": ratio, "conclusion": ev.labels}))
-    if not frames:
-        return pd.DataFrame(columns=["id", "instance", "lhs", "rhs", "ratio", "conclusion"])
-    return pd.concat(frames, ignore_index=True)
+def _table_path(out: Path, sid: str, name: str) -> Path:
+    return out / "data" / _safe(sid) / f"{_safe(name)}.csv"
+
+
+def _write_tables(out: Path, sid: str, tables: Mapping[str, pd.DataFrame]) -> None:
+    for name, df in tables.items():
+        p = _table_path(out, sid, name)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        df.to_csv(p, index=False)
+
+
+def _read_tables(out: Path, sid: str, names) -> dict[str, pd.DataFrame]:
+    """The tables ``names`` of ``sid`` as :func:`_write_tables` wrote them (floats read back exactly)."""
+    tables = {}
+    for name in names:
+        try:
+            tables[name] = pd.read_csv(_table_path(out, sid, name), **_EXACT_FLOATS)
+        except pd.errors.EmptyDataError:  # a table without columns
+            tables[name] = pd.DataFrame()
+    return tables
+
+
+def _instances_frame(sid: str, ev: Evidence) -> pd.DataFrame:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(ev.rhs > 0, ev.lhs / ev.rhs, np.nan)
+    return pd.DataFrame({"id": sid, "instance": np.arange(ev.lhs.size), "lhs": ev.lhs, "rhs": ev.rhs,
+                         "ratio": ratio, "conclusion": ev.labels})
+
+
+def _append_instances(path: Path, sid: str, ev: Evidence) -> None:
+    with open(path, "a", encoding="utf-8", newline="") as fh:
+        _instances_frame(sid, ev).to_csv(fh, index=False, header=False, float_format="%.10g", lineterminator="\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _start_instances(path: Path, done: Mapping[str, Mapping[str, Any]]) -> None:
+    """Begin ``instances.csv``: its header line, then, on a resume, the rows of the finished statements ``done``
+    (id -> report record) kept from the earlier file, checked against the row counts the log records."""
+    want = {sid: rec["instance_rows"] for sid, rec in done.items() if rec["instance_rows"]}
+    counts = dict.fromkeys(want, 0)
+    kept = []
+    if want:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                fh.readline()  # the header
+                for line in fh:
+                    sid = line.split(",", 1)[0]
+                    if line.endswith("\n") and sid in counts:
+                        counts[sid] += 1
+                        kept.append(line)
+        except OSError as exc:
+            raise ResultLogError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
+    for sid, n in want.items():
+        if counts[sid] != n:
+            raise ResultLogError(f"{str(path)!r} holds {counts[sid]} rows of {sid}, the results log records {n} "
+                                 "(run without --resume to start again)")
+    atomic_write_text(path, ",".join(INSTANCE_COLUMNS) + "\n" + "".join(kept))
+
+
+def _check_statement_files(out: Path, done: Mapping[str, Mapping[str, Any]]) -> None:
+    """Raise :class:`ResultLogError` when a file that the log records for a finished statement is missing."""
+    for sid, rec in done.items():
+        paths = [_table_path(out, sid, name) for name in rec["tables"]]
+        if rec["counterexample_file"]:
+            paths.append(out / "counterexamples" / f"{_safe(sid)}.json")
+        for p in paths:
+            if not p.is_file():
+                raise ResultLogError(f"{str(p)!r}, written for {sid} by the interrupted report, is missing "
+                                     "(run without --resume to start again)")
+
+
+def _write_statement_files(out: Path, stmt: registry.Statement, ev: Evidence | None, search=None) -> dict[str, Any]:
+    """Write the files of one finished statement; returns its report record (what the dashboard needs)."""
+    rec: dict[str, Any] = {"counterexample_file": False, "repaired": "", "tables": [], "instance_rows": 0,
+                           "worst_file": False}
+    if ev is None:
+        return rec
+    if any(c.numeric for c in ev.conclusions):
+        _write_json(out / "worst" / f"{_safe(stmt.id)}.json", _worst_record(ev, search))
+        rec["worst_file"] = True
+    if ev.n_counterexamples or ev.repaired is not None or ev.control is not None:
+        _write_json(out / "counterexamples" / f"{_safe(stmt.id)}.json", _counterexample_record(ev))
+        rec["counterexample_file"] = True
+    tables = evidence_tables(ev)
+    _write_tables(out, stmt.id, tables)
+    rec["tables"] = list(tables)
+    if ev.lhs.size:
+        _append_instances(out / "instances.csv", stmt.id, ev)
+        rec["instance_rows"] = int(ev.lhs.size)
+    rec["repaired"] = _repaired_cell(ev)
+    return rec
 
 
 def _counterexample_record(ev: Evidence) -> dict[str, Any]:
@@ -221,17 +316,15 @@ def _worst_record(ev: Evidence, search) -> dict[str, Any]:
     return rec
 
 
-def confidence_budget(results) -> dict[str, Any]:
-    """Every confidence-level assertion the run made (``details["confidence_assertions"]``), per statement, and
-    the family-wise false-failure bound they add up to (Bonferroni)."""
+def confidence_budget(rows) -> dict[str, Any]:
+    """Every confidence-level assertion of the run's result ``rows`` (``details["confidence_assertions"]``), per
+    statement, and the family-wise false-failure bound they add up to (Bonferroni)."""
     per: dict[str, dict] = {}
-    for s, ev, _ in results:
-        if ev is None:
-            continue
-        recs = ev.details.get("confidence_assertions") or []
+    for row in rows:
+        recs = (row.get("details") or {}).get("confidence_assertions") or []
         if recs:
-            per[s.id] = {"assertions": len(recs), "delta": float(sum(r["delta"] for r in recs)),
-                         "labels": [r["label"] for r in recs]}
+            per[row["id"]] = {"assertions": len(recs), "delta": float(sum(r["delta"] for r in recs)),
+                              "labels": [r["label"] for r in recs]}
     total = float(sum(v["delta"] for v in per.values()))
     return {"budget": FAMILY_WISE_BUDGET, "total": total, "assertions": sum(v["assertions"] for v in per.values()),
             "per_statement": per}
@@ -267,38 +360,45 @@ def _power_totals(rows) -> str:
 
 
 def build_report(out_dir: str | Path = "reports", *, scale: str = "default", seed: int = registry.DEFAULT_SEED,
-                 ids=None, studies: bool = True, search: str | None = "auto",
-                 progress: Callable[[str], None] = _progress) -> ReportResult:
+                 ids=None, studies: bool = True, progress: Callable[[str], None] = _progress,
+                 resume: bool = False, search: str | None = "auto") -> ReportResult:
     """Run every check (and the studies) and write the report to ``out_dir`` (see the module docstring).
-    ``search``: the falsification-search budget (``"auto"``: by the scale, :data:`SEARCH_BUDGET`; ``None``: none)."""
+    ``search``: the falsification-search budget (``"auto"``: by the scale, :data:`SEARCH_BUDGET`; ``None``: none).
+
+    With ``resume=True`` the statements recorded in ``out_dir/results.jsonl`` by an interrupted report with the
+    same ids, scale, seed and package version are not run again; a log that cannot be resumed raises
+    :class:`~verification.resultlog.ResultLogError` before any statement runs."""
     from . import figures  # plotting is imported only when a report is made
 
     if scale not in SCALES:
         raise ValueError(f"scale must be one of {SCALES}; got {scale!r}")
+    budget_name = SEARCH_BUDGET[scale] if search == "auto" else search
+    stmts = registry.resolve(ids)
     t0 = time.perf_counter()
     out = Path(out_dir)
+    log_file = out / LOG_NAME
+    header = resultlog.log_header("report", SimpleNamespace(seed=seed, scale=scale), [s.id for s in stmts])
     out.mkdir(parents=True, exist_ok=True)
+    log, kept = resultlog.open_log(log_file, header, resume=resume, fields=("row", "report"), note=progress)
+    done = {r["id"]: r for r in kept}
+    _check_statement_files(out, {sid: r["report"] for sid, r in done.items()})
+    _start_instances(out / "instances.csv", {sid: r["report"] for sid, r in done.items()})
     progress(f"running the executable statements (scale {scale}, seed {seed}, falsification search "
-             f"{SEARCH_BUDGET[scale] if search == 'auto' else search}) ...")
-    searches: dict = {}
-    results = run_all(ids, seed=seed, scale=scale, search=search, progress=progress, searches=searches)
+             f"{budget_name or 'none'}) ..."
+             + (f" {len(done)} of {len(stmts)} already finished in {log_file}" if done else ""))
+    results = []  # (statement, report record, result row)
+    for k, s in enumerate(stmts, 1):
+        rec = done.get(s.id)
+        if rec is None:
+            ev, row, res = _run_one(s, seed, scale, budget_name)
+            rec = {"id": s.id, "row": to_jsonable(row), "report": _write_statement_files(out, s, ev, res)}
+            log.append(rec)
+        results.append((s, rec["report"], rec["row"]))
+        progress(_progress_line(k, len(stmts), time.perf_counter() - t0, s, rec["row"],
+                                source=log_file if s.id in done else None))
     rows = [r for _, _, r in results]
     _write_json(out / "results.json", rows)
-    _instances_frame(results).to_csv(out / "instances.csv", index=False, float_format="%.10g")
-    for s, ev, _ in results:
-        if ev is not None and any(c.numeric for c in ev.conclusions):
-            _write_json(out / "worst" / f"{_safe(s.id)}.json", _worst_record(ev, searches.get(s.id)))
-    budget = confidence_budget(results)
-
-    tables: dict[str, dict[str, pd.DataFrame]] = {}
-    for s, ev, _ in results:
-        if ev is None:
-            continue
-        if ev.n_counterexamples or ev.repaired is not None or ev.control is not None:
-            _write_json(out / "counterexamples" / f"{_safe(s.id)}.json", _counterexample_record(ev))
-        t = evidence_tables(ev)
-        if t:
-            tables[s.id] = t
+    tables = {s.id: _read_tables(out, s.id, rec["tables"]) for s, rec, _ in results if rec["tables"]}
 
     study_results = []
     if studies:
@@ -311,25 +411,21 @@ def build_report(out_dir: str | Path = "reports", *, scale: str = "default", see
             for st in studies_mod.run_studies(seed=seed):
                 study_results.append(st)
                 tables[st.id] = dict(st.tables)
+                _write_tables(out, st.id, st.tables)
                 progress(f"  {st.id}: {', '.join(st.tables)}")
             _write_json(out / "studies.json", [{"id": st.id, "name": st.name, "summary": st.summary,
                                                 "notes": st.notes} for st in study_results])
-    for sid, tabs in tables.items():
-        for name, df in tabs.items():
-            p = out / "data" / _safe(sid) / f"{_safe(name)}.csv"
-            p.parent.mkdir(parents=True, exist_ok=True)
-            df.to_csv(p, index=False)
 
     progress("drawing the figures ...")
     fig_dir = out / "figures"
     drawn, missing = figures.draw_all(fig_dir, rows, tables)
     seconds = time.perf_counter() - t0
-    failed = any(r["verdict"] in ("violated", "vacuous", "error") or r["negative_control"] == "missed"
-                 for r in rows) or budget["total"] > FAMILY_WISE_BUDGET * (1 + 1e-12)
+    budget = confidence_budget(rows)
     res = ReportResult(out_dir=out, rows=rows, figures=drawn, missing_figures=missing, seconds=seconds,
-                       failed=failed, budget=budget)
-    (out / "README.md").write_text(dashboard_markdown(res, results, study_results, scale=scale, seed=seed))
-    (out / "index.html").write_text(dashboard_html(res, results, study_results, scale=scale, seed=seed))
+                       failed=any(map(resultlog.row_failed, rows))
+                       or budget["total"] > FAMILY_WISE_BUDGET * (1 + 1e-12), budget=budget)
+    atomic_write_text(out / "README.md", dashboard_markdown(res, results, study_results, scale=scale, seed=seed))
+    atomic_write_text(out / "index.html", dashboard_html(res, results, study_results, scale=scale, seed=seed))
     return res
 
 
@@ -360,16 +456,17 @@ def _repaired_cell(ev: Evidence | None) -> str:
 
 
 def _dashboard_rows(res: ReportResult, results) -> list[dict[str, str]]:
+    """One dashboard row per (statement, report record, result row) of ``results``."""
     out = []
-    for s, ev, row in results:
-        has_file = ev is not None and bool(ev.n_counterexamples or ev.repaired is not None or ev.control is not None)
+    for s, rec, row in results:
+        has_file = rec["counterexample_file"]
         out.append({
             "number": s.number, "id": s.id, "name": s.name, "verdict": row["verdict"],
             "held": str(row["instances"] - row["excluded"]), "excluded": str(row["excluded"]),
             "tightness": _fmt(row["tightness"]), "control": row["negative_control"],
             "cex": str(row["counterexamples"]),
             "cex_link": f"counterexamples/{_safe(s.id)}.json" if has_file else "",
-            "seconds": f"{row['seconds']:.2f}", "repaired": _repaired_cell(ev), "power": _power_cell(row),
+            "seconds": f"{row['seconds']:.2f}", "repaired": rec["repaired"], "power": _power_cell(row),
         })
     return out
 
@@ -409,25 +506,29 @@ def _constants_text(row: dict) -> str:
     return " | ".join(parts)
 
 
+
 def _findings(results) -> list[str]:
-    """Every FINDING and every soft conclusion with counterexamples (results the verdict does not carry)."""
+    """Every FINDING and every soft conclusion with counterexamples (results the verdict does not carry), and the
+    findings a statement states in ``details["findings"]``."""
     out = []
-    for s, ev, row in results:
-        if ev is None:
-            continue
-        if ev.verdict == "finding":
-            out.append(f"**{s.id}** (verdict *finding*): {ev.details.get('finding', '')}; literal conclusion(s) "
-                       + ", ".join(f"`{c.name}` ({c.counterexamples} counterexamples)"
-                                   for c in ev.conclusions if c.role == "literal")
-                       + "; " + _repaired_cell(ev))
-        for c in ev.conclusions:
-            if c.role == "soft" and c.counterexamples:
-                worst = "" if c.detect_factor is None else f", worst ratio {c.detect_factor:.4g}"
-                out.append(f"**{s.id}** `{c.name}` (soft, not part of the verdict): {c.counterexamples} of "
-                           f"{c.instances - c.excluded} instances fail{worst}")
-        for text in ev.details.get("findings") or []:
+    for s, rec, row in results:
+        d = row.get("details") or {}
+        concl = row.get("conclusions") or []
+        if row["verdict"] == "finding":
+            out.append(f"**{s.id}** (verdict *finding*): {d.get('finding', '')}; literal conclusion(s) "
+                       + ", ".join(f"`{c['name']}` ({c['counterexamples']} counterexamples)"
+                                   for c in concl if c.get("role") == "literal")
+                       + (f"; {rec['repaired']}" if rec.get("repaired") else ""))
+        for c in concl:
+            if c.get("role") == "soft" and c["counterexamples"]:
+                df = c["power"].get("detect_factor")
+                worst = "" if df is None else f", worst ratio {_fmt(df)}"
+                out.append(f"**{s.id}** `{c['name']}` (soft, not part of the verdict): {c['counterexamples']} of "
+                           f"{c['instances'] - c['excluded']} instances fail{worst}")
+        for text in d.get("findings") or []:
             out.append(f"**{s.id}**: {text}")
     return out
+
 
 
 def _md(text: str) -> str:

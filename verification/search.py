@@ -152,7 +152,7 @@ class SearchResult:
     def summary(self) -> dict[str, Any]:
         return to_jsonable({
             "statement": self.statement, "budget": self.budget, "seed": self.seed, "family": self.family,
-            "box": self.space, "evaluations": self.evaluations, "seconds": self.seconds,
+            "box": self.space, "evaluations": self.evaluations,
             "counterexamples": self.n_counterexamples, "errors": self.errors[:5],
             "best_ratio": {k: v["best_ratio"] for k, v in self.best.items()},
         })

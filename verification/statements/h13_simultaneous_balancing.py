@@ -54,7 +54,7 @@ import numpy as np
 from sim.cluster import deviations, shared_direction
 from sim.constants import gradient_bound, smoothness_quadratic
 from sim.problems import PlantedQuadraticCluster
-from verification.evidence import POSITIVITY_RTOL, Evidence, HypothesisMonitor, check_inequality
+from verification.evidence import POSITIVITY_RTOL, Evidence, HypothesisMonitor
 from verification.search import Param, SearchSpace
 
 from . import _cluster_common as cc
