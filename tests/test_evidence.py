@@ -333,3 +333,17 @@ def test_boolean_part_as_its_own_conclusion():
     assert (pd.name, pd.kind, pd.counterexamples, pd.excluded) == ("P-d", "bound", 0, 1)
     assert (pab.name, pab.kind, pab.counterexamples, pab.instances) == ("P-a, P-b", "boolean", 1, 3)
     assert ev.verdict == "violated" and ev.counterexamples[0]["conclusion"] == "P-a, P-b"
+
+
+def test_merged_evidence_adds_instances_by_conclusion():
+    a = Evidence.from_implication("X.8", "x", _monitor([True, False]), [0.2, 9.0], [1.0, 1.0], conclusion="eq 1")
+    b = Evidence.from_implication("X.8", "x", None, [0.8, 0.1], [1.0, 1.0], conclusion=["eq 1", "eq 2"])
+    m = Evidence.merged(a, [({"p": 1}, b)])
+    assert m.instances == 4 and m.excluded == 1 and m.verdict == "holds"
+    e1 = m.conclusion("eq 1")
+    assert (e1.instances, e1.excluded, e1.detect_factor) == (3, 1, pytest.approx(0.8))
+    assert m.tightness == pytest.approx(0.8) and m.details["added_points"][0]["point"] == {"p": 1}
+    bad = Evidence.from_implication("X.8", "x", None, [2.0], [1.0], conclusion="eq 1")
+    assert Evidence.merged(a, [({}, bad)]).verdict == "violated"
+    with pytest.raises(ValueError, match="cannot merge"):
+        Evidence.merged(a, [({}, Evidence.from_implication("Y", "y", None, [0.0], [1.0]))])

@@ -797,13 +797,20 @@ class Evidence:
             conclusions += _conclusions(ok_names, mask, {"ok": arrays["ok"]}, arrays["ok"][idx_held], idx_held,
                                         ok_kinds, roles, None, instance_data)
             fail_name = np.where(check_inequality(arrays["lhs"], arrays["rhs"], atol, rtol), ok_names, names)
+            soft_ineq = np.array([x in soft for x in names[idx_held]], dtype=bool)
+            soft_ok = np.array([x in soft for x in ok_names[idx_held]], dtype=bool)
+            # an instance fails the contract if a contract part of it fails
+            fails = (~good_ineq & ~soft_ineq) | (~arrays["ok"][idx_held] & ~soft_ok)
+            soft_fails = ~good & ~fails
+            contract_seen = (~soft_ineq | ~soft_ok).any()
         else:
             conclusions = _conclusions(names, mask, arrays, good, idx_held, kind_of, roles, det, instance_data)
             fail_name = names
-        is_soft = np.array([x in soft for x in names[idx_held]], dtype=bool)
-        bad = idx_held[~good & ~is_soft]
-        soft_bad = idx_held[~good & is_soft]
-        if not (~is_soft).any():  # nothing of the contract was evaluated
+            is_soft = np.array([x in soft for x in names[idx_held]], dtype=bool)
+            fails, soft_fails, contract_seen = ~good & ~is_soft, ~good & is_soft, (~is_soft).any()
+        bad = idx_held[fails]
+        soft_bad = idx_held[soft_fails]
+        if not contract_seen:  # nothing of the contract was evaluated
             verdict = "vacuous"
         elif bad.size:
             verdict = "violated"
@@ -957,7 +964,8 @@ class Evidence:
     def merged(cls, main: Evidence, parts: Sequence[tuple[Mapping[str, Any], Evidence]]) -> Evidence:
         """``main`` with the instances of further checks of the same statement (``parts``: ``(label, Evidence)``,
         e.g. the tight points of the family found by the falsification search) added: conclusions merged by name
-        (counts summed, tightness and detection factor the maxima), hypotheses summed, counterexamples
+        (counts summed, tightness and detection factor the maxima; a conclusion whose role differs from the one
+        already there is kept apart, its name suffixed with ``[role]``), hypotheses summed, counterexamples
         concatenated; the verdict is ``violated`` if any part is, ``vacuous`` only if every part is; ``details``
         are ``main``'s plus ``details["added_points"]`` (one summary per part)."""
         evs = [main] + [e for _, e in parts]
@@ -970,6 +978,9 @@ class Evidence:
         for e in evs:
             for c in e.conclusions:
                 o = by_name.get(c.name)
+                if o is not None and o.role != c.role:  # e.g. a soft Monte Carlo row of an added point
+                    c = dataclasses.replace(c, name=f"{c.name} [{c.role}]")
+                    o = by_name.get(c.name)
                 if o is None:
                     by_name[c.name] = c
                     continue
@@ -1041,8 +1052,12 @@ class Evidence:
         """Attach the statement's declared reasons (conclusion name → why its bound cannot be approached)."""
         if not reasons:
             return self
+        def reason(c: Conclusion) -> str | None:
+            base = c.name[: -len(f" [{c.role}]")] if c.name.endswith(f" [{c.role}]") else c.name
+            return reasons.get(c.name, reasons.get(base, c.reason))
+
         return dataclasses.replace(self, conclusions=tuple(
-            dataclasses.replace(c, reason=reasons.get(c.name, c.reason)) for c in self.conclusions))
+            dataclasses.replace(c, reason=reason(c)) for c in self.conclusions))
 
     def power_summary(self, factor: float = POWER_FACTOR) -> dict[str, Any]:
         """Counts of the conclusions' power states at ``factor`` (the dashboard's ``power`` column)."""
@@ -1050,7 +1065,7 @@ class Evidence:
         for c in self.conclusions:
             st = c.power(factor)["status"]
             counts[st] = counts.get(st, 0) + 1
-        numeric = [c for c in self.conclusions if c.numeric and c.role != "literal"]
+        numeric = [c for c in self.conclusions if c.numeric and c.role == "contract"]
         weak = [c.name for c in numeric if c.power(factor)["status"] == "weak"]
         return {"factor": factor, "numeric": len(numeric),
                 "detected": sum(c.power(factor)["status"] == "detected" for c in numeric),

@@ -63,7 +63,8 @@ class PowerReport:
 
     @property
     def weak_without_reason(self) -> list[PowerRow]:
-        return [r for r in self.rows if r.status == "weak" and not r.reason]
+        """Weak contract conclusions without a stated reason (soft rows are reported, not part of the contract)."""
+        return [r for r in self.rows if r.status == "weak" and not r.reason and r.role == "contract"]
 
     @property
     def mismatches(self) -> list[PowerRow]:
@@ -84,7 +85,8 @@ class PowerReport:
         cells = []
         for r in self.rows:
             cells.append([r.id, r.conclusion if len(r.conclusion) <= 60 else r.conclusion[:57] + "...",
-                          r.kind, r.status + (" (predicted otherwise)" if r.mismatch else ""),
+                          r.kind, r.status + (" (soft)" if r.role == "soft" else "")
+                          + (" (predicted otherwise)" if r.mismatch else ""),
                           _fmt(r.detect_factor), _fmt(r.search_best_ratio),
                           "" if r.status not in ("weak",) else (r.reason or "NO REASON GIVEN")[:90]])
         widths = [max(len(h), *(len(c[k]) for c in cells)) if cells else len(h) for k, h in enumerate(head)]
@@ -95,7 +97,7 @@ class PowerReport:
         return "\n".join([line(head), line(["-" * w for w in widths])] + [line(c) for c in cells])
 
     def summary(self) -> str:
-        numeric = [r for r in self.rows if r.status in ("detected", "weak")]
+        numeric = [r for r in self.rows if r.status in ("detected", "weak") and r.role == "contract"]
         det = sum(r.status == "detected" for r in numeric)
         lines = [f"power at factor {self.factor:g} (seed {self.seed}, search {self.search}) in {self.seconds:.1f} s: "
                  f"{det}/{len(numeric)} numeric conclusions detect the weakened bound; "

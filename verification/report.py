@@ -332,7 +332,7 @@ def confidence_budget(rows) -> dict[str, Any]:
 
 def _power_counts(row: dict) -> dict[str, Any]:
     concl = row.get("conclusions") or []
-    numeric = [c for c in concl if c["kind"] in ("bound", "monte_carlo") and c.get("role") != "literal"]
+    numeric = [c for c in concl if c["kind"] in ("bound", "monte_carlo") and c.get("role", "contract") == "contract"]
     det = [c for c in numeric if c["power"]["status"] == "detected"]
     weak = [c for c in numeric if c["power"]["status"] == "weak"]
     return {"numeric": len(numeric), "detected": len(det), "weak": weak,

@@ -115,6 +115,16 @@ SEARCH = SearchSpace(
 )
 
 
+#: Why a numeric conclusion cannot approach its bound on the family (shown by the power report and the dashboard).
+REASONS = {
+    C_EQ15: ("L_adj = (1 + log(m/c))(1 + sqrt(m)||l||_inf/Z_min) is a product of two worst cases: the second factor "
+             "alone is >= 1 + sqrt(m) >= 2.41 (Z <= ||l||_inf), while near uniform lhat the Jacobian of lambda -> A "
+             "is I - lambda (l/Z)^T on the simplex (norm ~ 1), and away from it the log factor grows with "
+             "log(m/c); the falsification search over (m, spread of log l, size of the perturbation, concentration "
+             "of lambda) reaches 0.29 (m = 2), below 1/(1 + sqrt 2) = 0.41"),
+}
+
+
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     cfg = config or Config()
     pairs = _pairs(rng, cfg)

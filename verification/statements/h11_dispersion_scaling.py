@@ -119,6 +119,16 @@ SEARCH = SearchSpace(
 )
 
 
+#: Why a numeric conclusion cannot approach its bound on the family (shown by the power report and the dashboard).
+REASONS = {
+    C_BOUND: ("C_1 = kappa_LP^2 sigma_max(C) L_adj^2 multiplies three worst cases: eq 10 (at most 0.66 on the "
+              "family, H.7), sum rho_i ||A_i - A_bar||^2 <= max ||A_i - A_i'||^2 / 2 (a variance against the largest "
+              "pair), and L_adj^2 against the true Lipschitz constant of lambda -> A squared (H.10: ratio <= 0.29, "
+              "so <= 0.09): together about 0.66 * 0.5 * 0.29^2 = 0.03; the falsification search over (s_u, m, n_w, "
+              "radius, N) reaches 0.009"),
+}
+
+
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     cfg = config or Config()
     cls = H6.clusters(rng, cfg.n_clusters, cfg.spreads, cfg)

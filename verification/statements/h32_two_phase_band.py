@@ -318,6 +318,17 @@ SEARCH = SearchSpace(
     family="F1 two-phase runs: spread, eta_I L0, eta_II/eta_I, start noise, m, n_w, N",
 )
 
+#: Found by the falsification search (seed 0; the eq 73 point of H.31's search with eta_II = eta_I/2): eq 75 at
+#: w_II within 0.82 of its bound, H.31 item 2 with eps_hat within 0.65, item 3 within 0.47.
+TIGHT_POINTS = ({"spread": 0.3481, "eta_factor": 0.0038, "ratio": 0.5, "start_noise": 0.8529, "m": 2, "n_w": 4,
+                 "n_clients": 3},)
+#: Why a numeric conclusion cannot approach its bound on the family (power report and dashboard).
+REASONS = {"H.31 item 3 with eps_hat at w_II": (
+    "a chain of two bounds: ||w - w_i*||^2 <= (2/mu_i)(psi_i - psi_i*) with mu_i = min_j lambda_ij lambda_min(Q_j) "
+    "(quadratic growth along the flattest direction of the lightest objective; the final iterate approaches w_i* "
+    "along steeper ones) times the band eq 75 at w_II (at most 0.82 on the search); the searches reach 0.47 here "
+    "and 0.55 for the same chain at the end of Phase 1 (H.31 eq 73)")}
+
 
 def run(config: Config | None, rng: np.random.Generator):
     cfg = config or Config()

@@ -31,8 +31,10 @@ Guarantee checked (an implication "construction ⇒ assumption holds on the inst
       identical across replicates and ``E[P_k(d̃_k − ∇ψ) | 𝓕_k] = 0`` (Hotelling) — the consequence of (a) that
       H.43's proof uses (``E[∇ψᵀP_k d̃_k | 𝓕_k] = ∇ψᵀP_k∇ψ``). (c), (d): no momentum buffer, no weight decay.
 
-    Monte Carlo: the H.40 tests at 20 points (2 each) and the H.41(a) test form **one** MC assertion whose
-    ``δ = 1e-4`` is split equally over its 41 sub-tests (Bonferroni).
+    Monte Carlo: the H.40 tests at 20 points (2 each) and the H.41(a) test form **one** confidence-level assertion
+    of the suite's family-wise budget (:func:`verification.montecarlo.assertion_delta`) whose ``δ`` is split equally
+    over its 41 sub-tests (Bonferroni). The variance claims are tight (``E‖d̃ − ∇ψ‖² = σ₀²/S`` exactly), so a bound
+    too small by 2 is detected (crossing factor ≈ 0.95).
 
 Negative controls (T-H39/H.40/H.41 (e)), each must be detected
     1. biased direction ``d̃ + b`` (``‖b‖ = 0.5``): the construction flag of H.40 fails and the mean test rejects;
@@ -136,6 +138,13 @@ def meas_test(prob, rng, *, kind, step, reps, S, p_minus, p_plus, w0=None, delta
     ht = A.hotelling(X, np.zeros(n), delta)
     spread = float(np.ptp(runs.P_last, axis=0).max())
     return ht, spread
+
+
+#: Why a numeric conclusion cannot approach its bound on the family (power report and dashboard).
+REASONS = {"H.39: mu_PL <= L0": (
+    "a consistency relation of the constants of the fixed reference F3 instance (mu_PL = lambda* lambda_min(Q) <= "
+    "L0 = lambda* ||Q||): its ratio is 1/kappa_Q = 1/6 there and 1 only for Q proportional to I (the isotropic "
+    "instances of H.44 and H.45); the statement checks the assumptions on the reference instance only")}
 
 
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:

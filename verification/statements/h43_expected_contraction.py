@@ -78,6 +78,9 @@ class Config:
     mc_S: int = 4
     mc_p: tuple = (0.5, 2.0)
     delta: float = assertion_delta("H.43")
+    # False: the Monte Carlo assertions are soft rows (the falsification search and its tight points: their many
+    # evaluations must not add false failures, and they stay outside the family-wise budget)
+    confidence_contract: bool = True
     ctl_alpha_L0: float = 3.0
     ctl_K: int = 20
     ctl_S: int = 4
@@ -155,7 +158,7 @@ def mc_rows(rows: A.Rows, prob: CommonMinimizer, rng, cfg: Config, delta: float)
     hyp[A.H_BN] = bool(h39["bottleneck_ok"].all())
     hyp[A.H_PL] = bool(A.pl_ok(h39).all())
     rows.add_mc("eq 90 Monte Carlo, lagged RMSprop (LCB <= b)", res, hyp=hyp, margins=mg, P="rmsprop_lagged",
-                S=cfg.mc_S, K=cfg.mc_K, alpha=alpha, N=cfg.mc_runs)
+                S=cfg.mc_S, K=cfg.mc_K, alpha=alpha, N=cfg.mc_runs, soft=not cfg.confidence_contract)
     info = {"spectrum_P_k": [float(runs.p_min.min()), float(runs.p_max.max())],
             "h39_iterates": int(h39["bottleneck_ok"].size), "h39_bottleneck_failures": int((~h39["bottleneck_ok"]).sum()),
             "h39_pl_failures": int((~A.pl_ok(h39)).sum()), "gap_identity_roundoff": h39["gap_identity_err"]}
@@ -167,9 +170,13 @@ SEARCH = SearchSpace(
     config=lambda p: Config(S_values=(p["S"],), K_exact=p["K"],
                             settings=(("spectral", p["p_ratio"] ** -0.5, p["p_ratio"] ** 0.5),), n_onestep=10,
                             mc_runs=400, mc_K=p["K"], mc_S=p["S"],
-                            mc_p=(p["p_ratio"] ** -0.5, p["p_ratio"] ** 0.5)),
+                            mc_p=(p["p_ratio"] ** -0.5, p["p_ratio"] ** 0.5), confidence_contract=False),
     family="F3 reference: preconditioner spread p+/p- (p- p+ = 1), batch size S, steps K",
 )
+
+
+#: Why a numeric conclusion cannot approach its bound on the family (power report and dashboard).
+REASONS = {"eq 90 Monte Carlo, lagged RMSprop (LCB <= b)": A.MC_RMSPROP_REASON}
 
 
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:
@@ -181,7 +188,7 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     tight = tight_rows(rows, cfg)
     mc, mc_info = mc_rows(rows, prob, rng, cfg, cfg.delta)
     tight_mc, tight_budget = A.tight_mc(rows, rng, "eq 90 Monte Carlo, tight 1-D instance (LCB <= b)",
-                                        quantity="gap", delta=cfg.delta)
+                                        quantity="gap", delta=cfg.delta, soft=not cfg.confidence_contract)
     mon = rows.monitor()
     lhs, rhs, ok = rows.arrays()
     details = {
@@ -191,7 +198,8 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
                       "method": "exact for F3: L0 = lam*||Q||, mu_PL = lam*lambda_min(Q), sigma0^2 = lam*^2 tr Sigma"},
         "exact": ex, "tight_instance": tight, "mc_run": mc_info,
         "mc_assertions": {"count": 2, "delta_each": cfg.delta, "assertions": [mc, tight_mc]},
-        "confidence_assertions": [assertion_record(mc["label"], cfg.delta), tight_budget],
+        "confidence_assertions": [assertion_record(mc["label"], cfg.delta), tight_budget]
+        if cfg.confidence_contract else [],
     }
     return Evidence.from_implication(STATEMENT_ID, NAME, mon, lhs, rhs, ok=ok, instance_data=rows.instance_data(),
                                      details=details, **rows.evidence_args())

@@ -93,6 +93,9 @@ class Config:
     mc_S: int = 4
     mc_p: tuple = (0.5, 2.0)
     delta: float = assertion_delta("H.44")
+    # False: the Monte Carlo assertions are soft rows (the falsification search and its tight points: their many
+    # evaluations must not add false failures, and they stay outside the family-wise budget)
+    confidence_contract: bool = True
     lbeta_safety: float = 1.1
     n_ball: int = 20000
     pipeline2_steps: int = 400
@@ -181,13 +184,37 @@ def _exact_block(rows: A.Rows, rng, prob: CommonMinimizer, cfg: Config, hyp_new:
 
 
 SEARCH = SearchSpace(
-    params=(Param("p_ratio", 1.0, 8.0, "log"), Param("S", 1, 16, "int"), Param("K", 5, 80, "int"), Param("spread", 1e-3, 0.5, "log")),
-    config=lambda p: Config(spread=p["spread"], S_values=(p["S"],), K_exact=p["K"],
+    params=(Param("p_ratio", 1.0, 8.0, "log"), Param("S", 1, 16, "int"), Param("K", 5, 80, "int"),
+            Param("spread", 1e-3, 0.5, "log"), Param("rounds_I", 2, 40, "int"), Param("eta_I_factor", 0.01, 0.5, "log")),
+    config=lambda p: Config(spread=p["spread"], rounds_I=p["rounds_I"], eta_I_factor=p["eta_I_factor"],
+                            S_values=(p["S"],), K_exact=p["K"],
                             settings=(("spectral", p["p_ratio"] ** -0.5, p["p_ratio"] ** 0.5),), n_endpoint=200,
                             K_b=p["K"], S_b=p["S"], mc_runs=300, mc_K=p["K"], mc_S=p["S"],
-                            mc_p=(p["p_ratio"] ** -0.5, p["p_ratio"] ** 0.5), n_ball=2000, pipeline2_steps=100),
-    family="F3 new client and its cluster: preconditioner spread p+/p-, S, K, cluster preference spread",
+                            mc_p=(p["p_ratio"] ** -0.5, p["p_ratio"] ** 0.5), n_ball=2000, pipeline2_steps=100,
+                            confidence_contract=False),
+    family="F3 new client and its cluster: preconditioner spread p+/p-, S, K, cluster preference spread, Phase-1 "
+           "rounds and step size",
 )
+
+
+#: Why a numeric conclusion cannot approach its bound on the family (power report and dashboard).
+REASONS = {
+    "Monte Carlo (a) eq 91: E[psi(w_K) - psi*] <= RHS91 (LCB <= b)": A.MC_RMSPROP_REASON,
+    "Monte Carlo (b) eq 93: E||w_K - c||^2 <= (2/mu) RHS91 (LCB <= b)": A.MC_RMSPROP_REASON,
+    "Monte Carlo (b)/(c) chain: E beta_new(w_K) <= L_beta sqrt((2/mu) RHS91) (LCB <= b)": (
+        "a chain of three inequalities, each lossy on F3: beta_new <= L_beta ||w_K - c|| with L_beta 1.1 x the "
+        "largest ||grad beta|| over a ball that contains every iterate (beta_new is flat near c: grad beta -> 0 "
+        "there, so the Lipschitz bound is loose at the endpoints), then Jensen, then eq 93 (itself at most the "
+        "lagged-RMSprop ratio); the search over (p+/p-, S, K, spread) stays below 0.01"),
+    "(b) per sample: beta_new(w_K) <= L_beta ||w_K - c||": (
+        "L_beta is 1.1 x the largest ||grad_w beta_new|| over a ball containing every point (O-12, T-H44); beta_new "
+        "is flat at c (grad beta = 0 there) and the endpoints w_K concentrate near c, so beta_new(w_K)/||w_K - c|| "
+        "stays well below the ball's supremum; the search over (p+/p-, S, K, spread) stays near 0.1-0.2"),
+}
+
+#: Found by the falsification search (seed 0): a short Phase 1 with a small step, where the band eps0_bar + transient
+#: of eq 92/95 is nearly attained (within 0.98).
+TIGHT_POINTS = ({"p_ratio": 1.0, "S": 4, "K": 20, "spread": 0.01, "rounds_I": 5, "eta_I_factor": 0.02},)
 
 
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:
@@ -234,13 +261,13 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
                        L_beta * np.sqrt(2.0 / mu * b91))):
         res, rec = A.mc_claim(lab + " [lagged RMSprop, w_I, S=4, K=60]", X, b, delta=cfg.delta)
         mcs.append(rec)
-        rows.add_mc("Monte Carlo " + lab + " (LCB <= b)", res,
+        rows.add_mc("Monte Carlo " + lab + " (LCB <= b)", res, soft=not cfg.confidence_contract,
                     hyp={**hyp_mc, A.H_QG: bool(np.all(qg_all >= -1e-12)), H_LBETA: lb_ok},
                     margins={**mg_mc, H_LBETA: L_beta - lb["sup_1d"]}, start="w_I", P="rmsprop_lagged")
     budget = [assertion_record(r["label"], cfg.delta) for r in mcs]
     for lab, quantity in (("Monte Carlo (a) eq 91, tight 1-D instance (LCB <= b)", "gap"),
                           ("Monte Carlo (b) eq 93, tight 1-D instance (LCB <= b)", "sq_dist")):
-        rec, bud = A.tight_mc(rows, rng, lab, quantity=quantity, delta=cfg.delta)
+        rec, bud = A.tight_mc(rows, rng, lab, quantity=quantity, delta=cfg.delta, soft=not cfg.confidence_contract)
         mcs.append(rec)
         budget.append(bud)
     chain = {"mean_beta": float(beta_K.mean()), "L_beta_sqrt_mean_sq_dist": float(L_beta * np.sqrt(X_b.mean())),
@@ -271,7 +298,7 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
                    "h39_bottleneck_failures": int((~h39["bottleneck_ok"]).sum()),
                    "h39_pl_failures": int((~A.pl_ok(h39)).sum())},
         "mc_assertions": {"count": len(mcs), "delta_each": cfg.delta, "assertions": mcs},
-        "confidence_assertions": budget,
+        "confidence_assertions": budget if cfg.confidence_contract else [],
         "figure_data": {"adaptation_gap": _figure(prob, rng, cfg, U, cs)},
     }
     return Evidence.from_implication(STATEMENT_ID, NAME, rows.monitor(), lhs, rhs, ok=ok,

@@ -69,6 +69,9 @@ class Config:
     mc_S: int = 4
     mc_p: tuple = (0.5, 2.0)
     delta: float = assertion_delta("H.45")
+    # False: the Monte Carlo assertions are soft rows (the falsification search and its tight points: their many
+    # evaluations must not add false failures, and they stay outside the family-wise budget)
+    confidence_contract: bool = True
     n_region: int = 2000
     quartic_radii: tuple = (0.1, 0.3, 0.5, 0.7, 0.9)
 
@@ -103,12 +106,26 @@ def _eq96_rows(rows: A.Rows, prob: CommonMinimizer, cs, b95: dict, U, cfg: Confi
 
 
 SEARCH = SearchSpace(
-    params=(Param("p_ratio", 1.0, 8.0, "log"), Param("S", 1, 16, "int"), Param("K", 5, 80, "int"), Param("spread", 1e-3, 0.5, "log")),
-    config=lambda p: Config(spread=p["spread"], S_values=(p["S"],), K_exact=p["K"],
+    params=(Param("p_ratio", 1.0, 8.0, "log"), Param("S", 1, 16, "int"), Param("K", 5, 80, "int"),
+            Param("spread", 1e-3, 0.5, "log"), Param("rounds_I", 2, 40, "int"), Param("eta_I_factor", 0.01, 0.5, "log")),
+    config=lambda p: Config(spread=p["spread"], rounds_I=p["rounds_I"], eta_I_factor=p["eta_I_factor"],
+                            S_values=(p["S"],), K_exact=p["K"],
                             settings=(("spectral", p["p_ratio"] ** -0.5, p["p_ratio"] ** 0.5),), mc_runs=300,
-                            mc_K=p["K"], mc_S=p["S"], mc_p=(p["p_ratio"] ** -0.5, p["p_ratio"] ** 0.5), n_region=300),
-    family="F3 new client and its cluster: preconditioner spread p+/p-, S, K, cluster preference spread",
+                            mc_K=p["K"], mc_S=p["S"], mc_p=(p["p_ratio"] ** -0.5, p["p_ratio"] ** 0.5), n_region=300,
+                            confidence_contract=False),
+    family="F3 new client and its cluster: preconditioner spread p+/p-, S, K, cluster preference spread, Phase-1 "
+           "rounds and step size",
 )
+
+
+#: Why a numeric conclusion cannot approach its bound on the family (power report and dashboard).
+REASONS = {
+    "Monte Carlo eq 96 distance from w_II, lagged RMSprop (LCB <= b)": A.MC_RMSPROP_REASON,
+}
+
+#: Found by the falsification search (seed 0): a short Phase 1 with a small step, where the band eps0_bar + transient
+#: of eq 92/95 is nearly attained (within 0.98).
+TIGHT_POINTS = ({"p_ratio": 1.0, "S": 4, "K": 20, "spread": 0.01, "rounds_I": 5, "eta_I_factor": 0.02},)
 
 
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:
@@ -159,9 +176,10 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
                                 spec_max=runs.p_max.max())
     hyp.update({A.H_BN: bool(h39["bottleneck_ok"].all()), A.H_PL: bool(A.pl_ok(h39).all()), **qg})
     rows.add_mc("Monte Carlo eq 96 distance from w_II, lagged RMSprop (LCB <= b)", res, hyp=hyp,
+                soft=not cfg.confidence_contract,
                 margins={**mg, **qg_m}, start="w_II", P="rmsprop_lagged")
     tight, tight_budget = A.tight_mc(rows, rng, "Monte Carlo eq 96 distance, tight 1-D instance (LCB <= b)",
-                                     quantity="sq_dist", delta=cfg.delta)
+                                     quantity="sq_dist", delta=cfg.delta, soft=not cfg.confidence_contract)
     lhs, rhs, ok = rows.arrays()
     details = {
         "instance": "F3 reference new client; F3-compatible cluster of T-H44(a)",
@@ -174,7 +192,8 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
             k: bool(cs.delta0[k] <= cs.eps0_bar[k] + cs.delta_lambda * (cs.linf[k] + cs.L_star)) for k in b95},
         "max_ratios_exact": worst, "max_ratios_exact_isotropic": worst_iso, "qg_region_min_margin": float(qg_margin.min()),
         "mc_assertions": {"count": 2, "delta_each": cfg.delta, "assertions": [rec, tight]},
-        "confidence_assertions": [assertion_record(rec["label"], cfg.delta), tight_budget],
+        "confidence_assertions": [assertion_record(rec["label"], cfg.delta), tight_budget]
+        if cfg.confidence_contract else [],
     }
     return Evidence.from_implication(STATEMENT_ID, NAME, rows.monitor(), lhs, rhs, ok=ok,
                                      instance_data=rows.instance_data(), details=details, **rows.evidence_args())

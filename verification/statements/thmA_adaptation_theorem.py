@@ -63,6 +63,9 @@ class Config:
     mc_K: int = 60
     mc_p: tuple = (0.5, 2.0)
     delta: float = assertion_delta("ThmA")
+    # False: the Monte Carlo assertions are soft rows (the falsification search and its tight points: their many
+    # evaluations must not add false failures, and they stay outside the family-wise budget)
+    confidence_contract: bool = True
     fig_K_step: int = 2
 
 
@@ -85,9 +88,13 @@ SEARCH = SearchSpace(
     config=lambda p: Config(n_random=1, S_values=(p["S"],), K_exact=p["K"],
                             settings=(("spectral", p["p_ratio"] ** -0.5, p["p_ratio"] ** 0.5),),
                             alpha_fractions=(p["alpha_fraction"],), mc_runs=300, mc_K=p["K"],
-                            mc_p=(p["p_ratio"] ** -0.5, p["p_ratio"] ** 0.5)),
+                            mc_p=(p["p_ratio"] ** -0.5, p["p_ratio"] ** 0.5), confidence_contract=False),
     family="F3 instances: preconditioner spread p+/p-, S, K, step size as a fraction of p-/(L0 p+^2)",
 )
+
+
+#: Why a numeric conclusion cannot approach its bound on the family (power report and dashboard).
+REASONS = {"Monte Carlo: E gap_K <= delta_0, lagged RMSprop (LCB <= b)": A.MC_RMSPROP_REASON}
 
 
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:
@@ -130,9 +137,10 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
                                     spec_max=runs.p_max.max())
         hyp.update({A.H_BN: bool(h39["bottleneck_ok"].all()), A.H_PL: bool(A.pl_ok(h39).all())})
         rows.add_mc("Monte Carlo: E gap_K <= delta_0, lagged RMSprop (LCB <= b)", res, hyp=hyp, margins=mg,
+                    soft=not cfg.confidence_contract,
                     instance="reference", P="rmsprop_lagged", S=S, alpha=alpha, K=cfg.mc_K)
     tight, tight_budget = A.tight_mc(rows, rng, "Monte Carlo: E gap_K <= delta_0, tight 1-D instance (LCB <= b)",
-                                     quantity="gap", delta=cfg.delta)
+                                     quantity="gap", delta=cfg.delta, soft=not cfg.confidence_contract)
     lhs, rhs, ok = rows.arrays()
     details = {
         "instances": {n: {"n_w": p.n_params, "m": p.n_objectives, "L0": p.L0, "mu_PL": p.mu_pl,
@@ -146,7 +154,8 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
                                           "failed": bool(any(r["failed"] for r in mcs)), "subtests": mcs},
                                          tight]},
         "confidence_assertions": [assertion_record("delta_0, lagged RMSprop, composite over S", cfg.delta,
-                                                   subtests=len(mcs)), tight_budget],
+                                                   subtests=len(mcs)), tight_budget]
+        if cfg.confidence_contract else [],
         "figure_data": {"adaptation_gap": _figure(prob, rng, cfg, mc_means)},
     }
     return Evidence.from_implication(STATEMENT_ID, NAME, rows.monitor(), lhs, rhs, ok=ok,
