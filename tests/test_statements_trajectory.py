@@ -38,7 +38,9 @@ def test_trajectory_statement(stmt_id):
         assert "held-out run" in labels and "region sample, eta c_d <= 1/2" in labels
     if stmt_id == "H.29":
         fig = ev.details["figure_data"]
-        assert set(fig["band"]) == {"t", "client", "r", "bound", "band"}
+        assert set(fig["band"]) == {"t", "client", "r", "bound", "band", "constants"}
+        r, bound = np.asarray(fig["band"]["r"]), np.asarray(fig["band"]["bound"])
+        assert np.all(r <= bound * (1 + 1e-9) + 1e-12)  # the drawn bound holds on the drawn run
         assert set(fig["nesting"]) == {"t", "client", "psi_increase", "slack"}
         assert set(ev.control.details["figure_data"]["double_well"]) >= {"t", "r", "band"}
         assert all(len(v) <= 2000 for tab in fig.values() for v in tab.values())
