@@ -154,8 +154,8 @@ def power_report(ids=None, *, factor: float = POWER_FACTOR, seed: int = registry
 
     if search != "none" and search not in BUDGETS:
         raise ValueError(f"search must be 'none' or one of {sorted(BUDGETS)}; got {search!r}")
-    with bound_factor(factor):
-        pass  # validates the factor before any work
+    if not 0.0 < float(factor) <= 1.0:
+        raise ValueError(f"factor must lie in (0, 1]; got {factor!r}")
     stmts = registry.resolve(ids)
     rep = PowerReport(factor=float(factor), seed=int(seed), search=search)
     t0 = time.perf_counter()

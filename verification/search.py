@@ -176,9 +176,9 @@ def falsify(stmt, space: SearchSpace, budget: str | Budget = "default", seed: in
             progress: Callable[[str], None] | None = None) -> SearchResult:
     """Search the box of ``space`` for instances of ``stmt`` (a :class:`verification.registry.Statement`) where
     its numeric conclusions come closest to (or beyond) their bounds. See the module docstring."""
-    b = BUDGETS[budget] if isinstance(budget, str) else budget
     if isinstance(budget, str) and budget not in BUDGETS:
         raise ValueError(f"budget must be one of {sorted(BUDGETS)}; got {budget!r}")
+    b = BUDGETS[budget] if isinstance(budget, str) else budget
     res = SearchResult(statement=stmt.id, budget=b.name, seed=int(seed), space=space.describe(), family=space.family)
     t0 = time.perf_counter()
     cache: dict[tuple, dict] = {}

@@ -653,7 +653,7 @@ class Rows:
         self.soft: set[str] = set()
 
     def add(self, kind: str, lhs, rhs, *, ok=None, hyp: dict | None = None, margins: dict | None = None,
-            conclusion: str | None = None, ckind: str = "bound", detect=None, **data) -> None:
+            conclusion: str | None = None, ckind: str = "bound", detect=None, soft: bool = False, **data) -> None:
         lhs = np.asarray(lhs, dtype=np.float64).ravel()
         rhs = np.asarray(rhs, dtype=np.float64).ravel()
         n = max(lhs.size, rhs.size, 1 if ok is None else np.asarray(ok).size)
@@ -664,6 +664,8 @@ class Rows:
             raise ValueError(f"conclusion {name!r} given as {ckind!r} and as {self.kinds[name]!r}")
         self.kinds[name] = ckind
         self.names.append(name)
+        if soft:
+            self.soft.add(name)
         self.detect.append(np.full(n, np.nan) if detect is None
                            else np.broadcast_to(np.asarray(detect, np.float64), (n,)).copy())
         self.lhs.append(lhs)
@@ -684,9 +686,8 @@ class Rows:
                **kw) -> None:
         """A Monte Carlo assertion ``LCB ≤ b`` (``b`` as scaled by the power factor) with its crossing factor;
         ``soft``: reported, not part of the verdict (and so outside the family-wise budget)."""
-        self.add(label, res.lcb, res.bound, conclusion=conclusion, ckind="monte_carlo", detect=res.crossing, **kw)
-        if soft:
-            self.soft.add(label if conclusion is None else conclusion)
+        self.add(label, res.lcb, res.bound, conclusion=conclusion, ckind="monte_carlo", detect=res.crossing,
+                 soft=soft, **kw)
 
     @property
     def n(self) -> int:

@@ -32,10 +32,13 @@ What is checked (the contract is ``τ = 1``, O-6)
     Reported: ``ŝ_0`` (largest grid value below which β decreases everywhere) and whether β decreases on the
     whole grid.
 
-    ``τ > 1`` (soft, reconstructed, **not part of the verdict**): ``τ ∈ {2,5,10}`` local LP steps of size
-    ``η ∈ {0.01, 0.05, 0.2}/L₀``; ``d̄_τ := Σρ_i(w_0 − w_{i,τ})/(τη)``, ``Δ_i`` from the one-step aggregate at ``w_0``,
-    ``B`` over ``w_0`` and all local iterates; eq 46 ``d̄_τᵀd_bal,i ≥ γ_i* − Δ_i‖d_bal,i‖ − L₀B²τη`` is counted,
-    with and without the drift term, in ``details["tau_gt_1"]``.
+    ``τ > 1``: ``τ ∈ {2,5,10}`` local LP steps of size ``η ∈ {0.01, 0.05, 0.2}/L₀``;
+    ``d̄_τ := Σρ_i(w_0 − w_{i,τ})/(τη)``, ``Δ_i`` from the one-step aggregate at ``w_0``, ``B`` over ``w_0`` and all
+    local iterates. Three visible rows (:func:`_tau_evidence`): eq 46 with THEOREMS.md's reconstructed drift
+    allowance ``L₀B²τη`` (soft: a reading the theory does not prove, O-6; it is **not sufficient** — shown with
+    its counterexamples), eq 46 with a repaired allowance proved without continuity of the LP direction (part of
+    the verdict), and the ``τ > 1`` reading of the conclusion (soft). Counts in ``details["tau_gt_1"]``; the
+    falsification search's worst points run with the check (``TIGHT_POINTS``).
 
 Negative control
     Spread ``s_u = 1`` (clients far apart): the monitor flags eq 23, and on flagged clients ``d̄ᵀd_bal,i < 0``
