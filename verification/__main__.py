@@ -3,6 +3,7 @@
     python -m verification list
     python -m verification run [ID ...] [--json PATH [--resume]] [--seed N] [--baseline PATH]
     python -m verification report [ID ...] [--out DIR] [--scale default|paper] [--seed N] [--resume] [--sweep DIR]
+    python -m verification power [ID ...] [--factor 0.5] [--seed N] [--search default|paper|none] [--json PATH]
     python -m verification sweep [ID ... | --mc] --seeds A:B [--scale default|paper]
                                  [--workers K | --scheduler ADDRESS] --out DIR
     python -m verification grid [K=1,4,16,64] [S=4,16,64] [delta_lambda=0.02,0.05,0.2] --seeds A:B
@@ -29,6 +30,10 @@ Exit status: 0 iff no verdict is "violated" or "vacuous", no negative control is
 otherwise; 2 on a usage error, found before any statement runs and printed as one line naming the argument (a
 bad seed or tolerance, unknown ids, an unreadable or malformed baseline, an output path that cannot be written, a
 results log that cannot be resumed); 130 when interrupted (the finished statements stay in the log).
+
+``power`` re-runs the checks with every numeric bound scaled to ``rhs − (1 − f)|rhs|`` and reports per conclusion
+whether that is detected, with the falsification search's best ratio and the stated reason for a weak one
+(:mod:`verification.power`); it exits 1 when a weak conclusion has no reason or a prediction disagrees.
 
 New subcommands (a later ``report``) are added by writing ``_add_<name>(subparsers)`` that sets
 ``func=_cmd_<name>`` and appending it to ``_SUBCOMMANDS``.
@@ -377,7 +382,50 @@ def _add_grid(sub) -> None:
     p.set_defaults(func=_cmd_grid)
 
 
-_SUBCOMMANDS = [_add_list, _add_run, _add_report, _add_sweep, _add_grid]
+def _cmd_power(args: argparse.Namespace) -> int:
+    from .power import power_report
+
+    stmts = _resolve(args.ids)  # every usage error is found here, before the first statement runs
+    if args.json:
+        cli.check_writable_file(args.json, "--json")
+    try:
+        rep = power_report([s.id for s in stmts], factor=args.factor, seed=args.seed, search=args.search)
+    except KeyboardInterrupt:
+        _note("interrupted: nothing was kept (the power report writes its results at the end)")
+        return EXIT_INTERRUPTED
+    print(rep.table())
+    print(rep.summary())
+    if args.json:
+        cli.atomic_write_text(args.json, json.dumps(rep.to_json(), indent=2, allow_nan=False) + "\n")
+    return EXIT_OK if rep.ok else EXIT_FAIL
+
+
+def _factor(text: str) -> float:
+    try:
+        f = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1]; got {text!r}") from None
+    if not 0.0 < f <= 1.0:
+        raise argparse.ArgumentTypeError(f"must lie in (0, 1]; got {text!r}")
+    return f
+
+
+def _add_power(sub) -> None:
+    from .search import BUDGETS
+
+    p = sub.add_parser("power", help="re-run the checks with every numeric bound weakened; report per conclusion "
+                                     "whether that is detected")
+    p.add_argument("ids", nargs="*", metavar="ID", help="statement ids (default: all)")
+    p.add_argument("--factor", type=_factor, default=0.5,
+                   help="bounds become rhs - (1 - f)|rhs| (default %(default)s: a bound too small by half)")
+    _add_seed(p)
+    p.add_argument("--search", choices=[*BUDGETS, "none"], default="default",
+                   help="falsification-search budget for statements with a weak conclusion (default %(default)s)")
+    p.add_argument("--json", metavar="PATH", help="write the power rows as a JSON list to PATH")
+    p.set_defaults(func=_cmd_power)
+
+
+_SUBCOMMANDS = [_add_list, _add_run, _add_report, _add_power, _add_sweep, _add_grid]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -37,8 +37,6 @@ failure only if the claim is true: the failing seeds are listed for study.
 
 from __future__ import annotations
 
-import ast
-import importlib.util
 import json
 import math
 from collections import Counter
@@ -155,7 +153,7 @@ def run_sweep(client, out: str | Path, stmts: Sequence[registry.Statement], seed
 def mc_budget() -> dict[str, float]:
     """The false-failure budget the dashboard states (:mod:`verification.montecarlo`): ``delta`` per assertion and
     ``family_wise`` for every Monte Carlo assertion of the default run together (Bonferroni)."""
-    return {"delta": float(montecarlo.DELTA), "family_wise": float(montecarlo.MAX_ASSERTIONS * montecarlo.DELTA)}
+    return {"delta": float(montecarlo.DELTA), "family_wise": float(montecarlo.FAMILY_WISE_BUDGET)}
 
 
 def monte_carlo_assertions(row: dict[str, Any]) -> list[dict[str, Any]] | None:
@@ -182,25 +180,11 @@ def monte_carlo_assertions(row: dict[str, Any]) -> list[dict[str, Any]] | None:
              "delta": a.get("delta", delta)} for k, a in enumerate(rec["assertions"])]
 
 
-def _imports_montecarlo(module: str) -> bool:
-    spec = importlib.util.find_spec(module)
-    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
-        return False
-    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom):
-            if (node.module or "").endswith("montecarlo") or any(a.name == "montecarlo" for a in node.names):
-                return True
-        elif isinstance(node, ast.Import) and any(a.name.endswith(".montecarlo") for a in node.names):
-            return True
-    return False
-
-
 def monte_carlo_statements() -> list[registry.Statement]:
-    """The statements with Monte Carlo assertions, before running them: those whose module imports
-    :mod:`verification.montecarlo` (H.39-41, H.43, H.44, H.45, Thm-A). After a run,
+    """The statements with confidence-level (Monte Carlo) assertions, before running them: those of the family-wise
+    budget table :data:`verification.montecarlo.ASSERTIONS` (H.17, H.39-41, H.43, H.44, H.45, Thm-A). After a run,
     :func:`monte_carlo_assertions` reads the assertions themselves from the rows."""
-    return [s for s in registry.all_statements() if s.module and _imports_montecarlo(s.module)]
+    return registry.resolve(sorted(montecarlo.ASSERTIONS))
 
 
 def clopper_pearson(k: int, n: int, alpha: float = CP_ALPHA) -> tuple[float, float]:
