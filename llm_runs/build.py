@@ -25,7 +25,8 @@ class GenerationFileError(ValueError):
     """The generation file of a build is unreadable or was made with other settings."""
 
 
-def _header(model_info: dict, settings: GenerationSettings) -> dict:
+def generation_header(model_info: dict, settings: GenerationSettings) -> dict:
+    """The header line of a generation file."""
     return {"kind": "header", "schema": _GEN_SCHEMA, "model": model_info, "generation": settings.to_dict()}
 
 
@@ -86,6 +87,41 @@ def read_work(work: str | os.PathLike, want: dict | None = None) -> list[dict]:
     return out
 
 
+def seed_from_data_file(data_path: str | os.PathLike, work: str | os.PathLike, model_info: dict,
+                        settings: GenerationSettings) -> int:
+    """Make the prompts of an existing data file count as done in the build directory ``work``.
+
+    A data file made with the same model and generation settings is written into ``work`` as the generation
+    file ``generations-from-data.jsonl``, so a build extends the shipped file (more prompts) instead of
+    regenerating it. Returns the number of prompts taken over (0 when the file is missing or was made with
+    other settings).
+    """
+    from llm_runs.data import DataFileError, load_candidates
+
+    try:
+        cands = load_candidates(data_path)
+    except DataFileError:
+        return 0
+    want = generation_header(model_info, settings)
+    theirs = {"kind": "header", "schema": _GEN_SCHEMA, "model": cands.header["model"],
+              "generation": cands.header["generation"]}
+    if _comparable(theirs) != _comparable(want):
+        return 0
+    work = Path(work)
+    work.mkdir(parents=True, exist_ok=True)
+    with open(work / "generations-from-data.jsonl", "w", encoding="utf-8") as f:
+        f.write(json.dumps(theirs) + "\n")
+        for p, pid in enumerate(cands.prompt_ids):
+            rec = {"id": pid, "prompt": cands.prompts[p], "call": int(cands.calls[p]),
+                   "call_seconds": float(cands.call_seconds[p]), "responses": [
+                {"text": cands.responses[p][k], "n_tokens": int(cands.n_tokens[p, k]),
+                 "finished": bool(cands.finished[p, k]), "cut_off": cands.cut_off[p][k]}
+                for k in range(cands.n_tokens.shape[1])
+            ]}
+            f.write(json.dumps(rec) + "\n")
+    return len(cands.prompt_ids)
+
+
 def run_generation(
     model,
     tokenizer,
@@ -95,7 +131,9 @@ def run_generation(
     model_info: dict,
     *,
     shard: tuple[int, int] = (0, 1),
+    reverse: bool = False,
     progress: bool = True,
+    loader=None,
 ) -> list[dict]:
     """Generate the responses of every prompt not yet in the build directory ``work``; return all its records.
 
@@ -104,13 +142,18 @@ def run_generation(
     prompts are all done is skipped. With ``shard = (i, n)`` this process takes the groups ``g`` with
     ``g % n == i`` and writes ``generations-<i>of<n>.jsonl`` (independent processes, e.g. one per core, each with
     one torch thread); without, ``generations.jsonl``. Every generation file of ``work`` counts as done.
+    With ``model=None`` and ``tokenizer=None``, ``loader()`` returns them, called only if a prompt is missing.
+    ``reverse`` takes the groups last first (and writes ``...r.jsonl``): a second process on the same shard meets
+    the first in the middle. Before each call the directory is read again, so a group another process has
+    finished meanwhile is skipped.
     """
     i_shard, n_shard = shard
     if not (0 <= i_shard < n_shard):
         raise ValueError(f"shard must be (i, n) with 0 <= i < n, got {shard}")
     work = Path(work)
-    path = work / ("generations.jsonl" if n_shard == 1 else f"generations-{i_shard}of{n_shard}.jsonl")
-    want = _header(model_info, settings)
+    suffix = "r" if reverse else ""
+    path = work / ("generations" + ("" if n_shard == 1 else f"-{i_shard}of{n_shard}") + suffix + ".jsonl")
+    want = generation_header(model_info, settings)
     others = read_work(work, want)
     header, records = read_generations(path)
     done = {r["id"] for r in others}
@@ -123,6 +166,8 @@ def run_generation(
     groups = [(i // b, prompts[i : i + b]) for i in range(0, len(prompts), b)]
     mine = [(g, grp) for g, grp in groups if g % n_shard == i_shard]
     todo = [(g, grp) for g, grp in mine if not all(pid in done for pid, _ in grp)]
+    if reverse:
+        todo.reverse()
     bar = None
     if progress:
         from tqdm import tqdm
@@ -131,9 +176,16 @@ def run_generation(
         bar = tqdm(total=total, initial=total - sum(len(grp) for _, grp in todo), unit="prompt",
                    desc="generate" if n_shard == 1 else f"generate {i_shard + 1}/{n_shard}", dynamic_ncols=True)
     n_timeout = 0
+    if todo and model is None:
+        model, tokenizer = loader()
     with open(path, "a", encoding="utf-8") as f:
         for g, grp in todo:
+            done = {r["id"] for r in read_work(work, want)}
             grp = [(pid, text) for pid, text in grp if pid not in done]
+            if not grp:
+                if bar is not None:
+                    bar.update(len(dict(mine).get(g, ())))
+                continue
             responses, seconds = generate_responses(model, tokenizer, [t for _, t in grp], settings, call_index=g)
             for (pid, text), resp in zip(grp, responses, strict=True):
                 rec = {

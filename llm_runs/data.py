@@ -9,8 +9,11 @@ r"""The candidate data file: sampled responses with their reward scores, prefere
 
 then one line per prompt::
 
-    {"id": "explain-00", "prompt": "...", "responses": [{"text", "n_tokens", "finished", "cut_off",
-                                                          "scores": {"conciseness": ..., ...}}, ...]}
+    {"id": "explain-00", "prompt": "...", "call": g, "call_seconds": t,
+     "responses": [{"text", "n_tokens", "finished", "cut_off", "scores": {"conciseness": ..., ...}}, ...]}
+
+(``call`` is the index of the ``generate`` call that sampled the prompt's responses, which seeds it, and
+``call_seconds`` its wall-clock time.)
 
 :func:`load_candidates` validates all of it and raises :class:`DataFileError` naming the file (and the line) on
 anything missing, corrupt or of another schema. Training reads this file; it never generates.
@@ -36,7 +39,7 @@ import json
 import math
 import os
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -81,6 +84,9 @@ class Candidates:
     n_tokens: np.ndarray  # (P, K) int
     finished: np.ndarray  # (P, K) bool
     scores: dict[str, np.ndarray]  # objective name -> (P, K) float64
+    cut_off: tuple[tuple[str | None, ...], ...] = ()  # (P, K): None, "length" or "timeout"
+    calls: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # (P,) generate call index
+    call_seconds: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (P,) wall-clock of that call
 
     @property
     def objectives(self) -> tuple[str, ...]:
@@ -145,7 +151,8 @@ def score_and_write(records: list[dict], settings, model_info: dict, out, *, pro
         for x in r["responses"]:
             resp.append({**x, "scores": {n: _round(scores[n][i]) for n in names}})
             i += 1
-        out_records.append({"id": r["id"], "prompt": r["prompt"], "responses": resp})
+        out_records.append({"id": r["id"], "prompt": r["prompt"], "call": r["call"],
+                            "call_seconds": r["call_seconds"], "responses": resp})
     header = {
         "format": FORMAT,
         "schema_version": SCHEMA_VERSION,
@@ -225,7 +232,7 @@ def load_candidates(path=None) -> Candidates:
     k, names = _validate_header(path, header)
     if len(recs) != header["prompt_count"]:
         _fail(path, f"header says {header['prompt_count']} prompts, the file has {len(recs)}")
-    ids, prompts, texts, ntok, fin = [], [], [], [], []
+    ids, prompts, texts, ntok, fin, cuts, calls, secs = [], [], [], [], [], [], [], []
     scores = {n: np.empty((len(recs), k)) for n in names}
     for i, rec in enumerate(recs):
         where = f"line {i + 2}"
@@ -234,7 +241,7 @@ def load_candidates(path=None) -> Candidates:
         resp = rec.get("responses")
         if not isinstance(resp, list) or len(resp) != k:
             _fail(path, f"{where} (prompt {rec['id']}): expected {k} responses")
-        row_t, row_n, row_f = [], [], []
+        row_t, row_n, row_f, row_c = [], [], [], []
         for j, x in enumerate(resp):
             sc = x.get("scores") if isinstance(x, dict) else None
             if not isinstance(sc, dict) or not isinstance(x.get("text"), str) or not isinstance(x.get("n_tokens"), int):
@@ -247,11 +254,18 @@ def load_candidates(path=None) -> Candidates:
             row_t.append(x["text"])
             row_n.append(x["n_tokens"])
             row_f.append(bool(x.get("finished", False)))
+            cut = x.get("cut_off")
+            if cut not in (None, "length", "timeout"):
+                _fail(path, f"{where} (prompt {rec['id']}), response {j}: cut_off is {cut!r}")
+            row_c.append(cut)
         ids.append(rec["id"])
         prompts.append(rec["prompt"])
         texts.append(tuple(row_t))
         ntok.append(row_n)
         fin.append(row_f)
+        cuts.append(tuple(row_c))
+        calls.append(int(rec.get("call", -1)))
+        secs.append(float(rec.get("call_seconds", math.nan)))
     if len(set(ids)) != len(ids):
         _fail(path, "prompt ids repeat")
     if len(recs) * k != header["response_count"]:
@@ -265,6 +279,9 @@ def load_candidates(path=None) -> Candidates:
         n_tokens=np.asarray(ntok, dtype=np.int64).reshape(len(recs), k),
         finished=np.asarray(fin, dtype=bool).reshape(len(recs), k),
         scores=scores,
+        cut_off=tuple(cuts),
+        calls=np.asarray(calls, dtype=np.int64),
+        call_seconds=np.asarray(secs, dtype=np.float64),
     )
 
 

@@ -15,7 +15,7 @@ pytest.importorskip("torch")
 pytest.importorskip("vaderSentiment")
 
 from llm_runs import rewards  # noqa: E402
-from llm_runs.build import GenerationFileError, read_work, run_generation  # noqa: E402
+from llm_runs.build import GenerationFileError, read_work, run_generation, seed_from_data_file  # noqa: E402
 from llm_runs.data import (  # noqa: E402
     DEFAULT_DATA_FILE,
     Candidates,
@@ -296,6 +296,23 @@ def test_generation_resumes_and_skips_done_prompts(tiny, tmp_path, monkeypatch):
     with pytest.raises(GenerationFileError, match="other settings"):
         run_generation(model, tok, prompts, GenerationSettings(responses_per_prompt=3, max_new_tokens=4), tmp_path,
                        MODEL, progress=False)
+    # taken last group first, the build draws the same responses (each call is seeded by its group)
+    calls.clear()
+    backwards = run_generation(model, tok, prompts, s, tmp_path / "rev", MODEL, reverse=True, progress=False)
+    def drawn(records):
+        return [{k: v for k, v in r.items() if k != "call_seconds"} for r in records]
+
+    assert calls == [2, 1, 0] and drawn(backwards) == drawn(full)
+    assert [p.name for p in (tmp_path / "rev").iterdir()] == ["generationsr.jsonl"]
+    # a data file made with the same settings seeds a new build: nothing is generated again, nothing changes
+    data = score_and_write(full, s, MODEL, tmp_path / "d.jsonl.gz", progress=False)
+    fresh = tmp_path / "fresh"
+    assert seed_from_data_file(data, fresh, MODEL, s) == 5
+    assert seed_from_data_file(data, tmp_path / "other", MODEL, GenerationSettings(max_new_tokens=5)) == 0
+    calls.clear()
+    seeded = run_generation(None, None, prompts, s, fresh, MODEL, progress=False,
+                            loader=lambda: pytest.fail("the model was loaded although every prompt is done"))
+    assert calls == [] and seeded == full
 
 
 # ---- the shipped data file ---------------------------------------------------------------------------------------
