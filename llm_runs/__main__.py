@@ -272,8 +272,9 @@ def _data_build(args) -> int:
         return 0
     from llm_runs.data import score_and_write
 
-    path = score_and_write(records, settings, info, args.out, progress=not args.no_progress)
-    print(f"wrote {path} ({os.path.getsize(path)} bytes, {len(records)} prompts)")
+    path = score_and_write(records, settings, info, args.out, progress=not args.no_progress,
+                           prompt_target=len(prompts))
+    print(f"wrote {path} ({os.path.getsize(path)} bytes, {len(records)} of {len(prompts)} prompts)")
     return 0
 
 

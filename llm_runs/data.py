@@ -4,8 +4,8 @@ r"""The candidate data file: sampled responses with their reward scores, prefere
 
     {"format": "prefalign-candidates", "schema_version": 1, "created": ..., "model": {...},
      "generation": {responses_per_prompt, max_new_tokens, temperature, top_p, seed, timeout_s, prompts_per_call},
-     "rewards": [{"name", "version", "definition"}, ...], "prompt_count": P, "response_count": P*K,
-     "generation_seconds": ...}
+     "rewards": [{"name", "version", "definition"}, ...], "prompt_count": P, "prompt_target": N,
+     "complete": P >= N, "response_count": P*K, "generation_seconds": ...}
 
 then one line per prompt::
 
@@ -132,8 +132,13 @@ def write_candidates(path, header: dict, records: list[dict]) -> Path:
     return path
 
 
-def score_and_write(records: list[dict], settings, model_info: dict, out, *, progress: bool = True) -> Path:
-    """Score every response of the generation ``records`` with every reward and write the data file ``out``."""
+def score_and_write(records: list[dict], settings, model_info: dict, out, *, progress: bool = True,
+                    prompt_target: int | None = None) -> Path:
+    """Score every response of the generation ``records`` with every reward and write the data file ``out``.
+
+    ``prompt_target`` is the number of prompts the build asked for; the header records it and whether the file
+    holds them all (``complete``): a build stopped early can still write what it has (``--score-only``).
+    """
     prompts = [r["prompt"] for r in records for _ in r["responses"]]
     texts = [x["text"] for r in records for x in r["responses"]]
     names = list(REWARDS)
@@ -161,6 +166,8 @@ def score_and_write(records: list[dict], settings, model_info: dict, out, *, pro
         "generation": settings.to_dict(),
         "rewards": reward_definitions(names),
         "prompt_count": len(records),
+        "prompt_target": prompt_target if prompt_target is not None else len(records),
+        "complete": prompt_target is None or len(records) >= prompt_target,
         "response_count": len(texts),
         "generation_seconds": round(sum(r["call_seconds"] for r in _first_of_call(records)), 1),
     }

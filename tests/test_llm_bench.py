@@ -44,8 +44,8 @@ from sim.direction import lp_direction  # noqa: E402
 pytestmark = [pytest.mark.bench, pytest.mark.llm]
 
 OBJECTIVES = ("conciseness", "informativeness", "positivity")
-PROMPTS = 2
-PAIRS = 4
+PROMPTS = 1
+PAIRS = 2
 REPEATS = 2
 LAMBDA = np.array([0.5, 0.3, 0.2])
 
