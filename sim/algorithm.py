@@ -1,7 +1,16 @@
 r"""Algorithm 1: clustering, Phase 1, Phase 2, new-client Pipelines 1 and 2, baselines (THEOREMS.md §1.10).
 
-Everything is float64 numpy; all randomness comes from a ``numpy.random.Generator`` passed in, so a run is
-deterministic given its seed. Nothing here prints: long runs report through an optional ``progress`` callback.
+Algorithm 1 runs at the kernel boundary (:mod:`sim.source`): a *source* supplies, for a set of clients at their
+parameter rows (and sample batches), the losses ``l_i`` and Gram matrices ``C_i = G_iᵀG_i`` as float64 on the
+host and applies ``d_i = G_i μ_i`` in its own array type. Everything here — the LP, β, A, ψ, the diagnostics — is
+computed from ``l``, ``λ`` and ``C``; the parameter arithmetic (local steps, the ρ-weighted server update,
+pseudo-gradients, the preconditioners) is written once against the array API namespace of the parameters
+(:func:`sim.source.array_namespace`). So the same code drives the numpy problem families
+(:class:`~sim.source.ClientSource`; a :class:`~sim.source.ClientProblem` or :class:`~sim.source.SampleData` is
+wrapped automatically) and a torch LLM source on the device; returned models and trajectories are arrays of the
+source's type. Records and LP decisions are float64 numpy; all randomness comes from a
+``numpy.random.Generator`` passed in, so a run is deterministic given its seed. Nothing here prints: long runs
+report through an optional ``progress`` callback.
 
 **Clustering** (§1.10, O-17) at a reference model ``w_ref``: :func:`clustering_step` evaluates the population
 losses ``l_i(w_ref)`` and calls :func:`sim.cluster.cluster_clients` (Stage 1: ordering of ``λ_i ⊙ l_i(w_ref)``;
@@ -12,9 +21,9 @@ Stage 2: complete linkage on ``A_i^ref`` with a diameter threshold, or k-means).
 
     for r in 0..R-1:
         w_{i,0} = w_r  for every client i of the cluster
-        for k in 0..τ-1:   (l_i, G_i) at w_{i,k} (population, or a fresh minibatch of ``batch_size``)
+        for k in 0..τ-1:   (l_i, C_i) at w_{i,k} (population, or a fresh minibatch of ``batch_size``)
                            μ_i = EPO LP(l_i, λ_i, C_i)     -- one batched lp_direction call for all clients
-                           w_{i,k+1} = w_{i,k} - eta_local · G_i μ_i
+                           w_{i,k+1} = w_{i,k} - eta_local · G_i μ_i     -- G_i μ_i: the source's combine
         g_i = w_{i,τ} - w_r                                 (pseudo-gradient)
         w_{r+1} = w_r + alpha_server · Σ_i ρ_i g_i
 
@@ -43,25 +52,32 @@ returned). Baselines: local-only training from
 **Records.** Every phase returns a tidy :class:`pandas.DataFrame` with one row per (phase, round, client); see
 :data:`RECORD_COLUMNS`. Training rows hold *population* diagnostics at the round's start ``w_r`` (the final row
 ``round = R`` holds the phase output, and no step): ``ψ_i``, ``r_i = ψ_i - ψ_i*`` (``gap``), ``β_i``, the LP
-gain ``γ_i*``, mode and status of the population LP at ``w_r``, ``Δ_i``, ``H_{C_n}``, the H.19 margin
-``min_{j∈J} λ_j d_iᵀg_j`` on ``J = J*`` and on ``J = J*_ε`` with ``ε_act = 2·eta_eff·λ_max·B²``
-(:func:`sim.hull.eps_act`; ``B`` — column ``grad_bound`` — is the configured gradient bound, or else the largest
-population gradient norm ``‖g_i^{(j)}‖`` seen so far in the run, the current point included), ``‖d_M‖`` (minimum-norm element of
-``conv{λ_j g_j : j ∈ J*_ε}``), and the step sizes in force. The columns ``n_lp_steps``, ``n_optimal``,
-``n_relaxed``, ``n_fallback``, ``n_infeasible``, ``n_iteration_limit``, ``n_solver_error`` and
+gain ``γ_i*``, mode and status of the population LP at ``w_r``, ``‖d_i‖``, ``Δ_i``, ``H_{C_n}``, the H.19 margin
+``min_{j∈J} λ_j d_iᵀg_j = min_{j∈J} λ_j (C_i μ_i)_j`` on ``J = J*`` and on ``J = J*_ε`` with
+``ε_act = 2·eta_eff·λ_max·B²`` (:func:`sim.hull.eps_act`; ``B`` — column ``grad_bound`` — is the configured
+gradient bound, or else the largest population gradient norm ``‖g_i^{(j)}‖ = √(C_i)_jj`` seen so far in the run,
+the current point included), ``‖d_M‖`` (minimum-norm element of ``conv{λ_j g_j : j ∈ J*_ε}``, weights from the
+Gram ``ΛCΛ`` by :func:`sim.hull.min_norm_weights_from_gram`, the point combined and measured by the source), and
+the step sizes in force. ``Δ_i = ‖d_i - d̄‖`` and ``H_{C_n} = Σ_i ρ_i Δ_i²`` are measured on the centred directions
+formed by the source's array namespace (exact where the directions agree). The columns ``n_lp_steps``,
+``n_optimal``, ``n_relaxed``, ``n_fallback``, ``n_infeasible``, ``n_iteration_limit``, ``n_solver_error`` and
 ``n_descent_steps`` count the statuses of every LP solved by the client's training steps in that round: no LP
 fallback goes uncounted. ``lp_from_step`` says whether the row's ``lp_mode``/``lp_status``/``gain`` are those of
 the round's first training step (population gradients) or of a separate diagnostic LP (minibatches, final rows).
 Quantities that a phase does not define (``deviation`` for a new client, ``eta_local`` in Phase 2, …) are NaN.
 An LP without a solution (status ``infeasible``/``iteration_limit``/``solver_error``: NaN weights) raises
-:class:`LPFailureError`; it is never replaced silently.
+:class:`LPFailureError`; it is never replaced silently. A non-finite loss or Gram entry raises
+:class:`DivergenceError` naming the phase, round, step, client and step size.
+
+``keep_trajectory=False`` (every phase and :func:`run_algorithm`) keeps no trajectory (``trajectory`` is None):
+for sources with millions of parameters per client.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -71,15 +87,27 @@ from sim.cluster import (
     aggregation_weights,
     check_aggregation_weights,
     cluster_clients,
-    deviations,
-    dispersion,
     stage1_keys,
 )
 from sim.direction import STATUSES, lp_direction
-from sim.hull import descent_margin, eps_act, min_norm_element, near_active_set
-from sim.preference import adjustment, uniformity_and_adjustment
+from sim.hull import descent_margin_from_gram, eps_act, min_norm_weights_from_gram, near_active_set
+from sim.preference import adjustment, bottleneck_set, uniformity_and_adjustment
 from sim.problems import PlantedQuadraticCluster
 from sim.problems.quadratic import planted_mixing
+from sim.source import (
+    ClientProblem,
+    ClientSource,
+    Evaluation,
+    SampleData,
+    Source,
+    array_namespace,
+    as_source,
+    check_batch_size,
+    check_clients,
+    check_psi_star,
+    device,
+    sample_counts,
+)
 
 __all__ = [
     "ProblemSpec",
@@ -87,8 +115,11 @@ __all__ = [
     "ClientProblem",
     "SampleData",
     "ClientSource",
+    "Source",
+    "Evaluation",
     "as_source",
     "LPFailureError",
+    "DivergenceError",
     "ClusterConfig",
     "Phase1Config",
     "Phase2Config",
@@ -109,6 +140,8 @@ __all__ = [
     "pipeline2",
     "local_only",
     "draw_batches",
+    "PreconditionerState",
+    "preconditioned_step",
     "run_algorithm",
 ]
 
@@ -138,150 +171,6 @@ class LPFailureError(RuntimeError):
     """An LP of a training or adaptation step returned no weights (infeasible / iteration limit / solver error)."""
 
 
-# ================================================================================================ problems
-
-
-@runtime_checkable
-class ClientProblem(Protocol):
-    """Population level of a client family (F1 :class:`~sim.problems.PlantedQuadraticCluster`, F2
-    :class:`~sim.problems.PerturbedClients`): every client ``i`` evaluated at its own point.
-
-    ``losses_per_client(W)``: ``(..., N, n_w) -> (..., N, m)``; ``grads_per_client(W)``: ``-> (..., N, n_w, m)``
-    (columns are the objective gradients); ``prefs`` ``(N, m)``; ``psi_star`` ``(N,)`` (NaN where unknown).
-    """
-
-    prefs: np.ndarray
-    psi_star: np.ndarray
-
-    @property
-    def n_clients(self) -> int: ...
-
-    @property
-    def n_params(self) -> int: ...
-
-    @property
-    def n_objectives(self) -> int: ...
-
-    def losses_per_client(self, w) -> np.ndarray: ...
-
-    def grads_per_client(self, w) -> np.ndarray: ...
-
-
-@runtime_checkable
-class SampleData(Protocol):
-    """Sample level (:class:`~sim.problems.ClientSamples`): finite local datasets whose mean loss is the population
-    loss. ``sample_losses(w, i, idx)`` ``-> (m,)`` and ``sample_grads(w, i, idx)`` ``-> (n_w, m)`` are the means over
-    the samples ``idx`` of client ``i``; ``n_samples`` ``(N,)``; ``episode(rng, i, S)`` draws ``S`` distinct indices."""
-
-    problem: Any
-
-    @property
-    def n_samples(self) -> np.ndarray: ...
-
-    def sample_losses(self, w, client, idx=None) -> np.ndarray: ...
-
-    def sample_grads(self, w, client, idx=None) -> np.ndarray: ...
-
-    def episode(self, rng, client, size: int) -> np.ndarray: ...
-
-
-class ClientSource:
-    """Adapter over a :class:`ClientProblem` and (optionally) its :class:`SampleData`, for subsets of clients.
-
-    ``psi_star`` overrides the problem's ``ψ_i*`` (shape ``(N,)``); records need ``ψ_i*`` of every client they
-    cover and raise ``ValueError`` where it is unknown (NaN).
-    """
-
-    def __init__(self, problem: ClientProblem, samples: SampleData | None = None, *, psi_star=None):
-        if not isinstance(problem, ClientProblem):
-            raise ValueError(
-                f"problem must provide losses_per_client/grads_per_client/prefs/psi_star (ClientProblem); "
-                f"got {type(problem).__name__}"
-            )
-        if samples is not None and not isinstance(samples, SampleData):
-            raise ValueError(f"samples must be a SampleData (e.g. ClientSamples); got {type(samples).__name__}")
-        if samples is not None and samples.problem is not problem:
-            raise ValueError("samples.problem is not the given problem")
-        self.problem = problem
-        self.samples = samples
-        N = problem.n_clients
-        ps = np.asarray(problem.psi_star if psi_star is None else psi_star, dtype=np.float64)
-        if ps.shape != (N,):
-            raise ValueError(f"psi_star must have shape ({N},); got {ps.shape}")
-        self.psi_star = ps
-        self.prefs = np.asarray(problem.prefs, dtype=np.float64)
-
-    @property
-    def n_clients(self) -> int:
-        return int(self.problem.n_clients)
-
-    @property
-    def n_params(self) -> int:
-        return int(self.problem.n_params)
-
-    @property
-    def n_objectives(self) -> int:
-        return int(self.problem.n_objectives)
-
-    @property
-    def n_samples(self) -> np.ndarray:
-        if self.samples is None:
-            raise ValueError("this source has no sample-level data (pass samples=ClientSamples)")
-        return np.asarray(self.samples.n_samples)
-
-    def check_clients(self, clients, name: str = "clients") -> np.ndarray:
-        c = np.asarray(clients)
-        if c.ndim != 1 or c.size == 0 or c.dtype.kind not in "iu":
-            raise ValueError(f"{name} must be a non-empty 1-D integer array of client indices; got {clients!r}")
-        if c.min() < 0 or c.max() >= self.n_clients:
-            raise ValueError(f"{name} must lie in [0, {self.n_clients - 1}]; got {c.tolist()}")
-        if np.unique(c).size != c.size:
-            raise ValueError(f"{name} contains a repeated client: {c.tolist()}")
-        return c.astype(np.int64)
-
-    def check_psi_star(self, clients) -> np.ndarray:
-        ps = self.psi_star[clients]
-        if not np.all(np.isfinite(ps)):
-            bad = [int(i) for i in np.asarray(clients)[~np.isfinite(ps)]]
-            raise ValueError(
-                f"psi_star is unknown for client(s) {bad}; solve the optima (F-OPT) or pass psi_star= to ClientSource"
-            )
-        return ps
-
-    def check_batch_size(self, clients, S: int, name: str) -> None:
-        n = self.n_samples[clients]
-        if np.any(S > n):
-            i = int(np.asarray(clients)[np.argmax(S > n)])
-            raise ValueError(f"{name}={S} is larger than client {i}'s local dataset (n_i={int(self.n_samples[i])})")
-
-    def population(self, W: np.ndarray, clients: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Population losses ``(N_c, m)`` and gradients ``(N_c, n_w, m)`` of ``clients`` at their points ``W``."""
-        full = np.broadcast_to(W[0], (self.n_clients, self.n_params)).copy()
-        full[clients] = W
-        return (np.asarray(self.problem.losses_per_client(full))[clients],
-                np.asarray(self.problem.grads_per_client(full))[clients])
-
-    def minibatch(self, W: np.ndarray, clients: np.ndarray, batches) -> tuple[np.ndarray, np.ndarray]:
-        """Mean losses and gradients over ``batches[c]`` (sample indices) of client ``clients[c]`` at ``W[c]``."""
-        if self.samples is None:
-            raise ValueError("minibatches need sample-level data (pass samples=ClientSamples to ClientSource)")
-        l = np.stack([self.samples.sample_losses(W[c], int(i), batches[c]) for c, i in enumerate(clients)])
-        G = np.stack([self.samples.sample_grads(W[c], int(i), batches[c]) for c, i in enumerate(clients)])
-        return l, G
-
-    def episode(self, rng: np.random.Generator, client: int, size: int) -> np.ndarray:
-        if self.samples is None:
-            raise ValueError("episodes need sample-level data (pass samples=ClientSamples to ClientSource)")
-        return self.samples.episode(rng, int(client), int(size))
-
-
-def as_source(source) -> ClientSource:
-    """Coerce a :class:`ClientSource`, a :class:`SampleData` (its ``problem`` is used) or a :class:`ClientProblem`."""
-    if isinstance(source, ClientSource):
-        return source
-    if isinstance(source, SampleData) and not isinstance(source, ClientProblem):
-        return ClientSource(source.problem, source)
-    return ClientSource(source)
 
 
 # ================================================================================================ configs
@@ -568,12 +457,13 @@ class AlgorithmConfig:
 class PhaseResult:
     """Output of :func:`phase1`, :func:`phase2` or :func:`fedavg` for one cluster.
 
-    ``w``: the final model ``(n_w,)``; ``trajectory``: ``(R+1, n_w)`` server models ``w_0..w_R``; ``records``: the
-    tidy DataFrame (rows ``round = 0..R``); ``step_status_counts``: statuses of every LP solved by training steps;
+    ``w``: the final model ``(n_w,)``; ``trajectory``: ``(R+1, n_w)`` server models ``w_0..w_R`` (None with
+    ``keep_trajectory=False``), both in the source's array type; ``records``: the tidy DataFrame (rows
+    ``round = 0..R``); ``step_status_counts``: statuses of every LP solved by training steps;
     ``diagnostic_status_counts``: statuses of the separate diagnostic LPs; ``B``: the gradient bound at the end."""
 
-    w: np.ndarray
-    trajectory: np.ndarray
+    w: Any
+    trajectory: Any
     records: pd.DataFrame
     step_status_counts: dict
     diagnostic_status_counts: dict
@@ -584,11 +474,12 @@ class PhaseResult:
 class AdaptResult:
     """Output of :func:`pipeline1` / :func:`pipeline2` / :func:`local_only` for a batch of new clients.
 
-    ``w``: final models ``(n, n_w)``; ``trajectory``: ``(K+1, n, n_w)``; ``gap``: final ``ψ_i(w) - ψ_i*`` ``(n,)``;
-    ``beta``: final ``β_i`` ``(n,)``; ``records``: DataFrame; ``step_status_counts``; ``steps``: steps taken."""
+    ``w``: final models ``(n, n_w)``; ``trajectory``: ``(K+1, n, n_w)`` (None with ``keep_trajectory=False``), both
+    in the source's array type; ``gap``: final ``ψ_i(w) - ψ_i*`` ``(n,)``; ``beta``: final ``β_i`` ``(n,)``;
+    ``records``: DataFrame; ``step_status_counts``; ``steps``: steps taken."""
 
-    w: np.ndarray
-    trajectory: np.ndarray
+    w: Any
+    trajectory: Any
     gap: np.ndarray
     beta: np.ndarray
     records: pd.DataFrame
@@ -598,20 +489,23 @@ class AdaptResult:
 
 @dataclass(frozen=True, eq=False)
 class AlgorithmResult:
-    """Output of :func:`run_algorithm`. ``records``: every row of every phase; ``summary``: final gaps and counts."""
+    """Output of :func:`run_algorithm`. ``records``: every row of every phase; ``summary``: final gaps and counts;
+    ``w_ref`` ``(n_w,)`` and ``w_I``, ``w_II``, ``w_fedavg`` ``(n_clusters, n_w)`` in the source's array type."""
 
     clustering: Clustering
     train_clients: np.ndarray
     new_clients: np.ndarray
     assignment: np.ndarray
-    w_ref: np.ndarray
-    w_I: np.ndarray
-    w_II: np.ndarray
-    w_fedavg: np.ndarray
+    w_ref: Any
+    w_I: Any
+    w_II: Any
+    w_fedavg: Any
     phases: dict
     adaptation: dict
     records: pd.DataFrame
     summary: dict
+
+
 
 
 # ================================================================================================ helpers
@@ -626,14 +520,58 @@ def _add_counts(total: dict, status: np.ndarray) -> None:
         total[s] += int(np.count_nonzero(status == s))
 
 
-def _check_point(w, n_w: int, name: str) -> np.ndarray:
+def _all_finite(a) -> bool:
+    xp = array_namespace(a)
+    return bool(xp.all(xp.isfinite(a)))
+
+
+def _check_point(src: Source, w, name: str, rows: int | None = None):
+    """``w`` as finite parameters of the source's array type (a new array): one vector ``(n_w,)``, or with
+    ``rows=n`` start rows ``(n, n_w)`` from one point ``(n_w,)`` or one point per client."""
+    n_w = src.n_params
+    shapes = f"({n_w},)" + ("" if rows is None else f" or ({rows}, {n_w})")
     try:
-        a = np.array(w, dtype=np.float64)
+        a = src.asarray(w)
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"{name} must be a numeric array of shape ({n_w},); got {w!r}") from exc
-    if a.shape != (n_w,) or not np.all(np.isfinite(a)):
-        raise ValueError(f"{name} must be a finite array of shape ({n_w},); got shape {a.shape}")
+        raise ValueError(f"{name} must be a numeric array of shape {shapes}; got {w!r}") from exc
+    if rows is not None and tuple(a.shape) == (n_w,):
+        a = _rows(a, rows)
+    if tuple(a.shape) != ((n_w,) if rows is None else (rows, n_w)) or not _all_finite(a):
+        raise ValueError(f"{name} must be a finite array of shape {shapes}; got shape {tuple(a.shape)}")
     return a
+
+
+def _rows(w, n: int):
+    """``n`` copies of the parameter vector ``w`` as an ``(n, n_w)`` array of its namespace."""
+    xp = array_namespace(w)
+    return xp.asarray(xp.broadcast_to(w, (n,) + tuple(w.shape)), copy=True)
+
+
+def _like(a, host, dtype=None):
+    """The host array ``host`` in the namespace and on the device of ``a`` (dtype of ``a`` unless given)."""
+    xp = array_namespace(a)
+    return xp.asarray(host, dtype=a.dtype if dtype is None else dtype, device=device(a))
+
+
+def _take(a, idx: np.ndarray):
+    """Rows ``idx`` (host integers) of ``a``."""
+    xp = array_namespace(a)
+    return xp.take(a, xp.asarray(idx, device=device(a)), axis=0)
+
+
+def _row_norms(src: Source, X) -> np.ndarray:
+    """``‖X[c]‖`` per row, measured in the source's namespace; float64 host ``(n,)``."""
+    xp = array_namespace(X)
+    return src.to_host(xp.linalg.vector_norm(X, axis=1))
+
+
+def _direction_spread(src: Source, D, rho: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """``‖d_i‖``, ``Δ_i = ‖d_i - d̄‖`` and ``H_{C_n} = Σ_i ρ_i Δ_i²`` (d̄ = Σ_i ρ_i d_i) of the directions ``D``
+    ``(N, n_w)``: the centred directions are formed in the source's namespace and only their norms (the diagonal of
+    their N×N Gram matrix) reach the host, exact where the directions agree (:func:`sim.cluster.deviations`,
+    :func:`sim.cluster.dispersion` on numpy arrays)."""
+    dev = _row_norms(src, D - _like(D, rho) @ D)
+    return _row_norms(src, D), dev, float(rho @ dev**2)
 
 
 def _check_rng(rng) -> np.random.Generator:
@@ -642,14 +580,14 @@ def _check_rng(rng) -> np.random.Generator:
     return rng
 
 
-def _rho_for(src: ClientSource, clients: np.ndarray, rho) -> np.ndarray:
+def _rho_for(src: Source, clients: np.ndarray, rho) -> np.ndarray:
     if rho is None:
         return aggregation_weights(N=clients.size)
     if isinstance(rho, str):
         if rho == "uniform":
             return aggregation_weights(N=clients.size)
         if rho == "samples":
-            return aggregation_weights(n_samples=src.n_samples[clients])
+            return aggregation_weights(n_samples=sample_counts(src, "rho='samples'")[clients])
         raise ValueError(f"rho must be an array, 'uniform' or 'samples'; got {rho!r}")
     r = check_aggregation_weights(rho)
     if r.shape != (clients.size,):
@@ -659,9 +597,10 @@ def _rho_for(src: ClientSource, clients: np.ndarray, rho) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class _Dir:
-    """Directions of one batched step: ``d`` (N, n_w), ``weights`` μ (N, m), mode/status (N,), gain, beta."""
+    """Directions of one batched step: ``d`` (N, n_w) in the source's array type; ``weights`` μ (N, m),
+    mode/status (N,), gain, beta on the host."""
 
-    d: np.ndarray
+    d: Any
     weights: np.ndarray
     mode: np.ndarray
     status: np.ndarray
@@ -669,36 +608,85 @@ class _Dir:
     beta: np.ndarray
 
 
-def _directions(l, G, lam, direction: str, cfg, *, where: str) -> _Dir:
-    """One batched direction: the EPO LP (one :func:`lp_direction` call for all rows), the linear scalarisation
-    ``μ = λ`` or the Chebyshev gradient ``μ = λ_{j*} e_{j*}`` (``j*`` = first maximiser of ``λ ⊙ l``)."""
-    C = np.swapaxes(G, -1, -2) @ G
-    C = 0.5 * (C + np.swapaxes(C, -1, -2))
+class DivergenceError(ValueError):
+    """A training or adaptation step produced non-finite losses or gradients (the iteration diverged)."""
+
+
+def _require_finite(l, C=None, *, where: str, clients, step_size=None) -> None:
+    """Raise :class:`DivergenceError` naming the phase/round/step (``where``), the client, the objective and the step
+    size when a loss or a Gram entry (non-finite gradients, or gradients whose inner products overflow) is not
+    finite."""
+    step = f" with step size {step_size!r}" if step_size is not None else ""
+    bad = ~np.isfinite(l)
+    if bad.any():
+        row, j = (int(v) for v in np.argwhere(bad)[0])
+        raise DivergenceError(
+            f"{where}: client {int(clients[row])} has a non-finite loss ({float(l[row, j])!r}, objective {j}){step}: "
+            f"the iteration diverged; reduce the step size"
+        )
+    if C is not None:
+        bad = ~np.isfinite(C)
+        if bad.any():
+            row, j, k = (int(v) for v in np.argwhere(bad)[0])
+            raise DivergenceError(
+                f"{where}: client {int(clients[row])} has a non-finite gradient Gram entry C[{j}, {k}] = "
+                f"{float(C[row, j, k])!r} (objectives {j}, {k}: its gradients are not finite or their inner products "
+                f"overflow){step}: the iteration diverged; reduce the step size"
+            )
+
+
+def _host_shape(src: Source, what: str, arr, shape: tuple) -> None:
+    if not (isinstance(arr, np.ndarray) and arr.dtype == np.float64 and arr.shape == shape):
+        got = f"{type(arr).__name__} {getattr(arr, 'dtype', '')} {tuple(getattr(arr, 'shape', ()))}"
+        raise ValueError(f"{type(src).__name__}.{what} must be a float64 numpy array of shape {shape}; got {got}")
+
+
+def _losses(src: Source, W, clients: np.ndarray, *, where: str, step_size=None) -> np.ndarray:
+    """Population losses ``(n, m)`` of ``clients`` at the rows ``W``, checked (shape, dtype, finite)."""
+    l = src.losses(W, clients)
+    _host_shape(src, "losses", l, (clients.size, src.n_objectives))
+    _require_finite(l, where=where, clients=clients, step_size=step_size)
+    return l
+
+
+def _evaluate(src: Source, W, clients: np.ndarray, batches, *, where: str, step_size=None) -> Evaluation:
+    """``src.evaluate`` with its host arrays checked (shape, dtype, finite)."""
+    ev = src.evaluate(W, clients, batches)
+    n, m = clients.size, src.n_objectives
+    _host_shape(src, "evaluate(...).losses", ev.losses, (n, m))
+    _host_shape(src, "evaluate(...).gram", ev.gram, (n, m, m))
+    _require_finite(ev.losses, ev.gram, where=where, clients=clients, step_size=step_size)
+    return ev
+
+
+def _directions(ev: Evaluation, lam, direction: str, cfg, *, where: str, clients) -> _Dir:
+    """One batched direction from ``(l, C)``: the EPO LP (one :func:`lp_direction` call for all rows), the linear
+    scalarisation ``μ = λ`` or the Chebyshev gradient ``μ = λ_{j*} e_{j*}`` (``j*`` = first maximiser of
+    ``λ ⊙ l``); ``d = G μ`` is the source's combine."""
+    l, C = ev.losses, ev.gram
     if direction == "lp":
         res = lp_direction(l, lam, C, eps_mode=cfg.eps_mode, descent=cfg.descent, on_infeasible=cfg.on_infeasible)
         failed = np.isin(res.status, _FAILED)
         if failed.any():
             r = int(np.argmax(failed))
             raise LPFailureError(
-                f"{where}: the EPO LP returned no solution for row {r} (status {res.status[r]!r}, mode "
-                f"{res.mode[r]!r}); status counts of this call: {res.status_counts()}"
+                f"{where}: the EPO LP returned no solution for client {int(clients[r])} (status {res.status[r]!r}, "
+                f"mode {res.mode[r]!r}); status counts of this call: {res.status_counts()}"
             )
-        return _Dir(res.direction(G), res.weights, res.mode, res.status, res.gain, res.beta)
+        return _Dir(ev.combine(res.weights), res.weights, res.mode, res.status, res.gain, res.beta)
     beta, A = uniformity_and_adjustment(l, lam)
     if direction == "linear":
         mu = np.array(lam, dtype=np.float64)
         mode = np.full(l.shape[0], "linear")
     elif direction == "chebyshev":
-        wl = lam * l
-        j = np.argmax(wl, axis=-1)
+        j = np.argmax(bottleneck_set(l, lam), axis=-1)  # first maximiser, ties within the resolution
         mu = np.zeros_like(lam)
         mu[np.arange(l.shape[0]), j] = lam[np.arange(l.shape[0]), j]
         mode = np.full(l.shape[0], "chebyshev")
     else:  # pragma: no cover - configs validate
         raise ValueError(f"direction must be one of {_ADAPT_DIRECTIONS}; got {direction!r}")
     gain = np.einsum("nm,nmk,nk->n", mu, C, A)
-    d = np.einsum("nwm,nm->nw", G, mu)
-    return _Dir(d, mu, mode, np.full(l.shape[0], "none"), gain, beta)
+    return _Dir(ev.combine(mu), mu, mode, np.full(l.shape[0], "none"), gain, beta)
 
 
 class _Recorder:
@@ -732,6 +720,8 @@ _NAN_COLS = dict(deviation=np.nan, dispersion=np.nan, margin_Jstar=np.nan, margi
                  p_max=np.nan, local_steps=np.nan, batch_size=np.nan)
 
 
+
+
 # ================================================================================================ clustering
 
 
@@ -741,9 +731,9 @@ def clustering_step(source, clients, w_ref, config: ClusterConfig | None = None,
     :func:`sim.cluster.cluster_clients` with ``config``. Labels and clusters index positions in ``clients``."""
     src = as_source(source)
     cfg = ClusterConfig() if config is None else config
-    clients = src.check_clients(clients)
-    w_ref = _check_point(w_ref, src.n_params, "w_ref")
-    l, _ = src.population(np.broadcast_to(w_ref, (clients.size, src.n_params)), clients)
+    clients = check_clients(src, clients)
+    w_ref = _check_point(src, w_ref, "w_ref")
+    l = _losses(src, _rows(w_ref, clients.size), clients, where="clustering at w_ref")
     return cluster_clients(l, src.prefs[clients], key=cfg.key, stage2=cfg.stage2, method=cfg.method,
                            threshold=cfg.threshold if cfg.stage2 else None,
                            k=cfg.k if cfg.stage2 else None, rng=rng)
@@ -754,12 +744,12 @@ def assign_to_cluster(source, new_clients, w_ref, clustering: Clustering, train_
     """Cluster of each new client: among the clusters holding a training client with the new client's Stage-1 key
     (all clusters if none does), the one with the training client whose ``A_i^ref`` is nearest to ``A_new^ref``."""
     src = as_source(source)
-    new = src.check_clients(new_clients, "new_clients")
-    train = src.check_clients(train_clients, "train_clients")
+    new = check_clients(src, new_clients, "new_clients")
+    train = check_clients(src, train_clients, "train_clients")
     if clustering.labels.shape != (train.size,):
         raise ValueError(f"clustering has {clustering.labels.size} clients but train_clients has {train.size}")
-    w_ref = _check_point(w_ref, src.n_params, "w_ref")
-    l_new, _ = src.population(np.broadcast_to(w_ref, (new.size, src.n_params)), new)
+    w_ref = _check_point(src, w_ref, "w_ref")
+    l_new = _losses(src, _rows(w_ref, new.size), new, where="cluster assignment at w_ref")
     lam_new = src.prefs[new]
     k_new = stage1_keys(l_new, lam_new, key=key)
     A_new = adjustment(l_new, lam_new)
@@ -779,13 +769,14 @@ def assign_to_cluster(source, new_clients, w_ref, clustering: Clustering, train_
 
 
 def shared_iteration(source, clients, w0, rho, eta_eff, rounds: int, *, eps_mode: float = 1e-4,
-                     descent: str = "restricted", on_infeasible: str = "relaxed") -> np.ndarray:
+                     descent: str = "restricted", on_infeasible: str = "relaxed"):
     """Reference shared iteration eq 55: ``w_{t+1} = w_t - eta_eff_t · Σ_i ρ_i d_i(w_t)`` (population LP directions).
 
-    ``eta_eff``: a scalar or ``(rounds,)`` per-round step sizes. Returns the trajectory ``(rounds+1, n_w)``."""
+    ``eta_eff``: a scalar or ``(rounds,)`` per-round step sizes. Returns the trajectory ``(rounds+1, n_w)`` in the
+    source's array type."""
     src = as_source(source)
-    clients = src.check_clients(clients)
-    w = _check_point(w0, src.n_params, "w0")
+    clients = check_clients(src, clients)
+    w = _check_point(src, w0, "w0")
     rounds = _int(rounds, "rounds", "shared_iteration", 0)
     r = _rho_for(src, clients, rho)
     steps = np.broadcast_to(np.asarray(eta_eff, dtype=np.float64), (rounds,))
@@ -793,26 +784,36 @@ def shared_iteration(source, clients, w0, rho, eta_eff, rounds: int, *, eps_mode
         raise ValueError(f"eta_eff must be finite and > 0; got {eta_eff!r}")
     cfg = Phase1Config(eps_mode=eps_mode, descent=descent, on_infeasible=on_infeasible)
     lam = src.prefs[clients]
-    traj = np.empty((rounds + 1, src.n_params))
-    traj[0] = w
+    rho_x = _like(w, r)
+    traj = [w]
     for t in range(rounds):
-        l, G = src.population(np.broadcast_to(w, (clients.size, src.n_params)), clients)
-        d = _directions(l, G, lam, "lp", cfg, where=f"shared_iteration round {t}").d
-        w = w - steps[t] * (r @ d)
-        traj[t + 1] = w
-    return traj
+        where, eta = f"shared_iteration round {t}", float(steps[t])
+        ev = _evaluate(src, _rows(w, clients.size), clients, None, where=where, step_size=eta)
+        d = _directions(ev, lam, "lp", cfg, where=where, clients=clients).d
+        w = w - eta * (rho_x @ d)
+        traj.append(w)
+    return array_namespace(w).stack(traj)
 
 
-def _diagnostics(src, clients, lam, psi_star, rho, w, eta_eff, B_cfg, B_seen, step_dir: _Dir | None,
-                 lG, cfg, direction, where) -> tuple[dict, float, dict | None]:
-    """Population diagnostics at the server model ``w`` for every client of the cluster."""
+def _diagnostics(src: Source, ev: Evaluation, clients, lam, psi_star, rho, eta_eff, B_cfg, B_seen,
+                 step_dir: _Dir | None, cfg, direction, where) -> tuple[dict, float, dict | None]:
+    """Population diagnostics at the server model ``w_r`` (the population evaluation ``ev`` of every client there),
+    all from ``(l, C)`` and the source's combine; ``step_dir``: the round's first step when it is this LP."""
     N = clients.size
-    l, G = lG if lG is not None else src.population(np.broadcast_to(w, (N, src.n_params)), clients)
-    B_seen = max(B_seen, float(np.linalg.norm(G, axis=1).max()))
+    l, C = ev.losses, ev.gram
+    gnorm = np.sqrt(np.diagonal(C, axis1=-2, axis2=-1))  # ‖g_ij‖ = √(C_i)_jj
+    B_seen = max(B_seen, float(gnorm.max()))
     B = B_seen if B_cfg is None else float(B_cfg)
+    with np.errstate(over="ignore"):
+        if not np.isfinite(2.0 * eta_eff * B * B):
+            c = int(np.asarray(clients)[np.unravel_index(np.argmax(gnorm), gnorm.shape)[0]])
+            raise DivergenceError(
+                f"{where}: client {c} has a gradient of norm {B:.3e}, so ε_act = 2·η·λ_max·B² overflows with step "
+                f"size {eta_eff!r}: the iteration diverged; reduce the step size"
+            )
     diag_counts = None
     if step_dir is None:
-        dr = _directions(l, G, lam, direction, cfg, where=where)
+        dr = _directions(ev, lam, direction, cfg, where=where, clients=clients)
         diag_counts = _zero_counts()
         if direction == "lp":
             _add_counts(diag_counts, dr.status)
@@ -822,30 +823,32 @@ def _diagnostics(src, clients, lam, psi_star, rho, w, eta_eff, B_cfg, B_seen, st
     ea = eps_act(eta_eff, lam, B)
     m_eps = near_active_set(l, lam, ea)
     m_star = near_active_set(l, lam, 0.0)
-    V = G * lam[:, None, :]
+    u = min_norm_weights_from_gram(lam[:, :, None] * C * lam[:, None, :], m_eps)  # Gram of {λ_j g_j}; checks C
+    d_norm, dev, H = _direction_spread(src, dr.d, rho)
     cols = dict(
         client=clients, rho=rho, psi=psi, psi_star=psi_star, gap=psi - psi_star, beta=dr.beta, gain=dr.gain,
         lp_mode=dr.mode, lp_status=dr.status, lp_from_step=np.full(N, step_dir is not None),
-        d_norm=np.linalg.norm(dr.d, axis=1), deviation=deviations(dr.d, rho),
-        dispersion=np.full(N, float(dispersion(dr.d, rho))),
-        margin_Jstar=descent_margin(dr.d, G, lam, m_star), margin_Jeps=descent_margin(dr.d, G, lam, m_eps),
-        dM_norm=min_norm_element(V, m_eps).norm, eps_act=ea, grad_bound=np.full(N, B), n_Jeps=m_eps.sum(axis=1),
+        d_norm=d_norm, deviation=dev, dispersion=np.full(N, H),
+        margin_Jstar=descent_margin_from_gram(dr.weights, C, lam, m_star, validate=False),
+        margin_Jeps=descent_margin_from_gram(dr.weights, C, lam, m_eps, validate=False),
+        dM_norm=_row_norms(src, ev.combine(lam * u)), eps_act=ea, grad_bound=np.full(N, B), n_Jeps=m_eps.sum(axis=1),
     )
     return cols, B_seen, diag_counts
 
 
-def _federated(src: ClientSource, clients, w0, rho, rng, *, phase: str, rounds: int, local_steps: int,
+def _federated(src: Source, clients, w0, rho, rng, *, phase: str, rounds: int, local_steps: int,
                eta_inner: float, alpha_server: float, batch: int | None, episodic: bool, cfg, direction: str,
                cluster: int, round_offset: int, B_cfg, B_start: float, progress: Progress | None,
-               step_cols: dict) -> PhaseResult:
+               step_cols: dict, keep_trajectory: bool) -> PhaseResult:
     """Shared engine of Phase 1 (fresh minibatch per local step), Phase 2 (one episode per round) and FedAvg."""
     lam = src.prefs[clients]
-    psi_star = src.check_psi_star(clients)
-    N, n_w = clients.size, src.n_params
+    psi_star = check_psi_star(src, clients)
+    N = clients.size
+    eta_inner, alpha_server = float(eta_inner), float(alpha_server)
     eta_eff = alpha_server * eta_inner
-    w = w0.copy()
-    traj = np.empty((rounds + 1, n_w))
-    traj[0] = w
+    rho_x = _like(w0, rho)
+    w = w0
+    traj = [w] if keep_trajectory else None
     rec = _Recorder()
     step_counts, diag_counts = _zero_counts(), _zero_counts()
     B_seen = B_start
@@ -861,14 +864,15 @@ def _federated(src: ClientSource, clients, w0, rho, rng, *, phase: str, rounds: 
                 batches = [ep] * local_steps
             else:
                 batches = [[src.episode(rng, int(i), batch) for i in clients] for _ in range(local_steps)]
-        W = np.broadcast_to(w, (N, n_w)).copy()
-        # first step at w_r with population gradients doubles as the diagnostic LP
-        lG0 = src.population(W, clients)
-        first = None
-        if not final and batch is None:
-            first = _directions(*lG0, lam, direction, cfg, where=where + " step 0")
-        cols, B_seen, dc = _diagnostics(src, clients, lam, psi_star, rho, w, eta_eff, B_cfg, B_seen, first, lG0,
-                                        cfg, direction, where + " diagnostic")
+        W = _rows(w, N)
+        # the population evaluation at w_r; with population gradients its LP is also the round's first step
+        first_step = not final and batch is None
+        ev = _evaluate(src, W, clients, None, where=where + (" step 0" if first_step else " diagnostic"),
+                       step_size=eta_inner if first_step else eta_eff)
+        first = _directions(ev, lam, direction, cfg, where=where + " step 0", clients=clients) if first_step else None
+        cols, B_seen, dc = _diagnostics(src, ev, clients, lam, psi_star, rho, eta_eff, B_cfg, B_seen, first, cfg,
+                                        direction, where + " diagnostic")
+        del ev  # the source may hold the gradients of every client on its device
         if dc is not None:
             for s in STATUSES:
                 diag_counts[s] += dc[s]
@@ -878,19 +882,20 @@ def _federated(src: ClientSource, clients, w0, rho, rng, *, phase: str, rounds: 
             for k in range(local_steps):
                 if k == 0 and first is not None:
                     dr = first
-                elif batch is None:
-                    dr = _directions(*src.population(W, clients), lam, direction, cfg, where=f"{where} step {k}")
                 else:
-                    dr = _directions(*src.minibatch(W, clients, batches[k]), lam, direction, cfg,
-                                     where=f"{where} step {k}")
+                    ev = _evaluate(src, W, clients, None if batch is None else batches[k],
+                                   where=f"{where} step {k}", step_size=eta_inner)
+                    dr = _directions(ev, lam, direction, cfg, where=f"{where} step {k}", clients=clients)
+                    del ev
                 if direction == "lp":
                     for s in STATUSES:
                         counts[s] += dr.status == s
                     n_desc += dr.mode == "descent"
                 W = W - eta_inner * dr.d
             g = W - w  # pseudo-gradients (N, n_w)
-            w = w + alpha_server * (rho @ g)
-            traj[r + 1] = w
+            w = w + alpha_server * (rho_x @ g)
+            if traj is not None:
+                traj.append(w)
             for s in STATUSES:
                 step_counts[s] += int(counts[s].sum())
         rec.add(phase=phase, round=r, t=r + round_offset, cluster=cluster, **cols,
@@ -900,56 +905,60 @@ def _federated(src: ClientSource, clients, w0, rho, rng, *, phase: str, rounds: 
                 alpha_adapt=np.nan, preconditioner="none", p_min=np.nan, p_max=np.nan, **step_cols)
         if progress is not None:
             progress(f"{phase} cluster {cluster}", r, rounds)
-    return PhaseResult(w=w, trajectory=traj, records=rec.frame(params), step_status_counts=step_counts,
+    return PhaseResult(w=w, trajectory=None if traj is None else array_namespace(w).stack(traj),
+                       records=rec.frame(params), step_status_counts=step_counts,
                        diagnostic_status_counts=diag_counts, B=B_seen)
 
 
 def _phase_inputs(source, clients, w0, rng, rho):
     src = as_source(source)
-    clients = src.check_clients(clients)
-    w0 = _check_point(w0, src.n_params, "w0")
+    clients = check_clients(src, clients)
+    w0 = _check_point(src, w0, "w0")
     rng = _check_rng(rng)
     return src, clients, w0, rng, _rho_for(src, clients, rho)
 
 
 def phase1(source, clients, w0, config: Phase1Config, rng: np.random.Generator, *, rho=None, cluster: int = 0,
            round_offset: int = 0, B_start: float = 0.0, progress: Progress | None = None,
-           phase: str = "phase1") -> PhaseResult:
+           phase: str = "phase1", keep_trajectory: bool = True) -> PhaseResult:
     """Phase 1 on the cluster ``clients`` from ``w0`` (see the module docstring); ``rho``: weights ``(N,)``,
     ``"uniform"`` (default) or ``"samples"``. Records ``round = 0..R``, the last row holding ``w_I``."""
     if not isinstance(config, Phase1Config):
         raise ValueError(f"config must be a Phase1Config; got {type(config).__name__}")
     src, clients, w0, rng, r = _phase_inputs(source, clients, w0, rng, rho)
     if config.batch_size is not None:
-        src.check_batch_size(clients, config.batch_size, "Phase1Config.batch_size")
+        check_batch_size(src, clients, config.batch_size, "Phase1Config.batch_size")
     return _federated(src, clients, w0, r, rng, phase=phase, rounds=config.rounds, local_steps=config.tau,
                       eta_inner=config.eta_local, alpha_server=config.alpha_server, batch=config.batch_size,
                       episodic=False, cfg=config, direction=config.direction, cluster=cluster,
                       round_offset=round_offset, B_cfg=config.B, B_start=B_start, progress=progress,
-                      step_cols=dict(eta_local=config.eta_local, eta_meta_inner=np.nan))
+                      step_cols=dict(eta_local=config.eta_local, eta_meta_inner=np.nan),
+                      keep_trajectory=keep_trajectory)
 
 
 def fedavg(source, clients, w0, config: Phase1Config, rng: np.random.Generator, *, rho=None, cluster: int = 0,
-           progress: Progress | None = None) -> PhaseResult:
+           progress: Progress | None = None, keep_trajectory: bool = True) -> PhaseResult:
     """FedAvg baseline: Phase 1 with the linear scalarisation ``d_i = G_i λ_i`` instead of the LP."""
     return phase1(source, clients, w0, replace(config, direction="linear"), rng, rho=rho, cluster=cluster,
-                  progress=progress, phase="fedavg")
+                  progress=progress, phase="fedavg", keep_trajectory=keep_trajectory)
 
 
 def phase2(source, clients, w0, config: Phase2Config, rng: np.random.Generator, *, rho=None, cluster: int = 0,
-           round_offset: int = 0, B_start: float = 0.0, progress: Progress | None = None) -> PhaseResult:
+           round_offset: int = 0, B_start: float = 0.0, progress: Progress | None = None,
+           keep_trajectory: bool = True) -> PhaseResult:
     """Phase 2 (Reptile over S-shot episodes) on ``clients`` from ``w0`` (normally ``w_I``). ``round_offset`` sets
     the global round index ``t`` (Phase 1's ``R``) and ``B_start`` carries Phase 1's gradient bound."""
     if not isinstance(config, Phase2Config):
         raise ValueError(f"config must be a Phase2Config; got {type(config).__name__}")
     src, clients, w0, rng, r = _phase_inputs(source, clients, w0, rng, rho)
     if config.S is not None:
-        src.check_batch_size(clients, config.S, "Phase2Config.S")
+        check_batch_size(src, clients, config.S, "Phase2Config.S")
     return _federated(src, clients, w0, r, rng, phase="phase2", rounds=config.rounds, local_steps=config.K,
                       eta_inner=config.eta_meta_inner, alpha_server=config.alpha_server, batch=config.S,
                       episodic=True, cfg=config, direction=config.direction, cluster=cluster,
                       round_offset=round_offset, B_cfg=config.B, B_start=B_start, progress=progress,
-                      step_cols=dict(eta_local=np.nan, eta_meta_inner=config.eta_meta_inner))
+                      step_cols=dict(eta_local=np.nan, eta_meta_inner=config.eta_meta_inner),
+                      keep_trajectory=keep_trajectory)
 
 
 # ================================================================================================ new client
@@ -958,10 +967,10 @@ def phase2(source, clients, w0, config: Phase2Config, rng: np.random.Generator, 
 def draw_batches(source, clients, K: int, S: int, rng: np.random.Generator) -> np.ndarray:
     """Fresh batches for ``K`` adaptation steps: ``(n_clients, K, S)`` sample indices (``S`` distinct per batch)."""
     src = as_source(source)
-    clients = src.check_clients(clients)
+    clients = check_clients(src, clients)
     K = _int(K, "K", "draw_batches", 0)
     S = _int(S, "S", "draw_batches", 1)
-    src.check_batch_size(clients, S, "S")
+    check_batch_size(src, clients, S, "S")
     rng = _check_rng(rng)
     out = np.empty((clients.size, K, S), dtype=np.int64)
     for c, i in enumerate(clients):
@@ -970,8 +979,10 @@ def draw_batches(source, clients, K: int, S: int, rng: np.random.Generator) -> n
     return out
 
 
-def _adapt_records(rec, phase, k, clients, psi, psi_star, beta, dr, counts, n_desc, cluster, **cols):
-    """One row per new client at adaptation step ``k``; ``cols`` override the NaN defaults of :data:`_NAN_COLS`."""
+def _adapt_records(rec, phase, k, clients, psi, psi_star, beta, dr, counts, n_desc, cluster, *, d_norm=None,
+                   **cols):
+    """One row per new client at adaptation step ``k``; ``cols`` override the NaN defaults of :data:`_NAN_COLS`;
+    ``d_norm``: ``‖d_i‖`` of the step's directions ``dr`` (host)."""
     n = clients.size
     base = dict(_NAN_COLS)
     base.update(cols)
@@ -982,32 +993,41 @@ def _adapt_records(rec, phase, k, clients, psi, psi_star, beta, dr, counts, n_de
             lp_mode=np.full(n, "none") if dr is None else dr.mode,
             lp_status=np.full(n, "none") if dr is None else dr.status,
             lp_from_step=np.full(n, dr is not None),
-            d_norm=np.full(n, np.nan) if dr is None else np.linalg.norm(dr.d, axis=1),
+            d_norm=np.full(n, np.nan) if dr is None else d_norm,
             n_lp_steps=sum(counts[s] for s in STATUSES), **{f"n_{s}": counts[s] for s in STATUSES},
             n_descent_steps=n_desc, **base)
 
 
 @dataclass
 class PreconditionerState:
-    """Optimiser buffers of a Pipeline-1 run: ``m1`` (AdamW first moment / SGD momentum), ``v`` (second moment)."""
+    """Optimiser buffers of a Pipeline-1 run: ``m1`` (AdamW first moment / SGD momentum), ``v`` (second moment);
+    arrays of the parameters' namespace."""
 
-    m1: np.ndarray
-    v: np.ndarray
+    m1: Any
+    v: Any
 
     @classmethod
     def zeros(cls, shape) -> PreconditionerState:
+        """Zero float64 numpy buffers of ``shape``."""
         return cls(np.zeros(shape), np.zeros(shape))
+
+    @classmethod
+    def zeros_like(cls, W) -> PreconditionerState:
+        """Zero buffers of the shape, namespace, dtype and device of the parameters ``W``."""
+        xp = array_namespace(W)
+        return cls(*(xp.zeros(tuple(W.shape), dtype=W.dtype, device=device(W)) for _ in range(2)))
 
 
 def preconditioned_step(W, g, k: int, state: PreconditionerState, *, preconditioner: str, alpha: float,
                         P=None, p_minus: float = 0.5, p_plus: float = 2.0, beta1: float = 0.9,
                         beta2: float = 0.999, eps: float = 1e-8, weight_decay: float = 0.0,
-                        momentum: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+                        momentum: float = 0.0):
     """One adaptation step ``w_{k+1} = w_k − α P_k d̃_k`` (eq 88) for rows ``W`` (n, n_w) with directions ``g``.
 
-    ``k`` is the step index (0-based); ``state`` holds the optimiser buffers and is updated in place. Rules:
+    ``W``, ``g`` and the ``state`` buffers are arrays of one array API namespace (numpy, torch, …); ``k`` is the
+    step index (0-based); ``state`` holds the optimiser buffers and is updated in place. Rules:
 
-    * ``identity``: ``P_k = I``; ``fixed``: the SPD matrix ``P``;
+    * ``identity``: ``P_k = I``; ``fixed``: the SPD matrix ``P`` (host, ``(n_w, n_w)``);
     * ``rmsprop_lagged``: ``P_k = diag(clip(1/(√v̂_{k-1} + eps), p_-, p_+))`` (``P_0 = clip(1)``), built from
       ``v_{k-1}`` only, hence 𝓕_k-measurable (H.41(a)); ``v`` is updated with ``d̃_k`` after the step is formed;
     * ``rmsprop_current``: the same clipped rule built from ``v_k``, which includes the current ``d̃_k``: not
@@ -1016,45 +1036,49 @@ def preconditioned_step(W, g, k: int, state: PreconditionerState, *, preconditio
       measurable), decoupled weight decay ``w ← w(1 − α·weight_decay)`` (Remark H.42);
     * ``sgd``: torch.optim.SGD (L2 weight decay added to the direction, momentum with dampening 0).
 
-    Returns the new rows and the diagonal of ``P_k`` per row (for ``fixed``, its extreme eigenvalues).
+    Returns the new rows and the diagonal of ``P_k`` per row (for ``fixed``, its extreme eigenvalues), in the
+    namespace of ``W``.
     """
+    xp = array_namespace(W, g)
     n, n_w = W.shape
+    alpha, beta1, beta2, eps = float(alpha), float(beta1), float(beta2), float(eps)
     if preconditioner == "identity":
-        return W - alpha * g, np.ones((n, n_w))
+        return W - alpha * g, xp.ones((n, n_w), dtype=W.dtype, device=device(W))
     if preconditioner == "fixed":
-        ev = np.linalg.eigvalsh(P)
-        return W - alpha * (g @ P), np.broadcast_to(np.array([ev[0], ev[-1]]), (n, 2))  # P symmetric
+        Ph = np.asarray(P, dtype=np.float64)
+        ev = np.linalg.eigvalsh(Ph)
+        return W - alpha * (g @ _like(g, Ph)), xp.broadcast_to(_like(W, np.array([ev[0], ev[-1]])), (n, 2))
     if preconditioner == "rmsprop_lagged":
         if k == 0:
-            pdiag = np.full((n, n_w), np.clip(1.0, p_minus, p_plus))
+            pdiag = xp.full((n, n_w), float(np.clip(1.0, p_minus, p_plus)), dtype=W.dtype, device=device(W))
         else:
             vhat = state.v / (1.0 - beta2**k)
-            pdiag = np.clip(1.0 / (np.sqrt(vhat) + eps), p_minus, p_plus)
+            pdiag = xp.clip(1.0 / (xp.sqrt(vhat) + eps), float(p_minus), float(p_plus))
         state.v = beta2 * state.v + (1.0 - beta2) * g**2
         return W - alpha * (pdiag * g), pdiag
     if preconditioner == "rmsprop_current":
         state.v = beta2 * state.v + (1.0 - beta2) * g**2  # includes the current sample
-        pdiag = np.clip(1.0 / (np.sqrt(state.v / (1.0 - beta2 ** (k + 1))) + eps), p_minus, p_plus)
+        pdiag = xp.clip(1.0 / (xp.sqrt(state.v / (1.0 - beta2 ** (k + 1))) + eps), float(p_minus), float(p_plus))
         return W - alpha * (pdiag * g), pdiag
     if preconditioner == "adamw":
         state.m1 = beta1 * state.m1 + (1.0 - beta1) * g
         state.v = beta2 * state.v + (1.0 - beta2) * g**2  # includes the current sample
         mhat = state.m1 / (1.0 - beta1 ** (k + 1))
         vhat = state.v / (1.0 - beta2 ** (k + 1))
-        pdiag = 1.0 / (np.sqrt(vhat) + eps)
-        W = W * (1.0 - alpha * weight_decay)  # decoupled weight decay
+        pdiag = 1.0 / (xp.sqrt(vhat) + eps)
+        W = W * (1.0 - alpha * float(weight_decay))  # decoupled weight decay
         return W - alpha * (mhat * pdiag), pdiag
     if preconditioner == "sgd":  # torch.optim.SGD, dampening 0, no Nesterov
-        gg = g + weight_decay * W
+        gg = g + float(weight_decay) * W
         if momentum > 0:
-            state.m1 = gg if k == 0 else momentum * state.m1 + gg
+            state.m1 = gg if k == 0 else float(momentum) * state.m1 + gg
             gg = state.m1
-        return W - alpha * gg, np.ones((n, n_w))
+        return W - alpha * gg, xp.ones((n, n_w), dtype=W.dtype, device=device(W))
     raise ValueError(f"preconditioner must be one of {_PRECONDITIONERS}; got {preconditioner!r}")
 
 
 def pipeline1(source, clients, w0, config: AdaptConfig, rng: np.random.Generator | None = None, *,
-              batches=None, phase: str = "pipeline1", cluster=-1) -> AdaptResult:
+              batches=None, phase: str = "pipeline1", cluster=-1, keep_trajectory: bool = True) -> AdaptResult:
     """Pipeline 1 for the new clients ``clients`` (batched; one LP call per step for all of them) from ``w0``
     (``(n_w,)`` or one start per client ``(n, n_w)``): ``K`` steps of eq 88 with the configured preconditioner.
 
@@ -1063,67 +1087,69 @@ def pipeline1(source, clients, w0, config: AdaptConfig, rng: np.random.Generator
     if not isinstance(config, AdaptConfig):
         raise ValueError(f"config must be an AdaptConfig; got {type(config).__name__}")
     src = as_source(source)
-    clients = src.check_clients(clients)
+    clients = check_clients(src, clients)
     n, n_w, K, S = clients.size, src.n_params, config.K, config.S
-    W = _starts(w0, n, n_w)
+    W = _check_point(src, w0, "w0", rows=n)
+    xp = array_namespace(W)
     if batches is None:
         batches = draw_batches(src, clients, K, S, _check_rng(rng))
     batches = np.asarray(batches)
     if batches.shape != (n, K, S):
         raise ValueError(f"batches must have shape (n={n}, K={K}, S={S}); got {batches.shape}")
-    src.check_batch_size(clients, S, "AdaptConfig.S")
+    check_batch_size(src, clients, S, "AdaptConfig.S")
     if config.preconditioner == "fixed" and config.P.shape != (n_w, n_w):
         raise ValueError(f"AdaptConfig.P must have shape ({n_w}, {n_w}); got {config.P.shape}")
     lam = src.prefs[clients]
-    psi_star = src.check_psi_star(clients)
+    psi_star = check_psi_star(src, clients)
     pre = config.preconditioner
-    state = PreconditionerState.zeros((n, n_w))
+    state = PreconditionerState.zeros_like(W)
     rec = _Recorder()
-    traj = np.empty((K + 1, n, n_w))
-    traj[0] = W
+    traj = [W] if keep_trajectory else None
     total = _zero_counts()
+    a = config.alpha_adapt
     for k in range(K + 1):
-        lp_, Gp = src.population(W, clients)
+        lp_ = _losses(src, W, clients, where=f"{phase} step {k}", step_size=a)
         psi = (lam * lp_).max(axis=-1)
         beta = uniformity_and_adjustment(lp_, lam)[0]
         counts = {s: np.zeros(n, dtype=np.int64) for s in STATUSES}
         n_desc = np.zeros(n, dtype=np.int64)
         if k == K:
             _adapt_records(rec, phase, k, clients, psi, psi_star, beta, None, counts, n_desc, cluster,
-                           alpha_adapt=config.alpha_adapt, preconditioner=pre, batch_size=float(S), local_steps=0)
+                           alpha_adapt=a, preconditioner=pre, batch_size=float(S), local_steps=0)
             break
-        lb, Gb = src.minibatch(W, clients, batches[:, k, :])
-        dr = _directions(lb, Gb, lam, config.direction, config, where=f"{phase} step {k}")
+        ev = _evaluate(src, W, clients, batches[:, k, :], where=f"{phase} step {k}", step_size=a)
+        dr = _directions(ev, lam, config.direction, config, where=f"{phase} step {k}", clients=clients)
+        del ev
         if config.direction == "lp":
             for s in STATUSES:
                 counts[s] += dr.status == s
             _add_counts(total, dr.status)
             n_desc += dr.mode == "descent"
-        g = dr.d
-        a = config.alpha_adapt
         W, pdiag = preconditioned_step(
-            W, g, k, state, preconditioner=pre, alpha=a, P=config.P, p_minus=config.p_minus,
+            W, dr.d, k, state, preconditioner=pre, alpha=a, P=config.P, p_minus=config.p_minus,
             p_plus=config.p_plus, beta1=config.beta1, beta2=config.beta2, eps=config.eps,
             weight_decay=config.weight_decay, momentum=config.momentum,
         )
-        _adapt_records(rec, phase, k, clients, psi, psi_star, beta, dr, counts, n_desc, cluster, alpha_adapt=a,
-                       preconditioner=pre, p_min=pdiag.min(axis=1), p_max=pdiag.max(axis=1), batch_size=float(S),
-                       local_steps=1)
-        traj[k + 1] = W
-    lp_, _ = src.population(W, clients)
-    psi = (lam * lp_).max(axis=-1)
+        _adapt_records(rec, phase, k, clients, psi, psi_star, beta, dr, counts, n_desc, cluster,
+                       d_norm=_row_norms(src, dr.d), alpha_adapt=a, preconditioner=pre,
+                       p_min=src.to_host(xp.min(pdiag, axis=1)), p_max=src.to_host(xp.max(pdiag, axis=1)),
+                       batch_size=float(S), local_steps=1)
+        if traj is not None:
+            traj.append(W)
     params = dict(phase=phase, clients=clients.tolist(), **_cfg_dict(config))
-    return AdaptResult(w=W, trajectory=traj, gap=psi - psi_star, beta=uniformity_and_adjustment(lp_, lam)[0],
+    return AdaptResult(w=W, trajectory=None if traj is None else xp.stack(traj), gap=psi - psi_star, beta=beta,
                        records=rec.frame(params), step_status_counts=total, steps=K)
 
 
 def local_only(source, clients, w_ref, config: AdaptConfig, rng: np.random.Generator | None = None, *,
-               batches=None, cluster=-1) -> AdaptResult:
+               batches=None, cluster=-1, keep_trajectory: bool = True) -> AdaptResult:
     """Local-only baseline: Pipeline 1's optimiser from ``w_ref`` on the same ``S·K`` samples (pass ``batches``)."""
-    return pipeline1(source, clients, w_ref, config, rng, batches=batches, phase="local_only", cluster=cluster)
+    return pipeline1(source, clients, w_ref, config, rng, batches=batches, phase="local_only", cluster=cluster,
+                     keep_trajectory=keep_trajectory)
 
 
-def pipeline2(source, clients, w0, config: Pipeline2Config | None = None, *, cluster=-1) -> AdaptResult:
+def pipeline2(source, clients, w0, config: Pipeline2Config | None = None, *, cluster=-1,
+              keep_trajectory: bool = True) -> AdaptResult:
     """Pipeline 2: data-rich local training of each new client (population gradients, LP direction, batched over
     clients) from ``w0``; the gap is measured against the planted ``ψ*_new``.
 
@@ -1135,15 +1161,16 @@ def pipeline2(source, clients, w0, config: Pipeline2Config | None = None, *, clu
     if not isinstance(cfg, Pipeline2Config):
         raise ValueError(f"config must be a Pipeline2Config; got {type(cfg).__name__}")
     src = as_source(source)
-    clients = src.check_clients(clients)
-    n, n_w = clients.size, src.n_params
-    W = _starts(w0, n, n_w)
+    clients = check_clients(src, clients)
+    n = clients.size
+    W = _check_point(src, w0, "w0", rows=n)
+    xp = array_namespace(W)
     lam = src.prefs[clients]
-    psi_star = src.check_psi_star(clients)
+    psi_star = check_psi_star(src, clients)
     rec = _Recorder()
     total = _zero_counts()
-    traj = [W.copy()]
-    best_W, best_psi = W.copy(), np.full(n, np.inf)
+    traj = [W] if keep_trajectory else None
+    best_W, best_psi = W, np.full(n, np.inf)
     pending = None  # (row kwargs, counts, n_desc) of the open record row
 
     def flush():
@@ -1151,56 +1178,52 @@ def pipeline2(source, clients, w0, config: Pipeline2Config | None = None, *, clu
             kw, cnt, nd = pending
             _adapt_records(rec, "pipeline2", kw.pop("k"), clients, counts=cnt, n_desc=nd, cluster=cluster, **kw)
 
-    k = 0
-    while True:
-        l, G = src.population(W, clients)
-        psi = (lam * l).max(axis=-1)
+    def keep_best(W, psi):
+        nonlocal best_W, best_psi
         better = psi < best_psi
         best_psi = np.where(better, psi, best_psi)
-        best_W[better] = W[better]
-        if k == cfg.max_steps:
-            break
-        dr = _directions(l, G, lam, "lp", cfg, where=f"pipeline2 step {k}")
-        _add_counts(total, dr.status)
+        best_W = xp.where(_like(W, better[:, None], dtype=xp.bool), W, best_W)
+
+    k = 0
+    while True:
         eta = cfg.eta if cfg.decay_steps is None else cfg.eta / (1.0 + k / cfg.decay_steps)
+        where = f"pipeline2 step {k}"
+        if k == cfg.max_steps:
+            keep_best(W, (lam * _losses(src, W, clients, where=where, step_size=eta)).max(axis=-1))
+            break
+        ev = _evaluate(src, W, clients, None, where=where, step_size=eta)
+        psi = (lam * ev.losses).max(axis=-1)
+        keep_best(W, psi)
+        dr = _directions(ev, lam, "lp", cfg, where=where, clients=clients)
+        del ev
+        _add_counts(total, dr.status)
         if k % cfg.record_every == 0:
             flush()
-            pending = (dict(k=k, psi=psi, psi_star=psi_star, beta=dr.beta, dr=dr, eta_eff=eta, local_steps=1),
+            pending = (dict(k=k, psi=psi, psi_star=psi_star, beta=dr.beta, dr=dr, d_norm=_row_norms(src, dr.d),
+                            eta_eff=eta, local_steps=1),
                        {s: np.zeros(n, dtype=np.int64) for s in STATUSES}, np.zeros(n, dtype=np.int64))
         for s in STATUSES:
             pending[1][s] += dr.status == s
         pending[2][...] += dr.mode == "descent"
-        step = eta * dr.d
+        step = float(eta) * dr.d
         W = W - step
         k += 1
-        traj.append(W.copy())
-        if np.linalg.norm(step, axis=1).max() <= cfg.tol:
-            l, _ = src.population(W, clients)
-            psi = (lam * l).max(axis=-1)
-            better = psi < best_psi
-            best_psi = np.where(better, psi, best_psi)
-            best_W[better] = W[better]
+        if traj is not None:
+            traj.append(W)
+        if _row_norms(src, step).max() <= cfg.tol:
+            keep_best(W, (lam * _losses(src, W, clients, where=f"pipeline2 step {k}", step_size=eta)).max(axis=-1))
             break
     flush()
     W_out = best_W if cfg.select == "best" else W
-    l, _ = src.population(W_out, clients)
+    l = _losses(src, W_out, clients, where="pipeline2 output")
     psi = (lam * l).max(axis=-1)
     beta = uniformity_and_adjustment(l, lam)[0]
     _adapt_records(rec, "pipeline2", k, clients, psi, psi_star, beta, None,
                    {s: np.zeros(n, dtype=np.int64) for s in STATUSES}, np.zeros(n, dtype=np.int64), cluster,
                    local_steps=0)
     params = dict(phase="pipeline2", clients=clients.tolist(), **_cfg_dict(cfg))
-    return AdaptResult(w=W_out, trajectory=np.stack(traj), gap=psi - psi_star, beta=beta,
+    return AdaptResult(w=W_out, trajectory=None if traj is None else xp.stack(traj), gap=psi - psi_star, beta=beta,
                        records=rec.frame(params), step_status_counts=total, steps=k)
-
-
-def _starts(w0, n: int, n_w: int) -> np.ndarray:
-    a = np.asarray(w0, dtype=np.float64)
-    if a.shape == (n_w,):
-        a = np.broadcast_to(a, (n, n_w))
-    if a.shape != (n, n_w) or not np.all(np.isfinite(a)):
-        raise ValueError(f"w0 must be a finite array of shape ({n_w},) or ({n}, {n_w}); got {a.shape}")
-    return a.copy()
 
 
 def _cfg_dict(cfg) -> dict:
@@ -1212,7 +1235,7 @@ def _cfg_dict(cfg) -> dict:
 
 
 def run_algorithm(source, config: AlgorithmConfig, rng: np.random.Generator, *, w_ref, train_clients,
-                  new_clients=(), progress: Progress | None = None) -> AlgorithmResult:
+                  new_clients=(), progress: Progress | None = None, keep_trajectory: bool = True) -> AlgorithmResult:
     """Algorithm 1 end to end: clustering of ``train_clients`` at ``w_ref``; per cluster Phase 1 (``w_I``), Phase 2
     (``w_II``) and the FedAvg baseline (``w_FA``); every new client is assigned to a cluster and runs Pipeline 1
     from ``w_I`` and from ``w_II``, Pipeline 2, the local-only baseline from ``w_ref`` and FedAvg + adaptation
@@ -1222,42 +1245,43 @@ def run_algorithm(source, config: AlgorithmConfig, rng: np.random.Generator, *, 
         raise ValueError(f"config must be an AlgorithmConfig; got {type(config).__name__}")
     src = as_source(source)
     rng = _check_rng(rng)
-    train = src.check_clients(train_clients, "train_clients")
+    train = check_clients(src, train_clients, "train_clients")
     new = np.asarray(new_clients, dtype=np.int64)
     if new.size:
-        new = src.check_clients(new, "new_clients")
+        new = check_clients(src, new, "new_clients")
         if np.intersect1d(new, train).size:
             raise ValueError(f"new_clients must not take part in training; overlap {np.intersect1d(new, train).tolist()}")
-    w_ref = _check_point(w_ref, src.n_params, "w_ref")
+    w_ref = _check_point(src, w_ref, "w_ref")
+    xp = array_namespace(w_ref)
     cfg = config
     # validate every batch size against the data before running anything
     if cfg.phase1.batch_size is not None:
-        src.check_batch_size(train, cfg.phase1.batch_size, "Phase1Config.batch_size")
+        check_batch_size(src, train, cfg.phase1.batch_size, "Phase1Config.batch_size")
     if cfg.phase2.S is not None:
-        src.check_batch_size(train, cfg.phase2.S, "Phase2Config.S")
+        check_batch_size(src, train, cfg.phase2.S, "Phase2Config.S")
     if new.size:
-        src.check_batch_size(new, cfg.adapt.S, "AdaptConfig.S")
-        src.check_psi_star(new)
-    src.check_psi_star(train)
+        check_batch_size(src, new, cfg.adapt.S, "AdaptConfig.S")
+        check_psi_star(src, new)
+    check_psi_star(src, train)
 
     clus = clustering_step(src, train, w_ref, cfg.cluster, rng)
-    n_cl = clus.n_clusters
-    w_I = np.empty((n_cl, src.n_params))
-    w_II = np.empty_like(w_I)
-    w_FA = np.empty_like(w_I)
+    outputs: dict = {"w_I": [], "w_II": [], "w_FA": []}
     phases: dict = {}
     frames = []
     fa_cfg = cfg.phase1 if cfg.fedavg is None else cfg.fedavg
+    keep = dict(progress=progress, keep_trajectory=keep_trajectory)
     for c, members in enumerate(clus.clusters):
         cl = train[members]
         rho = _rho_for(src, cl, cfg.rho)
-        p1 = phase1(src, cl, w_ref, cfg.phase1, rng, rho=rho, cluster=c, progress=progress)
+        p1 = phase1(src, cl, w_ref, cfg.phase1, rng, rho=rho, cluster=c, **keep)
         p2 = phase2(src, cl, p1.w, cfg.phase2, rng, rho=rho, cluster=c, round_offset=cfg.phase1.rounds,
-                    B_start=p1.B, progress=progress)
-        fa = fedavg(src, cl, w_ref, fa_cfg, rng, rho=rho, cluster=c, progress=progress)
-        w_I[c], w_II[c], w_FA[c] = p1.w, p2.w, fa.w
+                    B_start=p1.B, **keep)
+        fa = fedavg(src, cl, w_ref, fa_cfg, rng, rho=rho, cluster=c, **keep)
+        for name, res in (("w_I", p1), ("w_II", p2), ("w_FA", fa)):
+            outputs[name].append(res.w)
         phases[c] = dict(phase1=p1, phase2=p2, fedavg=fa)
         frames += [p1.records, p2.records, fa.records]
+    w_I, w_II, w_FA = (xp.stack(outputs[name]) for name in ("w_I", "w_II", "w_FA"))
 
     adaptation: dict = {}
     assign = np.empty(0, dtype=np.int64)
@@ -1266,26 +1290,28 @@ def run_algorithm(source, config: AlgorithmConfig, rng: np.random.Generator, *, 
         batches = draw_batches(src, new, cfg.adapt.K, cfg.adapt.S, rng)
         lin = replace(cfg.adapt, direction="linear")
         runs = {
-            "pipeline1_wI": (w_I[assign], cfg.adapt),
-            "pipeline1_wII": (w_II[assign], cfg.adapt),
-            "local_only": (np.broadcast_to(w_ref, (new.size, src.n_params)), cfg.adapt),
-            "fedavg_adapt": (w_FA[assign], lin),
+            "pipeline1_wI": (_take(w_I, assign), cfg.adapt),
+            "pipeline1_wII": (_take(w_II, assign), cfg.adapt),
+            "local_only": (xp.broadcast_to(w_ref, (new.size, src.n_params)), cfg.adapt),
+            "fedavg_adapt": (_take(w_FA, assign), lin),
         }
         if cfg.adamw is not None:
             if cfg.adamw.K != cfg.adapt.K or cfg.adamw.S != cfg.adapt.S:
                 raise ValueError("AlgorithmConfig.adamw must use the same K and S as AlgorithmConfig.adapt")
-            runs["pipeline1_wII_adamw"] = (w_II[assign], cfg.adamw)
+            runs["pipeline1_wII_adamw"] = (_take(w_II, assign), cfg.adamw)
         for name, (starts, acfg) in runs.items():
             if progress is not None:
                 progress(name, 0, 1)
-            res = pipeline1(src, new, starts, acfg, batches=batches, phase=name, cluster=assign)
+            res = pipeline1(src, new, starts, acfg, batches=batches, phase=name, cluster=assign,
+                            keep_trajectory=keep_trajectory)
             adaptation[name] = res
             frames.append(res.records)
             if progress is not None:
                 progress(name, 1, 1)
         if progress is not None:
             progress("pipeline2", 0, 1)
-        p2res = pipeline2(src, new, w_II[assign], cfg.pipeline2, cluster=assign)
+        p2res = pipeline2(src, new, _take(w_II, assign), cfg.pipeline2, cluster=assign,
+                          keep_trajectory=keep_trajectory)
         adaptation["pipeline2"] = p2res
         frames.append(p2res.records)
         if progress is not None:
@@ -1299,8 +1325,8 @@ def run_algorithm(source, config: AlgorithmConfig, rng: np.random.Generator, *, 
                            records=records, summary=summary)
 
 
-def _gap_at(src: ClientSource, clients: np.ndarray, W: np.ndarray) -> np.ndarray:
-    l, _ = src.population(W, clients)
+def _gap_at(src: Source, clients: np.ndarray, W) -> np.ndarray:
+    l = _losses(src, W, clients, where="summary")
     return (src.prefs[clients] * l).max(axis=-1) - src.psi_star[clients]
 
 
@@ -1332,9 +1358,9 @@ def _summary(src, train, new, assign, clus, w_ref, w_I, w_II, w_FA, phases, adap
     if new.size:
         new_rows = []
         final = {name: res.gap for name, res in adaptation.items()}
-        start = dict(w_ref=_gap_at(src, new, np.broadcast_to(w_ref, (new.size, src.n_params))),
-                     w_I=_gap_at(src, new, w_I[assign]), w_II=_gap_at(src, new, w_II[assign]),
-                     w_fedavg=_gap_at(src, new, w_FA[assign]))
+        start = dict(w_ref=_gap_at(src, new, _rows(w_ref, new.size)),
+                     w_I=_gap_at(src, new, _take(w_I, assign)), w_II=_gap_at(src, new, _take(w_II, assign)),
+                     w_fedavg=_gap_at(src, new, _take(w_FA, assign)))
         for c, i in enumerate(new):
             new_rows.append(dict(client=int(i), cluster=int(assign[c]), psi_star=float(src.psi_star[i]),
                                  start_gap={k: float(v[c]) for k, v in start.items()},

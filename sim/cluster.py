@@ -40,6 +40,7 @@ from sim.preference import (
     check_preferences,
     check_shapes,
 )
+from sim.roundoff import TIE_RTOL, first_max, first_min, order_desc
 
 __all__ = [
     "check_aggregation_weights",
@@ -355,9 +356,11 @@ _KEYS = ("ordering", "bottleneck")
 
 def _client_losses_prefs(losses_ref, prefs) -> tuple[np.ndarray, np.ndarray]:
     l = check_losses(losses_ref, "losses_ref")
-    lam = check_preferences(prefs)
     if l.ndim != 2:
         raise ValueError(f"losses_ref must have shape (N, m); got {l.shape}")
+    if l.shape[0] == 0:
+        raise ValueError(f"losses_ref must hold at least one client; got shape {l.shape}")
+    lam = check_preferences(prefs)
     check_shapes(l, lam)
     if lam.ndim > 2:
         raise ValueError(f"prefs must have shape (N, m) or (m,); got {lam.shape}")
@@ -370,15 +373,15 @@ def stage1_keys(losses_ref, prefs, key: str = "ordering") -> np.ndarray:
     ``key="ordering"`` returns the full ordering ``(N, m)``; ``key="bottleneck"`` only its first entry
     ``(N, 1)``, the bottleneck index.
 
-    Ties: the sort is stable on ``-(λ_i ⊙ l_i)``, so objectives whose weighted losses are *exactly* equal (as
-    floats) are ordered by ascending objective index, and the bottleneck key of a client with several exact
-    maximisers is the lowest such index (as ``numpy.argmax``). No tolerance is applied: weighted losses that
-    differ by rounding only may give different keys, so constructed clients should avoid near-ties.
+    Ties: weighted losses whose ratio differs from 1 by at most the resolution ``TIE_RTOL`` (:mod:`sim.roundoff`)
+    are tied and ordered by ascending objective index (:func:`sim.roundoff.order_desc`), so the bottleneck key of a
+    client with several maximisers is the lowest such index, and losses that differ by rounding only give the same
+    key (a client on its preference ray has the key ``(0, 1, …, m-1)``).
     """
     if key not in _KEYS:
         raise ValueError(f"key must be one of {_KEYS}; got key={key!r}")
     l, lam = _client_losses_prefs(losses_ref, prefs)
-    order = np.argsort(-(lam * l), axis=-1, kind="stable").astype(np.int64)
+    order = order_desc(lam * l, TIE_RTOL)
     return order if key == "ordering" else order[:, :1]
 
 
@@ -400,7 +403,11 @@ def stage1_groups(losses_ref, prefs, key: str = "ordering") -> tuple[np.ndarray,
 
 
 def _kmeans(X: np.ndarray, k: int, rng: np.random.Generator, n_init: int, max_iter: int) -> np.ndarray:
-    """Lloyd's algorithm with k-means++ seeding; best of ``n_init`` restarts (lowest inertia)."""
+    """Lloyd's algorithm with k-means++ seeding; best of ``n_init`` restarts (lowest inertia).
+
+    Decisions on nearly equal numbers follow :mod:`sim.roundoff`: a point equidistant (within ``TIE_RTOL``) from two
+    centres goes to the lower-numbered one, and a restart replaces the best so far only if its inertia is lower by
+    more than ``TIE_RTOL`` (relative), so roundoff never decides between restarts of equal quality."""
     N = X.shape[0]
     best_labels, best_inertia = None, np.inf
     for _ in range(n_init):
@@ -415,11 +422,13 @@ def _kmeans(X: np.ndarray, k: int, rng: np.random.Generator, n_init: int, max_it
         labels = np.full(N, -1, dtype=np.int64)
         for _it in range(max_iter):
             dist = ((X[:, None, :] - centers[None, :, :]) ** 2).sum(axis=2)
-            new = dist.argmin(axis=1)
+            # nearest centre; distances within the resolution of each other are ties, broken by index
+            new = first_min(dist, TIE_RTOL * dist.max(axis=1))
             # re-seed empty clusters with the point farthest from its centre (deterministic)
             for c in range(k):
                 if not np.any(new == c):
-                    far = int(np.argmax(dist[np.arange(N), new]))
+                    dn = dist[np.arange(N), new]
+                    far = int(first_max(dn, TIE_RTOL * np.abs(dn).max()))
                     new[far] = c
                     dist[far, :] = np.inf
                     dist[far, c] = 0.0
@@ -429,7 +438,7 @@ def _kmeans(X: np.ndarray, k: int, rng: np.random.Generator, n_init: int, max_it
             for c in range(k):
                 centers[c] = X[labels == c].mean(axis=0)
         inertia = float(((X - centers[labels]) ** 2).sum())
-        if inertia < best_inertia:  # strict: the first restart wins ties
+        if inertia < best_inertia * (1.0 - TIE_RTOL):  # better by more than the resolution: the first restart wins ties
             best_inertia, best_labels = inertia, labels.copy()
     return best_labels
 
@@ -452,7 +461,9 @@ def stage2_split(
       ``threshold = δ_A ≥ 0`` the tree is cut at cophenetic distance ``δ_A``; under complete linkage the
       cophenetic distance is the largest pairwise distance, so **every cluster has diameter ≤ δ_A**. With ``k``
       instead, the tree is cut into at most ``k`` clusters (``criterion="maxclust"``). Give exactly one of the two.
-      Deterministic; ``rng`` is not used.
+      Deterministic; ``rng`` is not used. Roundoff: a pairwise distance within roundoff of ``δ_A``, or two merge
+      distances equal up to roundoff, can change the cut; these are genuine thresholds of the method, not ties
+      (they do not occur in the planted problems of this package, whose clusters are separated by far more).
     * ``method="kmeans"``: k-means (Lloyd, k-means++ seeding, best of ``n_init`` restarts by inertia) with the
       given ``k`` (``1 ≤ k ≤ N``); requires ``rng`` (a ``numpy.random.Generator``) and is deterministic given it.
       Empty clusters are re-seeded with the point farthest from its centre.

@@ -51,6 +51,7 @@ from sim.preference import (
     normalizer,
     uniformity_and_adjustment,
 )
+from sim.roundoff import TIE_RTOL, first_min
 
 __all__ = [
     "smoothness_quadratic",
@@ -714,7 +715,7 @@ def descent_margin_constants(
     base = np.broadcast_to(lam_max * (B * dev + 0.5 * L0 * B * B * eta), (N,))
     eps = (base[None, :] + b_grid) / grid[:, None]
     obj = eps.max(axis=1)
-    g = int(np.argmin(obj))
+    g = int(first_min(obj, TIE_RTOL * np.abs(obj).max()))  # ties within the resolution: the smallest c_d
     c_d = float(grid[g])
     b = b_grid[g]
     eps0 = eps[g]

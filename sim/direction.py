@@ -6,7 +6,7 @@ Output: LP weights ``μ`` (m); the caller forms the direction ``d = G μ`` (nump
 With ``A`` the adjustment and ``β`` the preference uniformity (:mod:`sim.preference`), and the index sets
 
 * ``J  = {j : (CA)_j > 0}``, ``J̄ = [m] ∖ J``,
-* ``J* = {j : λ_j l_j >= ψ - tol_Jstar·ψ}`` (``tol_Jstar = 0``: exact ties, as the EPO code),
+* ``J* = {j : λ_j l_j >= ψ - tol_Jstar·ψ}`` (``tol_Jstar = 0``: the maximisers; ties as in (R2) below),
 
 the **balancing** LP (mode ``"balance"``, chosen iff ``β > eps_mode``; EPO ``prob_bal``, paper eq 4/5) is
 
@@ -25,6 +25,29 @@ and the **uniform-descent** LP (mode ``"descent"``, EPO ``dom``) is
     maximise  1ᵀ C μ
     s.t.      μ >= 0, 1ᵀμ = 1, Cμ >= 0                             ("relaxed",    EPO prob_rel)
               and μᵀCA >= min(max_j (CA)_j, 0)                      ("restricted", EPO prob_dom, default)
+
+**Data at the resolution.** The LP data are built from floating-point ``l, λ, C``; the builder takes every
+decision so that data differing only by roundoff give the same LP (:mod:`sim.roundoff`, resolution
+``TIE_RTOL = 1e-12``):
+
+* (R1) *on the ray*: where ``log(max_j λ_j l_j / min_j λ_j l_j) <= TIE_RTOL`` the weighted losses are equal to
+  within the resolution and ``β = 0``, ``A = 0`` exactly (computed, ``A`` would be roundoff of order
+  ``1e-16``, and every row built from it — the restriction row ``μᵀCA >= min(max_j (CA)_j, 0)`` is invariant
+  to the scale of ``A`` — would be a random O(1) constraint);
+* (R2) *ties in J\**: ``λ_j l_j >= ψ - tol_Jstar·ψ`` with ratios within ``TIE_RTOL`` counted as ties (so
+  ``tol_Jstar = 0`` means the maximisers up to the resolution; on the ray ``J* = [m]``);
+* (R3) *zero entries of CA*: ``(CA)_j = 0`` where ``|(CA)_j| <= Σ_k |C_jk| (r_k + 4mε|a_k|)``, with ``r_k`` the
+  first-order change of ``a_k`` under relative perturbations of the weighted losses of size ``TIE_RTOL`` plus the
+  roundoff of computing it (:attr:`sim.preference.PreferenceParts.adjustment_resolution`); the sign of such an
+  entry, hence ``J``, is not determined by the data;
+* (R4) the restriction row of the descent LP is left out where ``CA = 0`` (it reads ``0 >= 0``);
+* (R5) *ties in the simplex*: the start vertex ``k = argmax_j c_j``, the leaving row of Dantzig's rule and the
+  entering column of the ratio test break ties within the resolution by the smallest index, so degenerate LPs
+  with several optimal vertices end at the same one for data that differ by roundoff.
+
+Decisions that no rule can make robust — ``β`` within its own resolution of ``eps_mode``, or a datum just outside a
+tie band — are reported per instance in ``ambiguous``; whether the optimum is unique (so that the weights, not only
+the objective, are stable) in ``unique``.
 
 The restricted descent LP can be infeasible (THEOREMS.md §1.5). ``on_infeasible`` says what happens then:
 ``"relaxed"`` re-solves the relaxed LP (status ``"relaxed"``), ``"fallback_preference"`` returns ``μ = λ``
@@ -49,12 +72,15 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from sim.preference import (
+    bottleneck_from_log_ratios,
     check_gram,
     check_losses,
     check_preferences,
     check_shapes,
-    uniformity_and_adjustment,
+    jstar_log_tolerance,
+    preference_parts,
 )
+from sim.roundoff import EPS, TIE_RTOL, first_max, first_min
 
 __all__ = [
     "DirectionResult",
@@ -102,6 +128,15 @@ class DirectionResult:
         the dual infeasibility, the duality gap and the primal infeasibility, recomputed from the data (0 for
         the HiGHS reference, which reports no basis; NaN for the EPO fallback, which is not an LP solution).
     iterations : (...) simplex pivots (the reference reports HiGHS's iteration count).
+    unique : (...) bool: the optimum is certified unique — every nonbasic reduced cost of the final basis is below
+        ``-1e-9`` (row-scaled units), so the optimal vertex, hence ``weights``, is stable under small perturbations
+        of the data. False where several (or nearly several) vertices are optimal: the objective is then stable, the
+        weights need not be; False for the HiGHS reference (no basis to certify) and for unsolved instances.
+    ambiguous : (...) bool: a decision of the LP data builder lies within the resolution band of its threshold
+        (module docstring, "Data at the resolution"): ``β`` within its own resolution of ``eps_mode``, a weighted
+        loss just outside the ``J*`` tie band, an entry of ``CA`` just above its resolution, a spread just above the
+        on-ray resolution. Such an instance's mode, index sets (hence weights) can change under a relative
+        perturbation of the data of order ``TIE_RTOL``; elsewhere they cannot.
     """
 
     weights: np.ndarray
@@ -116,6 +151,8 @@ class DirectionResult:
     feasibility_residual: np.ndarray
     kkt_residual: np.ndarray
     iterations: np.ndarray
+    unique: np.ndarray
+    ambiguous: np.ndarray
 
     def status_counts(self) -> dict[str, int]:
         """Number of instances per status (every status of :data:`STATUSES`, zeros included)."""
@@ -146,15 +183,26 @@ class _LP:
     active: np.ndarray
 
 
-def _validate_options(eps_mode, descent, on_infeasible, tol_Jstar) -> None:
-    if not np.isfinite(eps_mode) or eps_mode < 0:
-        raise ValueError(f"eps_mode must be a finite number >= 0; got {eps_mode!r}")
+def _real_option(value, name: str) -> float:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ValueError(f"{name} must be a real number; got {value!r} ({type(value).__name__})")
+    v = float(value)
+    if not np.isfinite(v) or v < 0:
+        raise ValueError(f"{name} must be a finite number >= 0; got {value!r}")
+    return v
+
+
+def _validate_options(eps_mode, descent, on_infeasible, tol_Jstar, max_iter=None) -> None:
+    _real_option(eps_mode, "eps_mode")
     if descent not in _DESCENT:
         raise ValueError(f"descent must be one of {_DESCENT}; got {descent!r}")
     if on_infeasible not in _ON_INFEASIBLE:
         raise ValueError(f"on_infeasible must be one of {_ON_INFEASIBLE}; got {on_infeasible!r}")
-    if not np.isfinite(tol_Jstar) or tol_Jstar < 0:
-        raise ValueError(f"tol_Jstar must be a finite number >= 0; got {tol_Jstar!r}")
+    _real_option(tol_Jstar, "tol_Jstar")
+    if max_iter is not None and (
+        isinstance(max_iter, (bool, np.bool_)) or not isinstance(max_iter, (int, np.integer)) or max_iter < 1
+    ):
+        raise ValueError(f"max_iter must be an integer >= 1 or None; got {max_iter!r}")
 
 
 def _prepare(losses, prefs, gram, validate: bool):
@@ -178,16 +226,36 @@ def _prepare(losses, prefs, gram, validate: bool):
 def _build(l, lam, C, eps_mode, descent, tol_Jstar):
     """Index sets, mode and the LP data of every instance (rows 0..m-1: ``Cμ``; row m: ``μᵀCA``).
 
-    Inactive rows are stored as ``0·μ >= -1`` so that every instance has the same ``m + 1`` rows.
+    Inactive rows are stored as ``0·μ >= -1`` so that every instance has the same ``m + 1`` rows. The roundoff
+    rules of the module docstring ("Data at the resolution") are applied here, and nowhere else.
     """
     N, m = l.shape
-    beta, A = uniformity_and_adjustment(l, lam, validate=False)
+    parts = preference_parts(l, lam, validate=False)
+    beta, A, x, spread = parts.beta, parts.adjustment, parts.x, parts.spread
+    # (R1) on the ray within the resolution: β = 0 and A = 0 exactly.
+    on_ray = spread <= TIE_RTOL
+    if on_ray.any():
+        beta = np.where(on_ray, 0.0, beta)
+        A = np.where(on_ray[:, None], 0.0, A)
+    # (R2) J*: weighted losses within the resolution of the maximum are ties.
+    J_star = bottleneck_from_log_ratios(x, tol_Jstar)
+    # (R3) (CA)_j below the change that a perturbation of the losses at the resolution (plus the roundoff of A and
+    # of the product) can cause is exactly 0.
+    res_beta = parts.beta_resolution
+    res_A = parts.adjustment_resolution
     CA = np.einsum("nij,nj->ni", C, A)
+    res_CA = np.einsum("nij,nj->ni", np.abs(C), res_A + 4.0 * m * EPS * np.abs(A))
+    CA = np.where(np.abs(CA) <= res_CA, 0.0, CA)
     J = CA > 0.0
-    wl = lam * l
-    psi = wl.max(axis=-1, keepdims=True)
-    J_star = wl >= psi - tol_Jstar * psi
     balance = beta > eps_mode
+    # Decisions within the resolution band of their threshold (reported, see DirectionResult.ambiguous).
+    gap_star = x.max(axis=1, keepdims=True) - x - jstar_log_tolerance(tol_Jstar)
+    ambiguous = (
+        ((spread > TIE_RTOL) & (spread <= 3.0 * TIE_RTOL))
+        | ((gap_star > 0.0) & (gap_star <= 2.0 * TIE_RTOL)).any(axis=1)
+        | ((np.abs(CA) > 0.0) & (np.abs(CA) <= 3.0 * res_CA)).any(axis=1)
+        | ((beta > 0.0) & (np.abs(beta - eps_mode) <= res_beta))
+    )
 
     active = np.ones((N, m + 1), dtype=bool)
     e = np.zeros((N, m + 1))
@@ -196,14 +264,15 @@ def _build(l, lam, C, eps_mode, descent, tol_Jstar):
     bal = balance[:, None] & anyJ
     active[:, :m] = ~bal | ~J | J_star
     e[:, :m] = np.where(bal & ~J_star, CA, 0.0)
-    # Uniform-descent mode: all rows Cμ >= 0; the restricted LP adds μᵀCA >= min(max CA, 0).
-    active[:, m] = ~balance if descent == "restricted" else False
+    # Uniform-descent mode: all rows Cμ >= 0; the restricted LP adds μᵀCA >= min(max CA, 0), a row that is
+    # vacuous (0 >= 0, so left out) where CA = 0.
+    active[:, m] = (~balance & (CA != 0.0).any(axis=1)) if descent == "restricted" else False
     e[:, m] = np.minimum(CA.max(axis=1), 0.0)
     D = np.concatenate([C, CA[:, None, :]], axis=1)
     D[~active] = 0.0
     e[~active] = -1.0
     c = np.where(balance[:, None], CA, C.sum(axis=1))
-    return _LP(c=c, D=D, e=e, active=active), beta, A, CA, J, J_star, balance
+    return _LP(c=c, D=D, e=e, active=active), beta, A, CA, J, J_star, balance, ambiguous
 
 
 # --------------------------------------------------------------------------------------------------------
@@ -234,7 +303,7 @@ def _dual_simplex(c, D, e, max_iter: int, bland_after: int):
     """
     N, k, m = D.shape
     n, p = m + k, k + 1
-    kstar = np.argmax(c, axis=1)
+    kstar = first_max(c, TIE_RTOL)  # c has max-norm 1: objective entries within TIE_RTOL are ties
     ar = np.arange(N)
     Dk = D[ar, :, kstar]  # (N, k): column k* of D
 
@@ -259,11 +328,11 @@ def _dual_simplex(c, D, e, max_iter: int, bland_after: int):
         bland = it >= bland_after
         vals = Tw[:, :p, n]
         wa = np.arange(len(idx))
+        done = vals.min(axis=1) >= -_PRIMAL_TOL
         if bland:  # Bland: the infeasible basic variable with the smallest variable index leaves
             r = np.argmin(np.where(vals < -_PRIMAL_TOL, bw, n + 1), axis=1)
-        else:  # Dantzig: the most negative basic variable leaves
-            r = np.argmin(vals, axis=1)
-        done = vals[wa, r] >= -_PRIMAL_TOL
+        else:  # Dantzig: the most negative basic variable leaves (ties within TIE_RTOL: the first row)
+            r = first_min(vals, TIE_RTOL)
         row = Tw[wa, r, :n]
         cand = row < -_PIVOT_TOL
         finished = done | ~cand.any(axis=1)
@@ -280,10 +349,8 @@ def _dual_simplex(c, D, e, max_iter: int, bland_after: int):
             r, row, cand = r[keep], row[keep], cand[keep]
             wa = np.arange(len(idx))
         ratio = np.where(cand, np.minimum(Tw[:, p, :n], 0.0) / np.where(cand, row, -1.0), np.inf)
-        if bland:  # ratio ties within _RATIO_TIE: the smallest column index enters
-            q = np.argmax(cand & (ratio <= ratio.min(axis=1, keepdims=True) + _RATIO_TIE), axis=1)
-        else:
-            q = np.argmin(ratio, axis=1)
+        # ratio ties within _RATIO_TIE: the smallest column index enters (Dantzig and Bland alike)
+        q = np.argmax(cand & (ratio <= ratio.min(axis=1, keepdims=True) + _RATIO_TIE), axis=1)
         # Pivot on (r, q) with one rank-one update: T -= f ⊗ (T_r / T_rq), f = T[:, q] - e_r.
         prow = Tw[wa, r, :] / row[wa, q][:, None]
         f = Tw[wa, :, q]
@@ -297,6 +364,9 @@ def _dual_simplex(c, D, e, max_iter: int, bland_after: int):
         xfin[idx] = Tw[:, :p, n]
     return basis, code, iters, zfin, xfin
 
+
+#: A nonbasic reduced cost above ``-_UNIQUE_TOL`` (row-scaled units) means the optimal vertex may not be unique.
+_UNIQUE_TOL = 1e-9
 
 #: Certificate threshold (row-scaled units): a basis whose tableau solution has primal infeasibility, dual
 #: infeasibility and duality gap all below it is accepted as is; any other is re-solved from the data.
@@ -357,7 +427,10 @@ def _recover(c, D, e, basis, reduced, xB):
         mu_r = _weights(_resolve_basis(D[redo], e[redo], basis[redo]), basis[redo], m)
         mu[redo] = mu_r
         kkt[redo] = _certificate(c[redo], D[redo], e[redo], mu_r, y[redo])
-    return mu, kkt
+    nonbasic = np.ones(reduced.shape, dtype=bool)
+    np.put_along_axis(nonbasic, basis, False, axis=1)
+    unique = np.all(~nonbasic | (reduced < -_UNIQUE_TOL), axis=1)
+    return mu, kkt, unique
 
 
 def _solve_batched(lp: _LP, scaled, max_iter: int | None):
@@ -368,12 +441,13 @@ def _solve_batched(lp: _LP, scaled, max_iter: int | None):
     basis, code, iters, reduced, xB = _dual_simplex(c, D, e, max_iter=max_iter, bland_after=4 * p)
     mu = np.full((N, m), np.nan)
     kkt = np.full(N, np.nan)
+    unique = np.zeros(N, dtype=bool)
     ok = code == _OPTIMAL
     if ok.all():
-        mu, kkt = _recover(c, D, e, basis, reduced, xB)
+        mu, kkt, unique = _recover(c, D, e, basis, reduced, xB)
     elif ok.any():
-        mu[ok], kkt[ok] = _recover(c[ok], D[ok], e[ok], basis[ok], reduced[ok], xB[ok])
-    return mu, code, iters, kkt
+        mu[ok], kkt[ok], unique[ok] = _recover(c[ok], D[ok], e[ok], basis[ok], reduced[ok], xB[ok])
+    return mu, code, iters, kkt, unique
 
 
 def _feasibility_residual(D, e, mu) -> np.ndarray:
@@ -388,11 +462,11 @@ def _feasibility_residual(D, e, mu) -> np.ndarray:
 
 
 def _finish(lp_fn, losses, prefs, gram, eps_mode, descent, on_infeasible, tol_Jstar, validate, **solver_kw):
-    _validate_options(eps_mode, descent, on_infeasible, tol_Jstar)
+    _validate_options(eps_mode, descent, on_infeasible, tol_Jstar, solver_kw.get("max_iter"))
     l, lam, C, batch = _prepare(losses, prefs, gram, validate)
-    lp, beta, A, CA, J, J_star, balance = _build(l, lam, C, eps_mode, descent, tol_Jstar)
+    lp, beta, A, CA, J, J_star, balance, ambiguous = _build(l, lam, C, eps_mode, descent, tol_Jstar)
     scaled = _scale_lp(lp)
-    mu, code, iters, kkt = lp_fn(lp, scaled, **solver_kw)
+    mu, code, iters, kkt, unique = lp_fn(lp, scaled, **solver_kw)
     status = _CODE_NAMES[code]
 
     # The restricted descent LP may be infeasible: apply the policy, never silently.
@@ -413,13 +487,14 @@ def _finish(lp_fn, losses, prefs, gram, eps_mode, descent, on_infeasible, tol_Js
             lp = _LP(c=lp.c, D=D, e=e, active=active)
             scaled = _scale_lp(lp)
             sub = _LP(c=lp.c[redo], D=D[redo], e=e[redo], active=active[redo])
-            mu2, code2, it2, kkt2 = lp_fn(sub, tuple(a[redo] for a in scaled), **solver_kw)
-            mu[redo], kkt[redo] = mu2, kkt2
+            mu2, code2, it2, kkt2, unique2 = lp_fn(sub, tuple(a[redo] for a in scaled), **solver_kw)
+            mu[redo], kkt[redo], unique[redo] = mu2, kkt2, unique2
             iters[redo] += it2
             status[redo] = np.where(code2 == _OPTIMAL, "relaxed", "infeasible")
         else:  # fallback_preference: the EPO training scripts' μ = λ / Σλ
             mu[redo] = lam[redo] / lam[redo].sum(axis=1, keepdims=True)
             kkt[redo] = np.nan
+            unique[redo] = False
             status[redo] = "fallback"
     if on_infeasible == "raise":
         bad = np.flatnonzero(status != "optimal")
@@ -440,6 +515,7 @@ def _finish(lp_fn, losses, prefs, gram, eps_mode, descent, on_infeasible, tol_Js
     out = dict(
         weights=mu, mode=mode, status=status, gain=gain, beta=beta, adjustment=A, J=J, J_star=J_star,
         objective=objective, feasibility_residual=feas, kkt_residual=kkt, iterations=iters,
+        unique=unique & solved, ambiguous=ambiguous,
     )
     for f in fields(DirectionResult):
         v = out[f.name]
@@ -528,7 +604,7 @@ def _solve_highs(lp: _LP, scaled):
             code[i] = _INFEASIBLE
         elif res.status == 1:
             code[i] = _ITERLIMIT
-    return mu, code, iters, np.where(code == _OPTIMAL, 0.0, np.nan)
+    return mu, code, iters, np.where(code == _OPTIMAL, 0.0, np.nan), np.zeros(N, dtype=bool)
 
 
 def lp_direction_reference(

@@ -8,7 +8,8 @@ Notation (one client, one point ``w``; the subscript ``i`` is dropped):
     J^*_ε(w)     &= \{ j : λ_j l_j(w) \ge ψ(w) - ε_{act} \} \supseteq J^*(w)   \quad\text{(near_active_set)}\\
     𝒢_ε(w)       &= conv\{ λ_j g_j(w) : j ∈ J^*_ε(w) \}\\
     d_M(w)       &= \arg\min_{v ∈ 𝒢_ε(w)} \|v\|                          \quad\text{(min_norm_element)}\\
-    m(w)         &= \min_{j ∈ J^*_ε(w)} λ_j\, d(w)^\top g_j(w)             \quad\text{(descent_margin, H.19)}
+    m(w)         &= \min_{j ∈ J^*_ε(w)} λ_j\, d(w)^\top g_j(w)             \quad\text{(descent_margin, H.19)}\\
+                 &= \min_{j ∈ J^*_ε(w)} λ_j\, (C μ)_j \quad (d = Gμ,\ C = G^\top G)  \quad\text{(descent_margin_from_gram)}
 
 The minimum-norm point ``p = d_M`` of ``conv{v_1..v_k}`` is characterised by the KKT property
 ``v_jᵀp ≥ ‖p‖²`` for every generator ``j`` (then ``qᵀp ≥ ‖p‖²`` for every ``q`` in the hull, so ``‖q‖ ≥ ‖p‖``).
@@ -22,7 +23,8 @@ Algorithms (:func:`min_norm_element`, :func:`min_norm_weights_from_gram`):
 * ``k > 8``: Wolfe's (1976) minimum-norm-point algorithm, an exact finite active-set QP that needs only inner
   products, run per instance.
 
-The Gram version works from ``C = GᵀG`` alone, so it serves callers (LLM runs) that never form ``G`` in numpy.
+The Gram versions (:func:`min_norm_weights_from_gram`, :func:`descent_margin_from_gram`) work from ``C = GᵀG``
+alone, so they serve callers (Algorithm 1 at the kernel boundary, LLM runs) that never form ``G`` in numpy.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from itertools import combinations
 
 import numpy as np
 
-from sim.preference import check_gram, check_losses, check_preferences, check_shapes
+from sim.preference import bottleneck_set, check_gram, check_losses, check_preferences, check_shapes
 
 __all__ = [
     "ENUMERATION_MAX_K",
@@ -42,6 +44,7 @@ __all__ = [
     "min_norm_element",
     "min_norm_weights_from_gram",
     "descent_margin",
+    "descent_margin_from_gram",
 ]
 
 #: Largest number of generators solved by exact support enumeration (2^k - 1 supports); above it, Wolfe's method.
@@ -90,7 +93,8 @@ def near_active_set(losses, prefs, eps_act) -> np.ndarray:
     """Boolean mask ``J*_ε = {j : λ_j l_j ≥ ψ - ε_act}`` with ``ψ = max_k λ_k l_k``; shape ``(..., m)``.
 
     ``eps_act`` (ε_act ≥ 0) is a scalar or broadcasts against the batch shape ``(...)``. It always contains the
-    bottleneck set ``J*`` (``eps_act = 0`` gives exactly ``J*``, with exact floating-point ties).
+    bottleneck set ``J*`` of :func:`sim.preference.bottleneck_set` (``eps_act = 0`` gives exactly ``J*``: the
+    maximisers, ties within the resolution ``TIE_RTOL`` included, as in the LP).
     """
     l = check_losses(losses)
     lam = check_preferences(prefs)
@@ -106,7 +110,7 @@ def near_active_set(losses, prefs, eps_act) -> np.ndarray:
         raise ValueError(
             f"eps_act shape {eps.shape} does not broadcast against the batch shape {psi.shape}"
         ) from exc
-    return wl >= thr[..., None]
+    return (wl >= thr[..., None]) | bottleneck_set(l, lam, validate=False)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -327,4 +331,29 @@ def descent_margin(d, grads, prefs, mask) -> np.ndarray:
     dg = (dd[..., None, :] @ G)[..., 0, :]
     vals = lam * dg
     msk = _check_mask(mask, G.shape[-1], vals.shape[:-1])
+    return np.where(msk, vals, np.inf).min(axis=-1)
+
+
+def descent_margin_from_gram(weights, gram, prefs, mask, *, validate: bool = True) -> np.ndarray:
+    """H.19 margin of the direction ``d = G μ`` from the Gram matrix alone: ``min_{j ∈ mask} λ_j (C μ)_j``, since
+    ``g_jᵀ d = (GᵀG μ)_j``; equal to :func:`descent_margin` ``(G μ, G, λ, mask)`` up to round-off. Shape ``(...)``.
+
+    Args:
+        weights: ``μ`` ``(..., m)`` (e.g. the LP weights of :func:`sim.direction.lp_direction`).
+        gram: ``C = GᵀG`` ``(..., m, m)``.
+        prefs: ``λ`` ``(..., m)`` in the open simplex.
+        mask: boolean ``(..., m)``, typically ``J*_ε`` from :func:`near_active_set`; non-empty per instance.
+        validate: ``False`` skips the checks of ``gram`` (symmetric PSD) and ``prefs`` (simplex), for callers that
+            have validated them already (e.g. the LP that produced ``weights`` from the same ``gram``).
+    """
+    mu = np.asarray(weights, dtype=np.float64)
+    C = check_gram(gram) if validate else np.asarray(gram, dtype=np.float64)
+    lam = check_preferences(prefs) if validate else np.asarray(prefs, dtype=np.float64)
+    m = C.shape[-1]
+    if mu.shape[-1:] != (m,) or lam.shape[-1] != m:
+        raise ValueError(f"weights {mu.shape} and prefs {lam.shape} must have m={m} entries like gram {C.shape}")
+    if not np.all(np.isfinite(mu)):
+        raise ValueError("weights must be finite")
+    vals = lam * (C @ mu[..., None])[..., 0]
+    msk = _check_mask(mask, m, vals.shape[:-1])
     return np.where(msk, vals, np.inf).min(axis=-1)

@@ -15,12 +15,13 @@ from ``w_II``), Pipeline 2 and the local-only baseline. Writes
 * ``DIR/summary.json`` — final gaps of Pipeline 1 vs Pipeline 2 vs the baselines, per-cluster gaps, LP status
   counts, the parameters, the seed and the run time.
 
-Progress lines go to stderr; a one-screen summary goes to stdout. The library modules never print.
+Progress lines go to stderr; a one-screen summary goes to stdout. The library modules never print. A bad
+argument (a seed that is not an integer >= 0, an ``--out`` that cannot be created or written) is reported on one
+line naming it, with exit status 2, before any work (:mod:`sim.cli`); both files are written atomically.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -29,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sim import cli
 from sim.algorithm import (
     AdaptConfig,
     AlgorithmConfig,
@@ -119,13 +121,23 @@ def _screen(summary: dict, out: Path, seconds: float) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m sim.simulate", description=__doc__.split("\n\n")[0])
+def _parser() -> cli.ArgumentParser:
+    ap = cli.ArgumentParser(prog="python -m sim.simulate", description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", choices=sorted(PRESETS), default="smoke")
     ap.add_argument("--out", required=True, type=Path, help="output directory (created if missing)")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=cli.seed, default=0, help="RNG seed, an integer >= 0 (default %(default)s)")
     ap.add_argument("--quiet", action="store_true", help="no progress lines")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit status (2 on a usage error, found before any work)."""
+    ap = _parser()
+    try:
+        args = ap.parse_args(argv)
+        cli.check_writable_dir(args.out, "--out")
+    except cli.UsageError as exc:
+        return cli.print_usage_error(exc, ap.prog)
     preset = PRESETS[args.preset]
     rng = np.random.default_rng(args.seed)
     t0 = time.perf_counter()
@@ -136,16 +148,14 @@ def main(argv: list[str] | None = None) -> int:
               f"m={src.n_objectives}, n_w={src.n_params}", file=sys.stderr, flush=True)
     res = run_algorithm(src, preset.config, rng, w_ref=w_ref, train_clients=train, new_clients=new, progress=prog)
     seconds = time.perf_counter() - t0
-    args.out.mkdir(parents=True, exist_ok=True)
-    res.records.to_csv(args.out / "trajectory.csv", index=False)
+    cli.atomic_write_text(args.out / "trajectory.csv", res.records.to_csv(index=False))
     summary = dict(res.summary)
     summary.update(
         preset=args.preset, seed=args.seed, seconds=seconds,
         problem=preset.problem.__dict__, planted_groups=[int(g) for g in groups],
         params=preset.config.to_dict(),
     )
-    with open(args.out / "summary.json", "w") as fh:
-        json.dump(summary, fh, indent=2)
+    cli.atomic_write_text(args.out / "summary.json", json.dumps(summary, indent=2))
     print(_screen(summary, args.out, seconds))
     return 0
 

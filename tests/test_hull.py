@@ -9,6 +9,7 @@ from scipy.optimize import minimize
 from sim.hull import (
     ENUMERATION_MAX_K,
     descent_margin,
+    descent_margin_from_gram,
     eps_act,
     min_norm_element,
     min_norm_weights_from_gram,
@@ -176,6 +177,25 @@ def test_descent_margin():
     assert descent_margin(np.array([w]), np.array([[1.0, -1.0]]), np.array([0.5, 0.5]), np.array([True, True])) == pytest.approx(-w / 2)
 
 
+def test_descent_margin_from_gram_equals_descent_margin():
+    """``min_{j∈mask} λ_j (Cμ)_j`` equals ``min_{j∈mask} λ_j (Gμ)ᵀg_j`` (d = Gμ) to round-off, batched and single."""
+    rng = np.random.default_rng(8)
+    G = rng.standard_normal((60, 5, 4)) * rng.uniform(0.1, 10.0, (60, 1, 4))
+    mu = rng.dirichlet(np.ones(4), 60)
+    lam = 0.95 * rng.dirichlet(np.ones(4), 60) + 0.05 / 4
+    mask = rng.random((60, 4)) < 0.5
+    mask[:, 2] = True
+    C = np.swapaxes(G, 1, 2) @ G
+    C = 0.5 * (C + np.swapaxes(C, 1, 2))
+    d = np.einsum("nwm,nm->nw", G, mu)
+    ref = descent_margin(d, G, lam, mask)
+    scale = (lam * np.linalg.norm(G, axis=1)).max(axis=1) * np.linalg.norm(d, axis=1)
+    for validate in (True, False):
+        got = descent_margin_from_gram(mu, C, lam, mask, validate=validate)
+        assert np.all(np.abs(got - ref) <= 1e-14 * scale)
+    assert descent_margin_from_gram(mu[3], C[3], lam[3], mask[3]) == pytest.approx(ref[3], rel=1e-13)
+
+
 @pytest.mark.parametrize(
     "call",
     [
@@ -195,6 +215,10 @@ def test_descent_margin():
         lambda: min_norm_weights_from_gram(np.array([[1.0, 0.0], [0.0, -1.0]])),
         lambda: descent_margin(np.ones(2), np.ones((3, 2)), [0.5, 0.5], [True, True]),
         lambda: descent_margin(np.ones(3), np.ones((3, 2)), [0.5, 0.5], [False, False]),
+        lambda: descent_margin_from_gram([0.5, 0.5], np.array([[1.0, 2.0], [0.0, 1.0]]), [0.5, 0.5], [True, True]),
+        lambda: descent_margin_from_gram([0.5, 0.5, 0.0], np.eye(2), [0.5, 0.5], [True, True]),
+        lambda: descent_margin_from_gram([0.5, np.nan], np.eye(2), [0.5, 0.5], [True, True]),
+        lambda: descent_margin_from_gram([0.5, 0.5], np.eye(2), [0.5, 0.5], [False, False]),
     ],
 )
 def test_bad_inputs_raise(call):

@@ -12,12 +12,15 @@ from sim.preference import (
     bottleneck_set,
     chebyshev,
     check_gram,
+    check_preferences,
+    log_spread,
     normalized_losses,
     normalizer,
     preference_uniformity,
     ray_point,
     uniformity_and_adjustment,
 )
+from sim.roundoff import EPS
 
 FD_STEP_LOSS = 1e-6
 FD_RTOL = 1e-5
@@ -195,14 +198,64 @@ def test_gram_roundoff_is_accepted():
 def test_property_beta_kl_and_gradient_identity(m, seed, spread):
     rng = np.random.default_rng(seed)
     l = np.exp(rng.uniform(-spread, spread, m))
-    lam = 0.9 * rng.dirichlet(np.ones(m)) + 0.1 / m
+    lam = check_preferences(0.9 * rng.dirichlet(np.ones(m)) + 0.1 / m)
     beta, A = uniformity_and_adjustment(l, lam)
-    lhat = normalized_losses(l, lam)
-    kl = float(np.sum(lhat * np.log(lhat * m)))
-    assert beta == pytest.approx(max(kl, 0.0), abs=1e-15)
+    kl = _kl_reference(l, lam)
+    assert abs(beta - kl) <= 4 * EPS * (kl + np.sqrt(kl) + log_spread(l, lam))
     assert 0 <= beta <= np.log(m) + 1e-12
     assert abs(A @ l) <= 1e-12 * max(1.0, np.abs(A * l).sum())
     assert (np.abs(A).max() == 0) == (beta == 0)
+
+
+def _kl_reference(l, lam) -> float:
+    """β of the float64 data ``l, λ`` in 60-digit arithmetic."""
+    import mpmath as mp
+
+    with mp.workdps(60):
+        w = [mp.mpf(float(a)) * mp.mpf(float(b)) for a, b in zip(l, lam, strict=True)]
+        Z = mp.fsum(w)
+        m = len(w)
+        return float(mp.fsum((x / Z) * mp.log(m * x / Z) for x in w))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    m=st.integers(2, 6),
+    seed=st.integers(0, 2**32 - 1),
+    log10_spread=st.floats(-14.0, 0.0),
+    log10_scale=st.floats(-300.0, 300.0),
+)
+def test_property_beta_accurate_near_the_ray_and_at_extreme_magnitudes(m, seed, log10_spread, log10_scale):
+    """β against 60-digit arithmetic: error <= 4ε(β + √β + spread) for spreads 1e-14..1 and magnitudes 1e-300..1e300
+    (the textbook Σ ĺ log(m ĺ) has an error of order ε, i.e. is pure roundoff below β ≈ 1e-16)."""
+    rng = np.random.default_rng(seed)
+    lam = check_preferences(rng.dirichlet(np.ones(m)) * 0.9 + 0.1 / m)
+    l = (1.0 + 10.0**log10_spread * rng.uniform(-1, 1, m)) / lam * 10.0**log10_scale
+    kl = _kl_reference(l, lam)
+    beta = float(preference_uniformity(l, lam))
+    assert abs(beta - kl) <= 4 * EPS * (kl + np.sqrt(kl) + log_spread(l, lam)), (beta, kl)
+
+
+@pytest.mark.parametrize(
+    "losses, prefs, expected",
+    [
+        ([1e300, 1e-300, 1.0], [1 / 3] * 3, np.log(3.0)),
+        ([5e-324, 5e-324, 5e-324], [1 / 3] * 3, 0.0),
+        ([1e-310, 1e-310], [0.5, 0.5], 0.0),
+        ([1.7e308, 1.7e308, 1.7e308], [0.2, 0.3, 0.5], None),
+    ],
+)
+def test_extreme_but_valid_losses_give_finite_exact_values(losses, prefs, expected):
+    """Extreme magnitudes: no NaN, no overflow; β, A and the LP direction are computed in log space."""
+    from sim.direction import lp_direction
+
+    beta, A = uniformity_and_adjustment(losses, prefs)
+    ref = _kl_reference(losses, check_preferences(prefs)) if expected is None else expected
+    assert np.isfinite(beta) and np.all(np.isfinite(A))
+    assert beta == pytest.approx(ref, rel=1e-14, abs=1e-300)
+    res = lp_direction(losses, prefs, np.eye(len(losses)))
+    assert np.isfinite(res.beta) and np.all(np.isfinite(res.weights))
+    assert str(res.status) == "optimal"
 
 
 # ------------------------------------------------ gradients in the parameters (I3, I4), over problem families

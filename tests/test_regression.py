@@ -100,3 +100,62 @@ def test_deliberately_changed_baseline_fails(tmp_path):
     proc = _run_cli(*SUBSET, "--baseline", str(changed))
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "REGRESSION H.14: tightness" in proc.stdout
+
+
+def test_counterexample_count_change_is_a_regression():
+    base = [_row("H.16", verdict="finding")]
+    base[0]["counterexamples"] = 195
+    cur = copy.deepcopy(base)
+    cur[0]["counterexamples"] = 189
+    reg = compare(cur, base)
+    assert not reg.ok and "counterexamples 195 -> 189" in reg.failures[0]
+
+
+def test_residual_tightness_is_compared_against_its_floor_not_relatively():
+    """H.5/H.6-style rows: an identity residual's tightness is roundoff; below the stated floor any two values are
+    equal (the BLAS kernel moved H.5 from 4.44e-6 to 4.37e-6), above it the residual has grown: a regression."""
+    base = [_row("H.5", tightness=4.44e-6)]
+    base[0]["tightness_floor"] = 1e-3
+    cur = copy.deepcopy(base)
+    cur[0]["tightness"] = 4.37e-6
+    assert compare(cur, base).ok
+    cur[0]["tightness"] = 2e-3
+    reg = compare(cur, base)
+    assert not reg.ok and "roundoff floor" in reg.failures[0]
+    # without a floor the same change is a (relative) regression
+    del base[0]["tightness_floor"], cur[0]["tightness_floor"]
+    cur[0]["tightness"] = 4.37e-6
+    assert not compare(cur, base).ok
+
+
+def test_committed_baseline_states_the_floor_of_the_residual_checks():
+    rows = {r["id"]: r for r in load_results(BASELINE)}
+    for sid in ("H.5", "H.6"):
+        assert rows[sid]["tightness_floor"] > rows[sid]["tightness"]
+    assert sum("tightness_floor" in r for r in rows.values()) == 2
+
+
+# Statements whose instances end on the preference ray (the converged regime), where roundoff once decided the LP.
+ON_RAY = ["H.15", "H.28", "H.29", "H.31", "CorC"]
+
+
+def test_roundoff_sensitivity_mode_matches_the_baseline_on_the_on_ray_statements():
+    """`run --jitter 1e-14`: every problem's data perturbed by a relative 1e-14; verdicts, negative controls,
+    counterexample counts and tightness must match the committed baseline (this catches the next BLAS dependence
+    without changing the BLAS kernel)."""
+    proc = _run_cli(*ON_RAY, "--jitter", "1e-14", "--baseline", str(BASELINE))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"{len(ON_RAY)} statement(s) compared, 0 regression(s)" in proc.stdout
+
+
+def test_roundoff_sensitivity_mode_can_fail(tmp_path):
+    """The jitter mode is not vacuous: at a relative 1e-3 the problems differ enough to move tightness."""
+    proc = _run_cli("H.15", "--jitter", "9e-4", "--baseline", str(BASELINE))
+    assert proc.returncode == 1 and "REGRESSION H.15" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_non_finite_tightness_spelled_as_strings_is_compared():
+    """results.json spells non-finite floats "nan"/"inf" (strict JSON): they are values, not missing values."""
+    assert not compare([_row("A", tightness=0.5)], [_row("A", tightness="inf")]).ok
+    assert not compare([_row("A", tightness="nan")], [_row("A", tightness="inf")]).ok
+    assert compare([_row("A", tightness="inf")], [_row("A", tightness="inf")]).ok

@@ -42,6 +42,7 @@ __all__ = [
     "VERDICTS",
     "NEGATIVE_CONTROL_STATES",
     "MAX_STORED_COUNTEREXAMPLES",
+    "RESIDUAL_TIGHTNESS_FLOOR",
     "Hypothesis",
     "HypothesisMonitor",
     "Evidence",
@@ -76,6 +77,11 @@ VERDICTS = ("holds", "violated", "finding", "vacuous")
 NEGATIVE_CONTROL_STATES = ("detected", "missed", "none")
 #: At most this many counterexamples are stored in full; all of them are counted.
 MAX_STORED_COUNTEREXAMPLES = 20
+#: Floor of a tightness that measures roundoff: where a conclusion is an identity whose lhs is a residual (exactly 0
+#: in exact arithmetic, ~1e-15 computed) its tightness is the residual over the identity's tolerance, ~1e-6..1e-5 on
+#: every machine we know, and changes with the BLAS kernel. Below this floor (1000x the roundoff seen, 1000x below
+#: the tolerance) the value is roundoff and the regression comparison treats any two such values as equal.
+RESIDUAL_TIGHTNESS_FLOOR = 1e-3
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -385,6 +391,8 @@ class Evidence:
       control           the negative control's own Evidence (filled by ``registry.run_statement``).
       repaired          for a FINDING: the Evidence of the repaired statement.
       seconds           wall time of the check plus its negative control.
+      tightness_floor   set where the tightness measures roundoff (an identity residual): values below it are
+                        roundoff and compare equal in the bound regression (:data:`RESIDUAL_TIGHTNESS_FLOOR`).
     """
 
     id: str
@@ -405,6 +413,7 @@ class Evidence:
     control: Evidence | None = None
     repaired: Evidence | None = None
     seconds: float = 0.0
+    tightness_floor: float | None = None
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:
@@ -657,6 +666,8 @@ class Evidence:
             "counterexamples": int(self.n_counterexamples),
             "seconds": float(self.seconds),
         }
+        if self.tightness_floor is not None:
+            out["tightness_floor"] = float(self.tightness_floor)
         details = {k: v for k, v in self.details.items() if k != "figure_data"}
         if details:
             out["details"] = to_jsonable(details)

@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from sim.roundoff import JitteredGenerator
+
 from .evidence import Evidence
 
 __all__ = [
@@ -39,6 +41,7 @@ __all__ = [
     "get_statement",
     "resolve",
     "run_statement",
+    "statement_rng",
 ]
 
 #: Seed used when none is given (THEOREMS.md §3.0: all seeds fixed).
@@ -220,23 +223,33 @@ def _check_evidence(ev: Any, stmt: Statement, what: str) -> Evidence:
     return ev
 
 
-def run_statement(stmt: Statement, seed: int = DEFAULT_SEED, config: Any = None) -> Evidence:
+def statement_rng(seed: int = DEFAULT_SEED, jitter: float = 0.0, jitter_seed: int = 0) -> np.random.Generator:
+    """The generator a check receives: ``numpy.random.default_rng(seed)``, or with ``jitter > 0`` the same stream with
+    every continuous draw perturbed by the relative amount ``jitter`` (:class:`sim.roundoff.JitteredGenerator`,
+    jitter stream seeded by ``jitter_seed``): the roundoff-sensitivity mode of ``run --jitter``."""
+    if jitter == 0.0:
+        return np.random.default_rng(seed)
+    return JitteredGenerator(seed, jitter, jitter_seed)
+
+
+def run_statement(stmt: Statement, seed: int = DEFAULT_SEED, config: Any = None, *, jitter: float = 0.0,
+                  jitter_seed: int = 0) -> Evidence:
     """Run the check and its negative control of ``stmt``.
 
-    Each gets a fresh ``numpy.random.default_rng(seed)`` (so either can be reproduced alone) and the same
-    config (``config`` or ``stmt.config_factory()``). The returned Evidence carries ``negative_control``
+    Each gets a fresh :func:`statement_rng` ``(seed, jitter, jitter_seed)`` (so either can be reproduced alone) and
+    the same config (``config`` or ``stmt.config_factory()``). The returned Evidence carries ``negative_control``
     ("detected" iff the control's ``control_detected`` is True, "missed" otherwise, "none" without a
     control), the control's own Evidence in ``control``, and ``seconds`` (check + control wall time).
     """
     if config is None and stmt.config_factory is not None:
         config = stmt.config_factory()
     t0 = time.perf_counter()
-    ev = _check_evidence(stmt.run(config, np.random.default_rng(seed)), stmt, "run")
+    ev = _check_evidence(stmt.run(config, statement_rng(seed, jitter, jitter_seed)), stmt, "run")
     control = None
     state = "none"
     if stmt.negative_control is not None:
         control = _check_evidence(
-            stmt.negative_control(config, np.random.default_rng(seed)), stmt, "negative_control"
+            stmt.negative_control(config, statement_rng(seed, jitter, jitter_seed)), stmt, "negative_control"
         )
         state = "detected" if control.control_detected else "missed"
     seconds = time.perf_counter() - t0

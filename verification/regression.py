@@ -5,8 +5,17 @@ A comparison fails when, for a statement present in both runs,
 * the verdict changes from ``holds`` (or ``finding``) to anything else (``violated``, ``vacuous``, ``error``),
   or from ``finding`` to ``holds`` (the expected counterexample is no longer shown);
 * a negative control that was ``detected`` is no longer detected;
+* the number of counterexamples changes (a finding that shows 189 counterexamples where the baseline showed 195
+  has changed, even if the verdict has not);
 * the tightness moves by more than ``atol + rtol·|baseline|`` (default ``rtol = 1e-3``, ``atol = 1e-9``): every
-  check is deterministic given its seed, so a change past round-off means the numbers changed.
+  check is deterministic given its seed, so a change past round-off means the numbers changed. A row that states a
+  ``tightness_floor`` (an identity whose tightness is a residual, i.e. roundoff: H.5, H.6) is compared against that
+  absolute floor instead: it fails only when the tightness rises above the floor; any two values below it are
+  roundoff and compare equal.
+
+Fields compared, and how: ``verdict`` (exactly, with the rules above), ``negative_control`` (detected must stay
+detected), ``counterexamples`` (exactly), ``tightness`` (relative tolerance, or the row's absolute floor).
+``instances``, ``excluded``, ``seconds`` and ``details`` are not compared.
 
 Statements only in the current run are reported as new; statements only in the baseline are reported as not
 run (a subset run is allowed). Neither fails the comparison.
@@ -20,7 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TIGHTNESS_RTOL", "TIGHTNESS_ATOL", "Regression", "compare", "load_results"]
+from .evidence import NEGATIVE_CONTROL_STATES, VERDICTS
+
+__all__ = ["TIGHTNESS_RTOL", "TIGHTNESS_ATOL", "Regression", "compare", "load_results", "check_rows"]
 
 TIGHTNESS_RTOL = 1e-3
 TIGHTNESS_ATOL = 1e-9
@@ -54,20 +65,71 @@ class Regression:
 
 
 def load_results(path: str | Path) -> list[dict[str, Any]]:
-    """Read a results JSON list; raises ``ValueError`` naming the file when it is not of the run schema."""
+    """Read a results JSON list; raises ``ValueError`` naming the file (and, for a bad row, the statement id and the
+    field) when it is not of the run schema (:func:`check_rows`)."""
     p = Path(path)
     try:
         data = json.loads(p.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"cannot read baseline {str(p)!r}: {exc}") from exc
+    except OSError as exc:
+        raise ValueError(f"cannot read baseline {str(p)!r}: {exc.strerror or exc}") from exc
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"baseline {str(p)!r} is not JSON: {exc}") from exc
     if not isinstance(data, list) or not all(isinstance(r, dict) and "id" in r and "verdict" in r for r in data):
         raise ValueError(f"baseline {str(p)!r} is not a results list (objects with 'id' and 'verdict')")
+    check_rows(data, f"baseline {str(p)!r}")
     return data
 
 
-def _tightness(row: dict) -> float | None:
+_VERDICTS = (*VERDICTS, "error")
+_NONFINITE = ("nan", "inf", "-inf")
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _row_problem(row: dict[str, Any]) -> tuple[str, str] | None:
+    """(field, what it must be) for the first field of ``row`` outside the run schema, or None."""
+    if not isinstance(row["id"], str) or not row["id"]:
+        return "id", "a non-empty string"
+    if row["verdict"] not in _VERDICTS:
+        return "verdict", f"one of {', '.join(_VERDICTS)}"
+    if row.get("negative_control", "none") not in NEGATIVE_CONTROL_STATES:
+        return "negative_control", f"one of {', '.join(NEGATIVE_CONTROL_STATES)}"
     t = row.get("tightness")
-    if t is None or isinstance(t, str):
+    if not (t is None or _is_number(t) or t in _NONFINITE):
+        return "tightness", "a number, null or one of 'nan', 'inf', '-inf'"
+    for name in ("instances", "excluded", "counterexamples"):
+        v = row.get(name, 0)
+        if not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
+            return name, "an integer >= 0"
+    v = row.get("seconds", 0.0)
+    if not (_is_number(v) and math.isfinite(v) and v >= 0):
+        return "seconds", "a finite number >= 0"
+    return None
+
+
+def check_rows(rows: list[dict[str, Any]], source: str) -> None:
+    """Check result rows (objects with ``id`` and ``verdict``) against the schema of ``python -m verification
+    run``; raises ``ValueError`` naming ``source``, the statement id and the field of the first bad value, or the
+    first id that occurs twice. Fields other than the schema's are not checked."""
+    seen: set[Any] = set()
+    for k, row in enumerate(rows):
+        problem = _row_problem(row)
+        where = f"statement {row['id']!r}" if problem is None or problem[0] != "id" else f"row {k}"
+        if problem is not None:
+            name, must = problem
+            raise ValueError(f"{source}: {where}: field {name!r} must be {must}; got {row.get(name)!r}")
+        if row["id"] in seen:
+            raise ValueError(f"{source}: statement {row['id']!r} occurs twice")
+        seen.add(row["id"])
+
+
+def _tightness(row: dict) -> float | None:
+    """The row's tightness as a float (``"nan"``, ``"inf"``, ``"-inf"``: the JSON spelling of non-finite values);
+    None when the row has none."""
+    t = row.get("tightness")
+    if t is None:
         return None
     return float(t)
 
@@ -95,8 +157,20 @@ def compare(current: list[dict[str, Any]], baseline: list[dict[str, Any]], *,
         n0, n1 = b.get("negative_control", "none"), row.get("negative_control", "none")
         if n0 == "detected" and n1 != "detected":
             out.failures.append(f"{sid}: negative control {n0} -> {n1}")
+        c0, c1 = b.get("counterexamples"), row.get("counterexamples")
+        if c0 is not None and c1 is not None and c0 != c1:
+            out.failures.append(f"{sid}: counterexamples {c0} -> {c1}")
         t0, t1 = _tightness(b), _tightness(row)
         if t0 is None and t1 is None:
+            continue
+        floor = b.get("tightness_floor", row.get("tightness_floor"))
+        if floor is not None and t0 is not None and t1 is not None and t0 <= floor:
+            if t1 > floor:
+                out.failures.append(
+                    f"{sid}: tightness {t0:.6g} -> {t1:.6g} rose above the roundoff floor {floor:.3g} of this residual"
+                )
+            elif t1 != t0:
+                out.notes.append(f"{sid}: tightness {t0:.3g} -> {t1:.3g} (both below the roundoff floor {floor:.3g})")
             continue
         if (t0 is None) != (t1 is None):
             out.failures.append(f"{sid}: tightness {t0} -> {t1}")

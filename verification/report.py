@@ -8,7 +8,15 @@ Runs every executable statement (and the studies of :mod:`verification.studies`)
   repaired evidence);
 * ``data/<id>/<table>.csv`` — the figure data the statements and studies report;
 * ``figures/*.png`` — seaborn figures, one message each;
-* ``README.md`` and ``index.html`` — the dashboard: one row per statement.
+* ``README.md`` and ``index.html`` — the dashboard: one row per statement;
+* ``results.jsonl`` — the results log (:mod:`verification.resultlog`).
+
+Each statement's own files (its rows of ``instances.csv``, its ``counterexamples/`` and ``data/`` files) are
+written as soon as it finishes, and then its record is appended to ``results.jsonl``: its result row and what the
+dashboard needs besides (``"report": {"counterexample_file", "repaired", "tables", "instance_rows"}``). The
+final files are then assembled from the log and those files (the figure tables read back from ``data/``), the
+same way whether every statement ran now or a resumed report (``resume=True``) kept the statements an
+interrupted one had finished. The studies are run again on a resume.
 
 Progress goes to stderr while it runs; a one-screen summary is returned for the command line to print.
 """
@@ -18,21 +26,31 @@ from __future__ import annotations
 import dataclasses
 import html
 import json
+import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from . import registry
-from .evidence import Evidence, to_jsonable
+from sim.cli import atomic_write_text
 
-__all__ = ["SCALES", "ReportResult", "build_report", "statement_config", "evidence_tables"]
+from . import registry, resultlog
+from .evidence import Evidence, to_jsonable
+from .resultlog import ResultLogError
+
+__all__ = ["SCALES", "LOG_NAME", "ReportResult", "build_report", "statement_config", "evidence_tables"]
 
 SCALES = ("default", "paper")
+#: The results log of a report, in its output folder.
+LOG_NAME = "results.jsonl"
+INSTANCE_COLUMNS = ("id", "instance", "lhs", "rhs", "ratio")
+# read_csv parses floats exactly by default from pandas 3 on; before, only with float_precision="round_trip"
+_EXACT_FLOATS: dict[str, Any] = {} if int(pd.__version__.split(".")[0]) >= 3 else {"float_precision": "round_trip"}
 
 
 @dataclasses.dataclass
@@ -85,11 +103,19 @@ def _progress(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def _error_row(stmt: registry.Statement, exc: BaseException) -> dict[str, Any]:
-    return {
-        "id": stmt.id, "name": stmt.name, "verdict": "error", "tightness": None, "instances": 0, "excluded": 0,
-        "negative_control": "none", "counterexamples": 0, "seconds": 0.0, "details": {"error": repr(exc)},
-    }
+def _run_one(stmt: registry.Statement, seed: int, scale: str) -> tuple[Evidence | None, dict[str, Any]]:
+    """Run one statement: (its Evidence, its result row), or (None, an ``error`` row) when the check raised."""
+    try:
+        ev = registry.run_statement(stmt, seed=seed, config=statement_config(stmt, scale))
+        return ev, ev.to_dict()
+    except Exception as exc:  # noqa: BLE001 - reported as an error row; the report goes on
+        return None, resultlog.error_row(stmt, exc)
+
+
+def _progress_line(k: int, n: int, elapsed: float, stmt: registry.Statement, row: dict, source=None) -> str:
+    took = f"({row['seconds']:.2f} s)" if source is None else f"(from {source})"
+    return (f"[{k:>2}/{n}] {elapsed:6.1f}s  {stmt.id:<8} {row['verdict']:<9} "
+            f"negative control: {row['negative_control']:<8} {took}")
 
 
 def run_all(ids=None, *, seed: int = registry.DEFAULT_SEED, scale: str = "default",
@@ -99,15 +125,9 @@ def run_all(ids=None, *, seed: int = registry.DEFAULT_SEED, scale: str = "defaul
     out = []
     t_start = time.perf_counter()
     for k, s in enumerate(stmts, 1):
-        try:
-            ev = registry.run_statement(s, seed=seed, config=statement_config(s, scale))
-            row = ev.to_dict()
-        except Exception as exc:  # noqa: BLE001 - reported as an error row; the report goes on
-            ev, row = None, _error_row(s, exc)
+        ev, row = _run_one(s, seed, scale)
         out.append((s, ev, row))
-        elapsed = time.perf_counter() - t_start
-        progress(f"[{k:>2}/{len(stmts)}] {elapsed:6.1f}s  {s.id:<8} {row['verdict']:<9} "
-                 f"negative control: {row['negative_control']:<8} ({row['seconds']:.2f} s)")
+        progress(_progress_line(k, len(stmts), time.perf_counter() - t_start, s, row))
     return out
 
 
@@ -140,22 +160,97 @@ def _safe(name: str) -> str:
 
 
 def _write_json(path: Path, obj: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(to_jsonable(obj), indent=2, allow_nan=False) + "\n")
+    atomic_write_text(path, json.dumps(to_jsonable(obj), indent=2, allow_nan=False) + "\n")
 
 
-def _instances_frame(results) -> pd.DataFrame:
-    frames = []
-    for s, ev, _ in results:
-        if ev is None or ev.lhs.size == 0:
-            continue
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.where(ev.rhs > 0, ev.lhs / ev.rhs, np.nan)
-        frames.append(pd.DataFrame({"id": s.id, "instance": np.arange(ev.lhs.size), "lhs": ev.lhs,
-                                    "rhs": ev.rhs, "ratio": ratio}))
-    if not frames:
-        return pd.DataFrame(columns=["id", "instance", "lhs", "rhs", "ratio"])
-    return pd.concat(frames, ignore_index=True)
+def _table_path(out: Path, sid: str, name: str) -> Path:
+    return out / "data" / _safe(sid) / f"{_safe(name)}.csv"
+
+
+def _write_tables(out: Path, sid: str, tables: Mapping[str, pd.DataFrame]) -> None:
+    for name, df in tables.items():
+        p = _table_path(out, sid, name)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        df.to_csv(p, index=False)
+
+
+def _read_tables(out: Path, sid: str, names) -> dict[str, pd.DataFrame]:
+    """The tables ``names`` of ``sid`` as :func:`_write_tables` wrote them (floats read back exactly)."""
+    tables = {}
+    for name in names:
+        try:
+            tables[name] = pd.read_csv(_table_path(out, sid, name), **_EXACT_FLOATS)
+        except pd.errors.EmptyDataError:  # a table without columns
+            tables[name] = pd.DataFrame()
+    return tables
+
+
+def _instances_frame(sid: str, ev: Evidence) -> pd.DataFrame:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(ev.rhs > 0, ev.lhs / ev.rhs, np.nan)
+    return pd.DataFrame({"id": sid, "instance": np.arange(ev.lhs.size), "lhs": ev.lhs, "rhs": ev.rhs,
+                         "ratio": ratio})
+
+
+def _append_instances(path: Path, sid: str, ev: Evidence) -> None:
+    with open(path, "a", encoding="utf-8", newline="") as fh:
+        _instances_frame(sid, ev).to_csv(fh, index=False, header=False, float_format="%.10g", lineterminator="\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _start_instances(path: Path, done: Mapping[str, Mapping[str, Any]]) -> None:
+    """Begin ``instances.csv``: its header line, then, on a resume, the rows of the finished statements ``done``
+    (id -> report record) kept from the earlier file, checked against the row counts the log records."""
+    want = {sid: rec["instance_rows"] for sid, rec in done.items() if rec["instance_rows"]}
+    counts = dict.fromkeys(want, 0)
+    kept = []
+    if want:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                fh.readline()  # the header
+                for line in fh:
+                    sid = line.split(",", 1)[0]
+                    if line.endswith("\n") and sid in counts:
+                        counts[sid] += 1
+                        kept.append(line)
+        except OSError as exc:
+            raise ResultLogError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
+    for sid, n in want.items():
+        if counts[sid] != n:
+            raise ResultLogError(f"{str(path)!r} holds {counts[sid]} rows of {sid}, the results log records {n} "
+                                 "(run without --resume to start again)")
+    atomic_write_text(path, ",".join(INSTANCE_COLUMNS) + "\n" + "".join(kept))
+
+
+def _check_statement_files(out: Path, done: Mapping[str, Mapping[str, Any]]) -> None:
+    """Raise :class:`ResultLogError` when a file that the log records for a finished statement is missing."""
+    for sid, rec in done.items():
+        paths = [_table_path(out, sid, name) for name in rec["tables"]]
+        if rec["counterexample_file"]:
+            paths.append(out / "counterexamples" / f"{_safe(sid)}.json")
+        for p in paths:
+            if not p.is_file():
+                raise ResultLogError(f"{str(p)!r}, written for {sid} by the interrupted report, is missing "
+                                     "(run without --resume to start again)")
+
+
+def _write_statement_files(out: Path, stmt: registry.Statement, ev: Evidence | None) -> dict[str, Any]:
+    """Write the files of one finished statement; returns its report record (what the dashboard needs)."""
+    rec: dict[str, Any] = {"counterexample_file": False, "repaired": "", "tables": [], "instance_rows": 0}
+    if ev is None:
+        return rec
+    if ev.n_counterexamples or ev.repaired is not None or ev.control is not None:
+        _write_json(out / "counterexamples" / f"{_safe(stmt.id)}.json", _counterexample_record(ev))
+        rec["counterexample_file"] = True
+    tables = evidence_tables(ev)
+    _write_tables(out, stmt.id, tables)
+    rec["tables"] = list(tables)
+    if ev.lhs.size:
+        _append_instances(out / "instances.csv", stmt.id, ev)
+        rec["instance_rows"] = int(ev.lhs.size)
+    rec["repaired"] = _repaired_cell(ev)
+    return rec
 
 
 def _counterexample_record(ev: Evidence) -> dict[str, Any]:
@@ -174,30 +269,42 @@ def _counterexample_record(ev: Evidence) -> dict[str, Any]:
 
 
 def build_report(out_dir: str | Path = "reports", *, scale: str = "default", seed: int = registry.DEFAULT_SEED,
-                 ids=None, studies: bool = True, progress: Callable[[str], None] = _progress) -> ReportResult:
-    """Run every check (and the studies) and write the report to ``out_dir`` (see the module docstring)."""
+                 ids=None, studies: bool = True, progress: Callable[[str], None] = _progress,
+                 resume: bool = False) -> ReportResult:
+    """Run every check (and the studies) and write the report to ``out_dir`` (see the module docstring).
+
+    With ``resume=True`` the statements recorded in ``out_dir/results.jsonl`` by an interrupted report with the
+    same ids, scale, seed and package version are not run again; a log that cannot be resumed raises
+    :class:`~verification.resultlog.ResultLogError` before any statement runs."""
     from . import figures  # plotting is imported only when a report is made
 
     if scale not in SCALES:
         raise ValueError(f"scale must be one of {SCALES}; got {scale!r}")
+    stmts = registry.resolve(ids)
     t0 = time.perf_counter()
     out = Path(out_dir)
+    log_file = out / LOG_NAME
+    header = resultlog.log_header("report", SimpleNamespace(seed=seed, scale=scale), [s.id for s in stmts])
     out.mkdir(parents=True, exist_ok=True)
-    progress(f"running the executable statements (scale {scale}, seed {seed}) ...")
-    results = run_all(ids, seed=seed, scale=scale, progress=progress)
+    log, kept = resultlog.open_log(log_file, header, resume=resume, fields=("row", "report"), note=progress)
+    done = {r["id"]: r for r in kept}
+    _check_statement_files(out, {sid: r["report"] for sid, r in done.items()})
+    _start_instances(out / "instances.csv", {sid: r["report"] for sid, r in done.items()})
+    progress(f"running the executable statements (scale {scale}, seed {seed}) ..."
+             + (f" {len(done)} of {len(stmts)} already finished in {log_file}" if done else ""))
+    results = []  # (statement, report record, result row)
+    for k, s in enumerate(stmts, 1):
+        rec = done.get(s.id)
+        if rec is None:
+            ev, row = _run_one(s, seed, scale)
+            rec = {"id": s.id, "row": to_jsonable(row), "report": _write_statement_files(out, s, ev)}
+            log.append(rec)
+        results.append((s, rec["report"], rec["row"]))
+        progress(_progress_line(k, len(stmts), time.perf_counter() - t0, s, rec["row"],
+                                source=log_file if s.id in done else None))
     rows = [r for _, _, r in results]
     _write_json(out / "results.json", rows)
-    _instances_frame(results).to_csv(out / "instances.csv", index=False, float_format="%.10g")
-
-    tables: dict[str, dict[str, pd.DataFrame]] = {}
-    for s, ev, _ in results:
-        if ev is None:
-            continue
-        if ev.n_counterexamples or ev.repaired is not None or ev.control is not None:
-            _write_json(out / "counterexamples" / f"{_safe(s.id)}.json", _counterexample_record(ev))
-        t = evidence_tables(ev)
-        if t:
-            tables[s.id] = t
+    tables = {s.id: _read_tables(out, s.id, rec["tables"]) for s, rec, _ in results if rec["tables"]}
 
     study_results = []
     if studies:
@@ -210,25 +317,19 @@ def build_report(out_dir: str | Path = "reports", *, scale: str = "default", see
             for st in studies_mod.run_studies(seed=seed):
                 study_results.append(st)
                 tables[st.id] = dict(st.tables)
+                _write_tables(out, st.id, st.tables)
                 progress(f"  {st.id}: {', '.join(st.tables)}")
             _write_json(out / "studies.json", [{"id": st.id, "name": st.name, "summary": st.summary,
                                                 "notes": st.notes} for st in study_results])
-    for sid, tabs in tables.items():
-        for name, df in tabs.items():
-            p = out / "data" / _safe(sid) / f"{_safe(name)}.csv"
-            p.parent.mkdir(parents=True, exist_ok=True)
-            df.to_csv(p, index=False)
 
     progress("drawing the figures ...")
     fig_dir = out / "figures"
     drawn, missing = figures.draw_all(fig_dir, rows, tables)
     seconds = time.perf_counter() - t0
-    failed = any(r["verdict"] in ("violated", "vacuous", "error") or r["negative_control"] == "missed"
-                 for r in rows)
     res = ReportResult(out_dir=out, rows=rows, figures=drawn, missing_figures=missing, seconds=seconds,
-                       failed=failed)
-    (out / "README.md").write_text(dashboard_markdown(res, results, study_results, scale=scale, seed=seed))
-    (out / "index.html").write_text(dashboard_html(res, results, study_results, scale=scale, seed=seed))
+                       failed=any(map(resultlog.row_failed, rows)))
+    atomic_write_text(out / "README.md", dashboard_markdown(res, results, study_results, scale=scale, seed=seed))
+    atomic_write_text(out / "index.html", dashboard_html(res, results, study_results, scale=scale, seed=seed))
     return res
 
 
@@ -259,16 +360,17 @@ def _repaired_cell(ev: Evidence | None) -> str:
 
 
 def _dashboard_rows(res: ReportResult, results) -> list[dict[str, str]]:
+    """One dashboard row per (statement, report record, result row) of ``results``."""
     out = []
-    for s, ev, row in results:
-        has_file = ev is not None and bool(ev.n_counterexamples or ev.repaired is not None or ev.control is not None)
+    for s, rec, row in results:
+        has_file = rec["counterexample_file"]
         out.append({
             "number": s.number, "id": s.id, "name": s.name, "verdict": row["verdict"],
             "held": str(row["instances"] - row["excluded"]), "excluded": str(row["excluded"]),
             "tightness": _fmt(row["tightness"]), "control": row["negative_control"],
             "cex": str(row["counterexamples"]),
             "cex_link": f"counterexamples/{_safe(s.id)}.json" if has_file else "",
-            "seconds": f"{row['seconds']:.2f}", "repaired": _repaired_cell(ev),
+            "seconds": f"{row['seconds']:.2f}", "repaired": rec["repaired"],
         })
     return out
 

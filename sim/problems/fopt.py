@@ -21,6 +21,7 @@ from scipy.optimize import minimize, minimize_scalar
 
 from sim.hull import min_norm_element
 from sim.preference import check_preferences
+from sim.roundoff import TIE_RTOL, order_desc
 
 __all__ = ["ChebyshevOptimum", "chebyshev_optimum", "GridMinima", "grid_minimize_1d"]
 
@@ -233,5 +234,5 @@ def grid_minimize_1d(fn, lo: float, hi: float, n_grid: int = 600_001, *, polish:
         ws.append(wi)
         vals.append(vi)
         bnd.append(boundary)
-    order = np.argsort(vals)
+    order = order_desc(-np.asarray(vals, dtype=np.float64), TIE_RTOL) if vals else np.zeros(0, dtype=np.int64)
     return GridMinima(np.array(ws)[order], np.array(vals)[order], np.array(bnd)[order])

@@ -15,6 +15,15 @@ Families of :func:`lp_instance_family`:
   LP constraints bind).
 * ``"rank_deficient"``: ``G = A Bᵀ`` of rank ``r ~ Unif{1..m-1}``, columns rescaled to norms spanning exactly
   ``1e-3 .. 1e3`` (one column at each end, the rest log-uniform).
+* ``"degenerate"``: gaussian gradients with two identical objectives (columns ``0`` and ``1`` of ``G`` equal, with
+  equal preference-weighted losses), so that the LP has several optimal vertices.
+* ``"on_ray"``: the losses lie exactly on the preference ray, ``l = ψ/λ`` (``β = 0``, ``J* = [m]``: the converged
+  regime), gaussian gradients.
+* ``"near_mode"``: ``β`` at a relative distance ``10^{Unif(-6, -1)}`` (either side) from the mode threshold
+  ``eps_mode = 1e-4`` of :func:`sim.direction.lp_direction`: every instance within a whisker of the switch between
+  the balancing and the descent LP, none within the roundoff resolution of it.
+* ``"mixed_magnitude"``: losses ``10^{Unif(-200, 200)}`` and gradient columns with norms ``10^{Unif(-100, 100)}``:
+  valid float64 data of wildly mixed magnitude.
 """
 
 from __future__ import annotations
@@ -37,10 +46,13 @@ from sim.problems._quadratic import (
     random_quadratics,
 )
 
-__all__ = ["LPInstances", "LP_FAMILIES", "random_lp_instances", "lp_instance_family"]
+__all__ = ["LPInstances", "LP_FAMILIES", "NEAR_MODE_EPS", "random_lp_instances", "lp_instance_family"]
 
 #: Names accepted by :func:`lp_instance_family`.
-LP_FAMILIES = ("gaussian", "conflicting", "near_stationary", "rank_deficient")
+LP_FAMILIES = ("gaussian", "conflicting", "near_stationary", "rank_deficient", "degenerate", "on_ray", "near_mode",
+               "mixed_magnitude")
+#: The mode threshold around which the ``"near_mode"`` family is built (``lp_direction``'s default).
+NEAR_MODE_EPS = 1e-4
 
 
 class LPInstances(NamedTuple):
@@ -129,11 +141,53 @@ def _rank_deficient(rng, n, m, n_w):
     return _positive_losses(rng, n, m), interior_preferences(rng, n, m), G * (10.0 ** logn)[:, None, :]
 
 
+def _degenerate(rng, n, m, n_w):
+    if m < 2:
+        raise ValueError(f"'degenerate' needs m >= 2; got m={m}")
+    l, lam, G = _gaussian(rng, n, m, n_w)
+    G[:, :, 1] = G[:, :, 0]
+    lam[:, 1] = lam[:, 0]
+    lam = lam / lam.sum(axis=1, keepdims=True)
+    l[:, 1] = l[:, 0]
+    return l, lam, G
+
+
+def _on_ray(rng, n, m, n_w):
+    lam = interior_preferences(rng, n, m)
+    psi = np.exp(rng.normal(0.0, 0.5, (n, 1)))
+    return psi / lam, lam, rng.standard_normal((n, n_w, m))
+
+
+def _near_mode(rng, n, m, n_w):
+    from sim.preference import preference_uniformity
+
+    lam = interior_preferences(rng, n, m)
+    v = rng.standard_normal((n, m))
+    v -= v.mean(axis=1, keepdims=True)
+    target = NEAR_MODE_EPS * (1.0 + rng.choice([-1.0, 1.0], (n, 1)) * 10.0 ** rng.uniform(-6.0, -1.0, (n, 1)))
+    lo, hi = np.zeros((n, 1)), np.full((n, 1), 1.0)  # β(t·v) increases from 0; β(1·v) > 1e-4 for these v
+    for _ in range(200):  # bisection on t to the last bit
+        t = 0.5 * (lo + hi)
+        above = preference_uniformity(np.exp(t * v) / lam, lam, validate=False)[:, None] > target
+        hi, lo = np.where(above, t, hi), np.where(above, lo, t)
+    return np.exp(hi * v) / lam, lam, rng.standard_normal((n, n_w, m))
+
+
+def _mixed_magnitude(rng, n, m, n_w):
+    l = 10.0 ** rng.uniform(-200.0, 200.0, (n, m))
+    G = rng.standard_normal((n, n_w, m)) * 10.0 ** rng.uniform(-100.0, 100.0, (n, 1, m))
+    return l, interior_preferences(rng, n, m), G
+
+
 _FAMILIES = {
     "gaussian": _gaussian,
     "conflicting": _conflicting,
     "near_stationary": _near_stationary,
     "rank_deficient": _rank_deficient,
+    "degenerate": _degenerate,
+    "on_ray": _on_ray,
+    "near_mode": _near_mode,
+    "mixed_magnitude": _mixed_magnitude,
 }
 
 

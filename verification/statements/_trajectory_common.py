@@ -44,6 +44,7 @@ from sim.direction import lp_direction
 from sim.hull import descent_margin, eps_act, near_active_set
 from sim.preference import chebyshev
 from sim.problems import DoubleWell, Kink, PlantedQuadraticCluster
+from sim.roundoff import generator_state, set_generator_state
 
 #: LP statuses that carry a solution of the LP that was asked for (the relaxed dom LP keeps ``Cμ ≥ 0``).
 SOLVED_STATUSES = ("optimal", "relaxed")
@@ -131,7 +132,8 @@ _MEMO_SIZE = 256
 
 
 def _state_key(rng: np.random.Generator) -> str:
-    return repr(rng.bit_generator.state)
+    # a jittered generator (sim.roundoff.JitteredGenerator) draws other numbers from the same bit state
+    return repr(generator_state(rng))
 
 
 def memo_rng(fn):
@@ -144,10 +146,10 @@ def memo_rng(fn):
         if hit is not None:
             _MEMO.move_to_end(key)
             out, post = hit
-            rng.bit_generator.state = post
+            set_generator_state(rng, post)
             return out
         out = fn(rng, **params)
-        _MEMO[key] = (out, rng.bit_generator.state)
+        _MEMO[key] = (out, generator_state(rng))
         if len(_MEMO) > _MEMO_SIZE:
             _MEMO.popitem(last=False)
         return out

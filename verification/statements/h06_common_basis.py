@@ -36,11 +36,12 @@ Reference: THEOREMS.md §2 H.6 (eq 8, consequences (a), (b)), §1.5, O-20, O-24,
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
 
-from verification.evidence import Evidence, HypothesisMonitor
+from verification.evidence import RESIDUAL_TIGHTNESS_FLOOR, Evidence, HypothesisMonitor
 from verification.statements import _lp_common as LC
 
 STATEMENT_ID = "H.6"
@@ -135,7 +136,7 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
             cons_a += 1
             ok[i] &= bool(np.linalg.norm(c.weights - c.weights[:1], axis=1).max() <= LC.EQ8_TOL)
     held = mon.mask
-    return Evidence.from_implication(
+    ev = Evidence.from_implication(
         STATEMENT_ID, NAME, mon, lhs, np.full(n, LC.EQ8_TOL), ok=ok,
         instance_data=lambda i: cls[i].record(),
         details={
@@ -148,7 +149,9 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
             "duals": "unique basis duals from CA = M_B^T y (dual feasibility = optimality certificate)",
             "tightness_is": "max_i ||mu_i - M_B^-1 b_B(A_i)|| / 1e-9",
         },
-    )
+    )    # the conclusion is an identity: its tightness is a residual (roundoff), compared against the floor
+    return dataclasses.replace(ev, tightness_floor=RESIDUAL_TIGHTNESS_FLOOR)
+
 
 
 def negative_control(config: Config | None, rng: np.random.Generator) -> Evidence:

@@ -60,6 +60,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sim.roundoff import child_generator
+
 from . import _trajectory_common as tc
 
 STATEMENT_ID = "H.29"
@@ -210,7 +212,7 @@ def _figure(run: tc.ChainRun) -> dict:
 def run(config: Config | None, rng: np.random.Generator):
     cfg = config or Config()
     runs = tc.f1_chains(cfg, rng)
-    mc_rng = np.random.default_rng(rng.integers(0, 2**63 - 1))
+    mc_rng = child_generator(rng)
     rows = tc.RowSet()
     per_run = []
     for k, rn in enumerate(runs):

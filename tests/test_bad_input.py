@@ -1,0 +1,101 @@
+"""Inputs that a demanding user tries: each gives the right answer or a clear error naming the value."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sim.cluster import cluster_clients
+from sim.direction import lp_direction
+from sim.preference import adjustment, check_preferences, preference_uniformity, ray_point
+
+
+def test_float32_preferences_are_accepted_and_renormalised_in_float64():
+    """A caller holding torch/float32 tensors: [0.2, 0.3, 0.5] in float32 sums to 1 + 1.5e-8 (refused by the float64
+    tolerance 1e-9 before); every float32 Dirichlet row is accepted now and comes back on the simplex in float64."""
+    lam32 = np.array([0.2, 0.3, 0.5], dtype=np.float32)
+    lam = check_preferences(lam32)
+    assert lam.dtype == np.float64 and abs(lam.sum() - 1.0) <= 2e-16
+    rows = np.random.default_rng(0).dirichlet(np.ones(3), size=2000).astype(np.float32)
+    out = check_preferences(rows)
+    assert np.all(np.abs(out.sum(axis=1) - 1.0) <= 4e-16)
+    res = lp_direction(np.ones(3), lam32, np.eye(3))
+    assert str(res.status) == "optimal"
+    # a float32 row that is really off the simplex is still refused, naming the dtype's tolerance
+    with pytest.raises(ValueError, match=r"tolerance 7\.2e-07 for float32 input\); \[0\.2.*\] sums to 1\.0100000"):
+        check_preferences(np.array([0.2, 0.31, 0.5], dtype=np.float32))
+    # float64 keeps its tight tolerance
+    with pytest.raises(ValueError, match=r"tolerance 1\.0e-09 for float64"):
+        check_preferences(np.array([0.2, 0.3, 0.5 + 1e-8]))
+
+
+def test_complex_and_boolean_inputs_are_refused():
+    with pytest.raises(ValueError, match=r"losses must be real; got a complex array"):
+        preference_uniformity(np.array([1.0 + 1j, 2.0, 3.0]), [1 / 3] * 3)
+    with pytest.raises(ValueError, match=r"prefs must be real; got a complex array"):
+        adjustment([1.0, 2.0], np.array([0.5 + 0j, 0.5]))
+    with pytest.raises(ValueError, match=r"gram must be real; got a complex array"):
+        lp_direction([1.0, 2.0], [0.5, 0.5], np.eye(2) * (1 + 0j))
+    with pytest.raises(ValueError, match=r"losses must be a real numeric array, not booleans"):
+        preference_uniformity(np.array([True, True]), [0.5, 0.5])
+
+
+def test_subnormal_and_extreme_losses():
+    for l in ([1e300, 1e-300, 1.0], [5e-324, 1e-323, 2e-323], [1e-310] * 3):
+        res = lp_direction(l, [0.2, 0.3, 0.5], np.eye(3))
+        assert np.isfinite(res.beta) and np.all(np.isfinite(res.weights)) and str(res.status) == "optimal"
+    assert preference_uniformity([1e300, 1e-300, 1.0], [1 / 3] * 3) == pytest.approx(np.log(3), rel=1e-15)
+
+
+def test_ray_point_overflow_is_an_error_naming_the_values():
+    with pytest.raises(ValueError, match=r"ray_point overflows.*psi = 1e\+308.*prefs entry 0\.001"):
+        ray_point(1e308, [0.001, 0.999])
+
+
+@pytest.mark.parametrize(
+    "kwargs, fragment",
+    [
+        (dict(max_iter=-1), "max_iter must be an integer >= 1 or None; got -1"),
+        (dict(max_iter=2.5), "max_iter must be an integer >= 1 or None; got 2.5"),
+        (dict(max_iter=True), "max_iter must be an integer >= 1 or None; got True"),
+        (dict(eps_mode="1e-4"), "eps_mode must be a real number; got '1e-4'"),
+        (dict(eps_mode=float("nan")), "eps_mode must be a finite number >= 0; got nan"),
+        (dict(tol_Jstar=-0.1), "tol_Jstar must be a finite number >= 0; got -0.1"),
+        (dict(descent="fast"), "descent must be one of"),
+    ],
+)
+def test_lp_direction_options_are_validated(kwargs, fragment):
+    with pytest.raises(ValueError, match=fragment.replace("(", r"\(").replace(")", r"\)")):
+        lp_direction([1.0, 2.0], [0.5, 0.5], np.eye(2), **kwargs)
+
+
+def test_mixed_good_and_bad_batches_name_the_bad_row():
+    rng = np.random.default_rng(0)
+    l = np.exp(rng.normal(size=(6, 3)))
+    lam = rng.dirichlet(np.ones(3), size=6)
+    C = np.broadcast_to(np.eye(3), (6, 3, 3)).copy()
+    bad = l.copy()
+    bad[4, 1] = -1.0
+    with pytest.raises(ValueError, match=r"losses must be strictly positive; entry \(4, 1\) is -1\.0"):
+        lp_direction(bad, lam, C)
+    badp = lam.copy()
+    badp[2] = [0.5, 0.5, 0.5]
+    with pytest.raises(ValueError, match=r"row \(2,\)"):
+        lp_direction(l, badp, C)
+    badC = C.copy()
+    badC[5] = [[1, 0, 0], [0, -1, 0], [0, 0, 1]]
+    with pytest.raises(ValueError, match=r"positive semi-definite; instance \(5,\)"):
+        lp_direction(l, lam, badC)
+
+
+def test_cluster_clients_without_clients():
+    with pytest.raises(ValueError, match=r"losses_ref must hold at least one client; got shape \(0, 3\)"):
+        cluster_clients(np.zeros((0, 3)), np.zeros((0, 3)), threshold=0.2)
+
+
+def test_diverging_phase1_names_phase_round_client_and_step_size():
+    from sim.algorithm import DivergenceError, Phase1Config, ProblemSpec, build_problem, phase1
+
+    src, w_ref, train, _new, _g = build_problem(ProblemSpec(), np.random.default_rng(0))
+    with pytest.raises(DivergenceError, match=r"phase1 cluster 0 round \d+ .*client \d+ .*step size 3\.0.*diverged"):
+        phase1(src, train, w_ref, Phase1Config(rounds=400, eta_local=3.0), np.random.default_rng(0))
