@@ -89,6 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--cache-dir", default=None, help="cache of the converted default model")
     b.add_argument("--reverse", action="store_true",
                    help="take the call groups last first (a second process on the same work meets the first)")
+    b.add_argument("--keep-timeouts", action="store_true",
+                   help="do not sample again the prompts whose responses a call deadline cut off")
     b.add_argument("--score-only", action="store_true",
                    help="generate nothing: score the prompts already generated in --work and write the data file")
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -266,7 +268,8 @@ def _data_build(args) -> int:
             raise GenerationFileError(f"--score-only: no generated prompts in {args.work}")
     else:
         records = run_generation(None, None, prompts, settings, args.work, info, shard=args.shard,
-                                 reverse=args.reverse, progress=not args.no_progress, loader=loader)
+                                 reverse=args.reverse, retry_timeouts=not args.keep_timeouts,
+                                 progress=not args.no_progress, loader=loader)
     if args.shard[1] > 1 or args.reverse:
         print(f"shard {args.shard[0] + 1}/{args.shard[1]} done; {len(records)} prompts generated in {args.work}")
         return 0

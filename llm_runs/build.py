@@ -67,12 +67,19 @@ def generation_files(work: str | os.PathLike) -> list[Path]:
     return sorted(work.glob("generations*.jsonl"))
 
 
+def has_timeout(record: dict) -> bool:
+    """Whether a prompt record has a response cut off by the deadline of its ``generate`` call."""
+    return any(x.get("cut_off") == "timeout" for x in record["responses"])
+
+
 def read_work(work: str | os.PathLike, want: dict | None = None) -> list[dict]:
-    """All prompt records of a build directory (every generation file; the first copy of a prompt wins).
+    """All prompt records of a build directory (every generation file; of several copies of a prompt the first
+    without a deadline cut-off wins, else the first).
 
     With ``want`` (a header), a file whose header does not match raises :class:`GenerationFileError`.
     """
-    seen, out = set(), []
+    seen: dict[str, int] = {}
+    out: list[dict] = []
     for path in generation_files(work):
         header, records = read_generations(path)
         if header is not None and want is not None and _comparable(header) != _comparable(want):
@@ -81,9 +88,12 @@ def read_work(work: str | os.PathLike, want: dict | None = None) -> list[dict]:
                 f"({_comparable(header)} != {_comparable(want)}); use another --work directory or delete it"
             )
         for r in records:
-            if r["id"] not in seen:
-                seen.add(r["id"])
+            k = seen.get(r["id"])
+            if k is None:
+                seen[r["id"]] = len(out)
                 out.append(r)
+            elif has_timeout(out[k]) and not has_timeout(r):
+                out[k] = r
     return out
 
 
@@ -132,6 +142,7 @@ def run_generation(
     *,
     shard: tuple[int, int] = (0, 1),
     reverse: bool = False,
+    retry_timeouts: bool = True,
     progress: bool = True,
     loader=None,
 ) -> list[dict]:
@@ -145,7 +156,9 @@ def run_generation(
     With ``model=None`` and ``tokenizer=None``, ``loader()`` returns them, called only if a prompt is missing.
     ``reverse`` takes the groups last first (and writes ``...r.jsonl``): a second process on the same shard meets
     the first in the middle. Before each call the directory is read again, so a group another process has
-    finished meanwhile is skipped.
+    finished meanwhile is skipped. With ``retry_timeouts`` a prompt whose responses were cut off by the deadline
+    (a slow or stalled machine, not the model) counts as not done, and its group is sampled again with the same
+    seed; the complete copy then replaces the cut one.
     """
     i_shard, n_shard = shard
     if not (0 <= i_shard < n_shard):
@@ -156,7 +169,10 @@ def run_generation(
     want = generation_header(model_info, settings)
     others = read_work(work, want)
     header, records = read_generations(path)
-    done = {r["id"] for r in others}
+    def finished(records):
+        return {r["id"] for r in records if not (retry_timeouts and has_timeout(r))}
+
+    done = finished(others)
     work.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:  # rewrite without a torn tail, then append
         f.write(json.dumps(header if header is not None else want) + "\n")
@@ -180,7 +196,7 @@ def run_generation(
         model, tokenizer = loader()
     with open(path, "a", encoding="utf-8") as f:
         for g, grp in todo:
-            done = {r["id"] for r in read_work(work, want)}
+            done = finished(read_work(work, want))
             grp = [(pid, text) for pid, text in grp if pid not in done]
             if not grp:
                 if bar is not None:

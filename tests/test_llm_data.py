@@ -363,3 +363,19 @@ def test_cli_stats_and_errors(data_file, tmp_path):
     assert bad.returncode == 2 and "positive integer" in bad.stderr
     bad = _cli("data", "build", "--shard", "3/2")
     assert bad.returncode == 2 and "1 <= I <= N" in bad.stderr
+
+
+def test_prompts_cut_by_the_deadline_are_sampled_again(tiny, tmp_path):
+    model, tok = tiny
+    prompts = [("t-0", "One."), ("t-1", "Two.")]
+    slow = GenerationSettings(responses_per_prompt=2, max_new_tokens=5, prompts_per_call=1, timeout_s=1e-9)
+    cut = run_generation(model, tok, prompts, slow, tmp_path, MODEL, progress=False)
+    assert all(x["cut_off"] == "timeout" for r in cut for x in r["responses"])
+    kept = run_generation(model, tok, prompts, slow, tmp_path, MODEL, retry_timeouts=False, progress=False)
+    assert kept == cut
+    fine = GenerationSettings(responses_per_prompt=2, max_new_tokens=5, prompts_per_call=1)
+    again = run_generation(model, tok, prompts, fine, tmp_path, MODEL, progress=False)
+    assert [r["id"] for r in again] == ["t-0", "t-1"]
+    assert not any(x["cut_off"] == "timeout" for r in again for x in r["responses"])
+    fresh = run_generation(model, tok, prompts, fine, tmp_path / "fresh", MODEL, progress=False)
+    assert [r["responses"] for r in again] == [r["responses"] for r in fresh]  # same seeds as an uncut build
