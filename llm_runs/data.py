@@ -422,12 +422,15 @@ def agreement_table(cands: Candidates, objectives=None, *, margin: float = 0.25)
         "responses": int(n_resp),
         "finished": int(cands.finished.sum()),
         "cut_off": int(n_resp - cands.finished.sum()),
+        "cut_off_length": sum(c == "length" for row in cands.cut_off for c in row),
+        "cut_off_timeout": sum(c == "timeout" for row in cands.cut_off for c in row),
         "mean_tokens": float(cands.n_tokens.mean()),
         "max_new_tokens": cands.header["generation"].get("max_new_tokens"),
     }
     lines = [
         f"data file {cands.path}: {resp['prompts']} prompts x {n_resp // max(resp['prompts'], 1)} responses, "
-        f"{resp['cut_off']} cut off (of {n_resp}), mean {resp['mean_tokens']:.0f} new tokens "
+        f"{resp['cut_off']} of {n_resp} cut off ({resp['cut_off_length']} at the token limit, "
+        f"{resp['cut_off_timeout']} by a call deadline), mean {resp['mean_tokens']:.0f} new tokens "
         f"(max {resp['max_new_tokens']}), model {cands.header['model'].get('name')}",
         "",
         f"within-prompt Kendall tau_b (mean over prompts, sd, [q25, q75], share < 0), pooled correlations, "

