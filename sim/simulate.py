@@ -49,7 +49,7 @@ from sim.algorithm import (
 )
 
 __all__ = ["ProblemSpec", "Preset", "PRESETS", "build_problem", "preset_variant", "preference_spread", "simulate",
-           "main"]
+           "write_run", "main"]
 
 
 @dataclass(frozen=True)
@@ -126,6 +126,15 @@ def simulate(preset: Preset, seed: int, *, progress=None):
     summary.update(delta_lambda=preference_spread(src.prefs, res), problem=preset.problem.__dict__,
                    planted_groups=[int(g) for g in groups], params=preset.config.to_dict())
     return res, summary
+
+
+def write_run(out: Path, res, summary: dict) -> None:
+    """Write the run directory ``out`` (created if missing): ``trajectory.csv`` (the records of ``res``) and
+    ``summary.json`` (``summary``), each atomically."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    cli.atomic_write_text(out / "trajectory.csv", res.records.to_csv(index=False))
+    cli.atomic_write_text(out / "summary.json", json.dumps(summary, indent=2))
 
 
 class _Progress:
@@ -206,9 +215,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{spec.n_groups * spec.n_new} new clients, m={spec.m}, n_w={spec.n_w}", file=sys.stderr, flush=True)
     res, summary = simulate(preset, args.seed, progress=_Progress(args.quiet))
     seconds = time.perf_counter() - t0
-    cli.atomic_write_text(args.out / "trajectory.csv", res.records.to_csv(index=False))
     summary.update(preset=args.preset, seed=args.seed, seconds=seconds)
-    cli.atomic_write_text(args.out / "summary.json", json.dumps(summary, indent=2))
+    write_run(args.out, res, summary)
     print(_screen(summary, args.out, seconds))
     return 0
 
