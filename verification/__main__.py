@@ -3,6 +3,7 @@
     python -m verification list
     python -m verification run [ID ...] [--json PATH [--resume]] [--seed N] [--baseline PATH]
     python -m verification report [ID ...] [--out DIR] [--scale default|paper] [--seed N] [--resume] [--sweep DIR]
+                                  [--llm-run DIR ... | --no-llm]
     python -m verification power [ID ...] [--factor 0.5] [--seed N] [--search default|paper|none] [--json PATH]
     python -m verification sweep [ID ... | --mc] --seeds A:B [--scale default|paper]
                                  [--workers K | --scheduler ADDRESS] --out DIR
@@ -16,7 +17,10 @@
 
 ``report`` runs the checks and the studies and writes the dashboard and figures (:mod:`verification.report`),
 logging each statement to ``DIR/results.jsonl`` as it finishes; ``--resume`` finishes an interrupted report;
-``--sweep DIR`` adds the summary of a sweep to the dashboard.
+``--sweep DIR`` adds the summary of a sweep to the dashboard. The dashboard's "LLM run" section
+(:mod:`verification.llm_section`) runs the LLM smoke preset (``python -m llm_runs run --preset smoke --out
+DIR/llm-run``) unless ``--llm-run DIR`` names an earlier run directory (repeat it for runs at several S) or
+``--no-llm`` skips the section; a ``--llm-run`` that is not a run directory is a usage error.
 
 ``sweep`` runs every (statement, seed) cell as a Dask task, on a local cluster of K worker processes or on the
 cluster of an existing scheduler, writes each cell's result row to ``DIR/cells/<id>/<seed>.json`` as it finishes
@@ -218,10 +222,26 @@ def _cmd_report(args: argparse.Namespace) -> int:
             sweep_summary = read_summary(args.sweep)
         except CellFolderError as exc:
             raise UsageError(f"argument --sweep: {exc}") from None
+    llm_runs = None
+    if args.llm_run:
+        if args.no_llm:
+            raise UsageError("argument --no-llm: not allowed with argument --llm-run")
+        from .run_records import load_run
+
+        for d in args.llm_run:
+            try:
+                run = load_run(d)
+            except ValueError as exc:
+                raise UsageError(f"argument --llm-run: {exc}") from None
+            if run.kind != "llm":
+                raise UsageError(f"argument --llm-run: {d!r} is a synthetic run (sim.simulate), not an LLM run "
+                                 "(python -m llm_runs run)")
+        llm_runs = list(args.llm_run)
     out = cli.check_writable_dir(args.out, "--out")
     try:
         res = build_report(out, ids=[s.id for s in stmts], scale=args.scale, seed=args.seed,
-                           studies=not args.no_studies, resume=args.resume, sweep=sweep_summary)
+                           studies=not args.no_studies, resume=args.resume, sweep=sweep_summary,
+                           llm=not args.no_llm, llm_runs=llm_runs)
     except resultlog.ResultLogError as exc:
         raise UsageError(f"argument --resume: {exc}") from None
     except KeyboardInterrupt:
@@ -246,6 +266,12 @@ def _add_report(sub) -> None:
     p.add_argument("--sweep", metavar="DIR",
                    help="add the sweep in DIR (the --out folder of `python -m verification sweep`) to the dashboard: "
                         "verdicts and tightness spread over its seeds, Monte Carlo failure rates, one figure")
+    p.add_argument("--llm-run", action="append", metavar="DIR",
+                   help="the LLM section reads this run directory of `python -m llm_runs run` (trajectory.csv, "
+                        "summary.json) instead of running the smoke preset; repeat for runs at several S")
+    p.add_argument("--no-llm", action="store_true",
+                   help="skip the LLM section (by default it runs `python -m llm_runs run --preset smoke` on the "
+                        "embedded model, and says so when torch or the model is not installed)")
     p.set_defaults(func=_cmd_report)
 
 

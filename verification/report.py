@@ -75,6 +75,7 @@ class ReportResult:
     sweep_figures: dict[str, str] = dataclasses.field(default_factory=dict)
     sweep_missing: dict[str, str] = dataclasses.field(default_factory=dict)
     budget: dict[str, Any] = dataclasses.field(default_factory=dict)
+    llm: Any = None  # the LLM section (verification.llm_section.LLMSection), None when not made
 
     def summary(self) -> str:
         counts: dict[str, int] = {}
@@ -98,6 +99,10 @@ class ReportResult:
             + (f", {len(self.missing_figures)} missing: {', '.join(self.missing_figures)}" if self.missing_figures else ""),
             f"  dashboard: {self.out_dir / 'index.html'} and {self.out_dir / 'README.md'}",
         ]
+        if self.llm is not None:
+            lines.insert(-1, f"  LLM section: {self.llm.status} ({len(self.llm.figures)} figure(s)"
+                             + (f", {len(self.llm.missing_figures)} missing" if self.llm.missing_figures else "")
+                             + f"): {self.llm.message}")
         if self.sweep is not None:
             lines.insert(-1, f"  sweep section: {len(self.sweep['statements'])} statement(s) over seeds "
                              f"{self.sweep['seeds'][0]}..{self.sweep['seeds'][1] - 1}, "
@@ -341,14 +346,20 @@ def _power_totals(rows) -> str:
 def build_report(out_dir: str | Path = "reports", *, scale: str = "default", seed: int = registry.DEFAULT_SEED,
                  ids=None, studies: bool = True, progress: Callable[[str], None] = _progress,
                  resume: bool = False, sweep: dict[str, Any] | None = None,
-                 search: str | None = "auto") -> ReportResult:
+                 search: str | None = "auto", llm: bool = False, llm_runs=None) -> ReportResult:
     """Run every check (and the studies) and write the report to ``out_dir`` (see the module docstring).
     ``search``: the falsification-search budget (``"auto"``: by the scale, :data:`SEARCH_BUDGET`; ``None``: none).
 
     With ``resume=True`` the statements recorded in ``out_dir/results.jsonl`` by an interrupted report with the
     same ids, scale, seed and package version are not run again; a log that cannot be resumed raises
     :class:`~verification.resultlog.ResultLogError` before any statement runs. ``sweep``, the summary of a
-    sweep (:func:`verification.sweep.read_summary`), adds its section and figure to the dashboard."""
+    sweep (:func:`verification.sweep.read_summary`), adds its section and figure to the dashboard.
+
+    The "LLM run" section (:mod:`verification.llm_section`): with ``llm=True`` the LLM smoke preset runs now as a
+    subprocess (``python -m llm_runs run``; the section says so when torch or the model is missing), with
+    ``llm_runs`` (run directories) those runs are read; the synthetic smoke runs beside them, the run studies
+    (:mod:`verification.llm_studies`, into ``studies.json``) and their figures follow. Otherwise the section says
+    it was skipped."""
     from . import figures  # plotting is imported only when a report is made
 
     if scale not in SCALES:
@@ -394,8 +405,22 @@ def build_report(out_dir: str | Path = "reports", *, scale: str = "default", see
                 tables[st.id] = dict(st.tables)
                 _write_tables(out, st.id, st.tables)
                 progress(f"  {st.id}: {', '.join(st.tables)}")
-            _write_json(out / "studies.json", [{"id": st.id, "name": st.name, "summary": st.summary,
-                                                "notes": st.notes} for st in study_results])
+
+    from .llm_section import LLMSection, build_llm_section
+
+    if llm or llm_runs:
+        llm_sec = build_llm_section(out, llm_runs=llm_runs, seed=seed, progress=progress, tables=tables)
+        for st in llm_sec.results:
+            _write_tables(out, st.id, st.tables)
+    else:
+        llm_sec = LLMSection("skipped", "The LLM section was skipped (--no-llm).")
+    if studies or llm_sec.results:
+        _write_json(out / "studies.json", [{"id": st.id, "name": st.name, "summary": st.summary, "notes": st.notes}
+                                           for st in study_results]
+                    + [llm_sec.to_json()]
+                    + [{"id": st.id, "name": st.name, "summary": st.summary, "notes": st.notes,
+                        "runs": [r.describe() for r in llm_sec.llm_runs[:1] + [llm_sec.synthetic] if r is not None]}
+                       for st in llm_sec.results])
 
     progress("drawing the figures ...")
     fig_dir = out / "figures"
@@ -411,7 +436,7 @@ def build_report(out_dir: str | Path = "reports", *, scale: str = "default", see
     res = ReportResult(out_dir=out, rows=rows, figures=drawn, missing_figures=missing, seconds=seconds,
                        failed=any(map(resultlog.row_failed, rows))
                        or budget["total"] > FAMILY_WISE_BUDGET * (1 + 1e-12), budget=budget, sweep=sweep,
-                       sweep_figures=sweep_drawn, sweep_missing=sweep_missing)
+                       sweep_figures=sweep_drawn, sweep_missing=sweep_missing, llm=llm_sec)
     atomic_write_text(out / "README.md", dashboard_markdown(res, results, study_results, scale=scale, seed=seed))
     atomic_write_text(out / "index.html", dashboard_html(res, results, study_results, scale=scale, seed=seed))
     return res
@@ -611,6 +636,10 @@ def dashboard_markdown(res: ReportResult, results, study_results, *, scale: str,
         lines += [f"* figure `{f}` not drawn: {why}"]
     if res.sweep is not None:
         lines += ["", *_sweep_markdown(res)]
+    if res.llm is not None:
+        from .llm_section import section_markdown
+
+        lines += ["", *section_markdown(res.llm)]
     if study_results:
         lines += ["", "## Studies the paper did not carry out", ""]
         for st in study_results:
@@ -751,6 +780,10 @@ def dashboard_html(res: ReportResult, results, study_results, *, scale: str, see
                                      for f, w in res.missing_figures.items()) + "</ul>")
     if res.sweep is not None:
         body.append(_sweep_html(res))
+    if res.llm is not None:
+        from .llm_section import section_html
+
+        body.append(section_html(res.llm))
     if study_results:
         body.append("<h2>Studies the paper did not carry out</h2>")
         for st in study_results:

@@ -1,0 +1,270 @@
+"""Tests of the run studies (verification.llm_studies), the run-directory reader (verification.run_records), their
+figures and the dashboard's LLM section, on a real synthetic run directory (``sim.simulate``'s smoke preset, the
+same record schema as an LLM run). The LLM-only parts (per-objective columns, the preference study, a real LLM
+run) are in tests/test_llm_report.py under the ``llm`` marker."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from sim.simulate import PRESETS, simulate, write_run
+from verification import llm_studies as LS
+from verification.run_records import REQUIRED_COLUMNS, load_run, step_rows, training_iterates
+
+
+@pytest.fixture(scope="module")
+def sim_dir(tmp_path_factory):
+    """A real synthetic run directory: sim.simulate's smoke preset, seed 0."""
+    d = tmp_path_factory.mktemp("sim") / "sim-run"
+    res, summary = simulate(PRESETS["smoke"], 0)
+    summary.update(preset="smoke", seed=0)
+    write_run(d, res, summary)
+    return d
+
+
+@pytest.fixture(scope="module")
+def run(sim_dir):
+    return load_run(sim_dir)
+
+
+@pytest.fixture(scope="module")
+def results(run):
+    res, not_run = LS.run_llm_studies([run])
+    return {r.id: r for r in res}, not_run
+
+
+# ------------------------------------------------------------------------------------------------ reader
+
+
+def test_reader_kind_and_iterates(run):
+    assert run.kind == "sim" and run.label == "synthetic" and run.psi_star == "planted"
+    assert "planted" in run.describe()
+    it = training_iterates(run)
+    # every (client, t) once; t runs over 0 .. R + R' without gaps
+    assert not it.duplicated(["client", "t"]).any()
+    R = int(run.records.loc[run.records["phase"] == "phase1", "round"].max())
+    R2 = int(run.records.loc[run.records["phase"] == "phase2", "round"].max())
+    for _, g in it.groupby("client"):
+        assert g["t"].tolist() == list(range(R + R2 + 1))
+    st = step_rows(run)
+    assert (st["local_steps"] > 0).all() and set(st["phase"]) == {"phase1", "phase2"}
+
+
+def test_reader_rejects_bad_directories(tmp_path, sim_dir):
+    with pytest.raises(ValueError, match="summary.json is missing"):
+        (tmp_path / "a").mkdir()
+        (tmp_path / "a" / "trajectory.csv").write_text("x\n1\n")
+        load_run(tmp_path / "a")
+    d = tmp_path / "b"
+    d.mkdir()
+    df = pd.read_csv(sim_dir / "trajectory.csv").drop(columns=["margin_Jeps"])
+    df.to_csv(d / "trajectory.csv", index=False)
+    (d / "summary.json").write_text((sim_dir / "summary.json").read_text())
+    with pytest.raises(ValueError, match="margin_Jeps"):
+        load_run(d)
+    (d / "summary.json").write_text("{not json")
+    with pytest.raises(ValueError, match="not JSON"):
+        load_run(d)
+    assert "margin_Jeps" in REQUIRED_COLUMNS
+
+
+def test_every_study_runs_on_a_synthetic_run(results):
+    res, not_run = results
+    assert set(res) | set(not_run) == set(LS.LLM_STUDIES)
+    assert not_run == {}
+    for r in res.values():
+        json.dumps(r.summary, allow_nan=False)
+        assert r.notes and r.tables
+        for name, df in r.tables.items():
+            bad = [c for c in df.columns if c != c.lower() or " " in c]
+            assert not bad, (r.id, name, bad)
+    # the preference study needs per-objective held-out columns: a synthetic run has none, and it says so
+    assert res["llm-preference"].summary["available"] is False
+
+
+def test_studies_are_deterministic(run, results):
+    again, _ = LS.run_llm_studies([run])
+    for r in again:
+        first = results[0][r.id]
+        assert json.dumps(r.summary, sort_keys=True) == json.dumps(first.summary, sort_keys=True)
+        for name in r.tables:
+            pd.testing.assert_frame_equal(r.tables[name], first.tables[name], check_exact=True)
+
+
+# ------------------------------------------------------------------------------------------------ eq 71
+
+
+def test_eq71_constants_come_from_the_calibration_window_only(run, results):
+    res = results[0]["llm-eq71-trajectory"]
+    pts, consts = res.tables["points"], res.tables["constants"]
+    it = training_iterates(run)
+    for scheme in LS.CALIBRATION_SCHEMES:
+        cal, _, t0 = LS.calibration_masks(it, scheme)
+        c = it[cal]
+        for cl, g in c.groupby("cluster"):
+            k = consts[(consts["scheme"] == scheme) & (consts["cluster"] == cl)]
+            assert (k["beta_bar"] == g["beta"].max()).all()
+            rho_min = it.loc[it["cluster"] == cl, "rho"].min()
+            assert np.allclose(k["delta_bar_h14"], math.sqrt(g["dispersion"].max() / rho_min), rtol=0, atol=0)
+        p = pts[pts["scheme"] == scheme]
+        assert (p.loc[p["window"] == "test", "t"] >= t0).all() and (p.loc[p["window"] == "calibration", "t"] < t0).all()
+
+
+def test_eq71_can_fail(run, results):
+    """Negative control: β raised tenfold on the test window breaks eq 71 there, the constants do not move."""
+    it = training_iterates(run)
+    cal, _, t0 = LS.calibration_masks(it, "phase1_first_half")
+    rec = run.records.copy()
+    late = rec["t"] >= t0
+    rec.loc[late, "beta"] = 10.0 * rec.loc[late, "beta"] + 1.0
+    broken = type(run)(path=run.path, kind=run.kind, records=rec, summary=run.summary, objectives=None)
+    res = LS.study_eq71_trajectory([broken])
+    ok = LS.study_eq71_trajectory([run])
+    h = res.summary["headline"]["synthetic"]
+    assert h["phase1"]["frac_rounds_eq71"] == 0.0 and h["phase2"]["frac_beta_ok"] == 0.0
+    a, b = (r.tables["constants"] for r in (res, ok))
+    a, b = (x[x["scheme"] == "phase1_first_half"] for x in (a, b))
+    pd.testing.assert_frame_equal(a, b)
+
+
+# ------------------------------------------------------------------------------------------------ H.20
+
+
+def test_h20_ratio_definitions(run, results):
+    res = results[0]["llm-H20-ratio"]
+    pts = res.tables["points"]
+    inc = pts[~pts["dm_zero"]]
+    assert np.allclose(inc["ratio"], inc["margin"] / inc["dm_norm"] ** 2, rtol=1e-15, atol=0)
+    assert pts.loc[pts["dm_zero"], "ratio"].isna().all()
+    assert (pts["dm_zero"] == (pts["dm_norm"] <= 1e-3 * pts["generator_bound"])).all()
+    # the LP constrains the bottleneck set (4c): no negative numerator on J* beyond LP roundoff, in either mode
+    js = pts[pts["index_set"] == "J_star"]
+    assert not js["numerator_negative"].any()
+    for key in ("J_star.phase1", "J_star.phase2", "J_eps.phase1", "J_eps.phase2", "J_star.all", "J_eps.all"):
+        assert key in res.summary["synthetic"]
+    # distributions by client and phase, both index sets
+    q = res.tables["quantiles_by_client"]
+    assert set(q["index_set"]) == {"J_star", "J_eps"} and set(q["phase"]) == {"phase1", "phase2"}
+    assert q["client"].nunique() == training_iterates(run)["client"].nunique()
+    sens = res.tables["dm_zero_sensitivity"]
+    counts = sens[(sens["index_set"] == "J_eps") & (sens["phase"] == "phase1")].sort_values("dm_zero_rtol")
+    assert counts["n_dm_zero"].is_monotonic_increasing  # a larger threshold excludes more points
+
+
+# ------------------------------------------------------------------------------------------------ H_Cn / H.6
+
+
+def test_dispersion_and_h6_statuses(run, results):
+    res = results[0]["llm-H8-dispersion"]
+    br, h6 = res.tables["by_round"], res.tables["h6_status"]
+    it = training_iterates(run)
+    merged = br.merge(it.groupby(["cluster", "t"])["dispersion"].first().rename("rec").reset_index(),
+                      on=["cluster", "t"])
+    assert (merged["dispersion"] == merged["rec"]).all()
+    desc = it.groupby(["cluster", "t"])["lp_mode"].apply(lambda m: bool((m != "balance").any())).rename("desc")
+    m = h6.merge(desc.reset_index(), on=["cluster", "t"])
+    assert ((m["status"] == "descent_client") == m["desc"]).all()
+    assert set(h6["status"]) <= {"descent_client", "undetermined_all_balancing"}  # no J* without the losses
+
+
+# ------------------------------------------------------------------------------------------------ contraction
+
+
+def test_contraction_constants_hold_on_their_window(run, results):
+    res = results[0]["llm-contraction"]
+    tr, c = res.tables["trajectory"], res.tables["constants"]
+    cal = tr[tr["window"] == "calibration"]
+    assert cal["h19_holds"].all()  # (c_d, b_i) make eq 51 hold on the calibration points by construction
+    t0 = int(c["t0"].iloc[0])
+    first = tr[tr["t"] == t0]
+    assert first["within_bound"].all()  # at t0 the bound is r^t0 + band
+    assert (c["c_d"] * np.maximum(c["eta_phase1"], c["eta_phase2"]) <= 1 + 1e-12).all()
+    from sim.constants import band_radius
+
+    for _, row in c.iterrows():
+        band = band_radius(row["c_d"], row["b"], row["eta_phase1"], row["lam_max"], row["grad_bound_cal"], 0.0,
+                           np.array([row["delta_bar"]]), eta_II=row["eta_phase2"])
+        assert band[0] == pytest.approx(row["band"], rel=1e-14)
+
+
+def test_lambda_max_is_recovered_from_the_records(run):
+    from verification.run_records import lambda_max
+
+    st = step_rows(run)
+    lam = lambda_max(run, st)
+    per = pd.Series(lam).groupby(st["client"].to_numpy()).agg(["min", "max"])
+    assert (per["max"] - per["min"] <= 1e-12).all() and ((per["min"] > 0) & (per["max"] <= 1)).all()
+
+
+# ------------------------------------------------------------------------------------------------ pipelines
+
+
+def test_pipelines_agree_with_the_run_summary(run, results):
+    res = results[0]["llm-pipelines"]
+    df = res.tables["gap_vs_k"]
+    K = int(df["k_max"].max())
+    s = run.summary
+    for method, g in df[df["k"] == K].groupby("method"):
+        assert g["gap"].mean() == pytest.approx(s["mean_final_gap"][method], rel=1e-12)
+        want = s["mean_final_gap"][method] - s["mean_final_gap"]["pipeline2"]
+        assert g["gap_minus_pipeline2"].mean() == pytest.approx(want, rel=1e-9, abs=1e-12)
+    key = f"S={s['params']['adapt']['S']}"
+    assert res.summary["synthetic"][key]["pipeline1_wII"]["K"] == K
+    assert "mu_PL" in res.summary["eq91"]
+
+
+# ------------------------------------------------------------------------------------------------ figures, section
+
+
+def test_llm_figures_are_drawn_with_captions(results, tmp_path):
+    from verification import figures
+    from verification.llm_figures import LLM_FIGURES
+
+    tables = {r.id: r.tables for r in results[0].values()}
+    drawn, missing = figures.draw_all(tmp_path, [], tables, figures=LLM_FIGURES)
+    assert all("llm" in f for f in LLM_FIGURES)
+    assert set(missing) == {"llm_preference.png"}  # no held-out columns in a synthetic run
+    assert {"llm_trajectory_hypothesis.png", "llm_h20_ratio.png", "llm_dispersion_by_clustering.png",
+            "llm_pipelines_vs_k.png"} <= set(drawn)
+    for f, cap in drawn.items():
+        assert (tmp_path / f).stat().st_size > 10_000
+        assert "Measured" in cap or "measured" in cap or "Gap" in cap or "Per training client" in cap
+
+
+def test_section_without_an_llm_says_why_and_goes_on(tmp_path, monkeypatch):
+    """torch / the model missing: the section says so, the synthetic side is still studied and drawn."""
+    from verification import llm_section
+
+    monkeypatch.setattr(llm_section, "llm_unavailable", lambda: "torch is not installed (test)")
+    monkeypatch.setattr(llm_section, "SIM_S_VALUES", (16,))
+    sec = llm_section.build_llm_section(tmp_path, seed=0)
+    assert sec.status == "unavailable" and "torch is not installed (test)" in sec.message
+    assert sec.synthetic is not None and not sec.llm_runs
+    assert {r.id for r in sec.results} >= {"llm-eq71-trajectory", "llm-H20-ratio", "llm-pipelines"}
+    md = "\n".join(llm_section.section_markdown(sec))
+    assert md.startswith("## LLM run") and "torch is not installed (test)" in md
+    assert "llm_h20_ratio.png" in md
+    html = llm_section.section_html(sec)
+    assert "<h2>LLM run</h2>" in html
+
+
+def test_skipped_section(tmp_path):
+    from verification import llm_section
+
+    sec = llm_section.build_llm_section(tmp_path, enabled=False)
+    assert sec.status == "skipped" and not sec.results
+    assert "--no-llm" in "\n".join(llm_section.section_markdown(sec))
+
+
+def test_llm_run_option_rejects_a_synthetic_run(sim_dir, capsys, no_statement_runs):
+    from verification.__main__ import main
+
+    assert main(["report", "S4", "--out", str(sim_dir.parent / "rep"), "--llm-run", str(sim_dir)]) == 2
+    assert "argument --llm-run" in capsys.readouterr().err
+    assert main(["report", "S4", "--out", str(sim_dir.parent / "rep"), "--llm-run", str(sim_dir.parent / "nope")]) == 2
+    assert "is not a run directory" in capsys.readouterr().err

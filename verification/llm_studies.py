@@ -1,0 +1,845 @@
+r"""Studies of the theory's hypotheses along recorded runs of Algorithm 1: an LLM run beside a synthetic one.
+
+Reported, not pass/fail (like :mod:`verification.studies`): each study reads the records of one or more run
+directories (:mod:`verification.run_records`: ``python -m llm_runs run`` or ``python -m sim.simulate``, the same
+record schema) and returns a :class:`~verification.studies.StudyResult` whose tables carry a ``source`` column
+(``LLM`` / ``synthetic``), so the same study on the LLM run and on a synthetic run sits side by side. Nothing is
+re-computed from a model: every number is a function of the records, and where a quantity the theory needs is not
+recorded the study says so in its summary (``not_recorded``) instead of guessing it.
+
+========================  ======================================================================================
+id                        content (THEOREMS.md)
+========================  ======================================================================================
+llm-eq71-trajectory       the trajectory hypothesis eq 71 (H.29/H.31/H.32): per client and round ``β_i^t ≤ β̄``
+                          and ``Δ_i^t ≤ Δ̄_i`` with ``β̄``, ``Δ̄_i`` set on a calibration window and checked on
+                          the later rounds, by phase
+llm-H20-ratio             the Lemma H.20 (ii) ratio ``min_{j∈J} λ_j d_iᵀg_j / ‖d_M,i‖²`` for ``J = J*`` and
+                          ``J = J*_ε`` separately, the ``d_M ≈ 0`` rule, negative numerators, by client and phase
+llm-H8-dispersion         ``H_Cn(w^t)`` of the Stage-1+2 clusters along Phase 1 and Phase 2 (Remark H.8) and
+                          what the records say about a common LP basis (H.6)
+llm-contraction           ``r̂_i^t = ψ_i − ψ̂_i*`` per client against the two-phase band ``ε̂_{0,i}`` (eq 74/75)
+                          with H.19 constants estimated on the calibration window
+llm-pipelines             Pipeline 1 (from ``w_I``, ``w_II``, AdamW) vs Pipeline 2 and the baselines for the new
+                          clients against the adaptation step ``k ≤ K`` and the batch size ``S``; eq 91
+llm-preference            per objective, held-out preference accuracy and DPO loss before and after training, per
+                          client, against the client's ``λ`` (LLM runs only)
+========================  ======================================================================================
+
+**Calibration window** (studies llm-eq71-trajectory and llm-contraction). A constant that a hypothesis is checked
+against is never estimated on the rounds it is checked on. Two schemes:
+
+* ``phase1_first_half``: the constants come from the Phase-1 iterates ``t < t_cal = max(1, ⌈R/2⌉)`` (``R``
+  Phase-1 rounds); the check runs on every later iterate (the rest of Phase 1, ``w_I``, and Phase 2 up to
+  ``w_II``): ``t_0 = t_cal``;
+* ``phase1_for_phase2``: the constants come from every Phase-1 iterate (``w_ref .. w_I``), the check runs on the
+  Phase-2 iterates.
+
+``β̄`` (one per cluster, as in eq 71) is the largest ``β_i`` of the cluster's clients on the window. ``Δ̄_i`` by two
+methods: ``h14`` — Corollary H.14 with ``Δ̄_i = √(H̄/ρ_min)``, ``H̄`` the largest ``H_Cn`` on the window (the choice
+the seed names after Theorem H.31); ``window`` — ``Δ̄_i`` the largest ``Δ_i`` of client ``i`` on the window. The
+region ``𝒩`` of eq 71 is not recorded and not checked.
+
+Entry point: :func:`run_llm_studies` (``runs``: :class:`~verification.run_records.RunRecords`, LLM and synthetic;
+``out_dir``: tables and summaries written as :func:`verification.studies.run_studies` does).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from sim.constants import band_radius, descent_margin_constants, h20_constants
+from sim.preference import bottleneck_set
+from verification.evidence import to_jsonable
+from verification.run_records import (
+    ADAPTATION_PHASES,
+    PIPELINE2_PHASE,
+    RunRecords,
+    lambda_max,
+    objective_columns,
+    step_rows,
+    training_iterates,
+)
+from verification.studies import StudyResult, _num, _quantile_rows
+
+__all__ = [
+    "CALIBRATION_SCHEMES",
+    "DEVIATION_METHODS",
+    "LLMStudyConfig",
+    "LLMStudy",
+    "LLM_STUDIES",
+    "calibration_masks",
+    "study_eq71_trajectory",
+    "study_h20_ratio_run",
+    "study_h8_dispersion_run",
+    "study_contraction_run",
+    "study_pipelines_run",
+    "study_preference_run",
+    "run_llm_studies",
+    "RunDataMissing",
+]
+
+#: Calibration schemes of the eq-71 and contraction studies (module docstring).
+CALIBRATION_SCHEMES = ("phase1_first_half", "phase1_for_phase2")
+#: Methods for Δ̄_i (module docstring).
+DEVIATION_METHODS = ("h14", "window")
+#: Relative tolerance of the comparisons β ≤ β̄, Δ ≤ Δ̄, r̂ ≤ bound (records are read back from CSV exactly; this
+#: only absorbs the rounding of the constants' own arithmetic).
+COMPARE_RTOL = 1e-12
+
+
+@dataclass(frozen=True)
+class LLMStudyConfig:
+    """Rules of the run studies.
+
+    ``dm_zero_rtol``: an iterate with ``‖d_M‖ ≤ dm_zero_rtol · λ_max B`` is a "d_M ≈ 0" point (``λ_max B`` bounds
+    every hull generator ``‖λ_j g_j‖``; 1e-3 is above the relative precision of bf16/float32 gradients, so a
+    ``d_M`` that small is not distinguishable from 0 in an LLM run): excluded from the ratio, counted, its
+    numerator still counted for the sign. ``dm_zero_sensitivity``: further thresholds whose counts are reported.
+    ``negative_rtol``: a numerator below ``-negative_rtol · (λ_max B)²`` is negative (LP roundoff: the margin is
+    computed from the same float64 Gram the LP solved with); the strict count ``< 0`` is reported as well.
+    ``headline_scheme`` / ``headline_method``: the calibration scheme and ``Δ̄`` method of the summary's headline
+    numbers and the figures."""
+
+    dm_zero_rtol: float = 1e-3
+    dm_zero_sensitivity: tuple = (1e-2, 1e-3, 1e-4, 1e-6)
+    negative_rtol: float = 1e-9
+    headline_scheme: str = "phase1_first_half"
+    headline_method: str = "h14"
+
+    def __post_init__(self):
+        for name in ("dm_zero_rtol", "negative_rtol"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                raise ValueError(f"LLMStudyConfig.{name} must be a finite number >= 0; got {v!r}")
+        if self.headline_scheme not in CALIBRATION_SCHEMES:
+            raise ValueError(f"LLMStudyConfig.headline_scheme must be one of {CALIBRATION_SCHEMES}; "
+                             f"got {self.headline_scheme!r}")
+        if self.headline_method not in DEVIATION_METHODS:
+            raise ValueError(f"LLMStudyConfig.headline_method must be one of {DEVIATION_METHODS}; "
+                             f"got {self.headline_method!r}")
+
+
+# ================================================================================================ helpers
+
+
+class RunDataMissing(ValueError):
+    """The runs given to a study do not record what it reads (reported by :func:`run_llm_studies`, not raised)."""
+
+
+def _clean(obj):
+    """JSON-ready summary: numbers via :func:`verification.studies._num` (NaN/inf -> None), strings kept."""
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    if isinstance(obj, str):
+        return obj
+    return _num(obj)
+
+
+def _sources(runs: Sequence[RunRecords]) -> list[tuple[str, RunRecords]]:
+    """``(source key, run)``: the run's label (``LLM`` / ``synthetic``), made unique by the directory name."""
+    if not runs:
+        raise ValueError("no run to study: pass at least one RunRecords")
+    labels = [r.label for r in runs]
+    out = []
+    for r in runs:
+        key = r.label if labels.count(r.label) == 1 else f"{r.label}:{r.path.name}"
+        out.append((key, r))
+    return out
+
+
+def _le(a, b) -> np.ndarray:
+    """``a ≤ b`` up to :data:`COMPARE_RTOL` (NaN compares False)."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    return a <= b + COMPARE_RTOL * np.maximum(np.abs(b), np.abs(a))
+
+
+def _frac(mask) -> float | None:
+    m = np.asarray(mask, dtype=bool)
+    return float(m.mean()) if m.size else None
+
+
+def calibration_masks(it: pd.DataFrame, scheme: str) -> tuple[np.ndarray, np.ndarray, int]:
+    """Calibration and test masks of the iterates ``it`` (:func:`~verification.run_records.training_iterates`)
+    under ``scheme`` (:data:`CALIBRATION_SCHEMES`), and ``t_0`` (the first test iterate)."""
+    p1 = it["phase"] == "phase1"
+    R = int(it.loc[p1, "round"].max())
+    if scheme == "phase1_first_half":
+        t0 = max(1, math.ceil(R / 2))
+        cal = (it["t"] < t0).to_numpy()
+    elif scheme == "phase1_for_phase2":
+        t0 = R + 1
+        cal = p1.to_numpy()
+    else:
+        raise ValueError(f"scheme must be one of {CALIBRATION_SCHEMES}; got {scheme!r}")
+    return cal, ~cal, t0
+
+
+def _cluster_constants(it: pd.DataFrame, cal: np.ndarray) -> pd.DataFrame:
+    """Per (cluster, client) on the calibration rows: β̄ (cluster max), H̄ (cluster max), ρ_min, Δ̄ by both
+    methods, and the largest recorded gradient bound ``B``."""
+    c = it[cal]
+    rows = []
+    for cl, g in c.groupby("cluster", sort=True):
+        beta_bar = float(g["beta"].max())
+        H_bar = float(g["dispersion"].max())
+        rho_min = float(it.loc[it["cluster"] == cl, "rho"].min())
+        for i, gi in g.groupby("client", sort=True):
+            rows.append(dict(cluster=int(cl), client=int(i), beta_bar=beta_bar, dispersion_bar=H_bar, rho_min=rho_min,
+                             delta_bar_h14=math.sqrt(max(H_bar, 0.0) / rho_min),
+                             delta_bar_window=float(gi["deviation"].max()), grad_bound_cal=float(g["grad_bound"].max()),
+                             n_calibration_rounds=int(gi["t"].nunique())))
+    return pd.DataFrame(rows)
+
+
+# ================================================================================================ eq 71
+
+
+def study_eq71_trajectory(runs: Sequence[RunRecords], config: LLMStudyConfig | None = None) -> StudyResult:
+    """Eq 71 along the concatenated Phase-1/Phase-2 trajectory of every run (module docstring)."""
+    cfg = config or LLMStudyConfig()
+    pts, consts, by_phase = [], [], []
+    for src, run in _sources(runs):
+        it = training_iterates(run)
+        for scheme in CALIBRATION_SCHEMES:
+            cal, test, t0 = calibration_masks(it, scheme)
+            if not test.any() or not cal.any():
+                continue
+            k = _cluster_constants(it, cal)
+            consts.append(k.assign(source=src, scheme=scheme, t0=t0))
+            df = it[["cluster", "client", "t", "phase", "round", "beta", "deviation", "dispersion"]].merge(
+                k, on=["cluster", "client"], how="left")
+            df["window"] = np.where(cal, "calibration", "test")
+            df["beta_ok"] = _le(df["beta"], df["beta_bar"])
+            with np.errstate(divide="ignore", invalid="ignore"):
+                df["beta_ratio"] = df["beta"] / df["beta_bar"]
+            for meth in DEVIATION_METHODS:
+                df[f"delta_ok_{meth}"] = _le(df["deviation"], df[f"delta_bar_{meth}"])
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    df[f"delta_ratio_{meth}"] = df["deviation"] / df[f"delta_bar_{meth}"]
+                df[f"eq71_{meth}"] = df["beta_ok"] & df[f"delta_ok_{meth}"]
+            df["cluster_size"] = df.groupby(["cluster", "t"])["client"].transform("size")
+            df = df.assign(source=src, scheme=scheme, t0=t0)
+            pts.append(df)
+            tst = df[df["window"] == "test"]
+            for meth in DEVIATION_METHODS:
+                for phase in ("phase1", "phase2", "all"):
+                    sub = tst if phase == "all" else tst[tst["phase"] == phase]
+                    if sub.empty:
+                        continue
+                    ok = sub[f"eq71_{meth}"].to_numpy()
+                    per_round = sub.groupby(["cluster", "t"])[f"eq71_{meth}"].all()
+                    fails = sub.loc[~sub[f"eq71_{meth}"], "t"]
+                    by_phase.append(dict(
+                        source=src, scheme=scheme, method=meth, phase=phase, t0=t0, n_points=len(sub),
+                        frac_points_eq71=_frac(ok), n_rounds=int(per_round.size),
+                        frac_rounds_eq71=_frac(per_round.to_numpy()),
+                        frac_beta_ok=_frac(sub["beta_ok"]), frac_delta_ok=_frac(sub[f"delta_ok_{meth}"]),
+                        first_failure_t=int(fails.min()) if len(fails) else None,
+                        max_beta_ratio=_num(sub["beta_ratio"].replace([np.inf], np.nan).max()),
+                        max_delta_ratio=_num(sub[f"delta_ratio_{meth}"].replace([np.inf], np.nan).max()),
+                    ))
+    if not pts:
+        raise RunDataMissing("no run has both a calibration window and later rounds (a run needs >= 1 Phase-1 round)")
+    points = pd.concat(pts, ignore_index=True)
+    constants = pd.concat(consts, ignore_index=True)
+    phases = pd.DataFrame(by_phase)
+    summary: dict = {}
+    for rec in by_phase:
+        d = summary.setdefault(rec["source"], {}).setdefault(rec["scheme"], {}).setdefault(rec["method"], {})
+        d[rec["phase"]] = {k: v for k, v in rec.items() if k not in ("source", "scheme", "method", "phase")}
+    summary["headline"] = {src: (summary.get(src, {}).get(cfg.headline_scheme, {}).get(cfg.headline_method) or {})
+                           for src, _ in _sources(runs)}
+    summary["headline_scheme"], summary["headline_method"] = cfg.headline_scheme, cfg.headline_method
+    summary["not_recorded"] = ("the region N of eq 71 (w^t in N); H.22's beta_bar (eq 53) needs L_A = max "
+                               "||d_bal||/sqrt(beta) and L0, neither recorded (||d_bal|| = sqrt(A^T C A) needs the "
+                               "per-client Gram)")
+    notes = (
+        "Eq 71 (trajectory hypothesis of Thm H.31 / Cor. H.32): for all t >= t0 and all clients i of the cluster, "
+        "beta_i(w^t) <= beta_bar and Delta_i^t <= Delta_bar_i. Iterates: Phase-1 server models w_ref..w_I and "
+        "Phase-2 server models after w_I..w_II (the concatenated trajectory of Cor. H.32), population diagnostics "
+        "as recorded. beta_bar and Delta_bar_i are NOT fitted on the rounds they are checked on: they come from a "
+        "calibration window (scheme phase1_first_half: Phase-1 iterates t < t0 = max(1, ceil(R/2)), checked on all "
+        "later iterates; scheme phase1_for_phase2: all Phase-1 iterates, checked on Phase 2). beta_bar = max beta_i "
+        "over the cluster's clients on the window (one per cluster, as eq 71). Delta_bar_i: method h14 = "
+        "sqrt(H_bar/rho_min) (Cor. H.14, H_bar = max H_Cn on the window: the choice named after Thm H.31), method "
+        "window = max Delta_i on the window. Comparisons with relative tolerance 1e-12. frac_points_eq71: share of "
+        "(client, iterate) pairs of the test window where both inequalities hold; frac_rounds_eq71: share of "
+        "(cluster, iterate) pairs where they hold for every client (eq 71 quantifies over all i). A singleton "
+        "cluster has Delta = H = 0 and satisfies the Delta part trivially. Reading: beta and Delta usually shrink "
+        "as training proceeds, so a window early in training gives generous constants; a failure means the later "
+        "trajectory leaves the region the early one set (e.g. beta rising again in Phase 2's S-shot episodes)."
+    )
+    return StudyResult("llm-eq71-trajectory", "Trajectory hypothesis eq 71 along Phase 1 and Phase 2 (held-out "
+                       "calibration of beta_bar and Delta_bar)",
+                       dict(points=points, by_phase=phases, constants=constants), _clean(summary), notes)
+
+
+# ================================================================================================ H.20 ratio
+
+
+def study_h20_ratio_run(runs: Sequence[RunRecords], config: LLMStudyConfig | None = None) -> StudyResult:
+    """The Lemma H.20 (ii) ratio on ``J*`` and ``J*_ε`` at every recorded training step (module docstring)."""
+    cfg = config or LLMStudyConfig()
+    rows = []
+    for src, run in _sources(runs):
+        st = step_rows(run)
+        if st.empty:
+            continue
+        lam_max = lambda_max(run, st)
+        scale = lam_max * st["grad_bound"].to_numpy(np.float64)  # >= max_j ||lambda_j g_j||
+        dm = st["dM_norm"].to_numpy(np.float64)
+        for name, col in (("J_star", "margin_Jstar"), ("J_eps", "margin_Jeps")):
+            mg = st[col].to_numpy(np.float64)
+            zero = dm <= cfg.dm_zero_rtol * scale
+            with np.errstate(divide="ignore", invalid="ignore"):
+                ratio = np.where(zero, np.nan, mg / dm**2)
+            df = pd.DataFrame(dict(
+                source=src, phase=st["phase"].to_numpy(), round=st["round"].to_numpy(), t=st["t"].to_numpy(),
+                cluster=st["cluster"].to_numpy(), client=st["client"].to_numpy(), index_set=name, margin=mg,
+                dm_norm=dm, dm_norm_sq=dm**2, generator_bound=scale, dm_rel=dm / scale, dm_zero=zero,
+                numerator_negative=mg < -cfg.negative_rtol * scale**2, numerator_negative_strict=mg < 0.0,
+                ratio=ratio, gap=st["gap"].to_numpy(np.float64), beta=st["beta"].to_numpy(np.float64),
+                lp_mode=st["lp_mode"].to_numpy(), near_active_size=st["n_Jeps"].to_numpy(), eps_act=st["eps_act"].to_numpy(),
+                psi_star=run.psi_star,
+            ))
+            rows.append(df)
+    if not rows:
+        raise RunDataMissing("no run has training steps in its records")
+    points = pd.concat(rows, ignore_index=True)
+
+    def freq(df: pd.DataFrame) -> dict:
+        inc = ~df["dm_zero"]
+        rat = df.loc[inc, "ratio"].to_numpy()
+        pos = df["gap"].to_numpy() > 0
+        c = h20_constants(np.where(df["dm_zero"], 0.0, df["dm_norm_sq"]), np.maximum(df["gap"], 0.0),
+                          df["margin"], zero_tol=0.0) if pos.any() else None
+        return dict(
+            n_points=len(df), n_dm_zero=int(df["dm_zero"].sum()), n_included=int(inc.sum()),
+            frac_negative_numerator=_frac(df["numerator_negative"]),
+            frac_negative_numerator_strict=_frac(df["numerator_negative_strict"]),
+            frac_negative_numerator_included=_frac(df.loc[inc, "numerator_negative"]) if inc.any() else None,
+            n_negative_at_dm_zero=int((df["dm_zero"] & df["numerator_negative"]).sum()),
+            sigma_hat=float(np.min(rat)) if rat.size else None,
+            ratio_median=float(np.median(rat)) if rat.size else None,
+            frac_ratio_below_one=_frac(rat < 1.0) if rat.size else None,
+            mu_psi_hat=None if c is None else c.mu_psi,
+            frac_near_active_set_larger=_frac(df["near_active_size"] > 1),
+            frac_descent_mode=_frac(df["lp_mode"] == "descent"),
+        )
+
+    freq_rows, q_phase, q_client, per_client = [], [], [], []
+    for (src, name), sub in points.groupby(["source", "index_set"], sort=False):
+        for phase in ("phase1", "phase2", "all"):
+            df = sub if phase == "all" else sub[sub["phase"] == phase]
+            if df.empty:
+                continue
+            freq_rows.append(dict(source=src, index_set=name, phase=phase, **freq(df)))
+            q_phase += _quantile_rows(df.loc[~df["dm_zero"], "ratio"].to_numpy(), dict(source=src, phase=phase, index_set=name))
+        for (phase, cluster, client), df in sub.groupby(["phase", "cluster", "client"], sort=True):
+            q_client += _quantile_rows(df.loc[~df["dm_zero"], "ratio"].to_numpy(),
+                                   dict(source=src, phase=phase, index_set=name, cluster=int(cluster),
+                                        client=int(client)))
+            per_client.append(dict(source=src, phase=phase, index_set=name, cluster=int(cluster), client=int(client),
+                                   n_points=len(df), n_dm_zero=int(df["dm_zero"].sum()),
+                                   frac_negative_numerator=_frac(df["numerator_negative"]),
+                                   sigma_hat=_num(df.loc[~df["dm_zero"], "ratio"].min()),
+                                   ratio_median=_num(df.loc[~df["dm_zero"], "ratio"].median())))
+    sens = []
+    for (src, name, phase), df in points.groupby(["source", "index_set", "phase"], sort=False):
+        for thr in cfg.dm_zero_sensitivity:
+            z = df["dm_rel"].to_numpy() <= thr
+            rat = df.loc[~z, "ratio"] if thr == cfg.dm_zero_rtol else df["margin"][~z] / df["dm_norm_sq"][~z]
+            sens.append(dict(source=src, index_set=name, phase=phase, dm_zero_rtol=thr, n_dm_zero=int(z.sum()),
+                             n_included=int((~z).sum()), sigma_hat=_num(rat.min()) if len(rat) else None,
+                             ratio_median=_num(rat.median()) if len(rat) else None))
+    summary: dict = {}
+    for rec in freq_rows:
+        summary.setdefault(rec["source"], {})[f"{rec['index_set']}.{rec['phase']}"] = {
+            k: v for k, v in rec.items() if k not in ("source", "index_set", "phase")}
+    pc = pd.DataFrame(per_client)
+    for src in summary:
+        for name in ("J_star", "J_eps"):
+            s = pc[(pc["source"] == src) & (pc["index_set"] == name)]
+            summary[src][f"frac_clients_with_negative_{name}_numerator"] = _num(
+                (s.groupby("client")["frac_negative_numerator"].max() > 0).mean()) if len(s) else None
+    summary["dm_zero_rtol"], summary["negative_rtol"] = cfg.dm_zero_rtol, cfg.negative_rtol
+    notes = (
+        "Ratio of Lemma H.20 (ii), recorded as the seed's remark after the lemma asks. Numerator m_i = min_{j in J} "
+        "lambda_j d_i^T g_j for J = J* (exact bottleneck set; column margin_Jstar) and J = J*_eps (near-active set "
+        "of width eps_act = 2 eta_eff lambda_max B^2; margin_Jeps), d_i the population EPO LP direction at the "
+        "round's server model w_r (in Phase 2 too: the diagnostic LP on the client's whole local data, not the "
+        "S-shot episode LP of the step). Denominator ||d_M||^2, d_M the minimum-norm element of the near-active "
+        "hull conv{lambda_j g_j : j in J*_eps} (the d_M of Lemma H.20; column dM_norm), for both index sets: the "
+        "two ratios differ by their numerators only (the synthetic study study-H20-ratio also uses a d_M of J* "
+        "alone, which the records do not hold). Points: every client at every step row (local_steps > 0) of Phase 1 "
+        "and Phase 2. d_M ~ 0 rule: ||d_M|| <= dm_zero_rtol * lambda_max B (lambda_max B >= every hull generator "
+        "||lambda_j g_j||) -> excluded from the ratio and counted (n_dm_zero); its numerator still enters the "
+        "negative-numerator frequency; table dm_zero_sensitivity repeats sigma_hat and the counts at other "
+        "thresholds. Negative numerator: m_i < -negative_rtol (lambda_max B)^2 (the strict count m_i < 0 too). "
+        "sigma_hat = min ratio over included points (the sample estimate of sigma in (ii)); mu_psi_hat = min "
+        "||d_M||^2/(2 r) over r > 0 ((i) of H.20; d_M ~ 0 points count as 0 there). For an LLM run r is r_hat = "
+        "psi - psi_hat*, which under-estimates r (psi_hat* >= psi*), so mu_psi_hat over-estimates mu_psi. A record "
+        "of this ratio does not prove H.19. Distributions: quantiles_by_phase and quantiles_by_client (not one "
+        "average); per_client; frequencies per source, index set and phase."
+    )
+    return StudyResult("llm-H20-ratio", "Lemma H.20 (ii) ratio along recorded training (J* and J*_eps)",
+                       dict(points=points, frequencies=pd.DataFrame(freq_rows), quantiles_by_phase=pd.DataFrame(q_phase),
+                            quantiles_by_client=pd.DataFrame(q_client), per_client=pc,
+                            dm_zero_sensitivity=pd.DataFrame(sens)),
+                       _clean(summary), notes)
+
+
+
+# ================================================================================================ H_Cn / H.6
+
+
+def _stage1_info(run: RunRecords) -> dict:
+    """Stage-1 groups at ``w_ref`` from the recorded per-objective losses and preferences (an LLM run), and whether
+    Stage 2 split any of them; ``{}`` when the run does not record both."""
+    loss_cols = objective_columns(run, "loss")
+    if not loss_cols or not run.prefs:
+        return {}
+    from sim.cluster import stage1_keys
+
+    first = run.records[(run.records["phase"] == "phase1") & (run.records["round"] == 0)]
+    first = first.drop_duplicates("client").sort_values("client")
+    clients = first["client"].to_numpy(np.int64)
+    if any(int(i) not in run.prefs for i in clients):
+        return {}
+    l_ref = first[list(loss_cols.values())].to_numpy(np.float64)
+    lam = np.stack([run.prefs[int(i)] for i in clients])
+    keys = stage1_keys(l_ref, lam)
+    groups: dict[tuple, list[int]] = {}
+    for i, k in zip(clients, keys, strict=True):
+        groups.setdefault(tuple(int(x) for x in k), []).append(int(i))
+    labels = dict(zip(first["client"].astype(int), first["cluster"].astype(int), strict=True))
+    split = [g for g in groups.values() if len({labels[i] for i in g}) > 1]
+    merged = len(set(labels.values())) < len(groups)
+    return dict(stage1_groups=sorted(groups.values()), stage2_split_groups=split, n_stage1_groups=len(groups),
+                stage1_only_equals_stage1_stage2=not split and not merged)
+
+
+def _h6_status(modes: np.ndarray, jstar: np.ndarray | None) -> str:
+    """What the records say about H.6 at one cluster iterate (the per-client Gram and LP weights are not recorded,
+    so a common basis can be ruled out but never confirmed)."""
+    if np.any(modes != "balance"):
+        return "descent_client"
+    if jstar is not None and len({tuple(r) for r in jstar}) > 1:
+        return "different_Jstar"
+    return "undetermined_all_balancing"
+
+
+def study_h8_dispersion_run(runs: Sequence[RunRecords], config: LLMStudyConfig | None = None) -> StudyResult:
+    """``H_Cn(w^t)`` of the run's Stage-1+2 clusters along the trajectory, and the H.6 statuses the records
+    determine."""
+    del config
+    rows, status_rows, info = [], [], {}
+    for src, run in _sources(runs):
+        it = training_iterates(run)
+        loss_cols = objective_columns(run, "loss")
+        info[src] = _stage1_info(run)
+        for (cl, t), g in it.groupby(["cluster", "t"], sort=True):
+            rows.append(dict(source=src, clustering="stage1_stage2", cluster=int(cl), size=int(len(g)), t=int(t),
+                             phase=str(g["phase"].iloc[0]), dispersion=float(g["dispersion"].iloc[0]),
+                             max_deviation=float(g["deviation"].max()),
+                             n_balance=int((g["lp_mode"] == "balance").sum())))
+            jstar = None
+            if loss_cols and run.prefs:
+                lam = np.stack([run.prefs[int(i)] for i in g["client"]])
+                jstar = bottleneck_set(g[list(loss_cols.values())].to_numpy(np.float64), lam)
+            status_rows.append(dict(source=src, cluster=int(cl), size=int(len(g)), t=int(t),
+                                    phase=str(g["phase"].iloc[0]),
+                                    status=_h6_status(g["lp_mode"].to_numpy(), jstar)))
+    by_round = pd.DataFrame(rows)
+    h6 = pd.DataFrame(status_rows)
+    summary: dict = {}
+    for src, _ in _sources(runs):
+        b = by_round[by_round["source"] == src]
+        multi = b[b["size"] >= 2]
+        s = h6[h6["source"] == src]
+        sm = s[s["size"] >= 2]
+        d = dict(
+            n_clusters=int(b["cluster"].nunique()), cluster_sizes=[int(x) for x in
+                                                                 b.groupby("cluster")["size"].first()],
+            time_mean_dispersion=_num(b.groupby("t")["dispersion"].mean().mean()),
+            time_mean_dispersion_multi=_num(multi.groupby("t")["dispersion"].mean().mean()) if len(multi) else None,
+            dispersion_w_ref=_num(b[b["t"] == b["t"].min()]["dispersion"].mean()),
+            dispersion_final=_num(b[b["t"] == b["t"].max()]["dispersion"].mean()),
+            max_dispersion=_num(b["dispersion"].max()),
+            h6_status_counts={k: int(v) for k, v in s["status"].value_counts().items()},
+            h6_status_counts_multi_client={k: int(v) for k, v in sm["status"].value_counts().items()},
+            h6_upper_bound_frac_multi_client=_frac(sm["status"] == "undetermined_all_balancing") if len(sm) else None,
+            **info.get(src, {}),
+        )
+        for phase in ("phase1", "phase2"):
+            p = b[b["phase"] == phase]
+            d[f"time_mean_dispersion_{phase}"] = _num(p.groupby("t")["dispersion"].mean().mean()) if len(p) else None
+        summary[src] = d
+    summary["not_recorded"] = (
+        "H_Cn of Stage-1-only and of random clusters of the same sizes: every clustering trains its own cluster "
+        "models, so they need runs with those clusterings (the records hold the Stage-1+2 run only; where Stage 2 "
+        "split no Stage-1 group, Stage-1-only is the same clustering, see stage1_only_equals_stage1_stage2). A common "
+        "non-degenerate basis (H.6): needs each client's Gram C_i, losses and LP weights at every iterate (not "
+        "recorded): the records can only rule it out (a client in descent mode, or different bottleneck sets J*).")
+    notes = (
+        "H_Cn(w^t) = sum_i rho_i ||d_i - dbar||^2 (column dispersion: population LP directions at the server model) "
+        "of every Stage-1+2 cluster of the run at every iterate of Phase 1 and Phase 2 (Remark H.8 claims no "
+        "decrease along the trajectory; the Stage-2 grouping is a design motivation assessed empirically). For an "
+        "LLM run H.5 fails (each client has its own data), so eq 9/10 do not apply and H_Cn is a measured quantity. "
+        "The synthetic comparison of Stage-1+2 against Stage-1-only and random clusters of the same sizes is "
+        "study-H8-dispersion (planted F1 problems, every clustering trained). H.6 status per cluster iterate from "
+        "the records: descent_client (some client in descent mode: H.6 fails, O-24), different_Jstar (bottleneck "
+        "sets differ: H.6 fails; needs per-objective losses and preferences, LLM runs), "
+        "undetermined_all_balancing (every client balancing and, where known, one J*: a common basis is possible "
+        "but cannot be confirmed without the Grams); h6_upper_bound_frac_multi_client is the share of cluster "
+        "iterates (clusters with >= 2 clients) not ruled out, an upper bound on how often H.6 holds.")
+    return StudyResult("llm-H8-dispersion", "H_Cn along training for the Stage-1+2 clusters of a run; H.6 from the "
+                       "records", dict(by_round=by_round, h6_status=h6), _clean(summary), notes)
+
+
+# ================================================================================================ contraction
+
+
+def study_contraction_run(runs: Sequence[RunRecords], config: LLMStudyConfig | None = None) -> StudyResult:
+    """``r̂_i^t`` against the two-phase band ``ε̂_{0,i}`` (eq 74) and the contraction bound (eq 75), with H.19
+    constants ``(c_d, b_i)`` and ``Δ̄_i``, ``B`` estimated on the calibration window."""
+    cfg = config or LLMStudyConfig()
+    traj_rows, const_rows = [], []
+    for src, run in _sources(runs):
+        it = training_iterates(run)
+        cal, test, t0 = calibration_masks(it, cfg.headline_scheme)
+        if not cal.any() or not test.any():
+            continue
+        k = _cluster_constants(it, cal)
+        eta_I = float(it.loc[it["phase"] == "phase1", "eta_eff"].iloc[0])
+        p2 = it[it["phase"] == "phase2"]
+        eta_II = float(p2["eta_eff"].iloc[0]) if len(p2) else eta_I
+        eta_max, eta_min = max(eta_I, eta_II), min(eta_I, eta_II)
+        lam_all = lambda_max(run, it)
+        it = it.assign(lam_max=lam_all)
+        B_max = float(it["grad_bound"].max())
+        for cl, g in it.groupby("cluster", sort=True):
+            kc = k[k["cluster"] == cl].set_index("client")
+            clients = np.sort(g["client"].unique())
+            gc = g[cal[g.index]]
+            T = gc["t"].nunique()
+            margins, gaps = (gc.pivot(index="client", columns="t", values=col).reindex(clients).to_numpy(np.float64)
+                             for col in ("margin_Jeps", "gap"))
+            gaps = np.maximum(gaps, 0.0)
+            lam_max_c = g.groupby("client")["lam_max"].median().reindex(clients).to_numpy()
+            B = float(kc["grad_bound_cal"].iloc[0])
+            dbar = kc.loc[clients, f"delta_bar_{cfg.headline_method}"].to_numpy()
+            if not np.isfinite(margins).all() or T == 0:
+                continue
+            dm = descent_margin_constants(margins, gaps, eta_max, lam_max_c, B, 0.0, dbar)
+            eps0 = band_radius(dm.c_d, dm.b, eta_I, lam_max_c, B, 0.0, dbar, eta_II=eta_II)
+            for n, i in enumerate(clients):
+                const_rows.append(dict(source=src, cluster=int(cl), client=int(i), c_d=dm.c_d, b=float(dm.b[n]),
+                                       band=float(eps0[n]), lam_max=float(lam_max_c[n]), grad_bound_cal=B, grad_bound_max=B_max,
+                                       delta_bar=float(dbar[n]), eta_phase1=eta_I, eta_phase2=eta_II, t0=t0,
+                                       psi_star=run.psi_star))
+            r_t0 = g[g["t"] == t0].set_index("client")["gap"]
+            for n, i in enumerate(clients):
+                gg = g[g["client"] == i].sort_values("t")
+                tt = gg["t"].to_numpy()
+                r = gg["gap"].to_numpy(np.float64)
+                is_test = tt >= t0
+                bound = np.where(is_test, (1.0 - eta_min * dm.c_d) ** np.maximum(tt - t0, 0)
+                                 * max(float(r_t0.get(i, np.nan)), 0.0) + eps0[n], np.nan)
+                resid = dm.c_d * np.maximum(r, 0.0) - dm.b[n] - gg["margin_Jeps"].to_numpy(np.float64)
+                traj_rows.append(pd.DataFrame(dict(
+                    source=src, cluster=int(cl), client=int(i), t=tt, phase=gg["phase"].to_numpy(),
+                    window=np.where(is_test, "test", "calibration"), gap=r, band=float(eps0[n]), bound=bound,
+                    within_bound=np.where(is_test, _le(r, bound), True), within_band=_le(r, eps0[n]),
+                    h19_residual=resid, h19_holds=resid <= COMPARE_RTOL * np.maximum(1.0, np.abs(resid)),
+                    grad_bound=gg["grad_bound"].to_numpy(np.float64))))
+    if not traj_rows:
+        raise RunDataMissing("no run has a calibration window with finite H.19 margins and later rounds")
+    traj = pd.concat(traj_rows, ignore_index=True)
+    consts = pd.DataFrame(const_rows)
+    summary: dict = {}
+    for src, _ in _sources(runs):
+        t = traj[(traj["source"] == src) & (traj["window"] == "test")]
+        c = consts[consts["source"] == src]
+        if t.empty:
+            continue
+        last = t[t["t"] == t.groupby("client")["t"].transform("max")]
+        summary[src] = dict(
+            t0=int(c["t0"].iloc[0]), c_d=[float(x) for x in c.groupby("cluster")["c_d"].first()],
+            eta_I=float(c["eta_phase1"].iloc[0]), eta_II=float(c["eta_phase2"].iloc[0]),
+            band_mean=_num(c["band"].mean()), band_max=_num(c["band"].max()),
+            b_over_c_d_mean=_num((c["b"] / c["c_d"]).mean()),
+            frac_test_within_bound=_frac(t["within_bound"]), frac_test_within_band=_frac(t["within_band"]),
+            frac_final_within_band=_frac(last["within_band"]),
+            frac_test_h19_holds=_frac(t["h19_holds"]),
+            B_cal=_num(c["grad_bound_cal"].max()), B_max=_num(c["grad_bound_max"].max()),
+            gradient_bound_exceeded_after_calibration=bool((t["grad_bound"] > c["grad_bound_cal"].max() * (1 + 1e-12)).any()),
+            gap_final_mean=_num(last["gap"].mean()), psi_star=str(c["psi_star"].iloc[0]),
+        )
+    summary["not_recorded"] = ("L0 (the kappa_eta * eta term of eq 64/74 needs a smoothness constant; the records hold "
+                               "no gradient differences), so the band drawn omits it: it is a lower estimate of "
+                               "eq 74's radius and the check against it is stricter than the theory's")
+    notes = (
+        "Contraction picture (Cor. H.29, Thm H.31, two-phase Cor. H.32): per training client r_hat_i^t = psi_i(w^t) - "
+        "psi_hat_i* along Phase 1 and Phase 2 (an LLM run estimates psi_i* by data-rich local training lowered to "
+        "the smallest psi_i seen; psi_hat* >= psi*, so r_hat UNDER-estimates r and makes eq 51 look easier than it "
+        "is; a synthetic run's psi* is planted). Constants from the calibration window of scheme "
+        f"{cfg.headline_scheme} only (t < t0), then checked on t >= t0: B = the largest recorded gradient norm on the "
+        "window; lambda_max,i from the client's preference (recovered from eps_act for a synthetic run); Delta_bar_i "
+        f"by method {cfg.headline_method}; (c_d, b_i) of H.19 by sim.constants.descent_margin_constants on the "
+        "window's margins m_i = margin_Jeps and gaps (one common c_d in (0, 1/max(eta_I, eta_II)] minimising max_i "
+        "eps_0,i, b_i = max(0, max_w c_d r - m) on the window); band = eps_hat_0,i of eq 74 via "
+        "sim.constants.band_radius with L0 = 0 (not recorded: see not_recorded); bound = (1 - eta_min c_d)^(t - t0) "
+        "r_hat^t0 + band (eq 75). h19_residual = c_d r_hat - b_i - m_i at every iterate (<= 0: H.19 holds there with "
+        "the calibrated constants; on the test window this is an out-of-sample check of H.19). A trajectory inside "
+        "its bound with H.19 failing on the test window is not covered by the theorem."
+    )
+    return StudyResult("llm-contraction", "r_hat_i^t against the two-phase band eps_hat_0,i (constants from a "
+                       "calibration window)", dict(trajectory=traj, constants=consts), _clean(summary), notes)
+
+
+# ================================================================================================ pipelines
+
+
+#: Adaptation methods of the pipelines study: record phase -> (label, start, optimiser, covered by H.41).
+PIPELINE_METHODS = {
+    "pipeline1_wI": ("Pipeline 1 from w_I", "w_I", "preset", True),
+    "pipeline1_wII": ("Pipeline 1 from w_II", "w_II", "preset", True),
+    "pipeline1_wII_adamw": ("Pipeline 1 from w_II, AdamW", "w_II", "adamw", False),
+    "local_only": ("local only (from w_ref)", "w_ref", "preset", True),
+    "fedavg_adapt": ("FedAvg + adaptation", "w_FedAvg", "preset", True),
+}
+assert set(PIPELINE_METHODS) == set(ADAPTATION_PHASES)
+_IDEALISED = ("identity", "fixed", "rmsprop_lagged")
+
+
+def study_pipelines_run(runs: Sequence[RunRecords], config: LLMStudyConfig | None = None) -> StudyResult:
+    """Pipeline 1 vs Pipeline 2 vs the baselines for every new client against ``k ≤ K`` (and ``S`` across runs)."""
+    del config
+    rows, p2_rows, const_rows = [], [], []
+    if not runs:
+        raise ValueError("no run to study: pass at least one RunRecords")
+    for run in runs:  # runs of one kind (label) form one source; their S values are its S axis
+        src = run.label
+        r = run.records
+        p2 = r[r["phase"] == PIPELINE2_PHASE]
+        if p2.empty:
+            continue
+        p2_final = p2.sort_values("round").groupby("client")["gap"].last()
+        adapt = r[r["phase"].isin(ADAPTATION_PHASES)]
+        S_run = float(adapt["batch_size"].dropna().iloc[0]) if adapt["batch_size"].notna().any() else math.nan
+        for i, v in p2_final.items():
+            p2_rows.append(dict(source=src, run=run.path.name, batch_size=S_run, client=int(i), pipeline2_gap=float(v),
+                                pipeline2_steps=int(p2.loc[p2["client"] == i, "round"].max())))
+        for phase, (label, start, _, _) in PIPELINE_METHODS.items():
+            g = r[r["phase"] == phase]
+            if g.empty:
+                continue
+            S = float(g["batch_size"].dropna().iloc[0]) if g["batch_size"].notna().any() else math.nan
+            K = int(g["round"].max())
+            pre = str(g["preconditioner"].iloc[0])
+            for i, gi in g.groupby("client", sort=True):
+                gi = gi.sort_values("round")
+                p2v = float(p2_final.get(i, math.nan))
+                rows.append(pd.DataFrame(dict(
+                    source=src, run=run.path.name, client=int(i), cluster=int(gi["cluster"].iloc[0]), method=phase,
+                    method_label=label, start=start, preconditioner=pre, batch_size=S, k_max=K, k=gi["round"].to_numpy(),
+                    gap=gi["gap"].to_numpy(np.float64), gap_minus_pipeline2=gi["gap"].to_numpy(np.float64) - p2v,
+                    alpha=float(gi["alpha_adapt"].iloc[0]), psi_star=run.psi_star)))
+                steps = gi[gi["local_steps"] > 0]
+                const_rows.append(dict(
+                    source=src, run=run.path.name, client=int(i), method=phase, preconditioner=pre, batch_size=S, k_max=K,
+                    alpha=float(gi["alpha_adapt"].iloc[0]), delta0=float(gi["gap"].iloc[0]),
+                    gap_at_k_max=float(gi["gap"].iloc[-1]),
+                    p_min_observed=_num(steps["p_min"].min()), p_max_observed=_num(steps["p_max"].max()),
+                    h41_by_construction=pre in _IDEALISED,
+                    mean_contraction_per_step=_num((max(float(gi["gap"].iloc[-1]), 0.0)
+                                                    / float(gi["gap"].iloc[0])) ** (1.0 / K))
+                    if K > 0 and float(gi["gap"].iloc[0]) > 0 else None))
+    if not rows:
+        raise RunDataMissing("no run has new clients (adaptation records and Pipeline 2)")
+    table = pd.concat(rows, ignore_index=True)
+    p2t = pd.DataFrame(p2_rows)
+    consts = pd.DataFrame(const_rows)
+    at_K = table[table["k"] == table["k_max"]]
+    summary: dict = {}
+    for (src, S), g in at_K.groupby(["source", "batch_size"], sort=True):
+        d = {}
+        for phase, gm in g.groupby("method", sort=False):
+            d[phase] = dict(K=int(gm["k_max"].iloc[0]), mean_gap=_num(gm["gap"].mean()),
+                            mean_gap_minus_pipeline2=_num(gm["gap_minus_pipeline2"].mean()),
+                            max_gap_minus_pipeline2=_num(gm["gap_minus_pipeline2"].max()), n_clients=int(len(gm)))
+        p = p2t[(p2t["source"] == src) & (p2t["batch_size"] == S)]
+        d["pipeline2"] = dict(mean_gap=_num(p["pipeline2_gap"].mean()), n_clients=int(len(p)))
+        wide = g.pivot_table(index="client", columns="method", values="gap")
+        if "pipeline1_wII" in wide:
+            for base in ("local_only", "fedavg_adapt"):
+                if base in wide:
+                    d[f"frac_clients_pipeline1_wII_below_{base}"] = _frac(wide["pipeline1_wII"] < wide[base])
+        summary.setdefault(src, {})[f"S={int(S) if math.isfinite(S) else 'nan'}"] = d
+    summary["eq91"] = (
+        "not evaluated: eq 91 needs mu_PL (PL constant of psi_new on the adaptation region), L0 and the per-sample "
+        "variance sigma0^2; an adaptation row records psi, the gap, beta, the LP mode and the preconditioner range "
+        "but no gradient information (dM_norm, margins and Gram are NaN/absent there), so none of the three can be "
+        "estimated from the records. Recorded: alpha, Delta_0 = the gap at k = 0, and p_-/p_+ observed (table "
+        "constants). The bound with exact constants is evaluated on family F3 by study-adamw-adaptation.")
+    notes = (
+        "New clients (did not take part in training) after k = 0..K adaptation steps with fresh batches of S samples "
+        "(records of run_algorithm: pipeline1_wI / pipeline1_wII = Pipeline 1 from the cluster's w_I / w_II with the "
+        "preset's preconditioner (rmsprop_lagged: F_k-measurable, clipped to [p_-, p_+], no momentum, no weight "
+        "decay: H.41 holds by construction), pipeline1_wII_adamw = the same from w_II with AdamW (violates H.41 (a), "
+        "(b), (c), and (d) when weight decay > 0: Remark H.42), local_only = the same optimiser from w_ref, "
+        "fedavg_adapt = the linear-scalarisation direction from FedAvg's model), against Pipeline 2 (data-rich local "
+        "training from w_II: the returned, best iterate, last pipeline2 row). gap = psi_new - psi_hat*_new (an LLM "
+        "run: psi_hat* estimated, >= psi*, gaps under-estimated; synthetic: planted). gap_minus_pipeline2 at k = K is "
+        "the Pipeline 1 vs 2 gap of Prop. H.44(c). K is the run's adaptation budget; S varies only across runs "
+        "(one S per run: runs of one kind, LLM or synthetic, form one source whose runs at several S give the S axis; runs at the same S are pooled). mean_contraction_per_step = (gap_K/gap_0)^(1/K), "
+        "descriptive (not an estimate of 1 - alpha mu_PL p_-, which also absorbs the noise floor).")
+    return StudyResult("llm-pipelines", "Pipeline 1 vs Pipeline 2 and baselines for new clients against K and S",
+                       dict(gap_vs_k=table, pipeline2=p2t, constants=consts), _clean(summary), notes)
+
+
+# ================================================================================================ preference
+
+
+def study_preference_run(runs: Sequence[RunRecords], config: LLMStudyConfig | None = None) -> StudyResult:
+    """Per client and objective: held-out preference accuracy and held-out DPO loss before and after, against λ."""
+    del config
+    rows = []
+    for src, run in _sources(runs):
+        acc = objective_columns(run, "heldout_acc")
+        hl = objective_columns(run, "heldout_loss")
+        if not acc or not run.prefs:
+            continue
+        r = run.records
+        # before: the client's model at w_ref (Phase 1 round 0 for a training client, local_only k = 0 for a new one)
+        before = pd.concat([r[(r["phase"] == "phase1") & (r["round"] == 0)],
+                            r[(r["phase"] == "local_only") & (r["round"] == 0)]]).drop_duplicates("client")
+        before = before.set_index("client")
+        ends = {}
+        for phase in ("phase1", "phase2") + ADAPTATION_PHASES + (PIPELINE2_PHASE,):
+            g = r[r["phase"] == phase]
+            if len(g):
+                ends[phase] = g[g["round"] == g.groupby("client")["round"].transform("max")].drop_duplicates(
+                    "client", keep="last").set_index("client")
+        for phase, end in ends.items():
+            for i in end.index:
+                if i not in before.index or int(i) not in run.prefs:
+                    continue
+                lam = run.prefs[int(i)]
+                for j, o in enumerate(run.objectives):
+                    a0, a1 = float(before.at[i, acc[o]]), float(end.at[i, acc[o]])
+                    l0 = float(before.at[i, hl[o]]) if hl else math.nan
+                    l1 = float(end.at[i, hl[o]]) if hl else math.nan
+                    rows.append(dict(source=src, client=int(i), after=phase, objective=o, lam=float(lam[j]),
+                                     lam_rank=int((-lam).argsort().argsort()[j]), acc_before=a0, acc_after=a1,
+                                     acc_change=a1 - a0, heldout_loss_before=l0, heldout_loss_after=l1,
+                                     heldout_loss_change=l1 - l0))
+    table = pd.DataFrame(rows)
+    summary: dict = {}
+    if table.empty:
+        summary["available"] = False
+        summary["reason"] = ("no run records held-out accuracy per objective and the clients' preferences (a "
+                             "synthetic run has neither)")
+    else:
+        summary["available"] = True
+        for (src, after), g in table.groupby(["source", "after"], sort=False):
+            per_client = []
+            for _i, gc in g.groupby("client"):
+                lam = gc["lam"].to_numpy()
+                m = lam.size
+                per_client.append(dict(
+                    weighted_acc_change=float(lam @ gc["acc_change"].to_numpy() - gc["acc_change"].mean()),
+                    weighted_loss_change=float(lam @ gc["heldout_loss_change"].to_numpy()
+                                               - gc["heldout_loss_change"].mean()),
+                    top_objective_loss_drop_largest=bool(gc["heldout_loss_change"].to_numpy().argmin()
+                                                         == lam.argmax()) if m else None))
+            pc = pd.DataFrame(per_client)
+            summary.setdefault(src, {})[after] = dict(
+                n_clients=int(g["client"].nunique()),
+                spearman_lam_vs_acc_change=_num(g["lam"].corr(g["acc_change"], method="spearman")),
+                spearman_lam_vs_loss_drop=_num(g["lam"].corr(-g["heldout_loss_change"], method="spearman")),
+                mean_weighted_acc_change=_num(pc["weighted_acc_change"].mean()),
+                mean_weighted_loss_change=_num(pc["weighted_loss_change"].mean()),
+                frac_clients_top_objective_loss_drop_largest=_frac(pc["top_objective_loss_drop_largest"]),
+            )
+    summary["not_recorded"] = ("reward of generated responses before and after (the run records no generations "
+                               "from the trained models, only held-out pair accuracy and loss)")
+    notes = (
+        "Does the personalised model move toward the client's preference? Per client and objective j: held-out "
+        "preference accuracy (share of held-out pairs the model ranks as the objective's reward does; ties 1/2) and "
+        "held-out DPO loss of objective j, before (the base model w_ref: Phase-1 round 0 for a training client, "
+        "local_only k = 0 for a new client) and after each phase (a training client's cluster model w_I, w_II; a "
+        "new client's adapted model per pipeline). The held-out pairs are shared by all clients, so clients of one "
+        "cluster see the same numbers for the cluster model. weighted_acc_change = sum_j lambda_j d_acc_j - mean_j "
+        "d_acc_j (> 0: accuracy rose more on the objectives the client weights more); weighted_loss_change the same "
+        "for the loss (< 0: the loss fell more on the client's heavier objectives); spearman over (client, "
+        "objective) pairs of lambda_j against the change. Few held-out pairs make the accuracy coarse (steps of "
+        "1/(2 n_pairs)); the loss is the finer measure.")
+    return StudyResult("llm-preference", "Held-out preference accuracy and loss per objective against the client's "
+                       "lambda", dict(changes=table), _clean(summary), notes)
+
+
+# ================================================================================================ registry
+
+
+@dataclass(frozen=True)
+class LLMStudy:
+    """A run study: ``run(runs, config) -> StudyResult``."""
+
+    id: str
+    name: str
+    run: Callable[[Sequence[RunRecords], LLMStudyConfig | None], StudyResult]
+
+
+LLM_STUDIES: dict[str, LLMStudy] = {
+    s.id: s for s in (
+        LLMStudy("llm-eq71-trajectory", "Trajectory hypothesis eq 71 along Phase 1 and Phase 2", study_eq71_trajectory),
+        LLMStudy("llm-H20-ratio", "Lemma H.20 (ii) ratio along recorded training", study_h20_ratio_run),
+        LLMStudy("llm-H8-dispersion", "H_Cn along training; H.6 from the records", study_h8_dispersion_run),
+        LLMStudy("llm-contraction", "r_hat against the two-phase band", study_contraction_run),
+        LLMStudy("llm-pipelines", "Pipeline 1 vs 2 and baselines against K and S", study_pipelines_run),
+        LLMStudy("llm-preference", "Held-out accuracy per objective against lambda", study_preference_run),
+    )
+}
+
+
+def run_llm_studies(runs: Sequence[RunRecords], *, pipeline_runs: Sequence[RunRecords] | None = None,
+                    config: LLMStudyConfig | None = None, out_dir=None,
+                    progress: Callable[[str], None] | None = None) -> tuple[list[StudyResult], dict[str, str]]:
+    """Every study of :data:`LLM_STUDIES` on ``runs`` (one LLM and one synthetic run, say; ``llm-pipelines`` on
+    ``pipeline_runs`` when given, e.g. runs at several ``S``). Returns ``(results, {study id: why it produced
+    nothing})``: a study whose runs lack what it reads is reported, not raised. With ``out_dir``: each study's
+    tables in ``out_dir/<id>/<table>.csv`` and ``out_dir/<id>/summary.json``."""
+    cfg = config or LLMStudyConfig()
+    results, skipped = [], {}
+    for s in LLM_STUDIES.values():
+        these = pipeline_runs if (s.id == "llm-pipelines" and pipeline_runs) else runs
+        try:
+            res = s.run(these, cfg)
+        except RunDataMissing as exc:
+            skipped[s.id] = str(exc)
+            if progress:
+                progress(f"  {s.id}: not run ({exc})")
+            continue
+        results.append(res)
+        if progress:
+            progress(f"  {s.id}: {', '.join(res.tables)}")
+        if out_dir is not None:
+            d = Path(out_dir) / res.id
+            d.mkdir(parents=True, exist_ok=True)
+            for name, df in res.tables.items():
+                df.to_csv(d / f"{name}.csv", index=False)
+            doc = dict(id=res.id, name=res.name, config=to_jsonable(asdict(cfg)), summary=res.summary,
+                       notes=res.notes, runs=[r.describe() for r in these], tables=sorted(res.tables))
+            (d / "summary.json").write_text(json.dumps(doc, indent=2, allow_nan=False))
+    return results, skipped
