@@ -268,3 +268,47 @@ def test_llm_run_option_rejects_a_synthetic_run(sim_dir, capsys, no_statement_ru
     assert "argument --llm-run" in capsys.readouterr().err
     assert main(["report", "S4", "--out", str(sim_dir.parent / "rep"), "--llm-run", str(sim_dir.parent / "nope")]) == 2
     assert "is not a run directory" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------------ LLM regression
+
+
+def _copy(run, psi_scale: float = 1.0, path=None):
+    rec = run.records.copy()
+    rec["psi"] = rec["psi"] * psi_scale
+    return type(run)(path=path or run.path, kind=run.kind, records=rec, summary=run.summary, objectives=None)
+
+
+def test_llm_regression_baseline_and_comparison(run):
+    from verification import llm_regression as LR
+
+    with pytest.raises(ValueError, match=">= 2 runs"):
+        LR.make_baseline([run])
+    base = LR.make_baseline([run, _copy(run, 1.0 + 1e-4)])
+    q = base["quantities"]
+    exact = [k for k, v in q.items() if v["compare"] == "exact"]
+    assert exact and all(k.startswith("exact.") for k in exact)
+    tol = [v for v in q.values() if v["compare"] == "tolerance"]
+    # spread 1e-4 measured -> rtol = max(2^-8, 10 * 1e-4) = 2^-8
+    assert all(v["rtol"] == max(LR.RTOL_FLOOR, LR.FACTOR * v["spread"]) for v in tol)
+    assert max(v["spread"] for v in tol) == pytest.approx(1e-4, rel=1e-3)
+    assert LR.compare_run(run, base).ok
+    assert LR.compare_run(_copy(run, 1.0 + 1e-3), base).ok  # within the bf16 floor
+    reg = LR.compare_run(_copy(run, 1.05), base)
+    assert not reg.ok and all("baseline" in f for f in reg.failures)
+    assert "psi." in LR.regression_text(reg) and "REGRESSION" in LR.regression_text(reg)
+    other = dict(base, seed=1)
+    assert "seed" in LR.compare_run(run, other).failures[0]
+    json.dumps(base, allow_nan=False)
+    assert "bf16" in LR.baseline_text(base)
+
+
+def test_llm_regression_command_line(sim_dir, tmp_path, capsys):
+    from verification.__main__ import main
+
+    b = tmp_path / "base.json"
+    assert main(["llm-regression", str(sim_dir), str(sim_dir), "--baseline", str(b), "--write"]) == 0
+    assert main(["llm-regression", str(sim_dir), "--baseline", str(b)]) == 0
+    assert "0 regression(s)" in capsys.readouterr().out
+    assert main(["llm-regression", str(sim_dir), "--baseline", str(tmp_path / "missing.json")]) == 2
+    assert "argument --baseline" in capsys.readouterr().err

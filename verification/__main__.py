@@ -7,6 +7,7 @@
     python -m verification power [ID ...] [--factor 0.5] [--seed N] [--search default|paper|none] [--json PATH]
     python -m verification sweep [ID ... | --mc] --seeds A:B [--scale default|paper]
                                  [--workers K | --scheduler ADDRESS] --out DIR
+    python -m verification llm-regression RUN_DIR [RUN_DIR ...] --baseline PATH [--write]
     python -m verification grid [K=1,4,16,64] [S=4,16,64] [delta_lambda=0.02,0.05,0.2] --seeds A:B
                                 [--preset smoke|paper] [--workers K | --scheduler ADDRESS] --out DIR
 
@@ -38,6 +39,10 @@ results log that cannot be resumed); 130 when interrupted (the finished statemen
 ``power`` re-runs the checks with every numeric bound scaled to ``rhs − (1 − f)|rhs|`` and reports per conclusion
 whether that is detected, with the falsification search's best ratio and the stated reason for a weak one
 (:mod:`verification.power`); it exits 1 when a weak conclusion has no reason or a prediction disagrees.
+
+``llm-regression`` compares the records of LLM runs (``python -m llm_runs run --out RUN_DIR``) with a baseline of
+their summary quantities (:mod:`verification.llm_regression`; exit 1 on a regression); with ``--write`` it makes
+that baseline from two or more runs of one preset and seed, the tolerances measured from their spread.
 
 New subcommands (a later ``report``) are added by writing ``_add_<name>(subparsers)`` that sets
 ``func=_cmd_<name>`` and appending it to ``_SUBCOMMANDS``.
@@ -451,7 +456,52 @@ def _add_power(sub) -> None:
     p.set_defaults(func=_cmd_power)
 
 
-_SUBCOMMANDS = [_add_list, _add_run, _add_report, _add_power, _add_sweep, _add_grid]
+def _cmd_llm_regression(args: argparse.Namespace) -> int:
+    from . import llm_regression as LR
+    from .run_records import load_run
+
+    runs = []
+    for d in args.runs:
+        try:
+            runs.append(load_run(d))
+        except ValueError as exc:
+            raise UsageError(f"argument RUN_DIR: {exc}") from None
+    if args.write:
+        cli.check_writable_file(args.baseline, "--baseline")
+        try:
+            base = LR.make_baseline(runs, notes=args.notes or "")
+        except ValueError as exc:
+            raise UsageError(f"argument RUN_DIR: {exc}") from None
+        cli.atomic_write_text(args.baseline, json.dumps(base, indent=1, allow_nan=False) + "\n")
+        print(LR.baseline_text(base))
+        if base["unstable_not_compared"]:
+            print(f"  unstable between the runs, not compared: {', '.join(base['unstable_not_compared'])}")
+        return EXIT_OK
+    try:
+        base = LR.load_baseline(args.baseline)
+    except ValueError as exc:
+        raise UsageError(f"argument --baseline: {exc}") from None
+    ok = True
+    for run in runs:
+        reg = LR.compare_run(run, base)
+        print(f"{run.path}: " + LR.regression_text(reg))
+        ok &= reg.ok
+    return EXIT_OK if ok else EXIT_FAIL
+
+
+def _add_llm_regression(sub) -> None:
+    p = sub.add_parser("llm-regression", help="compare LLM runs' summary quantities with a baseline (or write one "
+                                              "from repeated runs with --write)")
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR", help="run directories of `python -m llm_runs run`")
+    p.add_argument("--baseline", required=True, metavar="PATH", help="the baseline JSON to compare with (or write)")
+    p.add_argument("--write", action="store_true",
+                   help="write the baseline from the runs (>= 2 runs of one preset and seed; tolerances from their "
+                        "spread) instead of comparing")
+    p.add_argument("--notes", default=None, help="with --write: how the runs were made (stored in the baseline)")
+    p.set_defaults(func=_cmd_llm_regression)
+
+
+_SUBCOMMANDS = [_add_list, _add_run, _add_report, _add_power, _add_sweep, _add_grid, _add_llm_regression]
 
 
 def build_parser() -> argparse.ArgumentParser:
