@@ -8,6 +8,9 @@ CONSTRAINTS := constraints.txt
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 SEED   ?= 0
+# make report LLM_RUN=DIR: the dashboard's LLM section reads that run directory of `python -m llm_runs run`
+# (e.g. a cpu-preset run) instead of running the smoke preset; LLM_RUN=none skips the section
+LLM_RUN ?=
 # mutation testing (outside the default tier): files, sample size per file (0 = every mutant), parallel jobs
 MUTATION_FILES ?= sim/preference.py sim/direction.py sim/cluster.py sim/hull.py
 MUTATION_N     ?= 60
@@ -33,9 +36,11 @@ venv: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
-## report: run every executable statement and the studies; write the dashboard and figures to reports/
+## report: run every executable statement and the studies, and the LLM section (the LLM smoke preset, or
+## LLM_RUN=DIR); write the dashboard and figures to reports/
 report: $(STAMP)
-	$(BIN)/python -m verification report --out reports --seed $(SEED)
+	$(BIN)/python -m verification report --out reports --seed $(SEED) \
+		$(if $(filter none,$(LLM_RUN)),--no-llm,$(if $(LLM_RUN),--llm-run $(LLM_RUN)))
 
 ## sweep: every (statement, seed) cell as a Dask task on a LocalCluster; cells and summary in sweeps/default/
 sweep: $(STAMP)
@@ -54,4 +59,5 @@ lint: $(STAMP)
 	$(BIN)/ruff check sim verification llm_runs tests tools
 
 clean:
-	rm -rf $(VENV) .pytest_cache .benchmarks reports sweeps
+	rm -rf $(VENV) .pytest_cache .benchmarks sweeps
+	git clean -fdqX -- reports 2>/dev/null || true  # the generated files of reports/ (the committed dashboard stays)
