@@ -8,8 +8,12 @@ CONSTRAINTS := constraints.txt
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 SEED   ?= 0
+# mutation testing (outside the default tier): files, sample size per file (0 = every mutant), parallel jobs
+MUTATION_FILES ?= sim/preference.py sim/direction.py sim/cluster.py sim/hull.py
+MUTATION_N     ?= 60
+JOBS           ?= 1
 
-.PHONY: venv test report bench lint clean
+.PHONY: venv test report bench mutation lint clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -32,8 +36,13 @@ report: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m pytest -m bench -s --benchmark-enable --benchmark-columns=min,median,mean,rounds
 
+## mutation: mutants of each file run against its own test file; report in reports/mutation.json
+mutation: $(STAMP)
+	$(BIN)/python tools/mutation.py --files $(MUTATION_FILES) --n $(MUTATION_N) --seed $(SEED) --jobs $(JOBS) \
+		--json reports/mutation.json
+
 lint: $(STAMP)
-	$(BIN)/ruff check sim verification llm_runs tests
+	$(BIN)/ruff check sim verification llm_runs tests tools
 
 clean:
 	rm -rf $(VENV) .pytest_cache .benchmarks reports

@@ -25,6 +25,7 @@ __all__ = [
     "ArgumentParser",
     "print_usage_error",
     "seed",
+    "positive_int",
     "nonnegative_float",
     "check_writable_dir",
     "check_writable_file",
@@ -75,6 +76,17 @@ def seed(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError(
             f"must be an integer >= 0 (numpy.random.default_rng takes no negative seed); got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type of a count: an integer >= 1."""
+    try:
+        value = int(text.strip(), 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1; got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1; got {text!r}")
     return value
 
 

@@ -424,14 +424,15 @@ def _kmeans(X: np.ndarray, k: int, rng: np.random.Generator, n_init: int, max_it
             dist = ((X[:, None, :] - centers[None, :, :]) ** 2).sum(axis=2)
             # nearest centre; distances within the resolution of each other are ties, broken by index
             new = first_min(dist, TIE_RTOL * dist.max(axis=1))
-            # re-seed empty clusters with the point farthest from its centre (deterministic)
+            # re-seed each empty cluster with the point farthest from its centre among the clusters that keep
+            # another member (one exists while k <= N), so no cluster is emptied in turn; deterministic: the
+            # lowest index among points equally far within the resolution
             for c in range(k):
                 if not np.any(new == c):
+                    movable = np.bincount(new, minlength=k)[new] > 1
                     dn = dist[np.arange(N), new]
-                    far = int(first_max(dn, TIE_RTOL * np.abs(dn).max()))
+                    far = int(first_max(np.where(movable, dn, -np.inf), TIE_RTOL * dn.max()))
                     new[far] = c
-                    dist[far, :] = np.inf
-                    dist[far, c] = 0.0
             if np.array_equal(new, labels):
                 break
             labels = new

@@ -2,7 +2,7 @@ r"""Command line: Algorithm 1 end to end on a planted F1 cluster problem with a 
 
 .. code-block:: text
 
-    python -m sim.simulate --preset smoke|paper --out DIR [--seed 0] [--quiet]
+    python -m sim.simulate --preset smoke|paper --out DIR [--seed 0] [--clients N] [--quiet]
 
 Builds a planted F1 problem (common quadratic objectives, THEOREMS.md §3.0) whose clients come from
 ``n_groups`` planted groups (each group: mixing weights around its own ``u_0``, spread ``s_u``), draws a finite
@@ -14,6 +14,10 @@ from ``w_II``), Pipeline 2 and the local-only baseline. Writes
 * ``DIR/trajectory.csv`` — every record row (:data:`sim.algorithm.RECORD_COLUMNS`);
 * ``DIR/summary.json`` — final gaps of Pipeline 1 vs Pipeline 2 vs the baselines, per-cluster gaps, LP status
   counts, the parameters, the seed and the run time.
+
+``--clients N`` sets the number of training clients (``N`` a multiple of the preset's number of planted groups,
+``N / n_groups`` per group; default: the preset's); every round of Phase 1, Phase 2 and FedAvg is one batched LP
+call over a cluster's clients, so its cost grows linearly in ``N`` (``make bench`` measures the slope).
 
 Progress lines go to stderr; a one-screen summary goes to stdout. The library modules never print. A bad
 argument (a seed that is not an integer >= 0, an ``--out`` that cannot be created or written) is reported on one
@@ -126,8 +130,22 @@ def _parser() -> cli.ArgumentParser:
     ap.add_argument("--preset", choices=sorted(PRESETS), default="smoke")
     ap.add_argument("--out", required=True, type=Path, help="output directory (created if missing)")
     ap.add_argument("--seed", type=cli.seed, default=0, help="RNG seed, an integer >= 0 (default %(default)s)")
+    ap.add_argument("--clients", type=cli.positive_int, default=None, metavar="N",
+                    help="training clients in total, a multiple of the preset's planted groups (default: the "
+                         "preset's)")
     ap.add_argument("--quiet", action="store_true", help="no progress lines")
     return ap
+
+
+def _with_clients(preset: Preset, clients: int | None) -> Preset:
+    """``preset`` with ``clients`` training clients in total (``clients / n_groups`` per planted group)."""
+    if clients is None:
+        return preset
+    groups = preset.problem.n_groups
+    if clients % groups:
+        raise cli.UsageError(f"argument --clients: must be a multiple of the preset's {groups} planted groups; "
+                             f"got {clients}")
+    return replace(preset, problem=replace(preset.problem, n_train=clients // groups))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,10 +153,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = _parser()
     try:
         args = ap.parse_args(argv)
+        preset = _with_clients(PRESETS[args.preset], args.clients)
         cli.check_writable_dir(args.out, "--out")
     except cli.UsageError as exc:
         return cli.print_usage_error(exc, ap.prog)
-    preset = PRESETS[args.preset]
     rng = np.random.default_rng(args.seed)
     t0 = time.perf_counter()
     prog = _Progress(args.quiet)

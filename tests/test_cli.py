@@ -142,6 +142,9 @@ def test_usage_error_exit_status_of_the_real_command_lines(tmp_path):
     (["--out", "{afile}/sim"], "argument --out"),
     (["--out", "{afile}"], "argument --out"),
     (["--preset", "huge"], "argument --preset"),
+    (["--clients", "0"], "argument --clients"),
+    (["--clients", "1e3"], "argument --clients"),
+    (["--clients", "7"], "argument --clients: must be a multiple of the preset's 2 planted groups"),
 ])
 def test_simulate_bad_arguments(tmp_path, capsys, monkeypatch, argv, fragment):
     afile = tmp_path / "afile"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from error_patterns import float_value, names
 from scipy.optimize import minimize
 
 from sim.hull import (
@@ -177,6 +178,173 @@ def test_descent_margin():
     assert descent_margin(np.array([w]), np.array([[1.0, -1.0]]), np.array([0.5, 0.5]), np.array([True, True])) == pytest.approx(-w / 2)
 
 
+def test_empty_batch_gives_empty_results():
+    """A batch of zero hulls is not an error: every result has the batch axis of length 0."""
+    for method in ("auto", "enumerate", "wolfe"):
+        res = min_norm_element(np.zeros((0, 3, 4)), method=method)
+        assert res.point.shape == (0, 3) and res.weights.shape == (0, 4)
+        assert res.norm.shape == (0,) and res.kkt_residual.shape == (0,)
+        res = min_norm_element(np.zeros((2, 0, 3, 4)), np.ones((2, 0, 4), dtype=bool), method=method)
+        assert res.point.shape == (2, 0, 3) and res.weights.shape == (2, 0, 4)
+        assert min_norm_weights_from_gram(np.zeros((0, 4, 4)), method=method).shape == (0, 4)
+    assert descent_margin(np.zeros((0, 3)), np.zeros((0, 3, 2)), np.full((0, 2), 0.5), np.ones((0, 2), bool)).shape == (0,)
+
+
+@pytest.mark.parametrize("method", ["enumerate", "wolfe"])
+def test_singular_kkt_systems_in_a_mixed_batch(method):
+    """A duplicated generator makes some KKT systems singular: the batched solve falls back to one instance at a
+    time, the singular supports drop out, and every instance equals its own single solution and the QP reference;
+    the weight of an exactly duplicated minimiser goes to its first copy."""
+    rng = np.random.default_rng(12)
+    V = rng.standard_normal((40, 3, 4)) + rng.uniform(0, 2, (40, 1, 1)) * rng.standard_normal((40, 3, 1))
+    V[1, :, 2] = V[1, :, 0]  # instances 1 and 3 have a duplicated generator
+    V[3] = np.array([[1.0, 1.0, 3.0, 1.0], [2.0, 2.0, 1.0, 2.0], [0.0, 0.0, 2.0, 0.0]])
+    res = min_norm_element(V, method=method)
+    assert np.all(np.isfinite(res.weights)) and np.all(np.isfinite(res.point))
+    # the regular instances whose minimiser uses generators 0 and 2 together share those singular stacks
+    assert np.sum((res.weights[:, 0] > 0) & (res.weights[:, 2] > 0)) >= 3
+    for b in range(40):
+        single = min_norm_element(V[b], method=method)
+        np.testing.assert_allclose(res.point[b], single.point, atol=1e-13)
+        np.testing.assert_allclose(res.weights[b], single.weights, atol=1e-12)
+        np.testing.assert_allclose(res.point[b], _slsqp_min_norm(V[b]), atol=1e-6)
+    np.testing.assert_allclose(res.weights[3], [1.0, 0.0, 0.0, 0.0], atol=1e-12)
+    np.testing.assert_array_equal(min_norm_element(np.array([[1.0, 1.0], [2.0, 2.0]]), method=method).weights, [1, 0])
+
+
+def test_one_empty_mask_in_a_batch_is_named():
+    V = np.random.default_rng(3).standard_normal((2, 3, 2, 4))
+    mask = np.ones((2, 3, 4), dtype=bool)
+    mask[1, 2] = False
+    with pytest.raises(ValueError, match=names(r"\bmask\b", r"instance \(1, 2\)", "empty")):
+        min_norm_element(V, mask)
+    with pytest.raises(ValueError, match=names(r"\bmask\b", r"instance \(1, 2\)", "empty")):
+        min_norm_weights_from_gram(np.swapaxes(V, -1, -2) @ V, mask)
+    with pytest.raises(ValueError, match=names(r"\bmask\b", r"instance \(1, 2\)")):
+        descent_margin(np.ones((2, 3, 2)), V, np.full(4, 0.25), mask)
+    mask[1, 2], mask[0, 1], mask[1, 0] = True, False, False  # two empty instances: the first is named
+    with pytest.raises(ValueError, match=names(r"\bmask\b", r"instance \(0, 1\)")):
+        min_norm_element(V, mask)
+
+
+def test_one_bad_entry_in_a_good_batch_raises():
+    lam = np.array([[0.2, 0.5, 0.3], [0.6, 0.2, 0.2]])
+    np.testing.assert_array_equal(eps_act(0.0, lam, 2.0), [0.0, 0.0])  # eta = 0 and B = 0 are allowed
+    np.testing.assert_array_equal(eps_act([0.1, 0.2], lam, 0.0), [0.0, 0.0])
+    for eta, B, name in (([0.1, np.nan], 1.0, "eta"), ([0.1, -0.1], 1.0, "eta"), (0.1, [1.0, np.inf], "B"),
+                         (0.1, [1.0, -2.0], "B")):
+        with pytest.raises(ValueError, match=names(rf"\b{name}\b", r">= 0")):
+            eps_act(eta, lam, B)
+    l = np.ones((3, 2))
+    for eps in ([0.1, -0.1, 0.1], [0.1, np.nan, 0.1]):
+        with pytest.raises(ValueError, match=names(r"\beps_act\b", r"-0\.1|nan")):
+            near_active_set(l, np.full(2, 0.5), eps)
+    d, G = np.ones((3, 2)), np.ones((3, 2, 2))
+    bad_d, bad_G = d.copy(), G.copy()
+    bad_d[1, 0] = np.nan
+    bad_G[2, 1, 1] = np.inf
+    for args in ((bad_d, G), (d, bad_G)):
+        with pytest.raises(ValueError, match=names(r"\bd\b", r"\bgrads\b", "finite")):
+            descent_margin(*args, np.full(2, 0.5), np.ones(2, dtype=bool))
+
+
+@pytest.mark.parametrize("n,k", [(2, 20), (3, 30), (5, 40)])
+def test_wolfe_with_many_generators_in_low_dimension(n, k):
+    """Many generators in few dimensions make Wolfe's minor cycles (a generator leaves the corral) frequent: the
+    result must carry the optimality certificate v_jᵀd_M ≥ ‖d_M‖², lie on the simplex, and (n = 2) equal the
+    enumeration over supports of at most n + 1 generators."""
+    rng = np.random.default_rng(n * k)
+    V = rng.standard_normal((25, n, k)) + rng.uniform(0, 2, (25, 1, 1)) * rng.standard_normal((25, n, 1))
+    res = min_norm_element(V, method="wolfe")
+    scale = np.einsum("bnk,bnk->bk", V, V).max(axis=1)
+    assert np.all(res.kkt_residual <= 1e-12 * scale)
+    assert np.all(res.weights >= 0)
+    np.testing.assert_allclose(res.weights.sum(axis=-1), 1.0, atol=1e-14)
+    np.testing.assert_allclose(np.einsum("bnk,bk->bn", V, res.weights), res.point, atol=1e-13)
+    if n == 2:
+        np.testing.assert_allclose(res.point, min_norm_element(V, method="enumerate").point, atol=1e-12)
+
+
+def test_results_are_frozen_and_compared_by_identity():
+    res = min_norm_element(np.eye(2))
+    with pytest.raises(AttributeError):
+        res.norm = 0.0
+    assert res in {res}
+
+
+def test_auto_dispatches_by_the_number_of_generators():
+    """``auto``: enumeration for k <= 8, Wolfe above, bit for bit (the two differ in rounding)."""
+    assert ENUMERATION_MAX_K == 8
+    rng = np.random.default_rng(5)
+    for k, same in ((8, "enumerate"), (9, "wolfe")):
+        V = rng.standard_normal((50, 3, k)) + rng.standard_normal((50, 3, 1))
+        auto = min_norm_element(V).point
+        other = "wolfe" if same == "enumerate" else "enumerate"
+        np.testing.assert_array_equal(auto, min_norm_element(V, method=same).point)
+        assert np.any(auto != min_norm_element(V, method=other).point)  # the check can tell them apart
+        C = np.swapaxes(V, -1, -2) @ V
+        np.testing.assert_array_equal(min_norm_weights_from_gram(C), min_norm_weights_from_gram(C, method=same))
+
+
+@pytest.mark.parametrize("method", ["enumerate", "wolfe"])
+def test_a_tiny_positive_weight_is_kept(method):
+    """Two generators whose minimum-norm point has θ = 1e-11 on v1 (closed form of S18): a support is accepted
+    with any non-negative weight, so the point is not snapped to the vertex v2 (an error of 1e-7 relative)."""
+    V = np.array([[1.0, 0.0], [1e-4 - 1e-7, 1e-4]])
+    v1, v2 = V[:, 0], V[:, 1]
+    theta = (v2 - v1) @ v2 / ((v1 - v2) @ (v1 - v2))
+    assert 0.5e-11 < theta < 2e-11
+    res = min_norm_element(V, method=method)
+    np.testing.assert_allclose(res.point, theta * v1 + (1 - theta) * v2, rtol=0, atol=1e-18)
+    np.testing.assert_allclose(res.weights, [theta, 1 - theta], rtol=1e-9, atol=0)
+
+
+def test_a_tiny_negative_weight_is_clipped_to_the_vertex():
+    """Mirror image: the affine minimiser of {v1, v2} lies just outside the segment (θ = -1e-11), so the minimum-norm
+    point is the vertex v2 with weights exactly (0, 1), never a point outside the hull."""
+    V = np.array([[1.0, 0.0], [1e-4 + 1e-7, 1e-4]])
+    for method in ("enumerate", "wolfe"):
+        res = min_norm_element(V, method=method)
+        np.testing.assert_array_equal(res.weights, [0.0, 1.0])
+        np.testing.assert_array_equal(res.point, V[:, 1])
+
+
+@pytest.mark.parametrize("method", ["enumerate", "wolfe"])
+@pytest.mark.parametrize("scale", [1e-9, 1e9])
+def test_min_norm_is_scale_equivariant(method, scale):
+    """conv{c v_j} has minimum-norm point c d_M (with the same weights where they are unique): tolerances are
+    relative to the data."""
+    rng = np.random.default_rng(15)
+    V = rng.standard_normal((40, 2, 11)) + rng.uniform(0, 2, (40, 1, 1)) * rng.standard_normal((40, 2, 1))
+    base = min_norm_element(V, method=method)
+    res = min_norm_element(scale * V, method=method)
+    np.testing.assert_allclose(res.point, scale * base.point, rtol=0, atol=1e-10 * scale)
+    outside = base.norm > 1e-3  # origin outside the hull: the minimiser's weights are unique
+    assert 5 <= outside.sum() < 40
+    np.testing.assert_allclose(res.weights[outside], base.weights[outside], atol=1e-9)
+
+
+def test_gram_roundoff_asymmetry_is_removed():
+    """C + E with E antisymmetric at 1e-11 (accepted as symmetric up to round-off) gives the weights of C."""
+    rng = np.random.default_rng(16)
+    V = rng.standard_normal((30, 3, 5)) + rng.standard_normal((30, 3, 1))
+    C = np.swapaxes(V, -1, -2) @ V
+    C = 0.5 * (C + np.swapaxes(C, -1, -2))
+    E = rng.standard_normal(C.shape) * 1e-11
+    E = E - np.swapaxes(E, -1, -2)
+    for method in ("enumerate", "wolfe"):
+        ref = min_norm_weights_from_gram(C, method=method)
+        np.testing.assert_allclose(min_norm_weights_from_gram(C + E, method=method), ref, atol=1e-14)
+        np.testing.assert_allclose(min_norm_weights_from_gram(C[7] + E[7], method=method), ref[7], atol=1e-14)
+
+
+def test_integer_inputs_are_converted_before_arithmetic():
+    """Integers are taken as float64 first: B² and d·g of 1e10-sized integers would overflow int64."""
+    assert eps_act(1, [0.5, 0.5], 10**10) == pytest.approx(1e20, rel=1e-15)
+    big = descent_margin(np.array([10**10]), np.array([[10**10, 1]]), [0.5, 0.5], [True, False])
+    assert big == pytest.approx(0.5e20, rel=1e-15)
+
+
 def test_descent_margin_from_gram_equals_descent_margin():
     """``min_{j∈mask} λ_j (Cμ)_j`` equals ``min_{j∈mask} λ_j (Gμ)ᵀg_j`` (d = Gμ) to round-off, batched and single."""
     rng = np.random.default_rng(8)
@@ -194,33 +362,55 @@ def test_descent_margin_from_gram_equals_descent_margin():
         got = descent_margin_from_gram(mu, C, lam, mask, validate=validate)
         assert np.all(np.abs(got - ref) <= 1e-14 * scale)
     assert descent_margin_from_gram(mu[3], C[3], lam[3], mask[3]) == pytest.approx(ref[3], rel=1e-13)
+    two_axes = descent_margin_from_gram(mu.reshape(6, 10, 4), C.reshape(6, 10, 4, 4), lam.reshape(6, 10, 4),
+                                        mask.reshape(6, 10, 4))
+    np.testing.assert_allclose(two_axes.ravel(), descent_margin_from_gram(mu, C, lam, mask), rtol=1e-15)
 
 
 @pytest.mark.parametrize(
-    "call",
+    "call, pattern",
     [
-        lambda: near_active_set([1.0, 2.0], [0.5, 0.5], -0.1),
-        lambda: near_active_set([1.0, -2.0], [0.5, 0.5], 0.1),
-        lambda: near_active_set([1.0, 2.0], [0.0, 1.0], 0.1),
-        lambda: near_active_set([1.0, 2.0], [0.5, 0.5], np.nan),
-        lambda: eps_act(-1.0, [0.5, 0.5], 1.0),
-        lambda: eps_act(1.0, [0.5, 0.5], -1.0),
-        lambda: min_norm_element(np.ones(3)),
-        lambda: min_norm_element(np.array([[1.0, np.nan]])),
-        lambda: min_norm_element(np.eye(2), mask=np.array([False, False])),
-        lambda: min_norm_element(np.eye(2), mask=np.array([1, 0])),
-        lambda: min_norm_element(np.eye(2), mask=np.array([True, False, True])),
-        lambda: min_norm_element(np.eye(2), method="nope"),
-        lambda: min_norm_weights_from_gram(np.array([[1.0, 2.0], [0.0, 1.0]])),
-        lambda: min_norm_weights_from_gram(np.array([[1.0, 0.0], [0.0, -1.0]])),
-        lambda: descent_margin(np.ones(2), np.ones((3, 2)), [0.5, 0.5], [True, True]),
-        lambda: descent_margin(np.ones(3), np.ones((3, 2)), [0.5, 0.5], [False, False]),
-        lambda: descent_margin_from_gram([0.5, 0.5], np.array([[1.0, 2.0], [0.0, 1.0]]), [0.5, 0.5], [True, True]),
-        lambda: descent_margin_from_gram([0.5, 0.5, 0.0], np.eye(2), [0.5, 0.5], [True, True]),
-        lambda: descent_margin_from_gram([0.5, np.nan], np.eye(2), [0.5, 0.5], [True, True]),
-        lambda: descent_margin_from_gram([0.5, 0.5], np.eye(2), [0.5, 0.5], [False, False]),
+        (lambda: near_active_set([1.0, 2.0], [0.5, 0.5], -0.1), names(r"\beps_act\b", r"-0\.1")),
+        (lambda: near_active_set([1.0, -2.0], [0.5, 0.5], 0.1), names(r"\blosses\b", float_value("-2.0"))),
+        (lambda: near_active_set([1.0, 2.0], [0.0, 1.0], 0.1), names(r"\bprefs\b", float_value("0.0"))),
+        (lambda: near_active_set([1.0, 2.0], [0.5, 0.5], np.nan), names(r"\beps_act\b", "nan")),
+        (lambda: near_active_set(np.ones((3, 2)), [0.5, 0.5], [0.1, 0.2]),
+         names(r"\beps_act\b", r"\(2,\)", r"\(3,\)", "broadcast")),
+        (lambda: eps_act(-1.0, [0.5, 0.5], 1.0), names(r"\beta\b", r"-1\.0")),
+        (lambda: eps_act(1.0, [0.5, 0.5], -1.0), names(r"\bB\b", r"-1\.0")),
+        (lambda: eps_act(np.nan, [0.5, 0.5], 1.0), names(r"\beta\b", "nan")),
+        (lambda: min_norm_element(np.ones(3)), names(r"\bvectors\b", r"\(3,\)")),
+        (lambda: min_norm_element(np.ones((2, 0))), names(r"\bvectors\b", r"\(2, 0\)")),
+        (lambda: min_norm_element(np.ones((0, 3))), names(r"\bvectors\b", r"\(0, 3\)")),
+        (lambda: min_norm_element("abc"), names(r"\bvectors\b", "numeric", "'abc'")),
+        (lambda: min_norm_element(np.array([[1.0, np.nan]])), names(r"\bvectors\b", "non-finite")),
+        (lambda: min_norm_element(np.eye(2), mask=np.array([False, False])), names(r"\bmask\b", "empty")),
+        (lambda: min_norm_element(np.eye(2), mask=np.array([1, 0])), names(r"\bmask\b", "boolean", "int")),
+        (lambda: min_norm_element(np.eye(2), mask=np.array([True, False, True])), names(r"\bmask\b", "k=2", r"\(3,\)")),
+        (lambda: min_norm_element(np.ones((3, 2, 2)), mask=np.ones((2, 2), dtype=bool)),
+         names(r"\bmask\b", r"\(2, 2\)", r"\(3,\)", "broadcast")),
+        (lambda: min_norm_element(np.eye(2), method="nope"), names(r"\bmethod\b", "'nope'")),
+        (lambda: min_norm_weights_from_gram(np.array([[1.0, 2.0], [0.0, 1.0]])), names(r"\bgram\b", "symmetric")),
+        (lambda: min_norm_weights_from_gram(np.array([[1.0, 0.0], [0.0, -1.0]])),
+         names(r"\bgram\b", "positive semi-definite", r"-1\.000e\+00|-1\.0")),
+        (lambda: min_norm_weights_from_gram(np.eye(2), method="nope"), names(r"\bmethod\b", "'nope'")),
+        (lambda: descent_margin(np.ones(2), np.ones((3, 2)), [0.5, 0.5], [True, True]),
+         names(r"\bd\b", "n_w=3", r"\(2,\)")),
+        (lambda: descent_margin(np.ones(3), np.ones(3), [0.5, 0.5], [True, True]), names(r"\bgrads\b", r"\(3,\)")),
+        (lambda: descent_margin(np.float64(1.0), np.ones((3, 2)), [0.5, 0.5], [True, True]), names(r"\bd\b", r"\(\)")),
+        (lambda: near_active_set([1.0, 2.0, 3.0], [0.5, 0.5], 0.1), names("objectives m", r"losses shape \(3,\)")),
+        (lambda: descent_margin(np.ones(3), np.ones((3, 2)), [0.2, 0.3, 0.5], [True, True]),
+         names(r"\bprefs\b", "m=3", "m=2")),
+        (lambda: descent_margin(np.ones(3), np.ones((3, 2)), [0.5, 0.5], [False, False]), names(r"\bmask\b", "empty")),
+        (lambda: descent_margin_from_gram([0.5, 0.5], np.array([[1.0, 2.0], [0.0, 1.0]]), [0.5, 0.5], [True, True]),
+         names(r"\bgram\b", "symmetric", r"2\.000e\+00")),
+        (lambda: descent_margin_from_gram([0.5, 0.5, 0.0], np.eye(2), [0.5, 0.5], [True, True]),
+         names(r"\bweights\b", r"\(3,\)", "m=2")),
+        (lambda: descent_margin_from_gram([0.5, np.nan], np.eye(2), [0.5, 0.5], [True, True]),
+         names(r"\bweights\b", "finite")),
+        (lambda: descent_margin_from_gram([0.5, 0.5], np.eye(2), [0.5, 0.5], [False, False]), names(r"\bmask\b", "empty")),
     ],
 )
-def test_bad_inputs_raise(call):
-    with pytest.raises(ValueError):
+def test_bad_inputs_raise(call, pattern):
+    with pytest.raises(ValueError, match=pattern):
         call()
