@@ -154,6 +154,8 @@ class DirectionResult:
         ``-1e-9`` (row-scaled units), so the optimal vertex, hence ``weights``, is stable under small perturbations
         of the data. False where several (or nearly several) vertices are optimal: the objective is then stable, the
         weights need not be; False for the HiGHS reference (no basis to certify) and for unsolved instances.
+        Uniqueness is not conditioning: at a unique optimum whose basis is ill-conditioned (nearly dependent
+        gradients) the weights move by up to ``‖B⁻¹‖`` times the change of the data.
     ambiguous : (...) bool: a decision of the LP data builder lies within the resolution band of its threshold
         (module docstring, "Data at the resolution"): ``β`` within its own resolution of ``eps_mode``, a weighted
         loss just outside the ``J*`` tie band, an entry of ``CA`` just above its resolution, a spread just above the

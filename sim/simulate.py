@@ -13,7 +13,8 @@ from ``w_II``), Pipeline 2 and the local-only baseline. Writes
 
 * ``DIR/trajectory.csv`` — every record row (:data:`sim.algorithm.RECORD_COLUMNS`);
 * ``DIR/summary.json`` — final gaps of Pipeline 1 vs Pipeline 2 vs the baselines, per-cluster gaps, LP status
-  counts, the parameters, the seed and the run time.
+  counts, the realised preference spread ``delta_lambda`` of the new clients (:func:`preference_spread`), the
+  parameters, the seed and the run time.
 
 ``--clients N`` sets the number of training clients (``N`` a multiple of the preset's number of planted groups,
 ``N / n_groups`` per group; default: the preset's); every round of Phase 1, Phase 2 and FedAvg is one batched LP
@@ -47,7 +48,8 @@ from sim.algorithm import (
     run_algorithm,
 )
 
-__all__ = ["ProblemSpec", "PRESETS", "build_problem", "main"]
+__all__ = ["ProblemSpec", "Preset", "PRESETS", "build_problem", "preset_variant", "preference_spread", "simulate",
+           "main"]
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,46 @@ PRESETS: dict[str, Preset] = {
         ),
     ),
 }
+
+
+def preset_variant(preset: Preset, *, K: int | None = None, S: int | None = None,
+                   spread: float | None = None) -> Preset:
+    """``preset`` with the new clients' budget ``K`` steps of ``S`` samples (Pipeline 1, and its AdamW run) and the
+    planted preference spread ``spread`` (the mixing spread ``s_u`` of :func:`build_problem`) replaced where given."""
+    adapt = replace(preset.config.adapt, **({"K": K} if K is not None else {}), **({"S": S} if S is not None else {}))
+    adamw = preset.config.adamw
+    if adamw is not None:
+        adamw = replace(adamw, K=adapt.K, S=adapt.S)
+    problem = preset.problem if spread is None else replace(preset.problem, spread=float(spread))
+    return Preset(problem, replace(preset.config, adapt=adapt, adamw=adamw))
+
+
+def preference_spread(prefs: np.ndarray, res) -> float:
+    """The preference spread ``δ_λ`` of the new clients of run ``res`` (THEOREMS.md §1, Preference spread): the
+    largest ``‖λ_new − λ_i‖₂`` over the new clients and the training clients ``i`` of the cluster each is assigned
+    to (NaN without new clients)."""
+    if res.new_clients.size == 0:
+        return float("nan")
+    out = 0.0
+    for c, i in enumerate(res.new_clients):
+        members = res.train_clients[res.clustering.clusters[int(res.assignment[c])]]
+        out = max(out, float(np.linalg.norm(prefs[members] - prefs[i], axis=1).max()))
+    return out
+
+
+def simulate(preset: Preset, seed: int, *, progress=None):
+    """Algorithm 1 on the planted problem of ``preset`` with ``numpy.random.default_rng(seed)``: ``(the
+    AlgorithmResult, the summary of summary.json)``; the summary adds ``delta_lambda`` (:func:`preference_spread`),
+    the problem, the planted groups and the parameters (the caller adds the preset's name, the seed and the
+    time)."""
+    rng = np.random.default_rng(seed)
+    src, w_ref, train, new, groups = build_problem(preset.problem, rng)
+    res = run_algorithm(src, preset.config, rng, w_ref=w_ref, train_clients=train, new_clients=new,
+                        progress=progress)
+    summary = dict(res.summary)
+    summary.update(delta_lambda=preference_spread(src.prefs, res), problem=preset.problem.__dict__,
+                   planted_groups=[int(g) for g in groups], params=preset.config.to_dict())
+    return res, summary
 
 
 class _Progress:
@@ -157,22 +199,15 @@ def main(argv: list[str] | None = None) -> int:
         cli.check_writable_dir(args.out, "--out")
     except cli.UsageError as exc:
         return cli.print_usage_error(exc, ap.prog)
-    rng = np.random.default_rng(args.seed)
     t0 = time.perf_counter()
-    prog = _Progress(args.quiet)
-    src, w_ref, train, new, groups = build_problem(preset.problem, rng)
+    spec = preset.problem
     if not args.quiet:
-        print(f"preset {args.preset}, seed {args.seed}: {train.size} training and {new.size} new clients, "
-              f"m={src.n_objectives}, n_w={src.n_params}", file=sys.stderr, flush=True)
-    res = run_algorithm(src, preset.config, rng, w_ref=w_ref, train_clients=train, new_clients=new, progress=prog)
+        print(f"preset {args.preset}, seed {args.seed}: {spec.n_groups * spec.n_train} training and "
+              f"{spec.n_groups * spec.n_new} new clients, m={spec.m}, n_w={spec.n_w}", file=sys.stderr, flush=True)
+    res, summary = simulate(preset, args.seed, progress=_Progress(args.quiet))
     seconds = time.perf_counter() - t0
     cli.atomic_write_text(args.out / "trajectory.csv", res.records.to_csv(index=False))
-    summary = dict(res.summary)
-    summary.update(
-        preset=args.preset, seed=args.seed, seconds=seconds,
-        problem=preset.problem.__dict__, planted_groups=[int(g) for g in groups],
-        params=preset.config.to_dict(),
-    )
+    summary.update(preset=args.preset, seed=args.seed, seconds=seconds)
     cli.atomic_write_text(args.out / "summary.json", json.dumps(summary, indent=2))
     print(_screen(summary, args.out, seconds))
     return 0

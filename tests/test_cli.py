@@ -41,7 +41,9 @@ def test_run_json(tmp_path):
     data = json.loads(out.read_text())
     assert [d["id"] for d in data] == ["S1", "S4"]
     for d in data:
-        assert set(d) - {"details"} == SCHEMA
+        assert set(d) - {"details"} == SCHEMA | {"conclusions"}
+        assert all({"name", "kind", "tightness", "instances", "excluded", "counterexamples", "power"} <= set(c)
+                   for c in d["conclusions"])
         assert d["verdict"] == "holds" and d["negative_control"] == "none"
         assert isinstance(d["counterexamples"], int) and isinstance(d["seconds"], float)
     assert "S1" in res.stdout and "verdict" in res.stdout  # the table

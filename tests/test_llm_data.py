@@ -296,13 +296,16 @@ def test_generation_resumes_and_skips_done_prompts(tiny, tmp_path, monkeypatch):
     with pytest.raises(GenerationFileError, match="other settings"):
         run_generation(model, tok, prompts, GenerationSettings(responses_per_prompt=3, max_new_tokens=4), tmp_path,
                        MODEL, progress=False)
-    # taken last group first, the build draws the same responses (each call is seeded by its group)
+    # taken last group first, a build draws what a build in order draws (each call is seeded by its group)
     calls.clear()
     backwards = run_generation(model, tok, prompts, s, tmp_path / "rev", MODEL, reverse=True, progress=False)
+    assert calls == [2, 1, 0]
+    forwards = run_generation(model, tok, prompts, s, tmp_path / "fwd", MODEL, progress=False)
+
     def drawn(records):
         return [{k: v for k, v in r.items() if k != "call_seconds"} for r in records]
 
-    assert calls == [2, 1, 0] and drawn(backwards) == drawn(full)
+    assert drawn(backwards) == drawn(forwards)
     assert [p.name for p in (tmp_path / "rev").iterdir()] == ["generationsr.jsonl"]
     # a data file made with the same settings seeds a new build: nothing is generated again, nothing changes
     data = score_and_write(full, s, MODEL, tmp_path / "d.jsonl.gz", progress=False)
