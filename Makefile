@@ -21,7 +21,10 @@ SWEEP_IDS   ?= H.9 H.14 S4
 SWEEP_SEEDS ?= 0:4
 WORKERS     ?= 2
 
-.PHONY: venv test report sweep bench mutation lint clean
+.PHONY: venv test report sweep llm bench mutation lint clean
+# glibc malloc stalls for seconds when torch frees and re-maps large tensors (the MALLOC_ settings avoid it);
+# OpenMP threads that spin on a shared CPU multiply torch's CPU time (passive waiting avoids it)
+LLM_ENV := MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000 OMP_WAIT_POLICY=PASSIVE
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
@@ -34,7 +37,7 @@ venv: $(STAMP)
 
 ## test: the CI test run (default tier: excludes the `slow`, `bench` and `llm` markers)
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(LLM_ENV) $(BIN)/python -m pytest
 
 ## report: run every executable statement and the studies, and the LLM section (the LLM smoke preset, or
 ## LLM_RUN=DIR); write the dashboard and figures to reports/
@@ -46,9 +49,13 @@ report: $(STAMP)
 sweep: $(STAMP)
 	$(BIN)/python -m verification sweep $(SWEEP_IDS) --seeds $(SWEEP_SEEDS) --workers $(WORKERS) --out sweeps/default
 
+## llm: Algorithm 1 on LoRA fine-tuning of the embedded SmolLM2-135M (smoke preset) into runs/llm-smoke/
+llm: $(STAMP)
+	$(LLM_ENV) $(BIN)/python -m llm_runs run --preset smoke --out runs/llm-smoke --seed $(SEED)
+
 ## bench: pytest-benchmark speed comparisons (batched LP solver against HiGHS)
 bench: $(STAMP)
-	$(BIN)/python -m pytest -m bench -s --benchmark-enable --benchmark-columns=min,median,mean,rounds
+	$(LLM_ENV) $(BIN)/python -m pytest -m bench -s --benchmark-enable --benchmark-columns=min,median,mean,rounds
 
 ## mutation: mutants of each file run against its own test file; report in reports/mutation.json
 mutation: $(STAMP)

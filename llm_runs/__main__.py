@@ -4,10 +4,18 @@
 ``python -m llm_runs data stats``  print the objectives' within-prompt rank agreement and pair counts
 ``python -m llm_runs probe conflict``  per-objective gradient cosines at the base model for synthetic clients
 ``python -m llm_runs probe dpo``  a short single-objective conservative-DPO run with held-out evaluation
+``python -m llm_runs run --preset smoke|cpu|gpu --out DIR [--model DIR] [--device auto|cpu|cuda] [--seed N]``
+    Algorithm 1 on LoRA fine-tuning of the model (:mod:`llm_runs.run`): trajectory.csv, summary.json, figure.png
+``python -m llm_runs random-model --size tiny|0.5b|1b --out DIR``  a randomly initialised Llama with the SmolLM2
+    tokenizer, saved as a model directory (for speed checks where no weights can be brought, e.g. a GPU machine)
 
 The process re-executes itself once with ``MALLOC_MMAP_MAX_=0`` and ``MALLOC_TRIM_THRESHOLD_=100000000000`` when
-they are not set: glibc malloc otherwise stalls for seconds when large tensors are freed and re-mapped.
-Usage errors exit with status 2 before any work.
+they are not set (glibc malloc otherwise stalls for seconds when large tensors are freed and re-mapped), and with
+``OMP_WAIT_POLICY=PASSIVE`` unless set otherwise (OpenMP threads that spin on a CPU shared with other jobs multiply
+torch's CPU time).
+Usage errors (a bad option, a missing ``--model`` directory, an unavailable ``--device``, a data file that is
+missing, corrupt or too small for the preset) exit with status 2 and one line naming the argument, before any
+work (the conventions of :mod:`sim.cli`).
 """
 
 from __future__ import annotations
@@ -17,12 +25,16 @@ import os
 import sys
 
 MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "100000000000"}
+#: OpenMP threads that wait passively: with torch's two threads on a CPU shared with other jobs, spinning threads
+#: made a forward pass of SmolLM2 take 20-40 times the CPU time (2-6 s instead of 0.1-0.2 s). Kept if set.
+OMP_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 
 
 def _ensure_malloc_env(argv: list[str]) -> None:
-    if all(os.environ.get(k) == v for k, v in MALLOC_ENV.items()) or os.environ.get("PREFALIGN_NO_REEXEC"):
+    omp = {k: v for k, v in OMP_ENV.items() if k not in os.environ}
+    if (all(os.environ.get(k) == v for k, v in MALLOC_ENV.items()) and not omp) or os.environ.get("PREFALIGN_NO_REEXEC"):
         return
-    env = {**os.environ, **MALLOC_ENV, "PREFALIGN_NO_REEXEC": "1"}
+    env = {**os.environ, **MALLOC_ENV, **omp, "PREFALIGN_NO_REEXEC": "1"}
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(sys.executable, [sys.executable, "-m", "llm_runs", *argv], env)
@@ -61,9 +73,10 @@ def _shard(text: str) -> tuple[int, int]:
 def build_parser() -> argparse.ArgumentParser:
     from llm_runs.data import DEFAULT_DATA_FILE
     from llm_runs.generate import GenerationSettings
+    from sim import cli
 
     d = GenerationSettings()
-    parser = argparse.ArgumentParser(prog="python -m llm_runs", description=__doc__.split("\n\n")[0])
+    parser = cli.ArgumentParser(prog="python -m llm_runs", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     data = sub.add_parser("data", help="the candidate data file: build it, or print its statistics")
     dsub = data.add_subparsers(dest="action", required=True)
@@ -125,7 +138,115 @@ def build_parser() -> argparse.ArgumentParser:
     dp.add_argument("--steps", type=_positive_int, default=20)
     dp.add_argument("--lr", type=_positive_float, default=5e-4)
     dp.add_argument("--eval-every", type=_positive_int, default=5)
+
+    from llm_runs.models import RANDOM_LLAMA_SIZES
+    from llm_runs.run import PRESETS
+
+    r = sub.add_parser("run", help="Algorithm 1 on LoRA fine-tuning of the model (trajectory.csv, summary.json)")
+    r.add_argument("--preset", choices=sorted(PRESETS), default="smoke",
+                   help="smoke: minutes on 2 CPU cores; cpu: a small study, tens of minutes; gpu: sized for a GPU "
+                        "(default %(default)s)")
+    r.add_argument("--out", required=True, help="output directory (created if missing)")
+    r.add_argument("--model", default=None, metavar="DIR",
+                   help="a local Hugging Face causal-LM directory (default: the embedded SmolLM2-135M-Instruct)")
+    r.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="auto: CUDA when available (default %(default)s)")
+    r.add_argument("--seed", type=cli.seed, default=0, help="RNG seed, an integer >= 0 (default %(default)s)")
+    r.add_argument("--data", default=str(DEFAULT_DATA_FILE), help="data file (default: the shipped file)")
+    r.add_argument("--cache-dir", default=None, help="cache of the converted default model")
+    r.add_argument("--threads", type=_positive_int, default=None, help="torch threads (default: torch's)")
+    r.add_argument("--quick", action="store_true",
+                   help="the preset's sizes with one round of each phase and one adaptation step (a speed check)")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    rm = sub.add_parser("random-model", help="save a randomly initialised Llama with the SmolLM2 tokenizer")
+    rm.add_argument("--size", choices=sorted(RANDOM_LLAMA_SIZES), default="0.5b")
+    rm.add_argument("--out", required=True, help="model directory to write")
+    rm.add_argument("--seed", type=cli.seed, default=0)
+    rm.add_argument("--dtype", choices=("float32", "bfloat16"), default="bfloat16",
+                    help="dtype of the saved weights (default %(default)s; a run loads them as float32)")
     return parser
+
+
+def _check_run_args(args):
+    """Usage checks of ``run`` before any work: the model directory, the device, the output directory, the data file
+    and whether it holds enough prompts for the preset. Returns the preset."""
+    from pathlib import Path
+
+    import numpy as np
+
+    from llm_runs.clients import DataShortageError, build_federation
+    from llm_runs.data import DataFileError, load_candidates
+    from llm_runs.run import PRESETS
+    from sim import cli
+
+    if args.model is not None:
+        p = Path(args.model).expanduser()
+        if not p.is_dir():
+            raise cli.UsageError(f"argument --model: model directory {args.model!r} does not exist"
+                                 if not p.exists() else f"argument --model: {args.model!r} is not a directory")
+        if not (p / "config.json").is_file():
+            raise cli.UsageError(f"argument --model: {args.model!r} has no config.json (not a Hugging Face model "
+                                 f"directory)")
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise cli.UsageError("argument --device: 'cuda' requested but CUDA is not available on this machine "
+                                 "(use --device cpu or auto)")
+    cli.check_writable_dir(args.out, "--out")
+    preset = PRESETS[args.preset]
+    if args.quick:
+        preset = preset.quick()
+    try:
+        cands = load_candidates(args.data)
+        build_federation(cands, preset.design, np.random.default_rng(args.seed))
+    except (DataFileError, DataShortageError) as exc:
+        raise cli.UsageError(f"argument --data: {exc}") from None
+    return preset
+
+
+def _run(args, preset) -> int:
+    from llm_runs.run import run
+
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    s = run(preset, args.out, model_dir=args.model, device=args.device, seed=args.seed, data=args.data,
+            cache_dir=args.cache_dir, progress=not args.no_progress)
+    print(_run_screen(s, args.out))
+    return 0
+
+
+def _run_screen(s: dict, out) -> str:
+    t = s["timing"]
+    lines = [f"LLM run, preset {s['preset']} (seed {s['seed']}), {s['model']['name']} on {s['model']['device']}: "
+             f"{s['seconds']:.0f} s wall, {s['cpu_seconds']:.0f} s CPU; {s['gradient_evaluations']['done']} client "
+             f"gradient evaluations ({t['gradient_evaluations_per_second']:.3g}/s, {t['tokens_per_second']:.3g} "
+             f"tokens/s); peak RSS {s['memory']['peak_rss_bytes'] / 2**30:.2f} GiB"]
+    if "cuda_peak_allocated_bytes" in s["memory"]:
+        lines[-1] += f", peak CUDA memory {s['memory']['cuda_peak_allocated_bytes'] / 2**30:.2f} GiB"
+    lines.append(f"  objectives {', '.join(s['objectives'])}; gradient cosines at the base model (mean over clients): "
+                 + ", ".join(f"{p['a']}/{p['b']} {p['mean']:+.2f}" for p in s["gradient_conflict_at_base_model"]["pairs"]))
+    lines.append("  minimum loss over the run (floor H(eps) = {:.4f}): ".format(next(iter(s["min_loss"].values()))["floor"])
+                 + ", ".join(f"{o} {v['min_any_loss']:.4f}" for o, v in s["min_loss"].items()))
+    lines.append(f"  LP step statuses: {s['lp_step_status_counts']}")
+    if s.get("new_clients"):
+        lines.append(f"  new clients, mean r_hat = psi - psi_hat* after K = {s['pipeline1_vs_pipeline2_at_K']['K']} "
+                     "steps (r_hat under-estimates r):")
+        for k, v in s["algorithm"]["mean_final_gap"].items():
+            lines.append(f"    {k:<24s} {v:.4g}")
+    lines.append(f"  wrote {out}/trajectory.csv, summary.json, figure.png")
+    return "\n".join(lines)
+
+
+def _random_model(args) -> int:
+    from llm_runs.models import save_random_llama
+
+    path, n = save_random_llama(args.out, args.size, seed=args.seed, dtype=args.dtype)
+    print(f"wrote a random Llama of {n / 1e6:.0f} M parameters ({args.size}, {args.dtype}) to {path}")
+    return 0
 
 
 def _probe_model(args):
@@ -305,10 +426,21 @@ def _input_errors() -> tuple[type[Exception], ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from sim import cli
+
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    args = parser.parse_args(argv)  # usage errors exit 2 here, before any work
     try:
+        args = parser.parse_args(argv)  # usage errors exit 2 here, before any work
+        preset = _check_run_args(args) if args.command == "run" else None
+    except cli.UsageError as exc:
+        return cli.print_usage_error(exc, parser.prog)
+    try:
+        if args.command == "run":
+            _ensure_malloc_env(argv)
+            return _run(args, preset)
+        if args.command == "random-model":
+            return _random_model(args)
         if args.command == "data" and args.action == "build":
             _ensure_malloc_env(argv)
             return _data_build(args)
@@ -320,8 +452,7 @@ def main(argv: list[str] | None = None) -> int:
     except _input_errors() as exc:  # a bad input file, model directory or objective name: say which, exit 2
         print(f"python -m llm_runs: error: {exc}", file=sys.stderr)
         return 2
-    parser.error(f"unknown command {args.command!r}")  # pragma: no cover
-    return 2
+    return cli.print_usage_error(cli.UsageError(f"unknown command {args.command!r}"), parser.prog)  # pragma: no cover
 
 
 if __name__ == "__main__":

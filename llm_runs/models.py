@@ -50,6 +50,8 @@ __all__ = [
     "locate_gguf",
     "prepare_default_model",
     "smollm2_tokenizer",
+    "RANDOM_LLAMA_SIZES",
+    "save_random_llama",
     "tiny_llama",
 ]
 
@@ -294,6 +296,35 @@ def tiny_llama(
     model.generation_config.pad_token_id = tok.pad_token_id
     model.eval()
     return model, tok
+
+
+#: Shapes of the random Llamas of :func:`save_random_llama` (with the SmolLM2 vocabulary of 49,152 tokens, tied
+#: embeddings): ``tiny`` (about 3.2 M parameters, for tests), ``0.5b`` (about 0.48 B) and ``1b`` (about 1.07 B).
+RANDOM_LLAMA_SIZES: dict[str, dict] = {
+    "tiny": dict(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128),
+    "0.5b": dict(hidden_size=1536, num_layers=16, num_heads=24, num_kv_heads=8, intermediate_size=4096),
+    "1b": dict(hidden_size=2048, num_layers=22, num_heads=32, num_kv_heads=4, intermediate_size=5632),
+}
+
+
+def save_random_llama(out: str | os.PathLike, size: str = "0.5b", *, seed: int = 0, dtype: str = "bfloat16"
+                      ) -> tuple[Path, int]:
+    """Save a randomly initialised Llama of ``size`` (:data:`RANDOM_LLAMA_SIZES`) with the SmolLM2 tokenizer as a
+    Hugging Face model directory ``out`` (loadable by :func:`load_model`); return the path and the parameter count.
+
+    For speed and memory checks where no trained weights can be brought (a GPU machine without network): the
+    code path, the shapes and the cost are those of a real model of that size; the outputs are not."""
+    if size not in RANDOM_LLAMA_SIZES:
+        raise ValueError(f"size must be one of {sorted(RANDOM_LLAMA_SIZES)}; got {size!r}")
+    if dtype not in ("float32", "bfloat16"):
+        raise ValueError(f"dtype must be 'float32' or 'bfloat16'; got {dtype!r}")
+    model, tok = tiny_llama(seed=seed, **RANDOM_LLAMA_SIZES[size])
+    model = model.to(getattr(torch, dtype))
+    path = Path(out).expanduser()
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path, safe_serialization=True)
+    tok.save_pretrained(path)
+    return path, int(sum(p.numel() for p in model.parameters()))
 
 
 # --------------------------------------------------------------------------------------------------------------

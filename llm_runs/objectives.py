@@ -29,7 +29,11 @@ which forms ``d = G μ`` on the device and applies a step to the LoRA parameters
 ``"separate"``  one forward and one backward per objective over that objective's sequences;
 ``"shared"``    one forward over the union of the sequences of all objectives and one batched
                 vector-Jacobian product (``torch.autograd.grad(..., is_grads_batched=True)``) for the m losses;
-``"shared_loop"`` one forward over the union and m backward passes through it.
+``"shared_loop"`` one forward over the union and m backward passes through it;
+``"sequence"``  one forward and one backward per *distinct* sequence: every loss is a function of the
+                sequence log-probabilities ``s``, so ``G = Σ_y ∇_θ s(y) (∂l/∂s(y))ᵀ``; a sequence that several
+                objectives' pairs share (the pairs of all objectives are built on the same few responses per
+                prompt) runs through the model once instead of once per objective.
 
 They give the same ``G`` up to round-off; ``benchmarks`` (``tests/test_llm_bench.py``) compares their speed.
 """
@@ -57,12 +61,12 @@ __all__ = [
     "objective_gradients",
 ]
 
-LAYOUTS = ("separate", "shared", "shared_loop")
+LAYOUTS = ("separate", "shared", "shared_loop", "sequence")
 #: The layout :func:`objective_gradients` uses unless told otherwise. "separate" needs the least memory (the
 #: batched VJP of "shared" holds m copies of the backward: about 9.6 GB RSS for m = 5 on 8 sequences of about
-#: 290 tokens with SmolLM2-135M) and was the faster in an earlier probe on disjoint batches; the benchmark in
-#: tests/test_llm_bench.py compares the three layouts on this package's layout (every objective's pairs on the
-#: same candidates) and prints the fastest.
+#: 290 tokens with SmolLM2-135M). A run picks its layout per device (:func:`llm_runs.source.default_layout`);
+#: the benchmark in tests/test_llm_bench.py compares the layouts on this package's data layout (every
+#: objective's pairs on the same candidates) and prints the fastest.
 DEFAULT_LAYOUT = "separate"
 
 
@@ -108,11 +112,13 @@ class DPOSettings:
 
 
 class ObjectiveLossError(FloatingPointError):
-    """A per-objective loss is not finite or has reached its floor ``H(ε)`` within round-off."""
+    """A per-objective loss is not finite or has reached its floor ``H(ε)`` within round-off; ``client``: the
+    client whose loss it is, when known (Algorithm 1 adds the phase, round and step)."""
 
-    def __init__(self, objective: str, value: float, floor: float, reason: str):
-        self.objective, self.value, self.floor, self.reason = objective, value, floor, reason
-        super().__init__(f"objective {objective!r}: loss {value!r} {reason} (floor H(eps) = {floor!r})")
+    def __init__(self, objective: str, value: float, floor: float, reason: str, client: int | None = None):
+        self.objective, self.value, self.floor, self.reason, self.client = objective, value, floor, reason, client
+        who = "" if client is None else f"client {client}, "
+        super().__init__(f"{who}objective {objective!r}: loss {value!r} {reason} (floor H(eps) = {floor!r})")
 
 
 def check_weights(weights, m: int, name: str = "mu") -> np.ndarray:
@@ -165,6 +171,7 @@ class PreferenceModel:
         self._tokens: dict[tuple[str, str], tuple[list[int], int]] = {}
         self._prompt_tokens: dict[str, list[int]] = {}
         self._ref: dict[tuple[str, str], float] = {}
+        self.tokens_processed = 0  # tokens of every sequence batch the model has run (policy and reference)
 
     # ---- tokens ---------------------------------------------------------------------------------------------
     def _encode(self, key: tuple[str, str]) -> tuple[list[int], int]:
@@ -187,6 +194,7 @@ class PreferenceModel:
     def _batch(self, keys):
         enc = [self._encode(k) for k in keys]
         T = max(len(ids) for ids, _ in enc)
+        self.tokens_processed += sum(len(ids) for ids, _ in enc)
         pad = self.tokenizer.pad_token_id
         ids = torch.full((len(enc), T), pad, dtype=torch.long)
         attn = torch.zeros((len(enc), T), dtype=torch.long)
@@ -207,7 +215,7 @@ class PreferenceModel:
         """Policy log-probabilities ``s_θ(y)`` of the responses (with gradient), float64 ``(len(keys),)``."""
         ids, attn, target = self._batch(keys)
         with self._autocast():
-            hidden = self._decoder(input_ids=ids, attention_mask=attn).last_hidden_state
+            hidden = self._decoder(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state
             h = hidden[target]
             logits = self._head(h)
         tgt = ids[:, 1:][target[:, :-1]]
@@ -298,20 +306,26 @@ class PreferenceModel:
         batches of different padding, agree only to float32 round-off, about 1e-7 relative), else 0.
         """
         out = {}
-        with torch.no_grad():
-            for name, pairs in batches.items():
-                if not pairs:
-                    raise ValueError(f"objective {name!r} has no evaluation pairs")
-                losses, zs = [], []
-                for i in range(0, len(pairs), batch_size):
-                    loss, z = self.pair_losses(pairs[i : i + batch_size])
-                    losses.append(loss)
-                    zs.append(z)
-                loss, z = torch.cat(losses), torch.cat(zs)
-                margin = z / self.settings.beta
-                acc = ((margin > tie_atol).double() + 0.5 * (margin.abs() <= tie_atol).double()).mean()
-                out[name] = {"loss": float(loss.mean()), "accuracy": float(acc), "pairs": len(pairs)}
+        for name, (loss, z) in self.batch_pair_losses(batches, batch_size).items():
+            margin = z / self.settings.beta
+            acc = ((margin > tie_atol).double() + 0.5 * (margin.abs() <= tie_atol).double()).mean()
+            out[name] = {"loss": float(loss.mean()), "accuracy": float(acc), "pairs": len(batches[name])}
         return out
+
+    def batch_pair_losses(self, batches: Mapping[str, Sequence], batch_size: int = 16) -> dict[str, tuple]:
+        """Per objective, the per-pair losses and margins ``(ℓ, z)`` of its pairs, without gradients; every distinct
+        sequence of all objectives runs through the model once (in batches of ``batch_size``)."""
+        for name, pairs in batches.items():
+            if not pairs:
+                raise ValueError(f"objective {name!r} has no evaluation pairs")
+        keys = list(dict.fromkeys(k for pairs in batches.values() for p in pairs for k in _pair_key(p)))
+        with torch.no_grad():
+            logp = {}
+            for i in range(0, len(keys), batch_size):
+                chunk = keys[i : i + batch_size]
+                for k, v in zip(chunk, self.sequence_logps(chunk), strict=True):
+                    logp[k] = v
+            return {name: self.pair_losses(pairs, logp) for name, pairs in batches.items()}
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -322,13 +336,13 @@ class ObjectiveGradients:
     """Losses, per-objective gradients and their Gram matrix for one client at the current LoRA parameters.
 
     ``losses`` (m,) float64 host; ``G`` (n_lora, m) tensor on the model's device; ``gram`` = ``GᵀG`` (m, m)
-    float64 host (formed on the device in float64).
+    float64 host (formed on the device in float64), or None when not asked for.
     """
 
     objectives: tuple[str, ...]
     losses: np.ndarray
     G: torch.Tensor
-    gram: np.ndarray
+    gram: np.ndarray | None
     model: PreferenceModel = field(repr=False)
 
     def direction(self, mu) -> torch.Tensor:
@@ -359,11 +373,19 @@ def _check_batches(batches: Mapping[str, Sequence]) -> tuple[str, ...]:
     return names
 
 
-def objective_gradients(pm: PreferenceModel, batches: Mapping[str, Sequence], *, layout: str = DEFAULT_LAYOUT) -> ObjectiveGradients:
+def _section(timer, name: str):
+    """``timer.section(name)`` (a :class:`llm_runs.source.StepTimer`), or nothing without a timer."""
+    return contextlib.nullcontext() if timer is None else timer.section(name)
+
+
+def objective_gradients(pm: PreferenceModel, batches: Mapping[str, Sequence], *, layout: str = DEFAULT_LAYOUT,
+                        timer=None, gram: bool = True) -> ObjectiveGradients:
     """Per-objective losses ``l``, gradients ``G`` and Gram ``C = GᵀG`` of one client (see the module docstring).
 
     ``batches`` maps each objective name to its preference pairs (:class:`llm_runs.data.PreferencePair`) in the
-    order of the objectives. Every loss passes :meth:`PreferenceModel.check_loss`.
+    order of the objectives. Every loss passes :meth:`PreferenceModel.check_loss`. ``timer``: a
+    :class:`llm_runs.source.StepTimer` that accumulates the ``forward`` (losses) and ``backward`` (gradients)
+    time; ``gram=False`` leaves ``gram`` None (a caller that forms the Grams of many clients at once).
     """
     if layout not in LAYOUTS:
         raise ValueError(f"unknown layout {layout!r}; choose one of {LAYOUTS}")
@@ -373,35 +395,54 @@ def objective_gradients(pm: PreferenceModel, batches: Mapping[str, Sequence], *,
     if layout == "separate":
         losses, cols = [], []
         for n in names:
-            loss = pm.pair_losses(batches[n])[0].mean()
-            pm.check_loss(n, loss.item())
-            grads = torch.autograd.grad(loss, params, allow_unused=True)
-            losses.append(loss.item())
-            cols.append(pm.flat_grad(grads))
-        G = torch.stack(cols, dim=1)
+            with _section(timer, "forward"):
+                loss = pm.pair_losses(batches[n])[0].mean()
+                value = loss.item()
+            pm.check_loss(n, value)
+            with _section(timer, "backward"):
+                grads = torch.autograd.grad(loss, params, allow_unused=True)
+                cols.append(pm.flat_grad(grads))
+            losses.append(value)
+        with _section(timer, "backward"):
+            G = torch.stack(cols, dim=1)
     else:
         keys = list(dict.fromkeys(k for n in names for p in batches[n] for k in _pair_key(p)))
-        s = pm.sequence_logps(keys)
-        logp = {k: s[i] for i, k in enumerate(keys)}
-        lvec = torch.stack([pm.pair_losses(batches[n], logp)[0].mean() for n in names])
-        losses = lvec.detach().cpu().tolist()
+        with _section(timer, "forward"):
+            if layout == "sequence":
+                seq = [pm.sequence_logps([k])[0] for k in keys]  # one graph per distinct sequence
+                s = torch.stack(seq).detach().requires_grad_(True)
+            else:
+                s = pm.sequence_logps(keys)  # one graph over the union of the sequences
+            logp = {k: s[i] for i, k in enumerate(keys)}
+            lvec = torch.stack([pm.pair_losses(batches[n], logp)[0].mean() for n in names])
+            losses = lvec.detach().cpu().tolist()
         for n, v in zip(names, losses, strict=True):
             pm.check_loss(n, v)
-        if layout == "shared":
-            eye = torch.eye(m, dtype=lvec.dtype, device=lvec.device)
-            grads = torch.autograd.grad(lvec, params, grad_outputs=eye, is_grads_batched=True, allow_unused=True)
-            G = torch.cat([
-                (g if g is not None else torch.zeros((m, *p.shape), dtype=p.dtype, device=p.device)).reshape(m, -1)
-                for g, p in zip(grads, params, strict=True)
-            ], dim=1).T
-        else:
-            cols = []
-            for j in range(m):
-                grads = torch.autograd.grad(lvec[j], params, retain_graph=j < m - 1, allow_unused=True)
-                cols.append(pm.flat_grad(grads))
-            G = torch.stack(cols, dim=1)
-    G = G.to(pm.dtype).contiguous()
-    return ObjectiveGradients(names, np.asarray(losses, dtype=np.float64), G, _gram(G), pm)
+        with _section(timer, "backward"):
+            if layout == "sequence":  # G = Σ_y ∇_θ s(y) (∂l/∂s(y))ᵀ, one backward per sequence
+                eye = torch.eye(m, dtype=lvec.dtype, device=lvec.device)
+                (dl_ds,) = torch.autograd.grad(lvec, s, grad_outputs=eye, is_grads_batched=True)  # (m, n_seq)
+                dl_ds = dl_ds.to(pm.dtype)
+                G = None
+                for i, si in enumerate(seq):
+                    g = pm.flat_grad(torch.autograd.grad(si, params, allow_unused=True))
+                    G = torch.outer(g, dl_ds[:, i]) if G is None else G.addr_(g, dl_ds[:, i])
+            elif layout == "shared":
+                eye = torch.eye(m, dtype=lvec.dtype, device=lvec.device)
+                grads = torch.autograd.grad(lvec, params, grad_outputs=eye, is_grads_batched=True, allow_unused=True)
+                G = torch.cat([
+                    (g if g is not None else torch.zeros((m, *p.shape), dtype=p.dtype, device=p.device)).reshape(m, -1)
+                    for g, p in zip(grads, params, strict=True)
+                ], dim=1).T
+            else:
+                cols = []
+                for j in range(m):
+                    grads = torch.autograd.grad(lvec[j], params, retain_graph=j < m - 1, allow_unused=True)
+                    cols.append(pm.flat_grad(grads))
+                G = torch.stack(cols, dim=1)
+    with _section(timer, "backward"):
+        G = G.to(pm.dtype).contiguous()
+    return ObjectiveGradients(names, np.asarray(losses, dtype=np.float64), G, _gram(G) if gram else None, pm)
 
 
 def weighted_gradient(pm: PreferenceModel, batches: Mapping[str, Sequence], weights) -> tuple[float, torch.Tensor]:

@@ -70,7 +70,10 @@ An LP without a solution (status ``infeasible``/``iteration_limit``/``solver_err
 :class:`DivergenceError` naming the phase, round, step, client and step size.
 
 ``keep_trajectory=False`` (every phase and :func:`run_algorithm`) keeps no trajectory (``trajectory`` is None):
-for sources with millions of parameters per client.
+for sources with millions of parameters per client. ``on_rows`` (every phase and :func:`run_algorithm`) receives
+the record rows of each round as a DataFrame as soon as they are made, so a long run can write its records as it
+goes. A source with the optional ``record_metrics`` (:mod:`sim.source`) adds its columns after
+:data:`RECORD_COLUMNS`.
 """
 
 from __future__ import annotations
@@ -146,6 +149,8 @@ __all__ = [
 ]
 
 Progress = Callable[[str, int, int], None]
+#: Receives the record rows of each round as they are made (a DataFrame with the records' columns).
+RowSink = Callable[[pd.DataFrame], None]
 
 _DESCENT = ("restricted", "relaxed")
 _ON_INFEASIBLE = ("relaxed", "fallback_preference", "raise")
@@ -609,7 +614,9 @@ class _Dir:
 
 
 class DivergenceError(ValueError):
-    """A training or adaptation step produced non-finite losses or gradients (the iteration diverged)."""
+    """A training or adaptation step produced non-finite losses or gradients (the iteration diverged), or the source
+    refused a loss (raised ``FloatingPointError``, e.g. a loss at its floor); the message names the phase, round,
+    step, client and objective."""
 
 
 def _require_finite(l, C=None, *, where: str, clients, step_size=None) -> None:
@@ -641,9 +648,19 @@ def _host_shape(src: Source, what: str, arr, shape: tuple) -> None:
         raise ValueError(f"{type(src).__name__}.{what} must be a float64 numpy array of shape {shape}; got {got}")
 
 
+def _source_loss_error(exc: FloatingPointError, where: str, step_size) -> DivergenceError:
+    """A loss the source refused (``FloatingPointError``, e.g. one at its floor; its message names the client and
+    the objective) as a :class:`DivergenceError` that adds the phase, round and step."""
+    step = f" with step size {step_size!r}" if step_size is not None else ""
+    return DivergenceError(f"{where}: {exc}{step}")
+
+
 def _losses(src: Source, W, clients: np.ndarray, *, where: str, step_size=None) -> np.ndarray:
     """Population losses ``(n, m)`` of ``clients`` at the rows ``W``, checked (shape, dtype, finite)."""
-    l = src.losses(W, clients)
+    try:
+        l = src.losses(W, clients)
+    except FloatingPointError as exc:
+        raise _source_loss_error(exc, where, step_size) from exc
     _host_shape(src, "losses", l, (clients.size, src.n_objectives))
     _require_finite(l, where=where, clients=clients, step_size=step_size)
     return l
@@ -651,7 +668,10 @@ def _losses(src: Source, W, clients: np.ndarray, *, where: str, step_size=None) 
 
 def _evaluate(src: Source, W, clients: np.ndarray, batches, *, where: str, step_size=None) -> Evaluation:
     """``src.evaluate`` with its host arrays checked (shape, dtype, finite)."""
-    ev = src.evaluate(W, clients, batches)
+    try:
+        ev = src.evaluate(W, clients, batches)
+    except FloatingPointError as exc:
+        raise _source_loss_error(exc, where, step_size) from exc
     n, m = clients.size, src.n_objectives
     _host_shape(src, "evaluate(...).losses", ev.losses, (n, m))
     _host_shape(src, "evaluate(...).gram", ev.gram, (n, m, m))
@@ -690,28 +710,48 @@ def _directions(ev: Evaluation, lam, direction: str, cfg, *, where: str, clients
 
 
 class _Recorder:
-    """Collects per-round column arrays; builds one DataFrame at the end."""
+    """Collects per-round column arrays; builds one DataFrame at the end. ``extra`` columns of a row (the source's
+    :func:`_record_metrics`) follow :data:`RECORD_COLUMNS` in the order first seen; ``sink`` receives the rows of
+    every ``add`` as a DataFrame at once (records written as a run goes)."""
 
-    def __init__(self):
+    def __init__(self, sink: RowSink | None = None):
         self.parts: list[dict] = []
+        self.extra: list[str] = []
+        self.sink = sink
 
-    def add(self, **cols) -> None:
+    def add(self, extra: dict | None = None, **cols) -> None:
         n = None
         for v in cols.values():
             if isinstance(v, np.ndarray) and v.ndim == 1:
                 n = v.shape[0]
                 break
-        self.parts.append({k: (v if isinstance(v, np.ndarray) and v.ndim == 1 else np.full(n, v))
-                           for k, v in cols.items()})
+        part = {k: (v if isinstance(v, np.ndarray) and v.ndim == 1 else np.full(n, v)) for k, v in cols.items()}
+        for k, v in (extra or {}).items():
+            part[k] = np.broadcast_to(np.asarray(v), (n,))
+            if k not in self.extra:
+                self.extra.append(k)
+        self.parts.append(part)
+        if self.sink is not None:
+            self.sink(self._frame([part]))
+
+    def _frame(self, parts: list[dict]) -> pd.DataFrame:
+        cols = RECORD_COLUMNS + tuple(self.extra)
+        if not parts:
+            return pd.DataFrame({c: [] for c in cols})
+        return pd.DataFrame({c: np.concatenate([p.get(c, np.full(len(next(iter(p.values()))), np.nan))
+                                                for p in parts]) for c in cols})
 
     def frame(self, params: dict) -> pd.DataFrame:
-        if not self.parts:
-            df = pd.DataFrame({c: [] for c in RECORD_COLUMNS})
-        else:
-            df = pd.DataFrame({c: np.concatenate([p.get(c, np.full(len(next(iter(p.values()))), np.nan))
-                                                  for p in self.parts]) for c in RECORD_COLUMNS})
+        df = self._frame(self.parts)
         df.attrs["params"] = params
         return df
+
+
+def _record_metrics(src: Source, W, clients: np.ndarray, losses: np.ndarray) -> dict | None:
+    """Extra record columns of the rows ``W`` from the source's optional ``record_metrics(W, clients, losses)``
+    (``{name: (n,) float64}``, e.g. per-objective losses and held-out accuracy of an LLM source); None without."""
+    fn = getattr(src, "record_metrics", None)
+    return None if fn is None else fn(W, clients, losses)
 
 
 _NAN_COLS = dict(deviation=np.nan, dispersion=np.nan, margin_Jstar=np.nan, margin_Jeps=np.nan, dM_norm=np.nan,
@@ -839,7 +879,7 @@ def _diagnostics(src: Source, ev: Evaluation, clients, lam, psi_star, rho, eta_e
 def _federated(src: Source, clients, w0, rho, rng, *, phase: str, rounds: int, local_steps: int,
                eta_inner: float, alpha_server: float, batch: int | None, episodic: bool, cfg, direction: str,
                cluster: int, round_offset: int, B_cfg, B_start: float, progress: Progress | None,
-               step_cols: dict, keep_trajectory: bool) -> PhaseResult:
+               step_cols: dict, keep_trajectory: bool, on_rows: RowSink | None = None) -> PhaseResult:
     """Shared engine of Phase 1 (fresh minibatch per local step), Phase 2 (one episode per round) and FedAvg."""
     lam = src.prefs[clients]
     psi_star = check_psi_star(src, clients)
@@ -849,7 +889,7 @@ def _federated(src: Source, clients, w0, rho, rng, *, phase: str, rounds: int, l
     rho_x = _like(w0, rho)
     w = w0
     traj = [w] if keep_trajectory else None
-    rec = _Recorder()
+    rec = _Recorder(on_rows)
     step_counts, diag_counts = _zero_counts(), _zero_counts()
     B_seen = B_start
     params = dict(phase=phase, cluster=cluster, clients=clients.tolist(), rho=rho.tolist(), **step_cols)
@@ -872,6 +912,7 @@ def _federated(src: Source, clients, w0, rho, rng, *, phase: str, rounds: int, l
         first = _directions(ev, lam, direction, cfg, where=where + " step 0", clients=clients) if first_step else None
         cols, B_seen, dc = _diagnostics(src, ev, clients, lam, psi_star, rho, eta_eff, B_cfg, B_seen, first, cfg,
                                         direction, where + " diagnostic")
+        extra = _record_metrics(src, W, clients, ev.losses)
         del ev  # the source may hold the gradients of every client on its device
         if dc is not None:
             for s in STATUSES:
@@ -898,7 +939,7 @@ def _federated(src: Source, clients, w0, rho, rng, *, phase: str, rounds: int, l
                 traj.append(w)
             for s in STATUSES:
                 step_counts[s] += int(counts[s].sum())
-        rec.add(phase=phase, round=r, t=r + round_offset, cluster=cluster, **cols,
+        rec.add(extra, phase=phase, round=r, t=r + round_offset, cluster=cluster, **cols,
                 n_lp_steps=sum(counts[s] for s in STATUSES), **{f"n_{s}": counts[s] for s in STATUSES},
                 n_descent_steps=n_desc, local_steps=0 if final else local_steps,
                 batch_size=np.nan if batch is None else float(batch), eta_eff=eta_eff, alpha_server=alpha_server,
@@ -920,9 +961,10 @@ def _phase_inputs(source, clients, w0, rng, rho):
 
 def phase1(source, clients, w0, config: Phase1Config, rng: np.random.Generator, *, rho=None, cluster: int = 0,
            round_offset: int = 0, B_start: float = 0.0, progress: Progress | None = None,
-           phase: str = "phase1", keep_trajectory: bool = True) -> PhaseResult:
+           phase: str = "phase1", keep_trajectory: bool = True, on_rows: RowSink | None = None) -> PhaseResult:
     """Phase 1 on the cluster ``clients`` from ``w0`` (see the module docstring); ``rho``: weights ``(N,)``,
-    ``"uniform"`` (default) or ``"samples"``. Records ``round = 0..R``, the last row holding ``w_I``."""
+    ``"uniform"`` (default) or ``"samples"``. Records ``round = 0..R``, the last row holding ``w_I``; ``on_rows``
+    receives each round's rows as they are made."""
     if not isinstance(config, Phase1Config):
         raise ValueError(f"config must be a Phase1Config; got {type(config).__name__}")
     src, clients, w0, rng, r = _phase_inputs(source, clients, w0, rng, rho)
@@ -933,19 +975,20 @@ def phase1(source, clients, w0, config: Phase1Config, rng: np.random.Generator, 
                       episodic=False, cfg=config, direction=config.direction, cluster=cluster,
                       round_offset=round_offset, B_cfg=config.B, B_start=B_start, progress=progress,
                       step_cols=dict(eta_local=config.eta_local, eta_meta_inner=np.nan),
-                      keep_trajectory=keep_trajectory)
+                      keep_trajectory=keep_trajectory, on_rows=on_rows)
 
 
 def fedavg(source, clients, w0, config: Phase1Config, rng: np.random.Generator, *, rho=None, cluster: int = 0,
-           progress: Progress | None = None, keep_trajectory: bool = True) -> PhaseResult:
+           progress: Progress | None = None, keep_trajectory: bool = True,
+           on_rows: RowSink | None = None) -> PhaseResult:
     """FedAvg baseline: Phase 1 with the linear scalarisation ``d_i = G_i λ_i`` instead of the LP."""
     return phase1(source, clients, w0, replace(config, direction="linear"), rng, rho=rho, cluster=cluster,
-                  progress=progress, phase="fedavg", keep_trajectory=keep_trajectory)
+                  progress=progress, phase="fedavg", keep_trajectory=keep_trajectory, on_rows=on_rows)
 
 
 def phase2(source, clients, w0, config: Phase2Config, rng: np.random.Generator, *, rho=None, cluster: int = 0,
            round_offset: int = 0, B_start: float = 0.0, progress: Progress | None = None,
-           keep_trajectory: bool = True) -> PhaseResult:
+           keep_trajectory: bool = True, on_rows: RowSink | None = None) -> PhaseResult:
     """Phase 2 (Reptile over S-shot episodes) on ``clients`` from ``w0`` (normally ``w_I``). ``round_offset`` sets
     the global round index ``t`` (Phase 1's ``R``) and ``B_start`` carries Phase 1's gradient bound."""
     if not isinstance(config, Phase2Config):
@@ -958,7 +1001,7 @@ def phase2(source, clients, w0, config: Phase2Config, rng: np.random.Generator, 
                       episodic=True, cfg=config, direction=config.direction, cluster=cluster,
                       round_offset=round_offset, B_cfg=config.B, B_start=B_start, progress=progress,
                       step_cols=dict(eta_local=np.nan, eta_meta_inner=config.eta_meta_inner),
-                      keep_trajectory=keep_trajectory)
+                      keep_trajectory=keep_trajectory, on_rows=on_rows)
 
 
 # ================================================================================================ new client
@@ -980,14 +1023,14 @@ def draw_batches(source, clients, K: int, S: int, rng: np.random.Generator) -> n
 
 
 def _adapt_records(rec, phase, k, clients, psi, psi_star, beta, dr, counts, n_desc, cluster, *, d_norm=None,
-                   **cols):
+                   extra=None, **cols):
     """One row per new client at adaptation step ``k``; ``cols`` override the NaN defaults of :data:`_NAN_COLS`;
     ``d_norm``: ``‖d_i‖`` of the step's directions ``dr`` (host)."""
     n = clients.size
     base = dict(_NAN_COLS)
     base.update(cols)
     base.setdefault("local_steps", 0 if dr is None else 1)
-    rec.add(phase=phase, round=k, t=k, cluster=cluster, client=clients, psi=psi, psi_star=psi_star,
+    rec.add(extra, phase=phase, round=k, t=k, cluster=cluster, client=clients, psi=psi, psi_star=psi_star,
             gap=psi - psi_star, beta=beta,
             gain=np.full(n, np.nan) if dr is None else dr.gain,
             lp_mode=np.full(n, "none") if dr is None else dr.mode,
@@ -1078,7 +1121,8 @@ def preconditioned_step(W, g, k: int, state: PreconditionerState, *, preconditio
 
 
 def pipeline1(source, clients, w0, config: AdaptConfig, rng: np.random.Generator | None = None, *,
-              batches=None, phase: str = "pipeline1", cluster=-1, keep_trajectory: bool = True) -> AdaptResult:
+              batches=None, phase: str = "pipeline1", cluster=-1, keep_trajectory: bool = True,
+              on_rows: RowSink | None = None) -> AdaptResult:
     """Pipeline 1 for the new clients ``clients`` (batched; one LP call per step for all of them) from ``w0``
     (``(n_w,)`` or one start per client ``(n, n_w)``): ``K`` steps of eq 88 with the configured preconditioner.
 
@@ -1103,7 +1147,7 @@ def pipeline1(source, clients, w0, config: AdaptConfig, rng: np.random.Generator
     psi_star = check_psi_star(src, clients)
     pre = config.preconditioner
     state = PreconditionerState.zeros_like(W)
-    rec = _Recorder()
+    rec = _Recorder(on_rows)
     traj = [W] if keep_trajectory else None
     total = _zero_counts()
     a = config.alpha_adapt
@@ -1111,11 +1155,12 @@ def pipeline1(source, clients, w0, config: AdaptConfig, rng: np.random.Generator
         lp_ = _losses(src, W, clients, where=f"{phase} step {k}", step_size=a)
         psi = (lam * lp_).max(axis=-1)
         beta = uniformity_and_adjustment(lp_, lam)[0]
+        extra = _record_metrics(src, W, clients, lp_)
         counts = {s: np.zeros(n, dtype=np.int64) for s in STATUSES}
         n_desc = np.zeros(n, dtype=np.int64)
         if k == K:
             _adapt_records(rec, phase, k, clients, psi, psi_star, beta, None, counts, n_desc, cluster,
-                           alpha_adapt=a, preconditioner=pre, batch_size=float(S), local_steps=0)
+                           alpha_adapt=a, preconditioner=pre, batch_size=float(S), local_steps=0, extra=extra)
             break
         ev = _evaluate(src, W, clients, batches[:, k, :], where=f"{phase} step {k}", step_size=a)
         dr = _directions(ev, lam, config.direction, config, where=f"{phase} step {k}", clients=clients)
@@ -1133,7 +1178,7 @@ def pipeline1(source, clients, w0, config: AdaptConfig, rng: np.random.Generator
         _adapt_records(rec, phase, k, clients, psi, psi_star, beta, dr, counts, n_desc, cluster,
                        d_norm=_row_norms(src, dr.d), alpha_adapt=a, preconditioner=pre,
                        p_min=src.to_host(xp.min(pdiag, axis=1)), p_max=src.to_host(xp.max(pdiag, axis=1)),
-                       batch_size=float(S), local_steps=1)
+                       batch_size=float(S), local_steps=1, extra=extra)
         if traj is not None:
             traj.append(W)
     params = dict(phase=phase, clients=clients.tolist(), **_cfg_dict(config))
@@ -1142,16 +1187,17 @@ def pipeline1(source, clients, w0, config: AdaptConfig, rng: np.random.Generator
 
 
 def local_only(source, clients, w_ref, config: AdaptConfig, rng: np.random.Generator | None = None, *,
-               batches=None, cluster=-1, keep_trajectory: bool = True) -> AdaptResult:
+               batches=None, cluster=-1, keep_trajectory: bool = True, on_rows: RowSink | None = None) -> AdaptResult:
     """Local-only baseline: Pipeline 1's optimiser from ``w_ref`` on the same ``S·K`` samples (pass ``batches``)."""
     return pipeline1(source, clients, w_ref, config, rng, batches=batches, phase="local_only", cluster=cluster,
-                     keep_trajectory=keep_trajectory)
+                     keep_trajectory=keep_trajectory, on_rows=on_rows)
 
 
 def pipeline2(source, clients, w0, config: Pipeline2Config | None = None, *, cluster=-1,
-              keep_trajectory: bool = True) -> AdaptResult:
+              keep_trajectory: bool = True, phase: str = "pipeline2", on_rows: RowSink | None = None) -> AdaptResult:
     """Pipeline 2: data-rich local training of each new client (population gradients, LP direction, batched over
-    clients) from ``w0``; the gap is measured against the planted ``ψ*_new``.
+    clients) from ``w0``; the gap is measured against the planted ``ψ*_new``. ``phase`` names the records' phase
+    (e.g. an estimate of ``ψ_i*`` where none is planted).
 
     Runs ``max_steps`` steps (or stops when every step is below ``tol``) and returns, per client, the iterate with
     the smallest ``ψ_new`` (``select="best"``: model selection on abundant data) or the last one. Records: one
@@ -1167,7 +1213,7 @@ def pipeline2(source, clients, w0, config: Pipeline2Config | None = None, *, clu
     xp = array_namespace(W)
     lam = src.prefs[clients]
     psi_star = check_psi_star(src, clients)
-    rec = _Recorder()
+    rec = _Recorder(on_rows)
     total = _zero_counts()
     traj = [W] if keep_trajectory else None
     best_W, best_psi = W, np.full(n, np.inf)
@@ -1176,7 +1222,7 @@ def pipeline2(source, clients, w0, config: Pipeline2Config | None = None, *, clu
     def flush():
         if pending is not None:
             kw, cnt, nd = pending
-            _adapt_records(rec, "pipeline2", kw.pop("k"), clients, counts=cnt, n_desc=nd, cluster=cluster, **kw)
+            _adapt_records(rec, phase, kw.pop("k"), clients, counts=cnt, n_desc=nd, cluster=cluster, **kw)
 
     def keep_best(W, psi):
         nonlocal best_W, best_psi
@@ -1187,12 +1233,13 @@ def pipeline2(source, clients, w0, config: Pipeline2Config | None = None, *, clu
     k = 0
     while True:
         eta = cfg.eta if cfg.decay_steps is None else cfg.eta / (1.0 + k / cfg.decay_steps)
-        where = f"pipeline2 step {k}"
+        where = f"{phase} step {k}"
         if k == cfg.max_steps:
             keep_best(W, (lam * _losses(src, W, clients, where=where, step_size=eta)).max(axis=-1))
             break
         ev = _evaluate(src, W, clients, None, where=where, step_size=eta)
-        psi = (lam * ev.losses).max(axis=-1)
+        losses = ev.losses
+        psi = (lam * losses).max(axis=-1)
         keep_best(W, psi)
         dr = _directions(ev, lam, "lp", cfg, where=where, clients=clients)
         del ev
@@ -1200,7 +1247,7 @@ def pipeline2(source, clients, w0, config: Pipeline2Config | None = None, *, clu
         if k % cfg.record_every == 0:
             flush()
             pending = (dict(k=k, psi=psi, psi_star=psi_star, beta=dr.beta, dr=dr, d_norm=_row_norms(src, dr.d),
-                            eta_eff=eta, local_steps=1),
+                            eta_eff=eta, local_steps=1, extra=_record_metrics(src, W, clients, losses)),
                        {s: np.zeros(n, dtype=np.int64) for s in STATUSES}, np.zeros(n, dtype=np.int64))
         for s in STATUSES:
             pending[1][s] += dr.status == s
@@ -1211,17 +1258,17 @@ def pipeline2(source, clients, w0, config: Pipeline2Config | None = None, *, clu
         if traj is not None:
             traj.append(W)
         if _row_norms(src, step).max() <= cfg.tol:
-            keep_best(W, (lam * _losses(src, W, clients, where=f"pipeline2 step {k}", step_size=eta)).max(axis=-1))
+            keep_best(W, (lam * _losses(src, W, clients, where=f"{phase} step {k}", step_size=eta)).max(axis=-1))
             break
     flush()
     W_out = best_W if cfg.select == "best" else W
-    l = _losses(src, W_out, clients, where="pipeline2 output")
+    l = _losses(src, W_out, clients, where=f"{phase} output")
     psi = (lam * l).max(axis=-1)
     beta = uniformity_and_adjustment(l, lam)[0]
-    _adapt_records(rec, "pipeline2", k, clients, psi, psi_star, beta, None,
+    _adapt_records(rec, phase, k, clients, psi, psi_star, beta, None,
                    {s: np.zeros(n, dtype=np.int64) for s in STATUSES}, np.zeros(n, dtype=np.int64), cluster,
-                   local_steps=0)
-    params = dict(phase="pipeline2", clients=clients.tolist(), **_cfg_dict(cfg))
+                   local_steps=0, extra=_record_metrics(src, W_out, clients, l))
+    params = dict(phase=phase, clients=clients.tolist(), **_cfg_dict(cfg))
     return AdaptResult(w=W_out, trajectory=None if traj is None else xp.stack(traj), gap=psi - psi_star, beta=beta,
                        records=rec.frame(params), step_status_counts=total, steps=k)
 
@@ -1235,7 +1282,8 @@ def _cfg_dict(cfg) -> dict:
 
 
 def run_algorithm(source, config: AlgorithmConfig, rng: np.random.Generator, *, w_ref, train_clients,
-                  new_clients=(), progress: Progress | None = None, keep_trajectory: bool = True) -> AlgorithmResult:
+                  new_clients=(), progress: Progress | None = None, keep_trajectory: bool = True,
+                  on_rows: RowSink | None = None) -> AlgorithmResult:
     """Algorithm 1 end to end: clustering of ``train_clients`` at ``w_ref``; per cluster Phase 1 (``w_I``), Phase 2
     (``w_II``) and the FedAvg baseline (``w_FA``); every new client is assigned to a cluster and runs Pipeline 1
     from ``w_I`` and from ``w_II``, Pipeline 2, the local-only baseline from ``w_ref`` and FedAvg + adaptation
@@ -1269,7 +1317,7 @@ def run_algorithm(source, config: AlgorithmConfig, rng: np.random.Generator, *, 
     phases: dict = {}
     frames = []
     fa_cfg = cfg.phase1 if cfg.fedavg is None else cfg.fedavg
-    keep = dict(progress=progress, keep_trajectory=keep_trajectory)
+    keep = dict(progress=progress, keep_trajectory=keep_trajectory, on_rows=on_rows)
     for c, members in enumerate(clus.clusters):
         cl = train[members]
         rho = _rho_for(src, cl, cfg.rho)
@@ -1303,7 +1351,7 @@ def run_algorithm(source, config: AlgorithmConfig, rng: np.random.Generator, *, 
             if progress is not None:
                 progress(name, 0, 1)
             res = pipeline1(src, new, starts, acfg, batches=batches, phase=name, cluster=assign,
-                            keep_trajectory=keep_trajectory)
+                            keep_trajectory=keep_trajectory, on_rows=on_rows)
             adaptation[name] = res
             frames.append(res.records)
             if progress is not None:
@@ -1311,7 +1359,7 @@ def run_algorithm(source, config: AlgorithmConfig, rng: np.random.Generator, *, 
         if progress is not None:
             progress("pipeline2", 0, 1)
         p2res = pipeline2(src, new, _take(w_II, assign), cfg.pipeline2, cluster=assign,
-                          keep_trajectory=keep_trajectory)
+                          keep_trajectory=keep_trajectory, on_rows=on_rows)
         adaptation["pipeline2"] = p2res
         frames.append(p2res.records)
         if progress is not None:

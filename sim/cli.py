@@ -1,5 +1,6 @@
 """Command-line plumbing shared by the project's command lines (``python -m sim.simulate``,
-``python -m verification``): one-line usage errors, argument types, output-path checks and atomic writes.
+``python -m verification``, ``python -m llm_runs``): one-line usage errors, argument types, output-path checks,
+atomic writes and the name of the CPU that speed reports quote.
 
 Usage errors follow argparse's convention, exit status 2, and are found before any work: the argument types
 below reject a bad value while the command line is parsed, and :func:`check_writable_dir` /
@@ -32,6 +33,7 @@ __all__ = [
     "check_writable_dir",
     "check_writable_file",
     "atomic_write_text",
+    "cpu_name",
 ]
 
 #: Exit status of a usage error (argparse's convention).
@@ -191,3 +193,25 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def cpu_name() -> str:
+    """The CPU as speed reports name it: the ``model name`` of ``/proc/cpuinfo`` with its family and model numbers
+    (a virtual machine may report only a brand, e.g. ``AMD EPYC``) and the number of logical CPUs, e.g.
+    ``AMD EPYC (family 26 model 2, 2 logical CPUs)``; ``platform.processor()`` where there is no ``/proc``."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as fh:
+            info = [ln.split(":", 1) for ln in fh if ":" in ln]
+    except OSError:
+        return platform.processor() or platform.machine()
+    first = {}
+    for k, v in info:
+        first.setdefault(k.strip(), v.strip())
+    n = sum(1 for k, _ in info if k.strip() == "processor")
+    name = first.get("model name") or platform.processor() or platform.machine()
+    detail = [f"family {first['cpu family']} model {first['model']}"] if "cpu family" in first and "model" in first \
+        else []
+    detail.append(f"{n} logical CPUs")
+    return f"{name} ({', '.join(detail)})"

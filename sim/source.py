@@ -42,8 +42,17 @@ draws (batches, episodes) happen on the host with the run's ``numpy.random.Gener
 for any source. An :class:`Evaluation` is used only within one step (and the round's diagnostics); the algorithm
 may call ``combine`` several times on it (the step direction, the minimum-norm element ``d_M``). A non-finite loss
 or Gram entry is reported by the algorithm as a divergence naming the phase, round, client and step size, so a
-source returns what it computed and does not need to check. :func:`check_source` verifies a source against this
-contract (shapes, dtypes, a symmetric PSD Gram, ``‖combine(μ)‖² = μᵀCμ``, linearity of ``combine``, episodes).
+source returns what it computed and does not need to check. A source that refuses a loss (e.g. an LLM loss at its
+floor) raises ``FloatingPointError`` naming the client and objective; the algorithm re-raises it as its
+``DivergenceError`` with the phase, round and step added.
+
+**Optional: extra record columns.** A source may have ``record_metrics(W, clients, losses) -> dict[str,
+np.ndarray]``: the algorithm calls it at every record row with the row's parameters ``W`` ``(n, n_w)``, clients
+and population losses ``(n, m)``, and each entry (``(n,)`` float64) becomes a column after
+:data:`sim.algorithm.RECORD_COLUMNS` (an LLM source: per-objective losses, held-out accuracy).
+
+:func:`check_source` verifies a source against this contract (shapes, dtypes, a symmetric PSD Gram,
+``‖combine(μ)‖² = μᵀCμ``, linearity of ``combine``, episodes).
 
 **What a torch source implements.** The members above, with ``Array = torch.Tensor`` (float32 or float64 LoRA
 parameters, flattened per client, on the model's device). ``evaluate`` runs the ``m`` per-objective backward passes

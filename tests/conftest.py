@@ -3,9 +3,15 @@ as Ctrl-C would interrupt it."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from verification import registry
+
+# OpenMP threads that spin on a CPU shared with other jobs multiply torch's CPU time many times over (see
+# llm_runs/__main__.py, OMP_ENV); set before any test module imports torch. A value set by the caller is kept.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 _RUN_STATEMENT = registry.run_statement
 

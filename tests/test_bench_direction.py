@@ -23,11 +23,11 @@ several times and report the spread; only ratios within one run are comparable.
 from __future__ import annotations
 
 import datetime
-import platform
 
 import numpy as np
 import pytest
 
+from sim import cli
 from sim.direction import lp_direction, lp_direction_reference
 from sim.problems.generic import lp_instance_family
 
@@ -103,13 +103,7 @@ def test_bench_lp_kernel(benchmark, m, variant):
 
 
 def _table() -> list[str]:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as fh:
-            names = [ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")]
-        cpu = f"{names[0]} ({len(names)} logical CPUs)" if names else cpu
-    except OSError:
-        pass
+    cpu = cli.cpu_name()
     lines = [f"LP kernel, µs per LP (best round; median in brackets), {cpu}, {datetime.date.today().isoformat()}",
              "| m | HiGHS | numpy batch | compiled batch | straight loop | single call | single numpy | "
              "HiGHS/compiled | HiGHS/single | compiled/loop |",

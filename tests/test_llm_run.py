@@ -1,0 +1,507 @@
+"""Algorithm 1 on LoRA fine-tuning through the torch source (tiny random Llama, float64): the kernel boundary,
+the records, the command line, clients with data deficiency; the SmolLM2 smoke run in the ``llm`` tier.
+
+* The torch source satisfies :func:`sim.source.check_source` (float64, to 1e-10); its Gram is ``GᵀG`` of the
+  flattened per-objective autograd gradients and ``combine(μ)`` is the autograd gradient of ``Σ_j μ_j l_j`` of
+  each client at its own row.
+* The LP receives exactly the source's ``l``, ``C`` and the clients' ``λ`` (re-solved by HiGHS); with m identical
+  objectives the step is the single-objective gradient; one server round is ``w + α Σ_i ρ_i Δw_i``.
+* A torch quadratic (float64) and the numpy family source give the same Phase 1, Phase 2 and run_algorithm to
+  1e-10.
+* A run: same seed, same records; every sim column plus the LLM columns; records written as the run goes; a loss
+  at its floor stops it naming objective, client, phase and round; bad input exits 2 with one line.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("peft")
+
+from llm_helpers import make_pairs, tiny_preference_model  # noqa: E402
+
+import sim.algorithm as al  # noqa: E402
+from llm_runs.clients import ClientDesign, DataShortageError, Federation, build_federation  # noqa: E402
+from llm_runs.data import DEFAULT_DATA_FILE, UnknownObjectiveError, load_candidates  # noqa: E402
+from llm_runs.models import save_random_llama  # noqa: E402
+from llm_runs.objectives import DPOSettings, objective_gradients  # noqa: E402
+from llm_runs.run import PRESETS, planned_gradient_evaluations, rebase_psi_star, run  # noqa: E402
+from llm_runs.source import LoraObjectives, TorchSource  # noqa: E402
+from sim.direction import lp_direction_reference  # noqa: E402
+from sim.problems import PlantedQuadraticCluster  # noqa: E402
+from sim.source import ClientSource, check_source  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+ORDERS = {"first": ((0, 1), (0, 2)), "second": ((1, 0), (2, 1)), "third": ((2, 0), (1, 2))}
+PREFS = np.array([[0.5, 0.3, 0.2], [0.2, 0.5, 0.3], [0.3, 0.2, 0.5]])
+
+
+def hand_federation(orders=ORDERS, prefs=PREFS) -> Federation:
+    """Three clients over the hand-written pairs of llm_helpers: client c holds pair c and c+1 (mod 4) of every
+    objective (2 samples), the held-out pairs are pair 0 and 3."""
+    names = tuple(orders)
+    pairs = {o: make_pairs(o, orders[o]) for o in names}  # 4 pairs each
+    data = tuple(tuple(tuple(pairs[o][k % 4] for k in (c, c + 1)) for o in names) for c in range(len(prefs)))
+    design = ClientDesign(objectives=names, n_train=len(prefs) - 1, n_new=1, n_centres=1, shots=2, pool_pairs=2,
+                          heldout_pairs=2)
+    return Federation(design=design, prefs=np.asarray(prefs, dtype=np.float64), centres=np.asarray(prefs[:1]),
+                      centre=np.zeros(len(prefs), dtype=np.int64), data=data,
+                      heldout=tuple(tuple(pairs[o][k] for k in (0, 3)) for o in names),
+                      prompt_ids=tuple(("p0", "p1") for _ in prefs), heldout_prompt_ids=("p0", "p1"))
+
+
+def lora_source(fed=None, settings=None, seed=0):
+    pm = tiny_preference_model(settings=settings, seed=seed)
+    fed = fed or hand_federation()
+    obj = LoraObjectives(pm, fed)
+    return TorchSource(obj, fed.prefs, fed.n_samples, psi_star=np.zeros(fed.n_clients)), obj
+
+
+@pytest.fixture(scope="module")
+def src_obj():
+    return lora_source()
+
+
+# ------------------------------------------------------------------------------------------- the boundary
+
+
+def test_torch_source_conforms_to_the_protocol(src_obj):
+    src, obj = src_obj
+    check_source(src, obj.initial(), np.arange(3), np.random.default_rng(0), batch_size=1, rtol=1e-10)
+
+
+def test_gram_and_combine_are_the_autograd_gradients_of_each_client(src_obj):
+    """Two clients at different rows: C_c = G_cᵀG_c of the flattened autograd gradients, and combine(μ)_c is the
+    autograd gradient of Σ_j μ_j l_j at client c's row, to 1e-6 relative to the largest entry (the source's CPU
+    layout runs each sequence alone, the reference here in padded batches, and the model's RMSNorm computes in
+    float32 even in a float64 model: float32 round-off, measured 7e-8)."""
+    src, obj = src_obj
+    w0 = obj.initial()
+    W = torch.stack([w0, w0 + 1e-2 * torch.sin(torch.arange(w0.numel(), dtype=w0.dtype))])
+    clients = np.array([0, 2])
+    ev = src.evaluate(W, clients)
+    mu = np.array([[0.2, 0.5, 0.3], [0.6, 0.1, 0.3]])
+    d = ev.combine(mu)
+    pm = obj.pm
+    for c, i in enumerate(clients):
+        obj.load(W[c])
+        batch = obj.federation.batch(i)
+        losses = [pm.pair_losses(batch[o])[0].mean() for o in obj.objectives]
+        G = torch.stack([pm.flat_grad(torch.autograd.grad(l, pm.params, retain_graph=True, allow_unused=True))
+                         for l in losses], 1)
+        np.testing.assert_allclose(ev.losses[c], [float(l.detach()) for l in losses], rtol=1e-12)
+        C = (G.T @ G).numpy()
+        np.testing.assert_allclose(ev.gram[c], C, rtol=0, atol=1e-6 * np.abs(C).max())
+        total = sum(float(m) * l for m, l in zip(mu[c], losses, strict=True))
+        g = pm.flat_grad(torch.autograd.grad(total, pm.params, allow_unused=True))
+        np.testing.assert_allclose(d[c].numpy(), g.numpy(), rtol=0, atol=1e-6 * float(g.abs().max()))
+    assert not np.allclose(ev.gram[0], ev.gram[1])  # the rows really differ
+
+
+def test_lp_receives_exactly_the_source_losses_grams_and_preferences(src_obj, monkeypatch):
+    """Phase 1 with two local steps: every LP call gets the (l, C) the source returned, bit for bit, and λ of its
+    clients; HiGHS on the recorded inputs gives the same status, mode and optimal value."""
+    src, obj = src_obj
+    calls, returned = [], []
+    lp = al.lp_direction
+
+    def spy_lp(l, lam, C, **kw):
+        res = lp(l, lam, C, **kw)
+        calls.append((np.array(l), np.array(lam), np.array(C), kw, res))
+        return res
+
+    evaluate = src.evaluate
+
+    def spy_eval(W, clients, batches=None):
+        ev = evaluate(W, clients, batches)
+        returned.append((np.array(clients), ev.losses.copy(), ev.gram.copy()))
+        return ev
+
+    monkeypatch.setattr(al, "lp_direction", spy_lp)
+    monkeypatch.setattr(src, "evaluate", spy_eval)
+    clients = np.arange(3)
+    al.phase1(src, clients, obj.initial(), al.Phase1Config(rounds=2, tau=2, eta_local=0.5),
+              np.random.default_rng(0))
+    assert len(calls) == len(returned) >= 4
+    for (l, lam, C, kw, res), (cl, l_src, C_src) in zip(calls, returned, strict=True):
+        assert np.array_equal(l, l_src) and np.array_equal(C, C_src)
+        assert np.array_equal(lam, src.prefs[cl])
+        ref = lp_direction_reference(l, lam, C, **kw)
+        np.testing.assert_array_equal(res.status, ref.status)
+        np.testing.assert_array_equal(res.mode, ref.mode)
+        np.testing.assert_allclose(res.objective, ref.objective, rtol=1e-8, atol=1e-12 * np.abs(C).max())
+
+
+def test_identical_objectives_step_along_the_single_objective_gradient():
+    """m = 3 objectives with the same pairs: whatever μ the LP picks, d = Gμ is the single objective's gradient
+    (computed in the source's layout)."""
+    same = {"a": ORDERS["first"], "b": ORDERS["first"], "c": ORDERS["first"]}
+    src, obj = lora_source(hand_federation(same))
+    W = torch.stack([obj.initial()])
+    ev = src.evaluate(W, np.array([1]))
+    assert np.all(ev.losses == ev.losses[0, 0])
+    res = al.lp_direction(ev.losses, src.prefs[[1]], ev.gram)
+    d = ev.combine(res.weights)[0]
+    obj.load(W[0])
+    single = objective_gradients(obj.pm, {"a": obj.federation.batch(1)["a"]}, layout=obj.layout)  # as a run would
+    g = single.G[:, 0]
+    assert single.losses[0] == ev.losses[0, 0]
+    np.testing.assert_allclose(d.numpy(), g.numpy(), rtol=0, atol=1e-12 * float(g.abs().max()))
+
+
+def test_one_server_round_is_w_plus_alpha_weighted_pseudo_gradients(src_obj):
+    src, obj = src_obj
+    clients, w0 = np.arange(3), obj.initial()
+    rho = np.array([0.5, 0.3, 0.2])
+    cfg = al.Phase1Config(rounds=1, tau=2, eta_local=0.7, alpha_server=0.6)
+    res = al.phase1(src, clients, w0, cfg, np.random.default_rng(0), rho=rho)
+    deltas = []
+    for i in clients:
+        w = w0.clone()
+        for _ in range(cfg.tau):
+            ev = src.evaluate(w[None], np.array([i]))
+            mu = al.lp_direction(ev.losses, src.prefs[[i]], ev.gram).weights
+            w = w - cfg.eta_local * ev.combine(mu)[0]
+        deltas.append(w - w0)
+    expect = w0 + cfg.alpha_server * sum(float(r) * dw for r, dw in zip(rho, deltas, strict=True))
+    np.testing.assert_allclose(res.trajectory[1].numpy(), expect.numpy(), rtol=0, atol=1e-12)
+    assert float((res.trajectory[1] - w0).abs().max()) > 0
+
+
+# --------------------------------------------------------------------- a quadratic in torch vs the numpy source
+
+
+class TorchQuadratic:
+    """The F1 quadratic clients ``½(w − c_ij)ᵀQ_j(w − c_ij) + b_j`` (samples: centre shifted by ξ, offset b − κ)
+    written in torch (float64); gradients by autograd, one objective at a time."""
+
+    def __init__(self, problem, samples):
+        t = lambda a: torch.as_tensor(np.asarray(a), dtype=torch.float64)  # noqa: E731
+        self.c, self.Q, self.b = t(problem._centres_all()), t(problem.hessians), t(problem.offsets)
+        self.xi = [t(x) for x in samples.noise]
+        self.kappa = t(samples.kappa)
+        self.objectives = tuple(f"q{j}" for j in range(problem.n_objectives))
+        self.n_params, self.dtype, self.device = problem.n_params, torch.float64, torch.device("cpu")
+
+    def _loss(self, w, client, batch):
+        if batch is None:
+            e = w - self.c[client]
+            return 0.5 * torch.einsum("jw,jwv,jv->j", e, self.Q, e) + self.b
+        e = w - self.c[client] - self.xi[client][torch.as_tensor(batch)]
+        return (0.5 * torch.einsum("sjw,jwv,sjv->sj", e, self.Q, e)).mean(0) + self.b - self.kappa[client]
+
+    def losses(self, w, client, timer=None):
+        with torch.no_grad():
+            return self._loss(w, client, None).numpy()
+
+    def gradients(self, w, client, batch, timer=None):
+        w = w.detach().clone().requires_grad_(True)
+        l = self._loss(w, client, batch)
+        G = torch.stack([torch.autograd.grad(l[j], w, retain_graph=True)[0] for j in range(l.numel())], 1)
+        return l.detach().numpy(), G
+
+
+@pytest.fixture(scope="module")
+def quad_pair():
+    p = PlantedQuadraticCluster.make(np.random.default_rng(3), m=3, n_w=7, n_clients=6, spread=0.05)
+    s = p.with_samples(np.random.default_rng(4), np.r_[np.full(4, 30), np.full(2, 60)], 0.1)
+    tq = TorchSource(TorchQuadratic(p, s), p.prefs, s.n_samples, psi_star=p.psi_star)
+    return ClientSource(p, s), tq, p.centres.mean(axis=0) + 0.5
+
+
+def _same(a, b, what, rtol=1e-10):
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    assert a.shape == b.shape, what
+    np.testing.assert_allclose(b, a, rtol=0, atol=rtol * max(1.0, float(np.nanmax(np.abs(a)))), err_msg=what)
+
+
+def _same_records(a: pd.DataFrame, b: pd.DataFrame, what: str) -> None:
+    assert tuple(a.columns) == al.RECORD_COLUMNS and tuple(b.columns[: len(al.RECORD_COLUMNS)]) == al.RECORD_COLUMNS
+    assert len(a) == len(b), what
+    for col in al.RECORD_COLUMNS:
+        if a[col].dtype.kind in "fiu":
+            x, y = a[col].to_numpy(np.float64), b[col].to_numpy(np.float64)
+            assert np.array_equal(np.isnan(x), np.isnan(y)), f"{what}: NaN pattern of {col}"
+            if (~np.isnan(x)).any():
+                _same(x[~np.isnan(x)], y[~np.isnan(x)], f"{what}: {col}")
+        else:
+            assert (a[col].astype(str) == b[col].astype(str)).all(), f"{what}: {col}"
+
+
+def test_torch_quadratic_source_matches_the_numpy_source(quad_pair):
+    """Phase 1 (population, τ = 2), Phase 2 (episodes) and run_algorithm through both sources agree to 1e-10."""
+    fam, tq, w = quad_pair
+    check_source(tq, w, np.arange(6), np.random.default_rng(0), batch_size=3, rtol=1e-10)
+    clients = np.arange(4)
+    kw = dict(rho=None)
+    p1a = al.phase1(fam, clients, w, al.Phase1Config(rounds=12, tau=2, eta_local=0.05), np.random.default_rng(1), **kw)
+    p1b = al.phase1(tq, clients, w, al.Phase1Config(rounds=12, tau=2, eta_local=0.05), np.random.default_rng(1), **kw)
+    _same(p1a.trajectory, p1b.trajectory.numpy(), "phase 1 trajectory")
+    _same_records(p1a.records, p1b.records, "phase 1")
+    cfg2 = al.Phase2Config(rounds=6, S=4, K=2, eta_meta_inner=0.05)
+    p2a = al.phase2(fam, clients, p1a.w, cfg2, np.random.default_rng(2))
+    p2b = al.phase2(tq, clients, p1b.w, cfg2, np.random.default_rng(2))
+    _same(p2a.trajectory, p2b.trajectory.numpy(), "phase 2 trajectory")
+    _same_records(p2a.records, p2b.records, "phase 2")
+    cfg = al.AlgorithmConfig(phase1=al.Phase1Config(rounds=4, tau=2), phase2=al.Phase2Config(rounds=2, S=4, K=2),
+                             adapt=al.AdaptConfig(K=3, S=5, preconditioner="rmsprop_lagged"),
+                             adamw=al.AdaptConfig(K=3, S=5, preconditioner="adamw", weight_decay=0.01),
+                             pipeline2=al.Pipeline2Config(max_steps=30, record_every=10))
+    ka = dict(w_ref=w, train_clients=clients, new_clients=np.array([4, 5]))
+    a = al.run_algorithm(fam, cfg, np.random.default_rng(5), **ka)
+    b = al.run_algorithm(tq, cfg, np.random.default_rng(5), keep_trajectory=False, **ka)
+    _same_records(a.records, b.records, "run_algorithm")
+    assert [c for c in b.records.columns if c not in al.RECORD_COLUMNS] == ["loss_q0", "loss_q1", "loss_q2"]
+
+
+# ------------------------------------------------------------------------------------------------ records
+
+
+def test_rows_stream_as_made_and_losses_become_columns(src_obj):
+    src, obj = src_obj
+    seen = []
+    res = al.phase1(src, np.arange(2), obj.initial(), al.Phase1Config(rounds=2, eta_local=0.5),
+                    np.random.default_rng(0), on_rows=seen.append)
+    assert len(seen) == 3  # one frame per round, as it ends
+    streamed = pd.concat(seen, ignore_index=True)
+    pd.testing.assert_frame_equal(streamed, res.records, check_dtype=False)
+    extra = [c for c in res.records.columns if c not in al.RECORD_COLUMNS]
+    assert extra == [f"{k}_{o}" for k in ("loss",) for o in ORDERS] + [
+        f"heldout_{k}_{o}" for o in ORDERS for k in ("loss", "acc")]
+    lam = src.prefs[res.records["client"].to_numpy()]
+    L = res.records[[f"loss_{o}" for o in ORDERS]].to_numpy()
+    np.testing.assert_allclose(res.records["psi"], (lam * L).max(axis=1), rtol=1e-15)
+    assert res.records[[f"heldout_acc_{o}" for o in ORDERS]].stack().between(0, 1).all()
+
+
+def test_a_loss_at_its_floor_stops_the_run_naming_objective_client_phase_and_round():
+    src, obj = lora_source(settings=DPOSettings(max_response_tokens=24, floor_rtol=10.0))
+    with pytest.raises(al.DivergenceError, match=r"phase1 cluster 0 round 0 step 0: client 0, objective 'first': "
+                                                 r"loss .* reached its floor"):
+        al.phase1(src, np.arange(3), obj.initial(), al.Phase1Config(rounds=1), np.random.default_rng(0))
+
+
+def test_rebasing_psi_star_never_raises_it_and_keeps_gaps_nonnegative():
+    rec = pd.DataFrame({"client": [0, 0, 1, 1], "phase": ["a", "b", "a", "b"], "round": [0, 1, 0, 1],
+                        "psi": [1.0, 0.4, 0.9, 0.8], "psi_star": 0.0, "gap": 0.0})
+    summary = {"new_clients": [{"client": 1, "psi_star": 0.85, "start_gap": {"x": 0.05}, "final_gap": {"x": -0.05}}],
+               "mean_final_gap": {"x": -0.05}, "mean_start_gap": {"x": 0.05}}
+    out, s, info = rebase_psi_star(rec, summary, np.array([0.5, 0.85]))
+    assert out["psi_star"].tolist() == [0.4, 0.4, 0.8, 0.8] and (out["gap"] >= 0).all()
+    assert s["new_clients"][0]["final_gap"]["x"] == pytest.approx(0.0) and s["mean_start_gap"]["x"] == pytest.approx(0.1)
+    assert info[0]["attained_in"] == "b round 1" and info[1]["final"] == 0.8
+
+
+# ------------------------------------------------------------------------------------------------ clients
+
+
+@pytest.fixture(scope="module")
+def cands():
+    if not DEFAULT_DATA_FILE.exists():
+        pytest.skip("the shipped data file is not built")
+    return load_candidates()
+
+
+def test_clients_have_disjoint_prompts_few_shots_and_preferences_around_centres(cands):
+    d = ClientDesign(objectives=("conciseness", "informativeness", "positivity"), n_train=6, n_new=2, n_centres=2,
+                     shots=2, pool_pairs=5, heldout_pairs=3)
+    fed = build_federation(cands, d, np.random.default_rng(0))
+    assert fed.n_samples.tolist() == [2] * 6 + [5] * 2
+    ids = [set(p) for p in fed.prompt_ids] + [set(fed.heldout_prompt_ids)]
+    assert sum(len(s) for s in ids) == len(set().union(*ids))  # disjoint
+    for i in range(fed.n_clients):
+        for j, pairs in enumerate(fed.data[i]):
+            assert all(p.objective == d.objectives[j] and p.prompt_id in fed.prompt_ids[i] for p in pairs)
+    assert np.all(fed.prefs >= d.lambda_min) and np.allclose(fed.prefs.sum(1), 1)
+    for g in range(2):  # each client's largest preference is its centre's main objective (concentration 40)
+        assert np.all(np.argmax(fed.prefs[fed.centre == g], axis=1) == g)
+    again = build_federation(cands, d, np.random.default_rng(0))
+    assert np.array_equal(again.prefs, fed.prefs) and again.prompt_ids == fed.prompt_ids
+    batch = fed.batch(0, [1])
+    assert [len(v) for v in batch.values()] == [1, 1, 1]
+
+
+def test_presets_fit_the_data_file_and_plan_their_evaluations(cands):
+    for name, p in PRESETS.items():
+        build_federation(cands, p.design, np.random.default_rng(0))  # no DataShortageError
+        assert planned_gradient_evaluations(p) > planned_gradient_evaluations(p.quick()) > 0, name
+    with pytest.raises(DataShortageError, match="runs out of prompts"):
+        build_federation(cands, replace(PRESETS["smoke"].design, n_train=500), np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("kw, err, match", [
+    (dict(objectives=("conciseness", "nonsense")), UnknownObjectiveError, "unknown objective 'nonsense'"),
+])
+def test_unknown_objective_is_named(cands, kw, err, match):
+    with pytest.raises(err, match=match):
+        build_federation(cands, ClientDesign(**kw), np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(objectives=("a",)), "at least two"), (dict(objectives=("a", "a")), "distinct"),
+    (dict(objectives=("a", "b"), shots=0), "shots"), (dict(objectives=("a", "b"), centre_weight=0.3), "centre_weight"),
+    (dict(objectives=("a", "b"), lambda_min=0.5), "lambda_min"),
+])
+def test_bad_client_design_is_named(kw, match):
+    with pytest.raises(ValueError, match=match):
+        ClientDesign(**kw)
+
+
+@pytest.mark.parametrize("prefs, match", [([[0.5, 0.6, -0.1]] * 3, "prefs"), ([[0.5, 0.3, 0.3]] * 3, "sum to 1")])
+def test_preferences_off_the_simplex_are_refused(prefs, match):
+    pm = tiny_preference_model()
+    fed = hand_federation()
+    with pytest.raises(ValueError, match=match):
+        TorchSource(LoraObjectives(pm, fed), prefs, fed.n_samples)
+
+
+# ------------------------------------------------------------------------------------------------ a whole run
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return save_random_llama(tmp_path_factory.mktemp("model") / "tiny", "tiny", dtype="float32")[0]
+
+
+def _tiny_preset():
+    """The smoke preset at float32 (bf16 autocast is slow on small CPU matrices) with one round per phase, 3
+    training clients and 1 new client."""
+    p = replace(PRESETS["smoke"], autocast=None).quick()
+    return replace(p, design=replace(p.design, n_train=3, n_new=1))
+
+
+@pytest.fixture(scope="module")
+def tiny_runs(tiny_dir, cands, tmp_path_factory):
+    outs = [tmp_path_factory.mktemp(f"run{k}") for k in range(2)]
+    sums = [run(_tiny_preset(), o, model_dir=tiny_dir, device="cpu", seed=3, progress=False) for o in outs]
+    return outs, sums
+
+
+def test_run_writes_every_column_and_a_complete_summary(tiny_runs):
+    (out, _), (s, _) = tiny_runs
+    rec = pd.read_csv(out / "trajectory.csv")
+    assert list(rec.columns[: len(al.RECORD_COLUMNS)]) == list(al.RECORD_COLUMNS)
+    objs = s["objectives"]
+    for o in objs:
+        for k in ("loss", "heldout_loss", "heldout_acc"):
+            assert f"{k}_{o}" in rec.columns
+    assert s["status"] == "complete" and (out / "figure.png").stat().st_size > 0
+    assert s["gradient_evaluations"]["done"] == s["gradient_evaluations"]["planned"]
+    assert (rec["gap"] >= 0).all() and (rec["psi_star"] <= rec["psi"]).all()
+    assert set(rec["phase"]) >= {"psi_star_estimate", "phase1", "phase2", "fedavg", "pipeline1_wI", "pipeline1_wII",
+                                 "pipeline1_wII_adamw", "local_only", "fedavg_adapt", "pipeline2"}
+    for o in objs:
+        assert s["min_loss"][o]["min_any_loss"] > s["min_loss"][o]["floor"] > 0
+    assert sum(s["lp_step_status_counts"].values()) > 0
+    conflict = s["gradient_conflict_at_base_model"]
+    assert len(conflict["per_client"]) == _tiny_preset().design.n_clients
+    assert {"forward", "backward", "gram", "lp", "combine", "heldout"} <= set(s["timing"]["sections"])
+    assert s["memory"]["peak_rss_bytes"] > 0 and s["timing"]["tokens"] > 0
+    assert len(s["new_clients"]) == 1 and "pipeline2" in s["new_clients"][0]["final_gap"]
+    assert "under-estimates" in s["psi_star_note"]
+
+
+def test_same_seed_same_records(tiny_runs):
+    (a, b), _ = tiny_runs
+    assert (a / "trajectory.csv").read_bytes() == (b / "trajectory.csv").read_bytes()
+
+
+def test_an_interrupted_run_keeps_its_records(tiny_dir, cands, tmp_path, monkeypatch):
+    """A run stopped part of the way (here: a KeyboardInterrupt in the 10th client evaluation) leaves the rows it
+    made in trajectory.csv and a summary that says so."""
+    count = {"n": 0}
+    grads = LoraObjectives.gradients
+
+    def stop(self, *a, **k):
+        count["n"] += 1
+        if count["n"] == 10:
+            raise KeyboardInterrupt
+        return grads(self, *a, **k)
+
+    monkeypatch.setattr(LoraObjectives, "gradients", stop)
+    with pytest.raises(KeyboardInterrupt):
+        run(_tiny_preset(), tmp_path, model_dir=tiny_dir, device="cpu", seed=3, progress=False)
+    rec = pd.read_csv(tmp_path / "trajectory.csv")
+    assert len(rec) > 0 and set(rec["phase"]) >= {"psi_star_estimate"}
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert s["status"] == "interrupted" and s["gradient_evaluations"]["done"] == 9
+
+
+# ------------------------------------------------------------------------------------------- command line
+
+
+def _main(capsys, *args) -> tuple[int, list[str]]:
+    """``python -m llm_runs`` in this process (a usage error returns before the re-exec and before any work)."""
+    from llm_runs.__main__ import main
+
+    code = main(list(args))
+    return code, [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+
+
+@pytest.mark.parametrize("args, match", [
+    (["--preset", "huge"], "argument --preset: invalid choice: 'huge'"),
+    (["--model", "/nonexistent/model"], "argument --model: model directory '/nonexistent/model' does not exist"),
+    (["--device", "tpu"], "argument --device: invalid choice: 'tpu'"),
+    (["--seed", "-1"], "argument --seed"),
+])
+def test_usage_errors_exit_2_with_one_line_before_any_work(tmp_path, capsys, args, match):
+    out = tmp_path / "out"
+    code, lines = _main(capsys, "run", "--out", str(out), *args)
+    assert code == 2 and len(lines) == 1 and match in lines[0], lines
+    assert not (out / "summary.json").exists()
+
+
+def test_bad_model_dir_corrupt_data_and_missing_cuda_are_usage_errors(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    code, lines = _main(capsys, "run", "--out", str(tmp_path / "o"), "--model", str(tmp_path / "empty"))
+    assert code == 2 and len(lines) == 1 and "argument --model:" in lines[0] and "no config.json" in lines[0]
+    bad = tmp_path / "bad.jsonl.gz"
+    bad.write_bytes(b"not gzip")
+    code, lines = _main(capsys, "run", "--out", str(tmp_path / "o"), "--data", str(bad))
+    assert code == 2 and len(lines) == 1 and "argument --data: data file" in lines[0] and "corrupt" in lines[0]
+    if not torch.cuda.is_available():
+        code, lines = _main(capsys, "run", "--out", str(tmp_path / "o"), "--device", "cuda")
+        assert code == 2 and "argument --device: 'cuda' requested but CUDA is not available" in lines[0]
+
+
+def test_gpu_check_script_runs_with_a_tiny_model(tmp_path):
+    """llm_runs/gpu_check.sh --tiny: the GPU check's code path (random model, `llm_runs run --quick`, the speed
+    report) with a tiny Llama on the CPU."""
+    res = subprocess.run(["bash", str(REPO / "llm_runs" / "gpu_check.sh"), "--tiny", "--work", str(tmp_path)],
+                         capture_output=True, text=True, timeout=600, cwd=REPO,
+                         env={**os.environ, "PYTHON": sys.executable})
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    assert "steps/s" in res.stdout and "tokens/s" in res.stdout and "peak memory" in res.stdout
+    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert s["status"] == "complete" and s["model"]["device"] == "cpu"
+
+
+# ------------------------------------------------------------------------------------- the default model
+
+
+@pytest.mark.llm
+def test_smoke_preset_with_the_default_model(tmp_path):
+    """`python -m llm_runs run --preset smoke` with SmolLM2-135M-Instruct: trajectory.csv has every sim column and
+    the LLM columns, the run completes, the losses stay above their floor, and no LP fails."""
+    res = subprocess.run([sys.executable, "-m", "llm_runs", "run", "--preset", "smoke", "--out", str(tmp_path),
+                          "--no-progress"], capture_output=True, text=True, timeout=1800, cwd=REPO)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rec = pd.read_csv(tmp_path / "trajectory.csv")
+    assert list(rec.columns[: len(al.RECORD_COLUMNS)]) == list(al.RECORD_COLUMNS)
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert s["status"] == "complete" and s["model"]["name"] == "SmolLM2-135M-Instruct"
+    for o in s["objectives"]:
+        assert f"loss_{o}" in rec.columns and f"heldout_acc_{o}" in rec.columns
+        assert s["min_loss"][o]["min_any_loss"] > s["min_loss"][o]["floor"]
+    counts = s["lp_step_status_counts"]
+    assert counts["infeasible"] == counts["iteration_limit"] == counts["solver_error"] == 0
