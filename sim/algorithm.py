@@ -134,6 +134,12 @@ __all__ = [
     "AlgorithmResult",
     "RECORD_COLUMNS",
     "clustering_step",
+    "lp_input_columns",
+    "CLUSTERING_NAMES",
+    "random_partition",
+    "comparison_clusterings",
+    "same_partition",
+    "phase1_by_clustering",
     "assign_to_cluster",
     "shared_iteration",
     "phase1",
@@ -873,7 +879,19 @@ def _diagnostics(src: Source, ev: Evaluation, clients, lam, psi_star, rho, eta_e
         margin_Jeps=descent_margin_from_gram(dr.weights, C, lam, m_eps, validate=False),
         dM_norm=_row_norms(src, ev.combine(lam * u)), eps_act=ea, grad_bound=np.full(N, B), n_Jeps=m_eps.sum(axis=1),
     )
-    return cols, B_seen, diag_counts
+    lp_inputs = lp_input_columns(C, dr.weights) if getattr(src, "record_lp_inputs", False) else None
+    return cols, B_seen, diag_counts, lp_inputs
+
+
+def lp_input_columns(gram, weights) -> dict[str, np.ndarray]:
+    """The record columns of :mod:`sim.source`'s ``record_lp_inputs``: ``gram_<j>_<k>`` (``j ≤ k``) of ``gram``
+    ``(n, m, m)`` and ``mu_<j>`` of ``weights`` ``(n, m)``, float64."""
+    C = np.asarray(gram, dtype=np.float64)
+    mu = np.asarray(weights, dtype=np.float64)
+    m = C.shape[-1]
+    out = {f"gram_{j}_{k}": C[:, j, k].copy() for j in range(m) for k in range(j, m)}
+    out.update({f"mu_{j}": mu[:, j].copy() for j in range(m)})
+    return out
 
 
 def _federated(src: Source, clients, w0, rho, rng, *, phase: str, rounds: int, local_steps: int,
@@ -910,9 +928,11 @@ def _federated(src: Source, clients, w0, rho, rng, *, phase: str, rounds: int, l
         ev = _evaluate(src, W, clients, None, where=where + (" step 0" if first_step else " diagnostic"),
                        step_size=eta_inner if first_step else eta_eff)
         first = _directions(ev, lam, direction, cfg, where=where + " step 0", clients=clients) if first_step else None
-        cols, B_seen, dc = _diagnostics(src, ev, clients, lam, psi_star, rho, eta_eff, B_cfg, B_seen, first, cfg,
-                                        direction, where + " diagnostic")
+        cols, B_seen, dc, lp_inputs = _diagnostics(src, ev, clients, lam, psi_star, rho, eta_eff, B_cfg, B_seen,
+                                                   first, cfg, direction, where + " diagnostic")
         extra = _record_metrics(src, W, clients, ev.losses)
+        if lp_inputs is not None:
+            extra = {**(extra or {}), **lp_inputs}
         del ev  # the source may hold the gradients of every client on its device
         if dc is not None:
             for s in STATUSES:
@@ -1419,6 +1439,76 @@ def _summary(src, train, new, assign, clus, w_ref, w_I, w_II, w_FA, phases, adap
         out["adaptation_samples_per_client"] = int(cfg.adapt.K * cfg.adapt.S)
     return out
 
+
+
+# ------------------------------------------------------------------------------- clusterings compared (Remark H.8)
+
+#: Clusterings of :func:`comparison_clusterings`, in order.
+CLUSTERING_NAMES = ("stage1_stage2", "stage1_only", "random")
+
+
+def random_partition(rng: np.random.Generator, sizes) -> list[np.ndarray]:
+    """A uniformly random partition of the positions ``0 .. sum(sizes) - 1`` into groups of exactly ``sizes``
+    (sorted index arrays; one ``rng.permutation``)."""
+    sizes = [int(s) for s in sizes]
+    if any(s < 1 for s in sizes):
+        raise ValueError(f"sizes must be positive integers; got {sizes}")
+    perm = rng.permutation(int(sum(sizes)))
+    out, start = [], 0
+    for s in sizes:
+        out.append(np.sort(perm[start:start + s]))
+        start += s
+    return out
+
+
+def comparison_clusterings(clustering: Clustering, rng: np.random.Generator,
+                           n_random: int) -> list[tuple[str, int, list[np.ndarray]]]:
+    """The clusterings that Remark H.8's design claim compares, as ``(name, draw, clusters)`` (positions in the
+    clustered clients, as :attr:`~sim.cluster.Clustering.clusters`): Algorithm 1's Stage-1+2 ``clustering``
+    (``stage1_stage2``), its Stage-1 groups alone (``stage1_only``; the clusters of ``stage2=False``, no draw) and
+    ``n_random`` uniformly random partitions with the Stage-1+2 cluster sizes (``random``, draw ``0 ..
+    n_random - 1``, in that order from ``rng``)."""
+    if not isinstance(n_random, (int, np.integer)) or isinstance(n_random, bool) or n_random < 0:
+        raise ValueError(f"n_random must be an integer >= 0; got {n_random!r}")
+    s1 = np.asarray(clustering.stage1_labels)
+    stage1 = [np.flatnonzero(s1 == g) for g in range(int(s1.max()) + 1)]
+    sizes = [len(c) for c in clustering.clusters]
+    parts = [("stage1_stage2", 0, [np.asarray(c) for c in clustering.clusters]), ("stage1_only", 0, stage1)]
+    parts += [("random", d, random_partition(rng, sizes)) for d in range(int(n_random))]
+    return parts
+
+
+def same_partition(a, b) -> bool:
+    """Whether two lists of index arrays are the same partition (cluster order ignored)."""
+    key = lambda p: sorted(tuple(int(x) for x in np.sort(np.asarray(c))) for c in p)  # noqa: E731
+    return key(a) == key(b)
+
+
+def phase1_by_clustering(source, clients, w_ref, parts, config: Phase1Config, rng: np.random.Generator, *,
+                         rho=None, progress: Progress | None = None, on_rows: RowSink | None = None) -> pd.DataFrame:
+    """Phase 1 (``config``) from ``w_ref`` on every cluster of every clustering of ``parts`` (``(name, draw,
+    clusters)``, e.g. from :func:`comparison_clusterings`; clusters index positions in ``clients``), in order, each
+    cluster with its own server model: the comparison of Remark H.8 (``H_Cn(w^t)`` is the ``dispersion`` column).
+    Returns the records of every run with the columns ``clustering`` and ``draw`` first (``on_rows`` receives them
+    round by round, with those columns); ``rho``: ``"uniform"`` (default) or ``"samples"`` within each cluster, as
+    :attr:`AlgorithmConfig.rho`."""
+    if rho is not None and not (isinstance(rho, str) and rho in ("uniform", "samples")):
+        raise ValueError(f"rho must be 'uniform' or 'samples' (one rule for every cluster); got {rho!r}")
+    src = as_source(source)
+    clients = check_clients(src, clients)
+    frames = []
+    for name, draw, clusters in parts:
+        for c, members in enumerate(clusters):
+            cl = clients[np.asarray(members, dtype=np.int64)]
+            sink = None if on_rows is None else (
+                lambda f, n=name, d=draw: on_rows(f.assign(clustering=n, draw=d)[["clustering", "draw", *f.columns]]))
+            res = phase1(src, cl, w_ref, config, rng, rho=rho, cluster=c, progress=progress, keep_trajectory=False,
+                         on_rows=sink)
+            frames.append(res.records.assign(clustering=name, draw=int(draw)))
+    if not frames:
+        return pd.DataFrame(columns=["clustering", "draw", *RECORD_COLUMNS])
+    out = pd.concat(frames, ignore_index=True)
+    return out[["clustering", "draw", *[c for c in out.columns if c not in ("clustering", "draw")]]]
 
 # ------------------------------------------------------------------------------- planted scenario
 

@@ -51,6 +51,12 @@ np.ndarray]``: the algorithm calls it at every record row with the row's paramet
 and population losses ``(n, m)``, and each entry (``(n,)`` float64) becomes a column after
 :data:`sim.algorithm.RECORD_COLUMNS` (an LLM source: per-objective losses, held-out accuracy).
 
+**Optional: the LP inputs in the records.** A source with a true attribute ``record_lp_inputs`` gets, at every
+population-diagnostic row of Phase 1, Phase 2 and FedAvg, the client's Gram ``C_i`` (columns ``gram_<j>_<k>``,
+``j ≤ k``, objective indices) and the weights ``μ_i`` of its population LP (``mu_<j>``) after those columns:
+with the per-objective losses and ``λ_i`` they let a reader re-solve and classify the LP (e.g. the common basis of
+H.6) from the records alone, when the Grams themselves cannot be kept (an LLM run).
+
 :func:`check_source` verifies a source against this contract (shapes, dtypes, a symmetric PSD Gram,
 ``‖combine(μ)‖² = μᵀCμ``, linearity of ``combine``, episodes).
 

@@ -9,7 +9,10 @@ programs write one:
 * ``python -m llm_runs run --out DIR`` (LoRA fine-tuning of a real LLM: ``ψ_i*`` is unknown and *estimated*, the
   recorded gap is ``r̂_i = ψ_i − ψ̂_i*`` with ``ψ̂_i* ≥ ψ_i*``, so ``r̂_i`` under-estimates the true suboptimality;
   per-objective columns ``loss_<objective>``, ``heldout_loss_<objective>``, ``heldout_acc_<objective>``; the
-  clients' preferences in ``summary.json``).
+  clients' preferences in ``summary.json``; the clients' Grams and LP weights at the population-diagnostic rows,
+  ``gram_<j>_<k>`` and ``mu_<j>`` (:mod:`sim.source`, ``record_lp_inputs``); and, optionally, ``clusterings.csv``:
+  Phase 1 trained again for the Stage-1-only and random clusterings of Remark H.8's comparison, the same columns
+  after ``clustering`` and ``draw``).
 
 :func:`load_run` reads either, checks that the columns the studies use are there (a missing one is a
 ``ValueError`` naming the file and the column) and returns a :class:`RunRecords`. Everything that depends on a
@@ -40,6 +43,7 @@ from sim.algorithm import RECORD_COLUMNS
 __all__ = [
     "TRAJECTORY_FILE",
     "SUMMARY_FILE",
+    "CLUSTERINGS_FILE",
     "TRAINING_PHASES",
     "ADAPTATION_PHASES",
     "PIPELINE2_PHASE",
@@ -52,10 +56,15 @@ __all__ = [
     "training_iterates",
     "step_rows",
     "lambda_max",
+    "lp_inputs",
+    "clustering_comparison",
+    "cluster_key",
 ]
 
 TRAJECTORY_FILE = "trajectory.csv"
 SUMMARY_FILE = "summary.json"
+#: Optional: Phase 1 of the clusterings compared with Algorithm 1's (``python -m llm_runs run``).
+CLUSTERINGS_FILE = "clusterings.csv"
 #: The federated training phases of Algorithm 1, in trajectory order.
 TRAINING_PHASES = ("phase1", "phase2")
 #: New-client runs of :func:`sim.algorithm.run_algorithm` (Pipeline 1 from w_I / w_II, its AdamW run, the
@@ -83,7 +92,8 @@ class RunRecords:
     ``summary.json``; ``objectives``: the objective names of an LLM run (None for a synthetic run, whose
     objectives are numbered); ``prefs``: client -> ``λ_i`` where the summary records it (an LLM run), else empty;
     ``psi_star``: ``"planted"`` (exact) or ``"estimated"`` (``ψ̂* ≥ ψ*``: the recorded gap under-estimates the
-    suboptimality); ``status``: the run's status (``"complete"`` for a finished run)."""
+    suboptimality); ``status``: the run's status (``"complete"`` for a finished run); ``clusterings``: the records
+    of ``clusterings.csv`` (None when the run has none)."""
 
     path: Path
     kind: str
@@ -93,6 +103,7 @@ class RunRecords:
     prefs: dict = field(default_factory=dict)
     psi_star: str = "planted"
     status: str = "complete"
+    clusterings: pd.DataFrame | None = None
 
     @property
     def label(self) -> str:
@@ -160,9 +171,25 @@ def load_run(path) -> RunRecords:
         if missing:
             raise ValueError(f"{str(traj)!r} lacks the per-objective columns {missing} of an LLM run")
     psi_star = "estimated" if kind == "llm" else "planted"
+    clusterings = None
+    cf = d / CLUSTERINGS_FILE
+    listed = [c for c in ((summary.get("clustering_comparison") or {}).get("clusterings") or [])
+              if isinstance(c, dict) and c.get("trained") and c.get("clustering") != "stage1_stage2"]
+    if listed and not cf.is_file():
+        raise ValueError(f"{str(d)!r}: summary.json lists trained clusterings of the comparison but "
+                         f"{CLUSTERINGS_FILE} is missing")
+    if cf.is_file():
+        try:
+            clusterings = pd.read_csv(cf, low_memory=False)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"cannot read {str(cf)!r}: {exc}") from None
+        missing = [c for c in ("clustering", "draw", "cluster", "client", "round", "dispersion")
+                   if c not in clusterings.columns]
+        if missing:
+            raise ValueError(f"{str(cf)!r} lacks the columns {missing}")
     return RunRecords(path=d, kind=kind, records=records, summary=summary, objectives=objectives,
                       prefs=_llm_prefs(summary) if kind == "llm" else {}, psi_star=psi_star,
-                      status=str(summary.get("status", "complete")))
+                      status=str(summary.get("status", "complete")), clusterings=clusterings)
 
 
 def objective_columns(run: RunRecords, what: str) -> dict[str, str]:
@@ -203,3 +230,44 @@ def lambda_max(run: RunRecords, rows: pd.DataFrame) -> np.ndarray:
         return np.array([table.get(int(i), math.nan) for i in clients])
     with np.errstate(divide="ignore", invalid="ignore"):
         return (rows["eps_act"] / (2.0 * rows["eta_eff"] * rows["grad_bound"] ** 2)).to_numpy(np.float64)
+
+
+def lp_inputs(run: RunRecords, rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(C, μ)`` of ``rows``: the Grams ``(n, m, m)`` and LP weights ``(n, m)`` recorded in the columns
+    ``gram_<j>_<k>`` / ``mu_<j>`` (:mod:`sim.source`, ``record_lp_inputs``); None when the run does not record
+    them. Rows without them (adaptation rows) are NaN."""
+    mus = sorted((c for c in rows.columns if c.startswith("mu_") and c[3:].isdigit()), key=lambda c: int(c[3:]))
+    m = len(mus)
+    if m == 0 or [int(c[3:]) for c in mus] != list(range(m)):
+        return None
+    need = [f"gram_{j}_{k}" for j in range(m) for k in range(j, m)]
+    if any(c not in rows.columns for c in need):
+        return None
+    C = np.empty((len(rows), m, m))
+    for j in range(m):
+        for k in range(j, m):
+            C[:, j, k] = C[:, k, j] = rows[f"gram_{j}_{k}"].to_numpy(np.float64)
+    return C, rows[mus].to_numpy(np.float64)
+
+
+def clustering_comparison(run: RunRecords) -> list[dict]:
+    """The clusterings of ``clusterings.csv`` as the run describes them (``summary.json``:
+    ``clustering_comparison.clusterings``: ``clustering``, ``draw``, ``clusters`` (client ids), ``trained`` and,
+    for one not trained again, ``same_as``); empty when not recorded."""
+    info = run.summary.get("clustering_comparison") or {}
+    return [dict(c) for c in info.get("clusterings", []) if isinstance(c, dict)]
+
+
+def cluster_key(run: RunRecords) -> str:
+    """The Stage-1 key of the run's clustering (``"ordering"`` or ``"bottleneck"``, :class:`sim.algorithm.
+    ClusterConfig`): from the LLM run's preset (``preset_config.algorithm.cluster``) or the synthetic run's
+    parameters (``params.cluster``); ``ValueError`` when the summary records neither."""
+    s = run.summary
+    for path in (("preset_config", "algorithm", "cluster"), ("params", "cluster")):
+        d = s
+        for k in path:
+            d = d.get(k) if isinstance(d, dict) else None
+        if isinstance(d, dict) and d.get("key") in ("ordering", "bottleneck"):
+            return str(d["key"])
+    raise ValueError(f"run summary {str(run.path / SUMMARY_FILE)!r} records no clustering key "
+                     "(preset_config.algorithm.cluster.key or params.cluster.key)")

@@ -45,7 +45,9 @@ from sim.algorithm import (
     ProblemSpec,
     build_problem,
     clustering_step,
+    comparison_clusterings,
     phase1,
+    phase1_by_clustering,
     phase2,
     preconditioned_step,
 )
@@ -326,39 +328,29 @@ class H8DispersionConfig:
     n_random_draws: int = 3
 
 
-def _random_partition(rng: np.random.Generator, sizes: list[int]) -> list[np.ndarray]:
-    perm = rng.permutation(int(sum(sizes)))
-    out, start = [], 0
-    for s in sizes:
-        out.append(np.sort(perm[start:start + s]))
-        start += s
-    return out
-
-
 def study_h8_dispersion(config: H8DispersionConfig | None, rng: np.random.Generator) -> StudyResult:
-    """``H_{C_n}(w^t)`` along Phase 1 for three clusterings (Remark H.8, T-H8)."""
+    """``H_{C_n}(w^t)`` along Phase 1 for three clusterings (Remark H.8, T-H8): the clusterings of
+    :func:`sim.algorithm.comparison_clusterings`, each trained by :func:`sim.algorithm.phase1_by_clustering`."""
     cfg = config or H8DispersionConfig()
     cl_rows, ref_rows = [], []
     for prob in range(cfg.n_problems):
         src, w_ref, train, groups = _setup(cfg.problem, rng)
         s12 = clustering_step(src, train, w_ref, cfg.cluster, rng)
-        s1 = clustering_step(src, train, w_ref, ClusterConfig(key=cfg.cluster.key, stage2=False), rng)
         A_ref = s12.adjustments_ref
-        sizes = [len(c) for c in s12.clusters]
-        parts = [("stage1_stage2", 0, s12.clusters), ("stage1_only", 0, s1.clusters)]
-        parts += [("random", d, _random_partition(rng, sizes)) for d in range(cfg.n_random_draws)]
+        parts = comparison_clusterings(s12, rng, cfg.n_random_draws)
+        recs = phase1_by_clustering(src, train, w_ref, parts, cfg.phase1, rng)
         for name, draw, clusters in parts:
             for c, members in enumerate(clusters):
                 members = np.asarray(members)
                 clients = train[members]
-                res = phase1(src, clients, w_ref, cfg.phase1, rng, cluster=c)
-                rec = res.records.drop_duplicates("round").sort_values("round")
-                for r, H in zip(rec["round"], rec["dispersion"], strict=True):
+                r = recs[(recs["clustering"] == name) & (recs["draw"] == draw) & (recs["cluster"] == c)]
+                rec = r.drop_duplicates("round").sort_values("round")
+                for rd, H in zip(rec["round"], rec["dispersion"], strict=True):
                     cl_rows.append(dict(problem=prob, clustering=name, draw=draw, cluster=c, size=int(clients.size),
-                                        round=int(r), dispersion=float(H)))
+                                        round=int(rd), dispersion=float(H)))
                 A = A_ref[members]
                 var_A = float(np.mean(np.sum((A - A.mean(axis=0)) ** 2, axis=1)))
-                r0 = res.records[res.records["round"] == 0]
+                r0 = r[r["round"] == 0]
                 ref_rows.append(dict(
                     problem=prob, clustering=name, draw=draw, cluster=c, size=int(clients.size),
                     n_planted_groups=int(np.unique(groups[clients]).size),
