@@ -27,6 +27,11 @@ phase ``psi_star_estimate``), then, when the run ends, lowered to the smallest `
   the base model per client, Pipeline 1 vs Pipeline 2 vs the baselines per new client, LP status counts, the
   minimum loss of each objective over the run against its floor ``H(ε)``, diagnostics of the theory's
   hypotheses along the run (β, H.19 margins, H_Cn), the time of each part of a step and peak memory.
+* ``clusterings.csv``: the comparison of Remark H.8 (``H_Cn`` along Phase 1 for the Stage-1-only clusters and for
+  random clusters of the Stage-1+2 sizes, each trained from ``w_ref`` like Algorithm 1's Phase 1;
+  :func:`sim.algorithm.phase1_by_clustering`): the record columns of ``trajectory.csv`` after ``clustering`` and
+  ``draw``. A partition equal to Algorithm 1's own clustering is not trained again (``summary.json``:
+  ``clustering_comparison``). Written when the preset's ``clustering_draws`` is not None.
 * ``figure.png``: every training client's ``ψ_i`` through Phase 1 and Phase 2, and ``r̂`` of the new clients
   against the adaptation step ``K`` for Pipeline 1 and the baselines with Pipeline 2's value.
 """
@@ -54,12 +59,16 @@ from sim.algorithm import (
     Phase1Config,
     Phase2Config,
     Pipeline2Config,
+    comparison_clusterings,
+    phase1_by_clustering,
     pipeline2,
     run_algorithm,
+    same_partition,
 )
 from sim.direction import STATUSES
 
-__all__ = ["PRESETS", "RunPreset", "estimate_psi_star", "planned_gradient_evaluations", "rebase_psi_star", "run"]
+__all__ = ["PRESETS", "RunPreset", "estimate_psi_star", "planned_gradient_evaluations", "rebase_psi_star", "set_gaps",
+           "run"]
 
 #: Objectives of the CPU presets: conciseness conflicts with informativeness and with positivity within a prompt
 #: (mean Kendall τ −0.57 and −0.27 on the shipped data; ``python -m llm_runs data stats``).
@@ -75,7 +84,10 @@ class RunPreset:
     ``design``: clients and data; ``beta``, ``label_smoothing``, ``max_response_tokens``: the DPO loss
     (:class:`llm_runs.objectives.DPOSettings`); ``autocast``: ``"bfloat16"`` or None (float32) for the forward and
     backward passes; ``lora_r``/``lora_alpha``: the adapter; ``algorithm``: Algorithm 1's configuration;
-    ``psi_star``: the Pipeline-2 run that estimates ``ψ_i*`` of every client before training."""
+    ``psi_star``: the Pipeline-2 run that estimates ``ψ_i*`` of every client before training;
+    ``clustering_draws``: after Algorithm 1, Phase 1 is trained again for the Stage-1-only clusters and for this
+    many random partitions with the Stage-1+2 cluster sizes (Remark H.8's comparison, ``clusterings.csv``); None:
+    no comparison."""
 
     name: str
     description: str
@@ -88,6 +100,7 @@ class RunPreset:
     autocast: str | None = "bfloat16"
     lora_r: int = 8
     lora_alpha: float = 16.0
+    clustering_draws: int | None = 2
 
     def quick(self) -> RunPreset:
         """The same sizes (clients, pairs, sequence length) with one round of each phase, one adaptation step and
@@ -150,6 +163,7 @@ PRESETS: dict[str, RunPreset] = {
                              adamw_lr=5e-4, p2_steps=1, fedavg_rounds=1),
         psi_star=_pipeline2(1, 1.0),
         max_response_tokens=16,
+        clustering_draws=1,
     ),
     "cpu": RunPreset(
         name="cpu",
@@ -180,10 +194,17 @@ PRESETS: dict[str, RunPreset] = {
 }
 
 
+def _phase1_evaluations(preset: RunPreset) -> int:
+    """Client gradient evaluations of Phase 1 over all training clients (any clustering)."""
+    p1 = preset.algorithm.phase1
+    return preset.design.n_train * (p1.rounds * (p1.tau + (1 if p1.batch_size is not None else 0)) + 1)
+
+
 def planned_gradient_evaluations(preset: RunPreset) -> int:
     """Client gradient evaluations (one client's m gradients) a run of ``preset`` makes: the ψ*-estimate, Phase 1,
     Phase 2, FedAvg (each a population evaluation per round and client, plus the local steps that do not reuse
-    it), the Pipeline-1 runs and Pipeline 2. Exact unless a Pipeline-2 run stops early (``tol``)."""
+    it), the Pipeline-1 runs, Pipeline 2 and the clustering comparison. Exact unless a Pipeline-2 run stops early
+    (``tol``) or the Stage-1-only clusters are Algorithm 1's own (then not trained again)."""
     d, a = preset.design, preset.algorithm
     N, n = d.n_train, d.n_new
 
@@ -195,6 +216,8 @@ def planned_gradient_evaluations(preset: RunPreset) -> int:
     total += federated(a.phase1.rounds, a.phase1.tau, a.phase1.batch_size is not None)
     total += federated(a.phase2.rounds, a.phase2.K, a.phase2.S is not None)
     total += federated(fa.rounds, fa.tau, fa.batch_size is not None)
+    if preset.clustering_draws is not None:
+        total += (1 + preset.clustering_draws) * _phase1_evaluations(preset)
     if n:
         total += (5 if a.adamw is not None else 4) * a.adapt.K * n + a.pipeline2.max_steps * n
     return total
@@ -251,24 +274,40 @@ def estimate_psi_star(source, clients: np.ndarray, w_ref, config: Pipeline2Confi
     return psi_hat, res
 
 
-def rebase_psi_star(records: pd.DataFrame, summary: dict, psi_star: np.ndarray) -> tuple[pd.DataFrame, dict, dict]:
-    """Lower every client's ``ψ̂_i*`` to the smallest ``ψ_i`` in ``records`` (each is an upper bound of ``ψ_i*``),
-    and recompute the records' ``psi_star`` and ``gap`` and the gaps of :func:`sim.algorithm.run_algorithm`'s
-    ``summary`` (computed against ``psi_star``). Returns the records, the summary and, per client, the estimate
-    before and after and where the minimum came from."""
+def _where(row) -> str:
+    """Where a record row comes from: its phase and round (and clustering of the comparison, if any)."""
+    out = f"{row['phase']} round {int(row['round'])}"
+    if isinstance(row.get("clustering"), str):
+        out += f" ({row['clustering']} clustering, draw {int(row['draw'])})"
+    return out
+
+
+def set_gaps(records: pd.DataFrame, psi_star: np.ndarray) -> pd.DataFrame:
+    """``records`` with ``psi_star`` and ``gap = psi − psi_star`` recomputed from the per-client ``psi_star``."""
+    recs = records.copy()
+    recs["psi_star"] = np.asarray(psi_star, dtype=np.float64)[recs["client"].to_numpy(np.int64)]
+    recs["gap"] = recs["psi"] - recs["psi_star"]
+    return recs
+
+
+def rebase_psi_star(records: pd.DataFrame, summary: dict, psi_star: np.ndarray, *,
+                    extra: pd.DataFrame | None = None) -> tuple[pd.DataFrame, dict, dict]:
+    """Lower every client's ``ψ̂_i*`` to the smallest ``ψ_i`` in ``records`` and ``extra`` (further records of the
+    run, e.g. the clustering comparison; each ``ψ_i`` is an upper bound of ``ψ_i*``), and recompute the records'
+    ``psi_star`` and ``gap`` and the gaps of :func:`sim.algorithm.run_algorithm`'s ``summary`` (computed against
+    ``psi_star``). Returns the records, the summary and, per client, the estimate before and after and where the
+    minimum came from (``extra``'s gaps: :func:`set_gaps` with the ``final`` estimates)."""
     final = np.asarray(psi_star, dtype=np.float64).copy()
     where: dict[int, str] = {}
-    for i, grp in records.groupby("client"):
+    seen = records if extra is None or extra.empty else pd.concat([records, extra], ignore_index=True)
+    for i, grp in seen.groupby("client"):
         i = int(i)
         k = grp["psi"].idxmin()
         where[i] = "psi_star_estimate (Pipeline 2 on the client's own data)"
         if grp.at[k, "psi"] < final[i]:
             final[i] = float(grp.at[k, "psi"])
-            where[i] = f"{grp.at[k, 'phase']} round {int(grp.at[k, 'round'])}"
-    recs = records.copy()
-    clients = recs["client"].to_numpy(np.int64)
-    recs["psi_star"] = final[clients]
-    recs["gap"] = recs["psi"] - recs["psi_star"]
+            where[i] = _where(grp.loc[k])
+    recs = set_gaps(records, final)
     shift = np.asarray(psi_star, dtype=np.float64) - final  # new gap = old gap + shift
     out = json.loads(json.dumps(summary, default=_json_default))
     for c in out.get("clusters", []):
@@ -459,10 +498,19 @@ def run(preset: RunPreset, out: Path, *, model_dir=None, device: str = "auto", s
         res = run_algorithm(src, preset.algorithm, rng, w_ref=w_ref, train_clients=fed.train, new_clients=fed.new,
                             progress=stage, keep_trajectory=False, on_rows=writer)
         stages.mark("algorithm_1")
+        comparison, comp_writer = None, None
+        if preset.clustering_draws is not None:
+            comparison, comp_writer, summary["clustering_comparison"], skipped = _compare_clusterings(
+                src, fed.train, w_ref, res.clustering, preset, rng, out, stage)
+            planned -= skipped  # a partition equal to Algorithm 1's own is not trained again
+            bar.total = planned
+            stages.mark("clustering_comparison")
         bar.close()
         records = pd.concat([pre.records, res.records], ignore_index=True)
-        records, run_summary, psi_info = rebase_psi_star(records, res.summary, psi_hat)
+        records, run_summary, psi_info = rebase_psi_star(records, res.summary, psi_hat, extra=comparison)
         writer.finish(records)
+        if comp_writer is not None:
+            comp_writer.finish(set_gaps(comparison, np.array([psi_info[i]["final"] for i in range(fed.n_clients)])))
         summary.update(_results(records, run_summary, psi_info, objectives, settings, lobj, preset))
         summary["status"] = "complete"
     except KeyboardInterrupt:
@@ -488,6 +536,33 @@ def run(preset: RunPreset, out: Path, *, model_dir=None, device: str = "auto", s
     except ImportError:  # pragma: no cover - matplotlib is a dependency of seaborn
         pass
     return summary
+
+
+def _compare_clusterings(src, train, w_ref, clustering, preset: RunPreset, rng, out: Path, stage):
+    """Remark H.8's comparison after Algorithm 1: Phase 1 from ``w_ref`` for the Stage-1-only clusters and
+    ``preset.clustering_draws`` random partitions of the Stage-1+2 sizes (a partition equal to Algorithm 1's own
+    clustering is not trained again); records to ``out/clusterings.csv`` as they are made. Returns the records,
+    their writer (None when nothing was trained), the summary entry and the planned gradient evaluations not
+    made (the partitions not trained again)."""
+    parts = comparison_clusterings(clustering, rng, preset.clustering_draws)
+    own = parts[0][2]
+    train_parts, same = [], []
+    for name, draw, clusters in parts[1:]:
+        (same if same_partition(clusters, own) else train_parts).append((name, draw, clusters))
+    cw = RecordWriter(out / "clusterings.csv")
+    stage("clustering comparison", 0, 1)
+    recs = phase1_by_clustering(src, train, w_ref, train_parts, preset.algorithm.phase1, rng,
+                                rho=preset.algorithm.rho, on_rows=cw)
+    info = {
+        "file": "clusterings.csv",
+        "phase": "phase1 (from w_ref, the preset's Phase-1 configuration, each cluster its own server model)",
+        "clusterings": [{"clustering": name, "draw": int(draw),
+                         "clusters": [[int(train[i]) for i in c] for c in clusters],
+                         "trained": not any(p[:2] == (name, draw) for p in same),
+                         **({"same_as": "stage1_stage2"} if any(p[:2] == (name, draw) for p in same) else {})}
+                        for name, draw, clusters in parts],
+    }
+    return recs, (cw if not recs.empty else None), info, len(same) * _phase1_evaluations(preset)
 
 
 def _timing(timer, src, lobj, seconds: float) -> dict:

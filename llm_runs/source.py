@@ -21,7 +21,8 @@ and step.
 record row the population loss of each objective (``loss_<objective>``) and, when the objectives have held-out
 pairs, the held-out loss and preference accuracy of each objective at the row's parameters
 (``heldout_loss_<objective>``, ``heldout_acc_<objective>``; rows with equal parameters, e.g. a cluster at its
-server model, are evaluated once).
+server model, are evaluated once). The population-diagnostic rows of the federated phases also carry each client's
+Gram and LP weights (``gram_<j>_<k>``, ``mu_<j>``; :mod:`sim.source`, ``record_lp_inputs``).
 
 **Timing.** A :class:`StepTimer` accumulates the wall-clock time of each part of a step: ``forward`` (losses),
 ``backward`` (gradients), ``gram`` (``GᵀG`` in float64 and its transfer), ``lp`` (host time from the Gram's
@@ -159,7 +160,11 @@ class TorchSource:
 
     ``prefs`` ``(N, m)``; ``n_samples`` ``(N,)`` local dataset sizes; ``psi_star`` ``(N,)`` (NaN: unknown; an LLM
     run sets its estimate). ``progress(n)`` is called after each client's gradients (``n`` = 1), e.g. to advance a
-    progress bar; ``timer`` collects the time of each part of a step."""
+    progress bar; ``timer`` collects the time of each part of a step. ``record_lp_inputs``: the records carry each
+    client's Gram and LP weights at the population-diagnostic rows (:mod:`sim.source`), since the Grams of an LLM
+    run are not kept otherwise (a reader re-classifies the LP basis from them, e.g. H.6)."""
+
+    record_lp_inputs = True
 
     def __init__(self, objectives: ClientObjectives, prefs, n_samples, *, psi_star=None,
                  timer: StepTimer | None = None, progress: Callable[[int], None] | None = None):

@@ -300,6 +300,11 @@ def test_rebasing_psi_star_never_raises_it_and_keeps_gaps_nonnegative():
     assert out["psi_star"].tolist() == [0.4, 0.4, 0.8, 0.8] and (out["gap"] >= 0).all()
     assert s["new_clients"][0]["final_gap"]["x"] == pytest.approx(0.0) and s["mean_start_gap"]["x"] == pytest.approx(0.1)
     assert info[0]["attained_in"] == "b round 1" and info[1]["final"] == 0.8
+    extra = pd.DataFrame({"clustering": ["random"], "draw": [0], "client": [1], "phase": ["phase1"], "round": [2],
+                          "psi": [0.7], "psi_star": 0.0, "gap": 0.0})
+    out, s, info = rebase_psi_star(rec, summary, np.array([0.5, 0.85]), extra=extra)
+    assert info[1]["final"] == 0.7 and info[1]["attained_in"] == "phase1 round 2 (random clustering, draw 0)"
+    assert out["psi_star"].tolist() == [0.4, 0.4, 0.7, 0.7]
 
 
 # ------------------------------------------------------------------------------------------------ clients
@@ -414,6 +419,46 @@ def test_run_writes_every_column_and_a_complete_summary(tiny_runs):
 def test_same_seed_same_records(tiny_runs):
     (a, b), _ = tiny_runs
     assert (a / "trajectory.csv").read_bytes() == (b / "trajectory.csv").read_bytes()
+    if (a / "clusterings.csv").exists():
+        assert (a / "clusterings.csv").read_bytes() == (b / "clusterings.csv").read_bytes()
+
+
+def test_run_records_the_lp_inputs_and_the_clustering_comparison(tiny_runs):
+    """The Grams and LP weights at the federated phases' population rows re-solve to the recorded weights, and
+    the clustering comparison (Remark H.8) is recorded as the summary describes it."""
+    from sim.direction import lp_direction
+
+    (out, _), (s, _) = tiny_runs
+    rec = pd.read_csv(out / "trajectory.csv")
+    m = len(s["objectives"])
+    mus = [f"mu_{j}" for j in range(m)]
+    fed = rec[rec["phase"].isin(["phase1", "phase2", "fedavg"])]
+    assert set(mus) <= set(rec.columns) and fed[mus].notna().all().all()
+    prefs = {c["client"]: c["prefs"] for c in s["clients"]["clients"]}
+    ph1 = fed[fed["phase"] == "phase1"]
+    C = np.empty((len(ph1), m, m))
+    for j in range(m):
+        for k in range(j, m):
+            C[:, j, k] = C[:, k, j] = ph1[f"gram_{j}_{k}"]
+    l = ph1[[f"loss_{o}" for o in s["objectives"]]].to_numpy()
+    lam = np.array([prefs[int(i)] for i in ph1["client"]])
+    np.testing.assert_array_equal(lp_direction(l, lam, C).weights, ph1[mus].to_numpy())
+    info = s["clustering_comparison"]
+    names = [(c["clustering"], c["draw"]) for c in info["clusterings"]]
+    assert names[:2] == [("stage1_stage2", 0), ("stage1_only", 0)] and ("random", 0) in names
+    trained = [c for c in info["clusterings"] if c["clustering"] != "stage1_stage2" and c["trained"]]
+    if trained:
+        comp = pd.read_csv(out / "clusterings.csv")
+        assert list(comp.columns[:2]) == ["clustering", "draw"]
+        assert set(zip(comp["clustering"], comp["draw"], strict=True)) == {(c["clustering"], c["draw"]) for c in trained}
+        assert (comp["gap"] >= 0).all() and set(comp["phase"]) == {"phase1"}
+        for c in trained:
+            got = comp[(comp["clustering"] == c["clustering"]) & (comp["draw"] == c["draw"])]
+            assert sorted(sorted(g["client"].unique().tolist()) for _, g in got.groupby("cluster")) == sorted(
+                sorted(x) for x in c["clusters"])
+    for c in info["clusterings"]:
+        if not c["trained"]:
+            assert c["same_as"] == "stage1_stage2"
 
 
 def test_an_interrupted_run_keeps_its_records(tiny_dir, cands, tmp_path, monkeypatch):
