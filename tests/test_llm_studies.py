@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from sim import algorithm as al
 from sim.simulate import PRESETS, simulate, write_run
 from verification import llm_studies as LS
 from verification.run_records import REQUIRED_COLUMNS, load_run, step_rows, training_iterates
@@ -36,6 +37,61 @@ def run(sim_dir):
 def results(run):
     res, not_run = LS.run_llm_studies([run])
     return {r.id: r for r in res}, not_run
+
+
+_OBJ = ("first", "second", "third")
+
+
+class _RecordedSource(al.ClientSource):
+    """A planted F1 source that records what an LLM source records: per-objective losses (named), held-out
+    columns (here: functions of the population losses, only to exercise the readers) and the LP inputs."""
+
+    record_lp_inputs = True
+
+    def record_metrics(self, W, clients, losses):
+        out = {}
+        for j, o in enumerate(_OBJ):
+            out[f"loss_{o}"] = losses[:, j].copy()
+            out[f"heldout_loss_{o}"] = losses[:, j].copy()
+            out[f"heldout_acc_{o}"] = np.exp(-losses[:, j])
+        return out
+
+
+@pytest.fixture(scope="module")
+def llm_like(tmp_path_factory):
+    """A run directory in the LLM run's format (trajectory.csv with per-objective and LP-input columns,
+    clusterings.csv, a summary with objectives, clients' preferences, the preset's clustering and the comparison)
+    made from a planted F1 problem: the studies' LLM code paths on synthetic records. Returns (directory, the
+    AlgorithmResult, the source)."""
+    rng = np.random.default_rng(5)
+    spec = al.ProblemSpec(m=3, n_w=4, n_groups=3, n_train=3, n_new=1, spread=0.05)
+    src0, w_ref, train, new, _ = al.build_problem(spec, rng)
+    src = _RecordedSource(src0.problem, src0.samples)
+    cfg = al.AlgorithmConfig(
+        cluster=al.ClusterConfig(key="bottleneck", threshold=0.25),
+        phase1=al.Phase1Config(rounds=6, tau=1, eta_local=0.05), phase2=al.Phase2Config(rounds=4, S=8, K=2,
+                                                                                        eta_meta_inner=0.02),
+        adapt=al.AdaptConfig(K=3, S=8, alpha_adapt=0.05, preconditioner="rmsprop_lagged", p_minus=0.5, p_plus=1.0),
+        pipeline2=al.Pipeline2Config(max_steps=50))
+    res = al.run_algorithm(src, cfg, rng, w_ref=w_ref, train_clients=train, new_clients=new)
+    parts = al.comparison_clusterings(res.clustering, rng, 2)
+    same = [p for p in parts[1:] if al.same_partition(p[2], parts[0][2])]
+    comp = al.phase1_by_clustering(src, train, w_ref, [p for p in parts[1:] if p not in same], cfg.phase1, rng)
+    d = tmp_path_factory.mktemp("llm-like") / "run"
+    d.mkdir()
+    res.records.to_csv(d / "trajectory.csv", index=False)
+    comp.to_csv(d / "clusterings.csv", index=False)
+    summary = dict(preset="planted-F1-in-the-LLM-format", seed=5, status="complete", objectives=list(_OBJ),
+                   model={"name": "none (planted F1)"}, preset_config={"algorithm": cfg.to_dict()},
+                   clients={"clients": [{"client": int(i), "prefs": src.prefs[i].tolist()}
+                                        for i in range(src.n_clients)]},
+                   clustering_comparison={"clusterings": [
+                       dict(clustering=n, draw=dr, clusters=[[int(train[i]) for i in c] for c in cl],
+                            trained=not any(p[:2] == (n, dr) for p in same),
+                            **({"same_as": "stage1_stage2"} if any(p[:2] == (n, dr) for p in same) else {}))
+                       for n, dr, cl in parts]})
+    (d / "summary.json").write_text(json.dumps(summary))
+    return d, res, src
 
 
 # ------------------------------------------------------------------------------------------------ reader
@@ -312,3 +368,104 @@ def test_llm_regression_command_line(sim_dir, tmp_path, capsys):
     assert "0 regression(s)" in capsys.readouterr().out
     assert main(["llm-regression", str(sim_dir), "--baseline", str(tmp_path / "missing.json")]) == 2
     assert "argument --baseline" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------------ LLM-format records
+
+
+def test_studies_read_the_llm_format(llm_like):
+    d, res, _ = llm_like
+    run = load_run(d)
+    assert run.kind == "llm" and run.clusterings is not None and run.objectives == _OBJ
+    out, not_run = LS.run_llm_studies([run])
+    assert not not_run, not_run
+    by = {r.id: r for r in out}
+    assert by["llm-preference"].summary["available"] is True
+    h8 = by["llm-H8-dispersion"].summary["LLM"]
+    assert h8["h6_rule"] == "lp_inputs" and "h6_common_basis_frac_multi_client" in h8
+    assert h8["stage1_key"] == "bottleneck"
+    assert al.same_partition([np.array(g) for g in h8["stage1_groups"]],
+                             [res.train_clients[np.flatnonzero(res.clustering.stage1_labels == g)]
+                              for g in range(int(res.clustering.stage1_labels.max()) + 1)])
+    comp = h8["clustering_comparison"]
+    assert {"stage1_stage2", "stage1_only", "random"} <= set(comp) and comp["random"]["n_draws"] == 2
+    assert comp["random"]["cluster_sizes"] == comp["stage1_stage2"]["cluster_sizes"]
+    assert comp["ratio_stage1_stage2_to_random.time_mean_dispersion"] == pytest.approx(
+        comp["stage1_stage2"]["time_mean_dispersion"] / comp["random"]["time_mean_dispersion"])
+
+
+def test_h8_comparison_rows_are_the_recorded_dispersions(llm_like):
+    d, res, _ = llm_like
+    run = load_run(d)
+    br = LS.study_h8_dispersion_run([run]).tables["by_round"]
+    own = br[br["clustering"] == "stage1_stage2"]
+    it = training_iterates(run)
+    want = it.groupby(["cluster", "t"])["dispersion"].first()
+    assert (own.set_index(["cluster", "t"])["dispersion"] == want).all()
+    comp = run.clusterings
+    for (name, draw), g in br[br["clustering"] != "stage1_stage2"].groupby(["clustering", "draw"]):
+        if g["same_as_stage1_stage2"].all():
+            p1 = own[own["phase"] == "phase1"]
+            assert sorted(g["dispersion"]) == sorted(p1["dispersion"])
+            continue
+        c = comp[(comp["clustering"] == name) & (comp["draw"] == draw)]
+        w = c.groupby(["cluster", "round"])["dispersion"].first()
+        assert (g.set_index(["cluster", "t"])["dispersion"].sort_index() == w.sort_index()).all()
+
+
+def test_h6_from_recorded_lp_inputs_matches_the_in_memory_classification(llm_like):
+    """H.6 re-classified from the recorded Grams and LP weights equals the classification of the LP solved on the
+    population Grams of the server models themselves."""
+    from sim.constants import client_basis
+    from sim.direction import lp_direction
+    from verification.studies import H6_STATUSES, _h6_status
+
+    d, res, src = llm_like
+    run = load_run(d)
+    h6 = LS.study_h8_dispersion_run([run]).tables["h6_status"]
+    assert set(h6["status"]) <= set(H6_STATUSES) and (h6["rule"] == "lp_inputs").all()
+    checked = 0
+    for c, members in enumerate(res.clustering.clusters):
+        clients = res.train_clients[members]
+        traj = res.phases[c]["phase1"].trajectory
+        for r in range(traj.shape[0]):
+            l, G = src.population(np.broadcast_to(traj[r], (clients.size, src.n_params)), clients)
+            C = np.einsum("nwj,nwk->njk", G, G)
+            lam = src.prefs[clients]
+            dr = lp_direction(l, lam, C)
+            bases = [client_basis(l[k], lam[k], C[k], dr.weights[k], str(dr.mode[k])) for k in range(clients.size)]
+            want = "descent_client" if np.any(dr.mode != "balance") else _h6_status(dr.mode, bases)
+            got = h6[(h6["cluster"] == c) & (h6["t"] == r)]["status"].iloc[0]
+            assert got == want, (c, r, got, want)
+            checked += 1
+    assert checked > 0
+
+
+def test_h6_without_lp_inputs_falls_back_to_what_the_records_rule_out(llm_like, tmp_path):
+    d, _, _ = llm_like
+    rec = pd.read_csv(d / "trajectory.csv")
+    rec = rec.drop(columns=[c for c in rec.columns if c.startswith(("gram_", "mu_"))])
+    (tmp_path / "r").mkdir()
+    rec.to_csv(tmp_path / "r" / "trajectory.csv", index=False)
+    summary = json.loads((d / "summary.json").read_text())
+    (tmp_path / "r" / "summary.json").write_text(json.dumps(summary))
+    with pytest.raises(ValueError, match="clusterings.csv is missing"):
+        load_run(tmp_path / "r")
+    del summary["clustering_comparison"]
+    (tmp_path / "r" / "summary.json").write_text(json.dumps(summary))
+    res = LS.study_h8_dispersion_run([load_run(tmp_path / "r")])
+    s = res.summary["LLM"]
+    assert s["h6_rule"] == "records_only" and "h6_upper_bound_frac_multi_client" in s
+    assert s["clustering_comparison"] is None  # the run records no comparison
+    assert set(res.tables["h6_status"]["status"]) <= {"descent_client", "different_Jstar", "undetermined_all_balancing"}
+
+
+def test_llm_figures_on_llm_format_records(llm_like, tmp_path):
+    from verification import figures
+    from verification.llm_figures import LLM_FIGURES
+
+    run = load_run(llm_like[0])
+    out, _ = LS.run_llm_studies([run])
+    drawn, missing = figures.draw_all(tmp_path, [], {r.id: r.tables for r in out}, figures=LLM_FIGURES)
+    assert not missing, missing
+    assert "stage1_only" in drawn["llm_dispersion_by_clustering.png"]

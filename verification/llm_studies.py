@@ -15,8 +15,9 @@ llm-eq71-trajectory       the trajectory hypothesis eq 71 (H.29/H.31/H.32): per 
                           the later rounds, by phase
 llm-H20-ratio             the Lemma H.20 (ii) ratio ``min_{j∈J} λ_j d_iᵀg_j / ‖d_M,i‖²`` for ``J = J*`` and
                           ``J = J*_ε`` separately, the ``d_M ≈ 0`` rule, negative numerators, by client and phase
-llm-H8-dispersion         ``H_Cn(w^t)`` of the Stage-1+2 clusters along Phase 1 and Phase 2 (Remark H.8) and
-                          what the records say about a common LP basis (H.6)
+llm-H8-dispersion         ``H_Cn(w^t)`` of the Stage-1+2 clusters along Phase 1 and Phase 2 against the
+                          Stage-1-only and random clusters of the same sizes along Phase 1 (Remark H.8; where the
+                          run recorded them), and a common non-degenerate LP basis (H.6) per cluster iterate
 llm-contraction           ``r̂_i^t = ψ_i − ψ̂_i*`` per client against the two-phase band ``ε̂_{0,i}`` (eq 74/75)
                           with H.19 constants estimated on the calibration window
 llm-pipelines             Pipeline 1 (from ``w_I``, ``w_II``, AdamW) vs Pipeline 2 and the baselines for the new
@@ -54,19 +55,23 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sim.constants import band_radius, descent_margin_constants, h20_constants
+from sim.algorithm import CLUSTERING_NAMES
+from sim.constants import band_radius, client_basis, descent_margin_constants, h20_constants
 from sim.preference import bottleneck_set
 from verification.evidence import to_jsonable
 from verification.run_records import (
     ADAPTATION_PHASES,
     PIPELINE2_PHASE,
     RunRecords,
+    cluster_key,
+    clustering_comparison,
     lambda_max,
+    lp_inputs,
     objective_columns,
     step_rows,
     training_iterates,
 )
-from verification.studies import StudyResult, _num, _quantile_rows
+from verification.studies import StudyResult, _h6_status, _num, _quantile_rows
 
 __all__ = [
     "CALIBRATION_SCHEMES",
@@ -417,20 +422,25 @@ def _stage1_info(run: RunRecords) -> dict:
         return {}
     l_ref = first[list(loss_cols.values())].to_numpy(np.float64)
     lam = np.stack([run.prefs[int(i)] for i in clients])
-    keys = stage1_keys(l_ref, lam)
+    try:
+        key = cluster_key(run)
+    except ValueError:
+        return {}
+    keys = stage1_keys(l_ref, lam, key=key)
     groups: dict[tuple, list[int]] = {}
     for i, k in zip(clients, keys, strict=True):
         groups.setdefault(tuple(int(x) for x in k), []).append(int(i))
     labels = dict(zip(first["client"].astype(int), first["cluster"].astype(int), strict=True))
     split = [g for g in groups.values() if len({labels[i] for i in g}) > 1]
     merged = len(set(labels.values())) < len(groups)
-    return dict(stage1_groups=sorted(groups.values()), stage2_split_groups=split, n_stage1_groups=len(groups),
+    return dict(stage1_key=key, stage1_groups=sorted(groups.values()), stage2_split_groups=split,
+                n_stage1_groups=len(groups),
                 stage1_only_equals_stage1_stage2=not split and not merged)
 
 
-def _h6_status(modes: np.ndarray, jstar: np.ndarray | None) -> str:
-    """What the records say about H.6 at one cluster iterate (the per-client Gram and LP weights are not recorded,
-    so a common basis can be ruled out but never confirmed)."""
+def _h6_status_records(modes: np.ndarray, jstar: np.ndarray | None) -> str:
+    """What the records say about H.6 at one cluster iterate when they hold no LP inputs (a common basis can be
+    ruled out but never confirmed)."""
     if np.any(modes != "balance"):
         return "descent_client"
     if jstar is not None and len({tuple(r) for r in jstar}) > 1:
@@ -438,35 +448,107 @@ def _h6_status(modes: np.ndarray, jstar: np.ndarray | None) -> str:
     return "undetermined_all_balancing"
 
 
+def _h6_status_lp(g: pd.DataFrame, C: np.ndarray, mu: np.ndarray, l: np.ndarray, lam: np.ndarray) -> str:
+    """H.6 at one cluster iterate from the recorded LP inputs: every client's LP re-classified by
+    :func:`sim.constants.client_basis` (the synthetic study's statuses, :data:`verification.studies.H6_STATUSES`)."""
+    modes = g["lp_mode"].to_numpy()
+    if np.any(modes != "balance"):
+        return "descent_client"
+    bases = [client_basis(l[k], lam[k], C[k], mu[k], str(modes[k])) for k in range(len(g))]
+    return _h6_status(modes, bases)
+
+
+def _comparison_rows(src: str, run: RunRecords, own: pd.DataFrame) -> tuple[list[dict], dict]:
+    """H_Cn along Phase 1 of the other clusterings of the run (``clusterings.csv``), and the Stage-1-only rows when
+    that clustering is Algorithm 1's own (not trained again: its rows are ``own``'s Phase-1 rows)."""
+    rows, info = [], {}
+    alt = run.clusterings
+    parts = clustering_comparison(run)
+    if alt is not None and len(alt):
+        for (name, draw, cl, rd), g in alt.groupby(["clustering", "draw", "cluster", "round"], sort=True):
+            rows.append(dict(source=src, clustering=str(name), draw=int(draw), cluster=int(cl), size=int(len(g)),
+                             t=int(rd), phase="phase1", dispersion=float(g["dispersion"].iloc[0]),
+                             max_deviation=float(g["deviation"].max()), n_balance=int((g["lp_mode"] == "balance").sum()),
+                             same_as_stage1_stage2=False))
+    for p in parts:
+        if p.get("same_as") == "stage1_stage2":
+            info[f"{p['clustering']}_draw{p['draw']}"] = "same partition as stage1_stage2 (its rows are reused)"
+            for r in own[own["phase"] == "phase1"].to_dict("records"):
+                rows.append({**r, "clustering": p["clustering"], "draw": int(p["draw"]), "same_as_stage1_stage2": True})
+    return rows, info
+
+
+def _comparison_summary(br: pd.DataFrame) -> dict:
+    """Per clustering over Phase 1: the time mean of the mean over clusters of H_Cn (all clusters; clusters with
+    >= 2 clients), the last round's mean, averaged over the random draws; and Stage-1+2 over random."""
+    p1 = br[br["phase"] == "phase1"]
+    out: dict = {}
+    for name in CLUSTERING_NAMES:
+        b = p1[p1["clustering"] == name]
+        if b.empty:
+            continue
+        per_draw = []
+        for _, g in b.groupby("draw"):
+            multi = g[g["size"] >= 2]
+            last = g[g["t"] == g["t"].max()]
+            per_draw.append(dict(time_mean=g.groupby("t")["dispersion"].mean().mean(),
+                                 time_mean_multi=multi.groupby("t")["dispersion"].mean().mean() if len(multi) else np.nan,
+                                 final=last["dispersion"].mean(), ref=g[g["t"] == g["t"].min()]["dispersion"].mean()))
+        d = pd.DataFrame(per_draw)
+        out[name] = dict(n_draws=int(len(d)), cluster_sizes=sorted(int(x) for x in
+                                                                    b[b["draw"] == b["draw"].min()].groupby("cluster")["size"].first()),
+                         time_mean_dispersion=_num(d["time_mean"].mean()),
+                         time_mean_dispersion_multi=_num(d["time_mean_multi"].mean()),
+                         dispersion_w_ref=_num(d["ref"].mean()), dispersion_final=_num(d["final"].mean()),
+                         time_mean_dispersion_draw_range=[_num(d["time_mean"].min()), _num(d["time_mean"].max())])
+    if "stage1_stage2" in out and "random" in out:
+        for key in ("time_mean_dispersion", "time_mean_dispersion_multi", "dispersion_final"):
+            a, b = out["stage1_stage2"][key], out["random"][key]
+            out[f"ratio_stage1_stage2_to_random.{key}"] = _num(a / b) if a is not None and b else None
+    return out
+
+
 def study_h8_dispersion_run(runs: Sequence[RunRecords], config: LLMStudyConfig | None = None) -> StudyResult:
-    """``H_Cn(w^t)`` of the run's Stage-1+2 clusters along the trajectory, and the H.6 statuses the records
-    determine."""
+    """``H_Cn(w^t)`` of the run's Stage-1+2 clusters along the trajectory, against the Stage-1-only and random
+    clusterings of the same run where it recorded them (``clusterings.csv``), and H.6 (a common non-degenerate LP
+    basis) per cluster iterate: re-classified from the recorded LP inputs, else what the records rule out."""
     del config
-    rows, status_rows, info = [], [], {}
+    rows, status_rows, info, extra_info = [], [], {}, {}
     for src, run in _sources(runs):
         it = training_iterates(run)
         loss_cols = objective_columns(run, "loss")
         info[src] = _stage1_info(run)
+        lp = lp_inputs(run, it)
+        have_lp = lp is not None and loss_cols and run.prefs and np.isfinite(lp[0]).all() and np.isfinite(lp[1]).all()
+        own = []
         for (cl, t), g in it.groupby(["cluster", "t"], sort=True):
-            rows.append(dict(source=src, clustering="stage1_stage2", cluster=int(cl), size=int(len(g)), t=int(t),
-                             phase=str(g["phase"].iloc[0]), dispersion=float(g["dispersion"].iloc[0]),
-                             max_deviation=float(g["deviation"].max()),
-                             n_balance=int((g["lp_mode"] == "balance").sum())))
-            jstar = None
-            if loss_cols and run.prefs:
-                lam = np.stack([run.prefs[int(i)] for i in g["client"]])
-                jstar = bottleneck_set(g[list(loss_cols.values())].to_numpy(np.float64), lam)
+            own.append(dict(source=src, clustering="stage1_stage2", draw=0, cluster=int(cl), size=int(len(g)), t=int(t),
+                            phase=str(g["phase"].iloc[0]), dispersion=float(g["dispersion"].iloc[0]),
+                            max_deviation=float(g["deviation"].max()),
+                            n_balance=int((g["lp_mode"] == "balance").sum()), same_as_stage1_stage2=False))
+            lam = np.stack([run.prefs[int(i)] for i in g["client"]]) if (loss_cols and run.prefs) else None
+            l = g[list(loss_cols.values())].to_numpy(np.float64) if lam is not None else None
+            if have_lp:
+                idx = g.index.to_numpy()
+                status, rule = _h6_status_lp(g, lp[0][idx], lp[1][idx], l, lam), "lp_inputs"
+            else:
+                jstar = bottleneck_set(l, lam) if lam is not None else None
+                status, rule = _h6_status_records(g["lp_mode"].to_numpy(), jstar), "records_only"
             status_rows.append(dict(source=src, cluster=int(cl), size=int(len(g)), t=int(t),
-                                    phase=str(g["phase"].iloc[0]),
-                                    status=_h6_status(g["lp_mode"].to_numpy(), jstar)))
+                                    phase=str(g["phase"].iloc[0]), status=status, rule=rule))
+        own_df = pd.DataFrame(own)
+        alt, extra_info[src] = _comparison_rows(src, run, own_df)
+        rows += own + alt
     by_round = pd.DataFrame(rows)
     h6 = pd.DataFrame(status_rows)
     summary: dict = {}
     for src, _ in _sources(runs):
-        b = by_round[by_round["source"] == src]
+        b = by_round[(by_round["source"] == src) & (by_round["clustering"] == "stage1_stage2")]
         multi = b[b["size"] >= 2]
         s = h6[h6["source"] == src]
         sm = s[s["size"] >= 2]
+        rule = str(s["rule"].iloc[0])
+        comparison = _comparison_summary(by_round[by_round["source"] == src])
         d = dict(
             n_clusters=int(b["cluster"].nunique()), cluster_sizes=[int(x) for x in
                                                                  b.groupby("cluster")["size"].first()],
@@ -475,35 +557,51 @@ def study_h8_dispersion_run(runs: Sequence[RunRecords], config: LLMStudyConfig |
             dispersion_w_ref=_num(b[b["t"] == b["t"].min()]["dispersion"].mean()),
             dispersion_final=_num(b[b["t"] == b["t"].max()]["dispersion"].mean()),
             max_dispersion=_num(b["dispersion"].max()),
+            h6_rule=rule,
             h6_status_counts={k: int(v) for k, v in s["status"].value_counts().items()},
             h6_status_counts_multi_client={k: int(v) for k, v in sm["status"].value_counts().items()},
-            h6_upper_bound_frac_multi_client=_frac(sm["status"] == "undetermined_all_balancing") if len(sm) else None,
+            clustering_comparison=comparison if set(comparison) - {"stage1_stage2"} else None,
+            clustering_comparison_notes=extra_info.get(src) or None,
             **info.get(src, {}),
         )
+        if rule == "lp_inputs":
+            d["h6_common_basis_frac_multi_client"] = _frac(sm["status"] == "common_basis") if len(sm) else None
+        else:
+            d["h6_upper_bound_frac_multi_client"] = (_frac(sm["status"] == "undetermined_all_balancing")
+                                                     if len(sm) else None)
         for phase in ("phase1", "phase2"):
             p = b[b["phase"] == phase]
             d[f"time_mean_dispersion_{phase}"] = _num(p.groupby("t")["dispersion"].mean().mean()) if len(p) else None
         summary[src] = d
     summary["not_recorded"] = (
-        "H_Cn of Stage-1-only and of random clusters of the same sizes: every clustering trains its own cluster "
-        "models, so they need runs with those clusterings (the records hold the Stage-1+2 run only; where Stage 2 "
-        "split no Stage-1 group, Stage-1-only is the same clustering, see stage1_only_equals_stage1_stage2). A common "
-        "non-degenerate basis (H.6): needs each client's Gram C_i, losses and LP weights at every iterate (not "
-        "recorded): the records can only rule it out (a client in descent mode, or different bottleneck sets J*).")
+        "Runs without clusterings.csv (a synthetic sim.simulate run) hold the Stage-1+2 clustering only: their "
+        "comparison with Stage-1-only and random clusters is study-H8-dispersion (planted F1, every clustering "
+        "trained). Runs without the LP inputs (gram_<j>_<k>, mu_<j>; a synthetic sim.simulate run) can only rule "
+        "H.6 out (a client in descent mode, different bottleneck sets J*): their share not ruled out is an upper "
+        "bound (h6_upper_bound_frac_multi_client); the synthetic H.6 measurement is study-H6-basis.")
     notes = (
         "H_Cn(w^t) = sum_i rho_i ||d_i - dbar||^2 (column dispersion: population LP directions at the server model) "
         "of every Stage-1+2 cluster of the run at every iterate of Phase 1 and Phase 2 (Remark H.8 claims no "
         "decrease along the trajectory; the Stage-2 grouping is a design motivation assessed empirically). For an "
         "LLM run H.5 fails (each client has its own data), so eq 9/10 do not apply and H_Cn is a measured quantity. "
-        "The synthetic comparison of Stage-1+2 against Stage-1-only and random clusters of the same sizes is "
-        "study-H8-dispersion (planted F1 problems, every clustering trained). H.6 status per cluster iterate from "
-        "the records: descent_client (some client in descent mode: H.6 fails, O-24), different_Jstar (bottleneck "
-        "sets differ: H.6 fails; needs per-objective losses and preferences, LLM runs), "
-        "undetermined_all_balancing (every client balancing and, where known, one J*: a common basis is possible "
-        "but cannot be confirmed without the Grams); h6_upper_bound_frac_multi_client is the share of cluster "
-        "iterates (clusters with >= 2 clients) not ruled out, an upper bound on how often H.6 holds.")
-    return StudyResult("llm-H8-dispersion", "H_Cn along training for the Stage-1+2 clusters of a run; H.6 from the "
-                       "records", dict(by_round=by_round, h6_status=h6), _clean(summary), notes)
+        "Clustering comparison (Remark H.8's design claim), where the run recorded it (clusterings.csv of "
+        "python -m llm_runs run): Phase 1 from w_ref with the run's Phase-1 configuration, each cluster its own "
+        "server model, for the Stage-1-only clusters and for random partitions with exactly the Stage-1+2 cluster "
+        "sizes (sim.algorithm.comparison_clusterings / phase1_by_clustering, the same code as the synthetic study "
+        "study-H8-dispersion); a partition equal to Algorithm 1's own is not trained again and its rows are the "
+        "Stage-1+2 rows. Summary clustering_comparison: per clustering, over Phase-1 rounds, the time mean of the "
+        "mean over clusters of H_Cn (all clusters; *_multi: clusters with >= 2 clients, a singleton has H = 0), "
+        "H_Cn at w_ref and at the last round, averaged over the random draws (their range given); ratios Stage-1+2 "
+        "over random. H.6 per cluster iterate: with the recorded LP inputs (rule lp_inputs: each client's Gram C_i, "
+        "population LP weights mu_i, per-objective losses and lambda_i) every client's LP is re-classified by "
+        "sim.constants.client_basis and the statuses are the synthetic study's (descent_client, "
+        "not_nondegenerate_vertex, different_index_sets, different_bases, common_basis): H.6 holds at an iterate "
+        "iff common_basis; h6_common_basis_frac_multi_client is the share of multi-client cluster iterates where it "
+        "does. Without them (rule records_only): descent_client, different_Jstar (from losses and lambda), "
+        "undetermined_all_balancing, and h6_upper_bound_frac_multi_client is an upper bound.")
+    return StudyResult("llm-H8-dispersion", "H_Cn along training for the Stage-1+2 clusters of a run against "
+                       "Stage-1-only and random clusters; H.6 along the run", dict(by_round=by_round, h6_status=h6),
+                       _clean(summary), notes)
 
 
 # ================================================================================================ contraction
