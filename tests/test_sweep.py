@@ -227,7 +227,7 @@ def test_monte_carlo_statements_are_those_whose_rows_carry_assertions():
 
 def test_report_sweep_section(swept, tmp_path, capsys):
     out = tmp_path / "rep"
-    assert cli_main(["report", "S4", "--no-studies", "--sweep", str(swept), "--out", str(out)]) == 0
+    assert cli_main(["report", "S4", "--no-studies", "--no-llm", "--sweep", str(swept), "--out", str(out)]) == 0
     md = (out / "README.md").read_text()
     assert "## Sweep over seeds" in md and "| H.9 | 2 | holds 2 |" in md
     assert (out / "figures" / "sweep_tightness.png").stat().st_size > 0
