@@ -24,6 +24,7 @@ def plot_run(records: pd.DataFrame, objectives, path, *, title: str = "") -> Pat
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
     train = records[records["phase"].isin(["phase1", "phase2"])]
@@ -54,6 +55,8 @@ def plot_run(records: pd.DataFrame, objectives, path, *, title: str = "") -> Pat
     ax2.set_ylabel(r"mean $\hat r = \psi - \hat\psi^*$ of the new clients")
     ax2.set_title(r"new clients ($\hat r$ under-estimates $r$)")
     ax2.legend(fontsize=7)
+    for ax in (ax1, ax2):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if title:
         fig.suptitle(f"{title}; objectives: {', '.join(objectives)}", fontsize=10)
     fig.tight_layout()

