@@ -471,3 +471,27 @@ def test_llm_figures_on_llm_format_records(llm_like, tmp_path):
     drawn, missing = figures.draw_all(tmp_path, [], {r.id: r.tables for r in out}, figures=which)
     assert not missing, missing
     assert "stage1_only" in drawn["llm_dispersion_by_clustering.png"]
+
+
+def test_h20_denominators_from_the_recorded_grams(llm_like):
+    """With the LP inputs each set's d_M comes from its own hull; the J*_eps hull's agrees with the d_M the run
+    measured, and a singleton J* gives ||lambda_j g_j||."""
+    from sim.hull import near_active_set
+
+    run = load_run(llm_like[0])
+    res = LS.study_h20_ratio_run([run])
+    pts = res.tables["points"]
+    assert (pts["denominator"] == "own_hull_from_gram").all()
+    assert res.summary["LLM"]["dm_gram_vs_recorded_max_rel_diff"] < 1e-6
+    je = pts[(pts["index_set"] == "J_eps") & ~pts["dm_zero"]]
+    np.testing.assert_allclose(je["dm_norm"], je["dm_norm_recorded"], rtol=1e-6)
+    st = step_rows(run)
+    l = st[[f"loss_{o}" for o in _OBJ]].to_numpy()
+    lam = np.stack([run.prefs[int(i)] for i in st["client"]])
+    js = pts[pts["index_set"] == "J_star"].reset_index(drop=True)
+    single = near_active_set(l, lam, 0.0).sum(axis=1) == 1
+    j = np.argmax(lam * l, axis=1)
+    diag = st[[f"gram_{k}_{k}" for k in range(3)]].to_numpy()[np.arange(len(st)), j]
+    np.testing.assert_allclose(js.loc[single, "dm_norm"], (lam[np.arange(len(st)), j] * np.sqrt(diag))[single],
+                               rtol=1e-12)
+    assert (js["dm_zero"] == (js["dm_norm"] <= 1e-3 * js["generator_bound"])).all()

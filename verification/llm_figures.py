@@ -100,6 +100,10 @@ def fig_llm_h20_ratio(rows, tables):
                                                      "numerator_negative"])
     sources = _ordered_sources(pts)
     sets = [s for s in ("J_star", "J_eps") if s in set(pts["index_set"])]
+    how = {"own_hull_from_gram": "each set's own hull, from the recorded Grams",
+           "J_eps_hull_recorded": "the J*_ε hull for both sets, as recorded (no Grams in the records)"}
+    denoms = [f"{src}: {how.get(str(d), str(d))}" for src in sources
+              for d in ([pts.loc[pts["source"] == src, "denominator"].iloc[0]] if "denominator" in pts else ["?"])]
     fig, axes = plt.subplots(len(sources), len(sets), figsize=(6.2 * len(sets), 3.9 * len(sources)),
                              squeeze=False)
     parts = []
@@ -130,12 +134,14 @@ def fig_llm_h20_ratio(rows, tables):
     return fig, (
         "The ratio of Lemma H.20 (ii) at every training step of every client (dots; Phase 1 and Phase 2 side by "
         "side), on the exact bottleneck set J* (left) and the near-active set J*_ε of width ε_act = 2ηλ_max B² "
-        "(right). Measured: the numerator min_j λ_j d_iᵀg_j of the population LP direction at the server model, "
-        "and ‖d_M‖ of the minimum-norm element of conv{λ_j g_j : j ∈ J*_ε} (the same denominator for both sets). "
-        "Points with ‖d_M‖ ≤ 1e-3·λ_max B (d_M ≈ 0) are not drawn and counted in the titles; their numerators count "
-        "for the sign. Negative numerators (below −1e-9 (λ_max B)²): " + "; ".join(parts) + ". σ > 0 in (ii) needs "
-        "every dot above the red line. Assumed: B = the largest gradient norm recorded so far; for the LLM run the "
-        "gradients are bf16/float32, so ratios of tiny ‖d_M‖ are noise (hence the exclusion rule).")
+        "(right). Measured: the numerator min_{j∈J} λ_j d_iᵀg_j of the population LP direction at the server model, "
+        "and ‖d_M‖ of the minimum-norm element of conv{λ_j g_j : j ∈ J}: " + "; ".join(denoms) + ". Points with "
+        "‖d_M‖ ≤ 1e-3 × the generator scale (the largest ‖λ_j g_j‖ over J; λ_max B without Grams) (d_M ≈ 0: "
+        "below bf16/float32 gradient precision) are not "
+        "drawn and counted in the titles; their numerators count for the sign. Negative numerators (below −1e-9 "
+        "× the squared generator scale, LP roundoff): " + "; ".join(parts) + ". σ > 0 in (ii) needs every dot "
+        "above the red line. Assumed: B = the largest gradient norm recorded so far (it sets ε_act); for the LLM "
+        "run ψ* is estimated, which does not enter the ratio.")
 
 
 def fig_llm_dispersion(rows, tables):

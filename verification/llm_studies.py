@@ -57,6 +57,7 @@ import pandas as pd
 
 from sim.algorithm import CLUSTERING_NAMES
 from sim.constants import band_radius, client_basis, descent_margin_constants, h20_constants
+from sim.hull import min_norm_weights_from_gram, near_active_set
 from sim.preference import bottleneck_set
 from verification.evidence import to_jsonable
 from verification.run_records import (
@@ -264,9 +265,9 @@ def study_eq71_trajectory(runs: Sequence[RunRecords], config: LLMStudyConfig | N
     summary["headline"] = {src: (summary.get(src, {}).get(cfg.headline_scheme, {}).get(cfg.headline_method) or {})
                            for src, _ in _sources(runs)}
     summary["headline_scheme"], summary["headline_method"] = cfg.headline_scheme, cfg.headline_method
-    summary["not_recorded"] = ("the region N of eq 71 (w^t in N); H.22's beta_bar (eq 53) needs L_A = max "
-                               "||d_bal||/sqrt(beta) and L0, neither recorded (||d_bal|| = sqrt(A^T C A) needs the "
-                               "per-client Gram)")
+    summary["not_recorded"] = ("the region N of eq 71 (w^t in N); H.22's beta_bar (eq 53) needs L0, which no run "
+                               "records (it needs gradient differences), besides L_A = max ||d_bal||/sqrt(beta) (an "
+                               "LLM run's recorded Grams would give ||d_bal||, not L0)")
     notes = (
         "Eq 71 (trajectory hypothesis of Thm H.31 / Cor. H.32): for all t >= t0 and all clients i of the cluster, "
         "beta_i(w^t) <= beta_bar and Delta_i^t <= Delta_bar_i. Iterates: Phase-1 server models w_ref..w_I and "
@@ -291,6 +292,30 @@ def study_eq71_trajectory(runs: Sequence[RunRecords], config: LLMStudyConfig | N
 # ================================================================================================ H.20 ratio
 
 
+def _own_hulls(run: RunRecords, st: pd.DataFrame) -> dict | None:
+    """Per index set (``J_star``, ``J_eps``): ``‖d_M‖`` of the set's own hull ``conv{λ_j g_j : j ∈ J}`` and the
+    largest generator norm ``max_{j∈J} ‖λ_j g_j‖`` at the rows ``st``, from the recorded Grams, losses and
+    preferences (:func:`~verification.run_records.lp_inputs`; the sets as the algorithm formed them from ``l``,
+    ``λ`` and ``eps_act``); None when the run does not record them."""
+    lp = lp_inputs(run, st)
+    loss_cols = objective_columns(run, "loss")
+    if lp is None or not loss_cols or not run.prefs or not np.isfinite(lp[0]).all():
+        return None
+    C = lp[0]
+    l = st[list(loss_cols.values())].to_numpy(np.float64)
+    lam = np.stack([run.prefs[int(i)] for i in st["client"]])
+    V = lam[:, :, None] * C * lam[:, None, :]  # Gram of {lambda_j g_j}
+    gen = np.sqrt(np.maximum(np.diagonal(V, axis1=1, axis2=2), 0.0))
+    out = {}
+    for name, eps in (("J_star", 0.0), ("J_eps", st["eps_act"].to_numpy(np.float64))):
+        mask = near_active_set(l, lam, eps)
+        u = min_norm_weights_from_gram(V, mask)
+        dm = np.sqrt(np.maximum(np.einsum("nj,njk,nk->n", u, V, u), 0.0))
+        out[name] = (dm, np.where(mask, gen, 0.0).max(axis=1))
+    return out
+
+
+
 def study_h20_ratio_run(runs: Sequence[RunRecords], config: LLMStudyConfig | None = None) -> StudyResult:
     """The Lemma H.20 (ii) ratio on ``J*`` and ``J*_ε`` at every recorded training step (module docstring)."""
     cfg = config or LLMStudyConfig()
@@ -299,18 +324,25 @@ def study_h20_ratio_run(runs: Sequence[RunRecords], config: LLMStudyConfig | Non
         st = step_rows(run)
         if st.empty:
             continue
-        lam_max = lambda_max(run, st)
-        scale = lam_max * st["grad_bound"].to_numpy(np.float64)  # >= max_j ||lambda_j g_j||
-        dm = st["dM_norm"].to_numpy(np.float64)
+        dm_rec = st["dM_norm"].to_numpy(np.float64)
+        own = _own_hulls(run, st)
+        if own is None:  # the recorded d_M (near-active hull) for both sets; lambda_max B bounds every generator
+            scale = lambda_max(run, st) * st["grad_bound"].to_numpy(np.float64)
+            hulls = {name: (dm_rec, scale) for name in ("J_star", "J_eps")}
+            denominator = "J_eps_hull_recorded"
+        else:
+            hulls, denominator = own, "own_hull_from_gram"
         for name, col in (("J_star", "margin_Jstar"), ("J_eps", "margin_Jeps")):
             mg = st[col].to_numpy(np.float64)
+            dm, scale = hulls[name]
             zero = dm <= cfg.dm_zero_rtol * scale
             with np.errstate(divide="ignore", invalid="ignore"):
                 ratio = np.where(zero, np.nan, mg / dm**2)
             df = pd.DataFrame(dict(
                 source=src, phase=st["phase"].to_numpy(), round=st["round"].to_numpy(), t=st["t"].to_numpy(),
                 cluster=st["cluster"].to_numpy(), client=st["client"].to_numpy(), index_set=name, margin=mg,
-                dm_norm=dm, dm_norm_sq=dm**2, generator_bound=scale, dm_rel=dm / scale, dm_zero=zero,
+                dm_norm=dm, dm_norm_sq=dm**2, dm_norm_recorded=dm_rec, denominator=denominator,
+                generator_bound=scale, dm_rel=dm / scale, dm_zero=zero,
                 numerator_negative=mg < -cfg.negative_rtol * scale**2, numerator_negative_strict=mg < 0.0,
                 ratio=ratio, gap=st["gap"].to_numpy(np.float64), beta=st["beta"].to_numpy(np.float64),
                 lp_mode=st["lp_mode"].to_numpy(), near_active_size=st["n_Jeps"].to_numpy(), eps_act=st["eps_act"].to_numpy(),
@@ -376,20 +408,31 @@ def study_h20_ratio_run(runs: Sequence[RunRecords], config: LLMStudyConfig | Non
             s = pc[(pc["source"] == src) & (pc["index_set"] == name)]
             summary[src][f"frac_clients_with_negative_{name}_numerator"] = _num(
                 (s.groupby("client")["frac_negative_numerator"].max() > 0).mean()) if len(s) else None
+    for src in summary:
+        sub = points[(points["source"] == src) & (points["index_set"] == "J_eps")]
+        summary[src]["denominator"] = str(sub["denominator"].iloc[0])
+        keep = ~sub["dm_zero"].to_numpy()
+        if summary[src]["denominator"] == "own_hull_from_gram" and keep.any():
+            a, b = sub["dm_norm"].to_numpy()[keep], sub["dm_norm_recorded"].to_numpy()[keep]
+            summary[src]["dm_gram_vs_recorded_max_rel_diff"] = _num(np.max(np.abs(a - b) / a))
     summary["dm_zero_rtol"], summary["negative_rtol"] = cfg.dm_zero_rtol, cfg.negative_rtol
     notes = (
         "Ratio of Lemma H.20 (ii), recorded as the seed's remark after the lemma asks. Numerator m_i = min_{j in J} "
         "lambda_j d_i^T g_j for J = J* (exact bottleneck set; column margin_Jstar) and J = J*_eps (near-active set "
         "of width eps_act = 2 eta_eff lambda_max B^2; margin_Jeps), d_i the population EPO LP direction at the "
         "round's server model w_r (in Phase 2 too: the diagnostic LP on the client's whole local data, not the "
-        "S-shot episode LP of the step). Denominator ||d_M||^2, d_M the minimum-norm element of the near-active "
-        "hull conv{lambda_j g_j : j in J*_eps} (the d_M of Lemma H.20; column dM_norm), for both index sets: the "
-        "two ratios differ by their numerators only (the synthetic study study-H20-ratio also uses a d_M of J* "
-        "alone, which the records do not hold). Points: every client at every step row (local_steps > 0) of Phase 1 "
-        "and Phase 2. d_M ~ 0 rule: ||d_M|| <= dm_zero_rtol * lambda_max B (lambda_max B >= every hull generator "
-        "||lambda_j g_j||) -> excluded from the ratio and counted (n_dm_zero); its numerator still enters the "
+        "S-shot episode LP of the step). Denominator ||d_M||^2, d_M the minimum-norm element of conv{lambda_j g_j : "
+        "j in J}. With the LP inputs recorded (an LLM run: denominator own_hull_from_gram) d_M is that of each set's "
+        "own hull, as in the synthetic study study-H20-ratio, from the recorded Gram (the sets formed from the "
+        "recorded losses, lambda and eps_act as the algorithm formed them), and the generator scale is max_{j in J} "
+        "||lambda_j g_j||; the J*_eps hull's d_M from the Gram is compared with the one the run measured on the "
+        "device (dM_norm; summary dm_gram_vs_recorded_max_rel_diff). Without them (denominator "
+        "J_eps_hull_recorded) both ratios use the recorded d_M of the J*_eps hull and the scale lambda_max B, which "
+        "bounds every generator. Points: every client at every step row (local_steps > 0) of Phase 1 and Phase 2. "
+        "d_M ~ 0 rule: ||d_M|| <= dm_zero_rtol * scale (1e-3: above the relative precision of bf16/float32 "
+        "gradients) -> excluded from the ratio and counted (n_dm_zero); its numerator still enters the "
         "negative-numerator frequency; table dm_zero_sensitivity repeats sigma_hat and the counts at other "
-        "thresholds. Negative numerator: m_i < -negative_rtol (lambda_max B)^2 (the strict count m_i < 0 too). "
+        "thresholds. Negative numerator: m_i < -negative_rtol scale^2 (LP roundoff; the strict count m_i < 0 too). "
         "sigma_hat = min ratio over included points (the sample estimate of sigma in (ii)); mu_psi_hat = min "
         "||d_M||^2/(2 r) over r > 0 ((i) of H.20; d_M ~ 0 points count as 0 there). For an LLM run r is r_hat = "
         "psi - psi_hat*, which under-estimates r (psi_hat* >= psi*), so mu_psi_hat over-estimates mu_psi. A record "
