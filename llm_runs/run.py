@@ -32,6 +32,9 @@ phase ``psi_star_estimate``), then, when the run ends, lowered to the smallest `
   :func:`sim.algorithm.phase1_by_clustering`): the record columns of ``trajectory.csv`` after ``clustering`` and
   ``draw``. A partition equal to Algorithm 1's own clustering is not trained again (``summary.json``:
   ``clustering_comparison``). Written when the preset's ``clustering_draws`` is not None.
+* ``generations.csv``: responses sampled from every model of the run (base, each cluster's ``w_I``, ``w_II`` and
+  FedAvg model, each new client's adapted models) to evaluation prompts no client trains on, with the reward of
+  each objective (:mod:`llm_runs.evaluation`); written when the preset's ``generation`` is not None.
 * ``figure.png``: every training client's ``ψ_i`` through Phase 1 and Phase 2, and ``r̂`` of the new clients
   against the adaptation step ``K`` for Pipeline 1 and the baselines with Pipeline 2's value.
 """
@@ -50,6 +53,8 @@ import numpy as np
 import pandas as pd
 
 from llm_runs.clients import ClientDesign, Federation, build_federation
+from llm_runs.evaluation import EvalModel, GenerationEval
+from llm_runs.generate import GenerationSettings
 from sim import cli
 from sim.algorithm import (
     RECORD_COLUMNS,
@@ -87,7 +92,8 @@ class RunPreset:
     ``psi_star``: the Pipeline-2 run that estimates ``ψ_i*`` of every client before training;
     ``clustering_draws``: after Algorithm 1, Phase 1 is trained again for the Stage-1-only clusters and for this
     many random partitions with the Stage-1+2 cluster sizes (Remark H.8's comparison, ``clusterings.csv``); None:
-    no comparison."""
+    no comparison; ``generation``: responses sampled from every model of the run and scored by the objectives'
+    rewards (``generations.csv``, :mod:`llm_runs.evaluation`); None: none."""
 
     name: str
     description: str
@@ -101,6 +107,7 @@ class RunPreset:
     lora_r: int = 8
     lora_alpha: float = 16.0
     clustering_draws: int | None = 2
+    generation: GenerationEval | None = GenerationEval()
 
     def quick(self) -> RunPreset:
         """The same sizes (clients, pairs, sequence length) with one round of each phase, one adaptation step and
@@ -164,6 +171,8 @@ PRESETS: dict[str, RunPreset] = {
         psi_star=_pipeline2(1, 1.0),
         max_response_tokens=16,
         clustering_draws=1,
+        generation=GenerationEval(prompts=1, settings=GenerationSettings(responses_per_prompt=1, max_new_tokens=32,
+                                                                         timeout_s=120.0)),
     ),
     "cpu": RunPreset(
         name="cpu",
@@ -190,6 +199,8 @@ PRESETS: dict[str, RunPreset] = {
                              adamw_lr=2e-4, p2_steps=30, fedavg_rounds=30),
         psi_star=_pipeline2(30, 0.5),
         max_response_tokens=256,
+        generation=GenerationEval(prompts=16, settings=GenerationSettings(responses_per_prompt=4, max_new_tokens=256,
+                                                                          timeout_s=600.0)),
     ),
 }
 
@@ -505,6 +516,10 @@ def run(preset: RunPreset, out: Path, *, model_dir=None, device: str = "auto", s
             planned -= skipped  # a partition equal to Algorithm 1's own is not trained again
             bar.total = planned
             stages.mark("clustering_comparison")
+        if preset.generation is not None:
+            summary["generation_rewards"] = _generation_rewards(lobj, fed, cands, res, preset.generation, seed, out,
+                                                                stage)
+            stages.mark("generation_rewards")
         bar.close()
         records = pd.concat([pre.records, res.records], ignore_index=True)
         records, run_summary, psi_info = rebase_psi_star(records, res.summary, psi_hat, extra=comparison)
@@ -563,6 +578,38 @@ def _compare_clusterings(src, train, w_ref, clustering, preset: RunPreset, rng, 
                         for name, draw, clusters in parts],
     }
     return recs, (cw if not recs.empty else None), info, len(same) * _phase1_evaluations(preset)
+
+
+def _eval_models(res, n_clients: int) -> list[EvalModel]:
+    """Every distinct model of an Algorithm-1 run: the base model, each cluster's w_I, w_II and FedAvg model, and
+    each new client's model at the end of every adaptation run and of Pipeline 2."""
+    models = [EvalModel("w_ref", res.w_ref, -1, tuple(range(n_clients)))]
+    for c, members in enumerate(res.clustering.clusters):
+        clients = tuple(int(i) for i in res.train_clients[members])
+        for label, W in (("w_I", res.w_I), ("w_II", res.w_II), ("w_fedavg", res.w_fedavg)):
+            models.append(EvalModel(label, W[c], c, clients))
+    for name, ad in res.adaptation.items():
+        for k, i in enumerate(res.new_clients):
+            models.append(EvalModel(name, ad.w[k], int(res.assignment[k]), (int(i),)))
+    return models
+
+
+def _generation_rewards(lobj, fed, cands, res, spec: GenerationEval, seed: int, out: Path, stage) -> dict:
+    """Responses of every model of the run to the evaluation prompts, scored (``generations.csv``); the summary
+    entry."""
+    from llm_runs.evaluation import evaluation_prompts, generation_rewards
+
+    stage("generation rewards", 0, 1)
+    models = _eval_models(res, fed.n_clients)
+    prompts = evaluation_prompts(fed, cands, spec.prompts)
+    t0 = time.perf_counter()
+    table = generation_rewards(lobj, models, prompts, spec, seed)
+    cli.atomic_write_text(out / "generations.csv", table.to_csv(index=False))
+    return {"file": "generations.csv", "prompts": [p for p, _ in prompts], "models": len(models),
+            "settings": {**asdict(spec.settings), "seed": int(seed), "prompts_per_call": max(1, len(prompts))},
+            "seconds": time.perf_counter() - t0,
+            "note": "the same evaluation prompts and sampling seed for every model (common random numbers); the "
+                    "prompts are the held-out prompts, then prompts no client holds: none is trained on"}
 
 
 def _timing(timer, src, lobj, seconds: float) -> dict:

@@ -423,6 +423,22 @@ def test_same_seed_same_records(tiny_runs):
         assert (a / "clusterings.csv").read_bytes() == (b / "clusterings.csv").read_bytes()
 
 
+def test_run_scores_responses_generated_by_every_model(tiny_runs):
+    """generations.csv: every model of the run (base, cluster models, each new client's adapted models) answers the
+    same evaluation prompts, none of them trained on, and each response carries every objective's reward."""
+    (out, other), (s, _) = tiny_runs
+    gen = pd.read_csv(out / "generations.csv", keep_default_na=False)
+    info = s["generation_rewards"]
+    assert gen.groupby(["model", "cluster", "clients"]).ngroups == info["models"]
+    n_clusters = len(s["algorithm"]["clusters"])
+    assert info["models"] == 1 + 3 * n_clusters + 6 * len(s["new_clients"])
+    assert {f"reward_{o}" for o in s["objectives"]} <= set(gen.columns)
+    trained_on = {p for c in s["clients"]["clients"] for p in c["prompts"]}
+    assert set(gen["prompt_id"]) == set(info["prompts"]) and not set(info["prompts"]) & trained_on
+    assert gen.groupby("model")["prompt_id"].nunique().eq(len(info["prompts"])).all()
+    assert (out / "generations.csv").read_bytes() == (other / "generations.csv").read_bytes()  # same seed
+
+
 def test_run_records_the_lp_inputs_and_the_clustering_comparison(tiny_runs):
     """The Grams and LP weights at the federated phases' population rows re-solve to the recorded weights, and
     the clustering comparison (Remark H.8) is recorded as the summary describes it."""
