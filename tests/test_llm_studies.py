@@ -495,3 +495,38 @@ def test_h20_denominators_from_the_recorded_grams(llm_like):
     np.testing.assert_allclose(js.loc[single, "dm_norm"], (lam[np.arange(len(st)), j] * np.sqrt(diag))[single],
                                rtol=1e-12)
     assert (js["dm_zero"] == (js["dm_norm"] <= 1e-3 * js["generator_bound"])).all()
+
+
+def test_rewards_of_generated_responses_are_paired_with_the_base_model(llm_like, tmp_path):
+    """generations.csv: each model's rewards against the base model's on the same (prompt, sample), in
+    within-prompt sd units; the weighted change is positive when rewards rise on the heavier objectives."""
+    import shutil
+
+    d = tmp_path / "run"
+    shutil.copytree(llm_like[0], d)
+    summary = json.loads((d / "summary.json").read_text())
+    sd = {"first": 2.0, "second": 0.5, "third": 1.0}
+    summary["objective_agreement"] = {"objectives": {o: {"within_prompt_sd": v} for o, v in sd.items()}}
+    (d / "summary.json").write_text(json.dumps(summary))
+    res = llm_like[1]
+    prefs = {c["client"]: np.array(c["prefs"]) for c in summary["clients"]["clients"]}
+    rows = []
+    rng = np.random.default_rng(0)
+    base = {(p, s): rng.normal(size=3) for p in ("a", "b") for s in (0, 1)}
+    for (p, s), r in base.items():
+        rows.append(dict(model="w_ref", cluster=-1, clients=" ".join(map(str, range(len(prefs)))), prompt_id=p,
+                         sample=s, **{f"reward_{o}": r[j] for j, o in enumerate(_OBJ)}))
+    for k, i in enumerate(res.new_clients):  # each new client's model gains 0.1 * lambda_j * sd_j on every response
+        lam = prefs[int(i)]
+        for (p, s), r in base.items():
+            rows.append(dict(model="pipeline1_wII", cluster=int(res.assignment[k]), clients=str(int(i)), prompt_id=p,
+                             sample=s, **{f"reward_{o}": r[j] + 0.1 * lam[j] * sd[o] for j, o in enumerate(_OBJ)}))
+    pd.DataFrame(rows).assign(n_tokens=10, finished=True, cut_off="", text="x").to_csv(d / "generations.csv",
+                                                                                       index=False)
+    study = LS.study_preference_run([load_run(d)])
+    t = study.tables["rewards"]
+    assert set(t["model"]) == {"pipeline1_wII"} and (t["n_responses"] == 4).all()
+    np.testing.assert_allclose(t["change_sd_units"], 0.1 * t["lam"], rtol=1e-12)
+    np.testing.assert_allclose(t["change_se_sd_units"], 0.0, atol=1e-12)
+    s = study.summary["rewards"]["LLM"]["pipeline1_wII"]
+    assert s["mean_weighted_change"] > 0 and s["frac_clients_top_objective_gain_largest"] == 1.0

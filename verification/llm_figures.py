@@ -280,31 +280,50 @@ def fig_llm_contraction(rows, tables):
 
 
 def fig_llm_preference(rows, tables):
-    """Held-out loss change per objective against the client's λ_j (LLM runs)."""
+    """Held-out loss, held-out accuracy and generated-response reward changes per objective against the client's
+    λ_j (LLM runs), for each client's personalised model."""
     df = _table(tables, "llm-preference", "changes", ["source", "client", "after", "objective", "lam",
                                                       "heldout_loss_change", "acc_change"])
     prefer = [a for a in ("pipeline1_wII", "phase2", "phase1") if a in set(df["after"])]
     if not prefer:
         raise MissingData("no after-phase of interest in llm-preference")
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.3), squeeze=False)
+    rew = tables.get("llm-preference", {}).get("rewards")
+    have_rew = rew is not None and not rew.empty
+    panels = [("heldout_loss_change", "held-out DPO loss: after − before", df, prefer[:2], "after"),
+              ("acc_change", "held-out accuracy: after − before", df, prefer[:2], "after")]
+    if have_rew:
+        models = [m for m in ("pipeline1_wII", "w_II") if m in set(rew["model"])]
+        panels.append(("change_sd_units", "reward of generated responses: after − before\n(within-prompt sd units)",
+                       rew, models, "model"))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.6 * len(panels), 4.4), squeeze=False)
     parts = []
-    for ax, (col, label) in zip(axes[0], (("heldout_loss_change", "held-out DPO loss: after − before"),
-                                            ("acc_change", "held-out accuracy: after − before")), strict=True):
-        sub = df[df["after"].isin(prefer[:2])]
-        sns.scatterplot(data=sub, x="lam", y=col, hue="objective", style="after", s=45, ax=ax)
+    for ax, (col, label, data, which, key) in zip(axes[0], panels, strict=True):
+        sub = data[data[key].isin(which)]
+        sns.scatterplot(data=sub, x="lam", y=col, hue="objective", style=key, s=45, ax=ax)
+        if col == "change_sd_units" and "change_se_sd_units" in sub:
+            ax.errorbar(sub["lam"], sub[col], yerr=sub["change_se_sd_units"].fillna(0.0), fmt="none", ecolor="#999",
+                        lw=0.8, zorder=0)
         ax.axhline(0.0, color="k", lw=0.8)
         ax.set_xlabel("client's weight λ_j of the objective")
         ax.set_ylabel(label)
-        rho = sub["lam"].corr(sub[col], method="spearman")
+        ok = sub["lam"].nunique() > 1 and sub[col].nunique() > 1
+        rho = sub["lam"].rank().corr(sub[col].rank()) if ok else np.nan
         ax.set_title(f"Spearman(λ_j, change) = {rho:.2f} over {len(sub)} (client, objective) pairs", fontsize=9.5)
-        parts.append(f"{label}: Spearman {rho:.2f}")
+        sns.move_legend(ax, "best", fontsize=7, title_fontsize=7, framealpha=0.8)
+        parts.append(f"{label.splitlines()[0]}: Spearman {rho:.2f}")
     fig.suptitle("Does the personalised model move toward the client's preference?", fontsize=11, wrap=True)
+    rew_text = (
+        "Right: the reward of responses the model generates to evaluation prompts no client trains on, against the "
+        "base model's responses to the same prompts with the same sampling seed (paired; bars: ± one standard "
+        "error), in units of the objective's within-prompt reward sd on the data file. "
+        if have_rew else "Not recorded: reward of generated responses. ")
     return fig, (
-        "Per (client, objective): the change of the held-out DPO loss (left; negative = better) and of the held-out "
-        f"preference accuracy (right) from the base model to the model after {' and '.join(prefer[:2])}, against the "
-        "client's weight λ_j of that objective. If personalisation works, the loss falls more (accuracy rises more) "
-        "for larger λ_j. The held-out pairs are shared by all clients and few, so accuracy moves in coarse steps. "
-        "Not recorded: reward of generated responses. " + "; ".join(parts) + ".")
+        "Per (client, objective), for each client's personalised model (a training client: its cluster's w_II after "
+        "Phase 2; a new client: Pipeline 1 from w_II): the change of the held-out DPO loss (left; negative = better) "
+        "and of the held-out preference accuracy (middle) from the base model, against the client's weight λ_j of "
+        "that objective. If personalisation works, the loss falls more (accuracy, reward rise more) for larger λ_j. "
+        "The held-out pairs are shared by all clients and few, so accuracy moves in coarse steps; clients of one "
+        "cluster share their model. " + rew_text + "; ".join(parts) + ".")
 
 
 LLM_FIGURES = {

@@ -264,8 +264,21 @@ def headline_rows(sec: LLMSection) -> tuple[list[str], list[list[str]]]:
                    ("pipeline1_wII_adamw", "Pipeline 1 (w_II, AdamW)"), ("local_only", "local only")):
         add(f"{lab} − Pipeline 2 at the largest K (mean over new clients)", "llm-pipelines",
             lambda S, s, m=m: _pipeline_cell(S, s, m))
-    add("Spearman(λ_j, held-out loss drop) after Phase 2", "llm-preference",
-        lambda S, s: _get(S, s, "phase2", "spearman_lam_vs_loss_drop"))
+    add("Spearman(λ_j, held-out loss drop): training clients after Phase 2 (w_II) / new clients after Pipeline 1 "
+        "(w_II)", "llm-preference",
+        lambda S, s: None if _get(S, s) is None else
+        f"{_f(_get(S, s, 'phase2', 'spearman_lam_vs_loss_drop'))} / "
+        f"{_f(_get(S, s, 'pipeline1_wII', 'spearman_lam_vs_loss_drop'))}")
+    add("Rewards of generated responses, Spearman(λ_j, change in sd units): w_II / Pipeline 1 (w_II)",
+        "llm-preference",
+        lambda S, s: None if _get(S, "rewards", s) is None else
+        f"{_f(_get(S, 'rewards', s, 'w_II', 'spearman_lam_vs_change'))} / "
+        f"{_f(_get(S, 'rewards', s, 'pipeline1_wII', 'spearman_lam_vs_change'))}")
+    add("Rewards of generated responses, λ-weighted change Σλ_j z_j − mean z_j: w_II / Pipeline 1 (w_II)",
+        "llm-preference",
+        lambda S, s: None if _get(S, "rewards", s) is None else
+        f"{_f(_get(S, 'rewards', s, 'w_II', 'mean_weighted_change'))} / "
+        f"{_f(_get(S, 'rewards', s, 'pipeline1_wII', 'mean_weighted_change'))}")
     return sources, rows
 
 

@@ -69,6 +69,8 @@ from verification.run_records import (
     lambda_max,
     lp_inputs,
     objective_columns,
+    reward_columns,
+    reward_scales,
     step_rows,
     training_iterates,
 )
@@ -902,19 +904,24 @@ def study_preference_run(runs: Sequence[RunRecords], config: LLMStudyConfig | No
                     weighted_acc_change=float(lam @ gc["acc_change"].to_numpy() - gc["acc_change"].mean()),
                     weighted_loss_change=float(lam @ gc["heldout_loss_change"].to_numpy()
                                                - gc["heldout_loss_change"].mean()),
-                    top_objective_loss_drop_largest=bool(gc["heldout_loss_change"].to_numpy().argmin()
-                                                         == lam.argmax()) if m else None))
+                    top_objective_loss_drop_largest=_strictly_largest(-gc["heldout_loss_change"].to_numpy(), lam)
+                    if m else None))
             pc = pd.DataFrame(per_client)
             summary.setdefault(src, {})[after] = dict(
                 n_clients=int(g["client"].nunique()),
-                spearman_lam_vs_acc_change=_num(g["lam"].corr(g["acc_change"], method="spearman")),
-                spearman_lam_vs_loss_drop=_num(g["lam"].corr(-g["heldout_loss_change"], method="spearman")),
+                spearman_lam_vs_acc_change=_spearman(g["lam"], g["acc_change"]),
+                spearman_lam_vs_loss_drop=_spearman(g["lam"], -g["heldout_loss_change"]),
                 mean_weighted_acc_change=_num(pc["weighted_acc_change"].mean()),
                 mean_weighted_loss_change=_num(pc["weighted_loss_change"].mean()),
                 frac_clients_top_objective_loss_drop_largest=_frac(pc["top_objective_loss_drop_largest"]),
             )
-    summary["not_recorded"] = ("reward of generated responses before and after (the run records no generations "
-                               "from the trained models, only held-out pair accuracy and loss)")
+    rewards = _reward_changes(runs)
+    if rewards.empty:
+        summary["rewards"] = None
+        summary["not_recorded"] = ("reward of generated responses before and after: no run has generations.csv "
+                                   "(python -m llm_runs run writes it unless the preset's generation is None)")
+    else:
+        summary["rewards"] = _reward_summary(rewards)
     notes = (
         "Does the personalised model move toward the client's preference? Per client and objective j: held-out "
         "preference accuracy (share of held-out pairs the model ranks as the objective's reward does; ties 1/2) and "
@@ -925,9 +932,84 @@ def study_preference_run(runs: Sequence[RunRecords], config: LLMStudyConfig | No
         "d_acc_j (> 0: accuracy rose more on the objectives the client weights more); weighted_loss_change the same "
         "for the loss (< 0: the loss fell more on the client's heavier objectives); spearman over (client, "
         "objective) pairs of lambda_j against the change. Few held-out pairs make the accuracy coarse (steps of "
-        "1/(2 n_pairs)); the loss is the finer measure.")
-    return StudyResult("llm-preference", "Held-out preference accuracy and loss per objective against the client's "
-                       "lambda", dict(changes=table), _clean(summary), notes)
+        "1/(2 n_pairs)); the loss is the finer measure. Rewards of generated responses (table rewards, summary "
+        "rewards; generations.csv of an LLM run): every model of the run answered the same evaluation prompts (none "
+        "trained on) with the same sampling seed; per client, objective and model the mean reward over the "
+        "(prompt, sample) responses against the base model's responses to the same prompt and sample (paired "
+        "differences: mean, standard error), in units of the objective's within-prompt reward sd on the data file "
+        "(change_sd_units), so objectives are comparable. A client's models: the base model; a training client's "
+        "cluster models w_I, w_II and FedAvg; a new client's adapted models (each pipeline). weighted_change = "
+        "sum_j lambda_j z_j - mean_j z_j (> 0: the rewards rose more on the objectives the client weights more); "
+        "spearman over (client, objective) pairs of lambda_j against z_j; top_objective_gain_largest: the client's "
+        "largest z_j is on its largest lambda_j. Few prompts and samples make these noisy: read the standard errors.")
+    return StudyResult("llm-preference", "Held-out preference accuracy, loss and rewards of generated responses "
+                       "per objective against the client's lambda", dict(changes=table, rewards=rewards),
+                       _clean(summary), notes)
+
+
+def _strictly_largest(x: np.ndarray, lam: np.ndarray) -> bool:
+    """Whether ``x`` is strictly largest at the client's largest weight ``λ_j`` (a tie is not)."""
+    top = int(np.argmax(lam))
+    return bool(x.size == 1 or x[top] > np.delete(x, top).max())
+
+
+def _spearman(a: pd.Series, b: pd.Series) -> float | None:
+    """Spearman's rank correlation; None when either side is constant or has fewer than 3 values."""
+    a, b = pd.Series(a).reset_index(drop=True), pd.Series(b).reset_index(drop=True)
+    if len(a) < 3 or a.nunique() < 2 or b.nunique() < 2:
+        return None
+    return _num(a.rank().corr(b.rank()))
+
+
+def _reward_changes(runs: Sequence[RunRecords]) -> pd.DataFrame:
+    """Per (source, client, model, objective): the reward of the model's generated responses against the base
+    model's, paired by (prompt, sample), in the objective's units and in within-prompt sd units."""
+    rows = []
+    for src, run in _sources(runs):
+        cols = reward_columns(run)
+        scales = reward_scales(run)
+        if not cols or not run.prefs:
+            continue
+        g = run.generations
+        base = g[g["model"] == "w_ref"].set_index(["prompt_id", "sample"])
+        for _, m in g[g["model"] != "w_ref"].groupby(["model", "cluster", "clients"], sort=False):
+            label = str(m["model"].iloc[0])
+            m = m.set_index(["prompt_id", "sample"])
+            pair = m.index.intersection(base.index)
+            clients = [int(x) for x in str(m["clients"].iloc[0]).split()]
+            for i in clients:
+                if i not in run.prefs:
+                    continue
+                lam = run.prefs[i]
+                for j, o in enumerate(run.objectives):
+                    d = m.loc[pair, cols[o]].to_numpy(np.float64) - base.loc[pair, cols[o]].to_numpy(np.float64)
+                    sd = scales.get(o, math.nan)
+                    se = float(d.std(ddof=1) / math.sqrt(d.size)) if d.size > 1 else math.nan
+                    rows.append(dict(source=src, client=i, model=label, cluster=int(m["cluster"].iloc[0]),
+                                     role="new" if len(clients) == 1 else "train", objective=o, lam=float(lam[j]),
+                                     n_responses=int(d.size), reward_before=float(base.loc[pair, cols[o]].mean()),
+                                     reward_after=float(m.loc[pair, cols[o]].mean()), change=float(d.mean()),
+                                     change_se=se, reward_sd=sd, change_sd_units=float(d.mean()) / sd,
+                                     change_se_sd_units=se / sd))
+    return pd.DataFrame(rows)
+
+
+def _reward_summary(t: pd.DataFrame) -> dict:
+    out: dict = {}
+    for (src, model), g in t.groupby(["source", "model"], sort=False):
+        per = []
+        for _, gc in g.groupby("client"):
+            lam, z = gc["lam"].to_numpy(), gc["change_sd_units"].to_numpy()
+            per.append(dict(weighted=float(lam @ z - z.mean()), top=_strictly_largest(z, lam)))
+        pc = pd.DataFrame(per)
+        out.setdefault(src, {})[model] = dict(
+            n_clients=int(g["client"].nunique()), n_responses=int(g["n_responses"].max()),
+            spearman_lam_vs_change=_spearman(g["lam"], g["change_sd_units"]),
+            mean_weighted_change=_num(pc["weighted"].mean()),
+            frac_clients_top_objective_gain_largest=_frac(pc["top"]),
+            mean_change_sd_units={o: _num(v) for o, v in g.groupby("objective")["change_sd_units"].mean().items()},
+            mean_se_sd_units=_num(g["change_se_sd_units"].mean()))
+    return out
 
 
 # ================================================================================================ registry
