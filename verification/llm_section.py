@@ -317,7 +317,7 @@ def section_markdown(sec: LLMSection) -> list[str]:
         lines += [f"<details><summary>{st.id}: {st.name}</summary>", "", st.notes, ""]
         if nr:
             lines += [f"Not recorded / not estimable: {nr}", ""]
-        lines += ["```", json.dumps(to_jsonable(st.summary), indent=1)[:3000], "```", "", "</details>", ""]
+        lines += ["```", json.dumps(to_jsonable(st.summary), indent=1), "```", "", "</details>", ""]
     return lines
 
 
@@ -342,5 +342,5 @@ def section_html(sec: LLMSection) -> str:
         nr = st.summary.get("not_recorded") or st.summary.get("eq91")
         parts.append(f"<details><summary>{esc(st.id)}: {esc(st.name)}</summary><p>{esc(st.notes)}</p>"
                      + (f"<p><b>Not recorded / not estimable:</b> {esc(nr)}</p>" if nr else "")
-                     + f"<pre>{esc(json.dumps(to_jsonable(st.summary), indent=1)[:3000])}</pre></details>")
+                     + f"<pre>{esc(json.dumps(to_jsonable(st.summary), indent=1))}</pre></details>")
     return "\n".join(parts)
