@@ -106,12 +106,13 @@ COMPARE_RTOL = 1e-12
 class LLMStudyConfig:
     """Rules of the run studies.
 
-    ``dm_zero_rtol``: an iterate with ``‖d_M‖ ≤ dm_zero_rtol · λ_max B`` is a "d_M ≈ 0" point (``λ_max B`` bounds
-    every hull generator ``‖λ_j g_j‖``; 1e-3 is above the relative precision of bf16/float32 gradients, so a
-    ``d_M`` that small is not distinguishable from 0 in an LLM run): excluded from the ratio, counted, its
-    numerator still counted for the sign. ``dm_zero_sensitivity``: further thresholds whose counts are reported.
-    ``negative_rtol``: a numerator below ``-negative_rtol · (λ_max B)²`` is negative (LP roundoff: the margin is
-    computed from the same float64 Gram the LP solved with); the strict count ``< 0`` is reported as well.
+    ``dm_zero_rtol``: an iterate with ``‖d_M‖ ≤ dm_zero_rtol · scale`` is a "d_M ≈ 0" point, ``scale`` the largest
+    hull generator ``‖λ_j g_j‖`` of the index set (from the recorded Grams), else ``λ_max B``, which bounds every
+    generator (1e-3 is above the relative precision of bf16/float32 gradients, so a ``d_M`` that small is not
+    distinguishable from 0 in an LLM run): excluded from the ratio, counted, its numerator still counted for the
+    sign. ``dm_zero_sensitivity``: further thresholds whose counts are reported. ``negative_rtol``: a numerator
+    below ``-negative_rtol · scale²`` is negative (LP roundoff: the margin is computed from the same float64 Gram
+    the LP solved with); the strict count ``< 0`` is reported as well.
     ``headline_scheme`` / ``headline_method``: the calibration scheme and ``Δ̄`` method of the summary's headline
     numbers and the figures."""
 
