@@ -19,7 +19,7 @@ import pytest
 from scipy import stats
 
 from sim.simulate import PRESETS, preset_variant, simulate
-from verification import dask_engine, registry, sweep
+from verification import dask_engine, registry, regression, sweep
 from verification.__main__ import main as cli_main
 from verification.dask_engine import WORKER_ENV, dask_client, run_cells
 
@@ -220,7 +220,7 @@ def test_monte_carlo_assertions_from_conclusions():
 
 
 def test_monte_carlo_statements_are_those_whose_rows_carry_assertions():
-    baseline = json.loads((Path(__file__).parent / "data" / "baseline_results.json").read_text())
+    baseline = json.loads(regression.shipped_baseline().read_text())
     with_mc = [r["id"] for r in baseline if sweep.monte_carlo_assertions(r) is not None]
     assert [s.id for s in sweep.monte_carlo_statements()] == with_mc == ["H.17", "H.39-41", "H.43", "H.44", "H.45", "ThmA"]
 
