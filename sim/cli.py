@@ -8,6 +8,12 @@ could have checked at its start. A :class:`ArgumentParser` raises :class:`UsageE
 block; the ``main`` of a command line catches it and prints it as one line with :func:`print_usage_error`::
 
     python -m verification run: error: argument --seed: must be an integer >= 0; got '-1'
+
+Exit status, the same in every command line (``prefalign`` and the ``python -m`` forms): :data:`EXIT_OK` (0) on
+success, :data:`EXIT_FAIL` (1) when the work ran and what it checks failed (a verdict, a negative control, a
+regression against a baseline; each command's ``--help`` says what), :data:`EXIT_USAGE` (2) on a usage error and
+:data:`EXIT_INTERRUPTED` (130) when interrupted (Ctrl-C). :func:`exit_status_help` writes that list for a
+command's ``--help``.
 """
 
 from __future__ import annotations
@@ -17,10 +23,15 @@ import math
 import os
 import sys
 import tempfile
+import textwrap
 from pathlib import Path
 
 __all__ = [
+    "EXIT_OK",
+    "EXIT_FAIL",
     "EXIT_USAGE",
+    "EXIT_INTERRUPTED",
+    "exit_status_help",
     "UsageError",
     "ArgumentParser",
     "print_usage_error",
@@ -34,8 +45,25 @@ __all__ = [
     "atomic_write_text",
 ]
 
+#: Exit status of a command that ran and whose checks passed.
+EXIT_OK = 0
+#: Exit status of a command that ran and whose checks failed (a verdict, a negative control, a regression).
+EXIT_FAIL = 1
 #: Exit status of a usage error (argparse's convention).
 EXIT_USAGE = 2
+#: Exit status of a command interrupted by Ctrl-C (128 + SIGINT, the shell's convention).
+EXIT_INTERRUPTED = 130
+
+
+def exit_status_help(fail: str | None = None, width: int = 100) -> str:
+    """The "exit status" block of a command's ``--help`` (an argparse epilog, for a ``RawDescriptionHelpFormatter``).
+
+    ``fail`` says when the command exits :data:`EXIT_FAIL` (None: it never does)."""
+    rows = [(EXIT_OK, "success")] + ([(EXIT_FAIL, fail)] if fail else []) + [
+        (EXIT_USAGE, "usage error: one line on stderr naming the argument and the value, found before any work"),
+        (EXIT_INTERRUPTED, "interrupted (Ctrl-C)")]
+    return "\n".join(["exit status:"] + [textwrap.fill(text, width=width, initial_indent=f"  {code:<5}",
+                                                         subsequent_indent=" " * 7) for code, text in rows])
 
 
 class UsageError(ValueError):
@@ -52,7 +80,13 @@ class ArgumentParser(argparse.ArgumentParser):
     """An ``argparse.ArgumentParser`` whose parse errors raise :class:`UsageError` (subparsers inherit it).
 
     argparse prints the whole usage block before the error; a command line of this project prints the error
-    alone, on one line (``--help`` still shows the usage)."""
+    alone, on one line (``--help`` still shows the usage). The help keeps the line breaks of the description and
+    the epilog (the exit-status block of :func:`exit_status_help`); sub-commands added with
+    ``add_subparsers().add_parser`` get the same formatter."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # noqa: D401 - argparse's hook
         raise UsageError(message, prog=self.prog)
