@@ -12,7 +12,6 @@ import os
 import signal
 import socket
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
