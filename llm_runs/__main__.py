@@ -105,7 +105,7 @@ def build_parser(prog: str = "python -m llm_runs") -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print the statistics as JSON")
     pr = sub.add_parser("probe", help="measurements on the data file with the default model")
     psub = pr.add_subparsers(dest="action", required=True)
-    common = argparse.ArgumentParser(add_help=False)
+    common = cli.ArgumentParser(add_help=False)
     common.add_argument("--data", default=str(DEFAULT_DATA_FILE), help="data file (default: the shipped file)")
     common.add_argument("--objectives", default=None,
                         help="comma-separated objective names (default: every reward in the data file)")

@@ -92,7 +92,8 @@ def preset_variant(preset: Preset, *, K: int | None = None, S: int | None = None
                    spread: float | None = None) -> Preset:
     """``preset`` with the new clients' budget ``K`` steps of ``S`` samples (Pipeline 1, and its AdamW run) and the
     planted preference spread ``spread`` (the mixing spread ``s_u`` of :func:`build_problem`) replaced where given."""
-    adapt = replace(preset.config.adapt, **({"K": K} if K is not None else {}), **({"S": S} if S is not None else {}))
+    budget: dict[str, int] = {k: v for k, v in (("K", K), ("S", S)) if v is not None}
+    adapt = replace(preset.config.adapt, **budget)  # type: ignore[arg-type]  # K and S are the int fields
     adamw = preset.config.adamw
     if adamw is not None:
         adamw = replace(adamw, K=adapt.K, S=adapt.S)

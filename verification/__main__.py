@@ -168,7 +168,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 took = f"{row['seconds']:.2f} s"
                 if log is not None:
                     log.append({"id": s.id, "row": row})
-            else:
+            else:  # kept from the log of an earlier run (--resume)
+                assert log is not None
                 took = f"from {log.path}"
             rows.append(row)
             _note(f"[{k}/{n}] {s.id}: {row['verdict']} (negative control: {row['negative_control']}, {took})")

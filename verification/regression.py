@@ -192,7 +192,7 @@ def compare(current: list[dict[str, Any]], baseline: list[dict[str, Any]], *,
             elif t1 != t0:
                 out.notes.append(f"{sid}: tightness {t0:.3g} -> {t1:.3g} (both below the roundoff floor {floor:.3g})")
             continue
-        if (t0 is None) != (t1 is None):
+        if t0 is None or t1 is None:  # one row has a tightness, the other has none
             out.failures.append(f"{sid}: tightness {t0} -> {t1}")
             continue
         if not (math.isfinite(t0) and math.isfinite(t1)):
