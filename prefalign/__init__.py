@@ -4,7 +4,7 @@
 
     prefalign verify list|run|report|power|sweep|grid ...   (python -m verification)
     prefalign simulate ...                                  (python -m sim.simulate)
-    prefalign llm data|probe|run ...                        (python -m llm_runs)
+    prefalign llm data|probe ...                            (python -m llm_runs)
 
 Each sub-command is the command line of its package, under another name: ``prefalign verify run H.9 --json
 out.json`` is ``python -m verification run H.9 --json out.json``, with the same options, messages and exit status

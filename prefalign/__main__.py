@@ -41,7 +41,7 @@ COMMANDS: dict[str, Command] = {
     "simulate": Command("sim.simulate", "python -m sim.simulate",
                         "Algorithm 1 end to end on a planted problem (trajectory.csv, summary.json)"),
     "llm": Command("llm_runs.__main__", "python -m llm_runs",
-                   "the LLM runs (needs the llm extra): data build|stats, probe, run"),
+                   "the LLM runs: data build|stats, probe conflict|dpo (build and probe need the llm extra)"),
 }
 
 _DESCRIPTION = """\
