@@ -38,6 +38,7 @@ STATEMENT_ID = "EX.1"
 NAME = "Chebyshev scalarisation is Lipschitz in the losses: |psi(l) - psi(l')| <= lambda_max ||l - l'||_inf"
 
 HYP_SAME = "same preference at both points"
+CONCLUSION = "|psi(l) - psi(l')| <= lambda_max ||l - l'||_inf"
 
 
 @dataclass(frozen=True)
@@ -63,28 +64,23 @@ def _instances(cfg: Config, rng: np.random.Generator, *, new_preference: bool):
     return out
 
 
-def _sides(inst):
+def _measure(cfg: Config, rng: np.random.Generator, *, new_preference: bool):
+    """The instances, the monitor of the hypothesis and the two sides of the conclusion."""
+    inst = _instances(cfg, rng, new_preference=new_preference)
+    mon = HypothesisMonitor(len(inst))
+    mon.record(HYP_SAME, [np.array_equal(a, b) for a, b, _, _ in inst])
     lhs = np.array([abs(float(chebyshev(l1, a)) - float(chebyshev(l2, b))) for a, b, l1, l2 in inst])
     rhs = np.array([a.max() * np.abs(l1 - l2).max() for a, b, l1, l2 in inst])
-    return lhs, rhs
+    return inst, mon, lhs, rhs
 
 
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:
-    cfg = config or Config()
-    inst = _instances(cfg, rng, new_preference=False)
-    mon = HypothesisMonitor(len(inst))
-    mon.record(HYP_SAME, [np.array_equal(a, b) for a, b, _, _ in inst])
-    lhs, rhs = _sides(inst)
-    return Evidence.from_implication(STATEMENT_ID, NAME, mon, lhs, rhs, conclusion="|psi(l) - psi(l')| bound",
+    inst, mon, lhs, rhs = _measure(config or Config(), rng, new_preference=False)
+    return Evidence.from_implication(STATEMENT_ID, NAME, mon, lhs, rhs, conclusion=CONCLUSION,
                                      instance_data=lambda i: {"prefs": inst[i][0], "l": inst[i][2],
                                                               "l_prime": inst[i][3]})
 
 
 def negative_control(config: Config | None, rng: np.random.Generator) -> Evidence:
-    cfg = config or Config()
-    inst = _instances(cfg, rng, new_preference=True)
-    mon = HypothesisMonitor(len(inst))
-    mon.record(HYP_SAME, [np.array_equal(a, b) for a, b, _, _ in inst])
-    lhs, rhs = _sides(inst)
-    return Evidence.from_control(STATEMENT_ID, NAME, mon, HYP_SAME, lhs, rhs,
-                                 conclusion="|psi(l) - psi(l')| bound")
+    _, mon, lhs, rhs = _measure(config or Config(), rng, new_preference=True)
+    return Evidence.from_control(STATEMENT_ID, NAME, mon, HYP_SAME, lhs, rhs, conclusion=CONCLUSION)
