@@ -35,6 +35,15 @@ def _run(cmd, cwd, timeout=900, env=None) -> subprocess.CompletedProcess:
     return proc
 
 
+def _setuptools_at_least(major: int) -> bool:
+    try:
+        from importlib.metadata import version
+
+        return int(version("setuptools").split(".")[0]) >= major
+    except Exception:  # noqa: BLE001 - not installed, or a version string without a number
+        return False
+
+
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     """``(bin directory of the fresh environment, wheel, a working directory outside the checkout)``."""
@@ -49,7 +58,9 @@ def installed(tmp_path_factory):
             (src / f).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / f, src / f)
     dist = base / "dist"
-    proc = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", dist, src], base)
+    # build with this environment's setuptools when it has a recent one (no download), else in pip's isolated build
+    isolation = ["--no-build-isolation"] if _setuptools_at_least(68) else []
+    proc = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", *isolation, "-w", dist, src], base)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (wheel,) = dist.glob("prefalign_verify-*.whl")
     env_dir = base / "env"
