@@ -181,6 +181,9 @@ def _figures(stmt_id: str, figures: dict[str, tuple[str, str]], names: dict[str,
     if not mine:
         return []
     out = ["## Figures", ""]
+    if any(f in figures for f in mine):
+        out += ["From the dashboard that `make report` (`prefalign verify report --out reports`) writes, with the figure "
+                "data of its own run of the checks (same seed as the baseline).", ""]
     for f in mine:
         if f in figures:
             caption = figures[f][1]
