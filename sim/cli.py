@@ -25,6 +25,7 @@ import sys
 import tempfile
 import textwrap
 from pathlib import Path
+from typing import Any, NoReturn
 
 __all__ = [
     "EXIT_OK",
@@ -84,11 +85,11 @@ class ArgumentParser(argparse.ArgumentParser):
     the epilog (the exit-status block of :func:`exit_status_help`); sub-commands added with
     ``add_subparsers().add_parser`` get the same formatter."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
         super().__init__(*args, **kwargs)
 
-    def error(self, message: str):  # noqa: D401 - argparse's hook
+    def error(self, message: str) -> NoReturn:  # noqa: D401 - argparse's hook
         raise UsageError(message, prog=self.prog)
 
 

@@ -36,6 +36,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -165,7 +166,7 @@ def register(
     return deco
 
 
-def _from_module(mod) -> list[Statement]:
+def _from_module(mod: ModuleType) -> list[Statement]:
     if hasattr(mod, "STATEMENTS"):
         stmts = list(mod.STATEMENTS)
         for s in stmts:
@@ -192,7 +193,7 @@ def _from_module(mod) -> list[Statement]:
     ]
 
 
-def register_module(module) -> list[Statement]:
+def register_module(module: ModuleType | str) -> list[Statement]:
     """Register the statement(s) of ``module`` (a module object or its importable name) that follows the
     statement-module contract: ``STATEMENT_ID``, ``NAME``, ``run(config, rng) -> Evidence`` and optionally
     ``negative_control``, ``Config``, ``NUMBER``, ``SEARCH``, ``REASONS``, ``TIGHT_POINTS`` (or ``STATEMENTS``, a
@@ -208,7 +209,7 @@ def register_module(module) -> list[Statement]:
     return stmts
 
 
-def _import_statement_module(name: str):
+def _import_statement_module(name: str) -> ModuleType:
     try:
         return importlib.import_module(name)
     except Exception as exc:  # noqa: BLE001 - re-raised with the module named
@@ -349,7 +350,7 @@ def run_statement(stmt: Statement, seed: int = DEFAULT_SEED, config: Any = None,
     return dataclasses.replace(ev, negative_control=state, control=control, seconds=seconds)
 
 
-def statement_config(stmt: Statement, scale: str = "default"):
+def statement_config(stmt: Statement, scale: str = "default") -> Any:
     """The Config of ``stmt`` at ``scale``: the default Config, or its ``paper()`` preset where one exists."""
     if scale not in SCALES:
         raise ValueError(f"scale must be one of {SCALES}; got {scale!r}")
@@ -401,7 +402,7 @@ def run_statement_row(stmt: Statement, seed: int = DEFAULT_SEED, *, scale: str =
 
 
 def search_statement(stmt: Statement, budget: str = "default", seed: int = DEFAULT_SEED,
-                     progress: Callable[[str], None] | None = None):
+                     progress: Callable[[str], None] | None = None) -> Any:
     """The falsification search of ``stmt`` over its declared family box (:func:`verification.search.falsify`);
     ``None`` for a statement without a ``SEARCH`` space."""
     if stmt.search is None:
