@@ -113,3 +113,17 @@ def test_works_from_any_directory(tmp_path):
     assert "2 statement(s) compared, 0 regression(s)" in res.stdout
     assert [r["id"] for r in json.loads((env_cwd / "out.json").read_text())] == ["S4", "H.9"]
     assert not os.path.relpath(env_cwd, Path(__file__).parents[1]).startswith("tests")
+
+
+def test_help_names_the_llm_actions_that_exist():
+    """``prefalign --help`` lists the llm actions by name; they must be the ones ``python -m llm_runs`` has."""
+    import re
+
+    from llm_runs.__main__ import build_parser
+
+    def choices(parser):
+        return next(a.choices for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+
+    actions = {f"{c} {'|'.join(choices(p))}" for c, p in choices(build_parser()).items()}
+    named = set(re.findall(r"(\w+ [\w|]+)(?:,| \()", COMMANDS["llm"].help.split(": ", 1)[1]))
+    assert named == actions, (named, actions)
