@@ -24,24 +24,39 @@ PROG = "prefalign"
 
 @dataclass(frozen=True)
 class Command:
-    """A sub-command: ``module.main(argv, prog)`` runs it; ``python_m`` is its ``python -m`` form."""
+    """A sub-command: ``module.main(argv, prog)`` runs it; ``python_m`` is its ``python -m`` form.
+
+    ``list_actions``: the top-level help lists the actions of the module's own parser (``module.build_parser``)
+    after ``help``, so that an action added to that command line appears without an edit here."""
 
     module: str
     python_m: str
     help: str
+    list_actions: bool = False
 
     def main(self) -> Callable[..., int]:
         return importlib.import_module(self.module).main
+
+    def actions(self) -> list[str]:
+        """The actions of the module's parser: ``name``, or ``name a|b`` for an action with sub-actions."""
+        parser = importlib.import_module(self.module).build_parser()
+        return [f"{name} {'|'.join(n for n, _, _ in cli.sub_commands(sub))}".rstrip()
+                for name, _, sub in cli.sub_commands(parser)]
+
+    def summary(self) -> str:
+        """The line of the top-level help: what it does (with the actions), and its ``python -m`` form."""
+        text = f"{self.help}: {', '.join(self.actions())}" if self.list_actions else self.help
+        return f"{text} ({self.python_m})"
 
 
 #: The sub-commands, by name.
 COMMANDS: dict[str, Command] = {
     "verify": Command("verification.__main__", "python -m verification",
-                      "the executable statements: list, run, report (the dashboard), power, sweep, grid"),
+                      "the executable statements, their dashboard and sweeps", list_actions=True),
     "simulate": Command("sim.simulate", "python -m sim.simulate",
                         "Algorithm 1 end to end on a planted problem (trajectory.csv, summary.json)"),
     "llm": Command("llm_runs.__main__", "python -m llm_runs",
-                   "the LLM runs: data build|stats, probe conflict|dpo (build and probe need the llm extra)"),
+                   "the LLM runs (the actions that load the model need the llm extra)", list_actions=True),
 }
 
 _DESCRIPTION = """\
@@ -60,7 +75,7 @@ def build_parser() -> cli.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, cmd in COMMANDS.items():
-        sub.add_parser(name, help=f"{cmd.help} ({cmd.python_m})", add_help=False)
+        sub.add_parser(name, help=cmd.summary(), add_help=False)
     return parser
 
 

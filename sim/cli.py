@@ -36,6 +36,7 @@ __all__ = [
     "UsageError",
     "ArgumentParser",
     "print_usage_error",
+    "sub_commands",
     "seed",
     "positive_int",
     "nonnegative_float",
@@ -98,6 +99,17 @@ def print_usage_error(exc: UsageError, prog: str) -> int:
     message = " ".join(str(exc).split())  # one line, whatever the message held
     print(f"{exc.prog or prog}: error: {message}", file=sys.stderr, flush=True)
     return EXIT_USAGE
+
+
+def sub_commands(parser: argparse.ArgumentParser) -> list[tuple[str, str, argparse.ArgumentParser]]:
+    """The sub-commands of ``parser`` as ``(name, help, parser)``, in the order they were added (empty: it has
+    none). Read from the parser itself, so that a listing of a command line's actions (``prefalign --help``, the
+    documentation) follows the parser when a sub-command is added."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {a.dest: a.help or "" for a in action._choices_actions}
+            return [(name, helps.get(name, ""), sub) for name, sub in action.choices.items()]
+    return []
 
 
 def seed(text: str) -> int:

@@ -105,6 +105,22 @@ def test_roles_resolve_relative_to_module_and_class(caplog):
         "broken reference :func:`sim.direction.lp_direktion` in the docstring of sim.hull"]
 
 
+def test_llm_page_lists_the_actions_of_the_llm_parser():
+    """The LLM runs page lists the actions of ``prefalign llm`` from its parser (an action added to ``python -m
+    llm_runs`` appears there by itself), each linked to its options on the command-line page."""
+    from llm_runs.__main__ import build_parser
+
+    assert "{{ actions llm }}" in (ROOT / "docs" / "llm-runs.md").read_text()
+    leaves = [" ".join(w) for w, _, _ in docs_hooks._leaf_actions(build_parser())]
+    assert leaves[:2] == ["data build", "data stats"] and "probe dpo" in leaves
+    table = docs_hooks.actions_table("llm").splitlines()
+    assert len(table) == 2 + len(leaves)
+    for row, leaf in zip(table[2:], leaves, strict=True):
+        title = f"prefalign llm {leaf}"
+        assert row.startswith(f"| [`{title}`](cli.md#{docs_hooks.slug(title)}) | ")
+    assert f"## `prefalign llm {leaves[-1]}`" in docs_hooks.cli_page()
+
+
 def test_every_figure_names_the_statements_it_illustrates():
     assert set(FIGURE_STATEMENTS) == set(FIGURES)
     ids = {s.id for s in registry.all_statements()}
@@ -135,4 +151,5 @@ def test_site_builds_strictly_with_a_page_per_statement(tmp_path):
     assert "FINDING" in html
     cli = (site / "cli" / "index.html").read_text(encoding="utf-8")
     assert "prefalign verify run" in cli and "exit status:" in cli
+    assert 'href="../cli/#prefalign-llm-data-stats"' in (site / "llm-runs" / "index.html").read_text(encoding="utf-8")
     assert (site / "api" / "direction" / "index.html").read_text(encoding="utf-8").count("lp_direction") > 3

@@ -37,7 +37,7 @@ def test_help_lists_the_sub_commands_and_the_exit_status(capsys):
     assert exc.value.code == 0
     out = capsys.readouterr().out
     for name, cmd in COMMANDS.items():
-        assert name in out and cmd.python_m in out
+        assert name in out and cmd.python_m in " ".join(out.split())  # the help may wrap inside it
     for line in ("  0    success", "  1    the command ran and what it checks failed", "  2    usage error",
                  "  130  interrupted"):
         assert line in out
@@ -115,15 +115,47 @@ def test_works_from_any_directory(tmp_path):
     assert not os.path.relpath(env_cwd, Path(__file__).parents[1]).startswith("tests")
 
 
-def test_help_names_the_llm_actions_that_exist():
-    """``prefalign --help`` lists the llm actions by name; they must be the ones ``python -m llm_runs`` has."""
-    import re
+def test_help_names_the_actions_of_each_command_line(capsys):
+    """``prefalign --help`` lists the actions of ``verify`` and ``llm`` as their own parsers define them."""
+    import importlib
 
-    from llm_runs.__main__ import build_parser
+    from sim.cli import sub_commands
 
-    def choices(parser):
-        return next(a.choices for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    for name in ("verify", "llm"):
+        parser = importlib.import_module(COMMANDS[name].module).build_parser()
+        actions = [f"{a} {'|'.join(n for n, _, _ in sub_commands(p))}".rstrip() for a, _, p in sub_commands(parser)]
+        assert actions and COMMANDS[name].actions() == actions
+        assert ", ".join(actions) in out, (name, actions)
+    assert COMMANDS["llm"].actions()[0] == "data build|stats"
 
-    actions = {f"{c} {'|'.join(choices(p))}" for c, p in choices(build_parser()).items()}
-    named = set(re.findall(r"(\w+ [\w|]+)(?:,| \()", COMMANDS["llm"].help.split(": ", 1)[1]))
-    assert named == actions, (named, actions)
+
+def test_an_action_added_to_a_command_line_needs_no_edit_here(tmp_path, monkeypatch, capsys):
+    """A new action of a package's parser (e.g. ``python -m llm_runs run``) is listed by ``prefalign --help`` and
+    runs as ``prefalign llm run`` through the package's own ``main``, with nothing added to ``prefalign``."""
+    (tmp_path / "fake_llm_cli.py").write_text(
+        "import argparse\n"
+        "CALLS = []\n"
+        "def build_parser(prog='python -m fake_llm_cli'):\n"
+        "    p = argparse.ArgumentParser(prog=prog)\n"
+        "    sub = p.add_subparsers(dest='command', required=True)\n"
+        "    data = sub.add_parser('data').add_subparsers(dest='action', required=True)\n"
+        "    data.add_parser('stats')\n"
+        "    sub.add_parser('run', help='the run').add_argument('--steps', type=int)\n"
+        "    return p\n"
+        "def main(argv=None, prog='python -m fake_llm_cli'):\n"
+        "    CALLS.append((build_parser(prog).parse_args(argv), prog))\n"
+        "    return 0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(COMMANDS, "llm", COMMANDS["llm"].__class__("fake_llm_cli", "python -m fake_llm_cli",
+                                                                   "the LLM runs", list_actions=True))
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "the LLM runs: data stats, run (python -m fake_llm_cli)" in " ".join(capsys.readouterr().out.split())
+    assert main(["llm", "run", "--steps", "3"]) == 0
+    import fake_llm_cli
+
+    (args, prog), = fake_llm_cli.CALLS
+    assert args.command == "run" and args.steps == 3 and prog == "prefalign llm"

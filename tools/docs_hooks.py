@@ -272,19 +272,39 @@ def index_page(stmts, rows: dict[str, dict]) -> str:
 # ------------------------------------------------------------------------------------------- command line
 
 
+def _leaf_actions(parser, words: tuple[str, ...] = ()):
+    """``(words, help, parser)`` of every action of ``parser`` that has no sub-actions, depth first, in the order
+    the parser defines them (``(("data", "build"), ...)``); read from the parser, so a new action appears by itself."""
+    from sim.cli import sub_commands
+
+    for name, text, sub in sub_commands(parser):
+        if sub_commands(sub):
+            yield from _leaf_actions(sub, (*words, name))
+        else:
+            yield (*words, name), text, sub
+
+
+def _command_parser(name: str):
+    """The parser of ``prefalign NAME`` (its package's own ``build_parser``, with the ``prefalign`` name)."""
+    from prefalign.__main__ import COMMANDS
+
+    return importlib.import_module(COMMANDS[name].module).build_parser(f"prefalign {name}")
+
+
+def actions_table(name: str) -> str:
+    """A Markdown table of the actions of ``prefalign NAME``, each with its help and a link to its options on
+    the command-line page (``{{ actions NAME }}`` on a hand-written page)."""
+    rows = ["| command | what it does |", "|---|---|"]
+    for words, text, _ in _leaf_actions(_command_parser(name)):
+        title = " ".join(("prefalign", name, *words))
+        rows.append(f"| [`{title}`](cli.md#{slug(title)}) | {text.replace('|', chr(92) + '|')} |")
+    return "\n".join(rows)
+
+
 def cli_page() -> str:
     """``--help`` of every command, from the parsers (the exit status is in each)."""
     os.environ["COLUMNS"] = "110"  # argparse wraps at the terminal width; the page has a fixed one
-    from llm_runs.__main__ import build_parser as llm_parser
-    from prefalign.__main__ import build_parser as top_parser
-    from sim.simulate import build_parser as sim_parser
-    from verification.__main__ import build_parser as verify_parser
-
-    def subs(parser):
-        for a in parser._actions:
-            if a.__class__.__name__ == "_SubParsersAction":
-                return a.choices
-        return {}
+    from prefalign.__main__ import COMMANDS, build_parser
 
     def block(title: str, parser, python_m: str | None) -> list[str]:
         out = [f"## `{title}`", ""]
@@ -298,18 +318,12 @@ def cli_page() -> str:
              "exits 0 on success, 1 when it ran and what it checks failed, 2 on a usage error (one line on stderr "
              "naming the argument, before any work) and 130 when interrupted. The help texts below are generated "
              "from the parsers.", ""]
-    lines += block("prefalign", top_parser(), None)
-    verify = verify_parser("prefalign verify")
-    lines += block("prefalign verify", verify, "python -m verification")
-    for name, p in subs(verify).items():
-        lines += block(f"prefalign verify {name}", p, f"python -m verification {name}")
-    lines += block("prefalign simulate", sim_parser("prefalign simulate"), "python -m sim.simulate")
-    llm = llm_parser("prefalign llm")
-    lines += block("prefalign llm", llm, "python -m llm_runs")
-    for name, p in subs(llm).items():
-        for action, q in (subs(p) or {"": p}).items():
-            full = f"{name} {action}".strip()
-            lines += block(f"prefalign llm {full}", q, f"python -m llm_runs {full}")
+    lines += block("prefalign", build_parser(), None)
+    for name, cmd in COMMANDS.items():
+        parser = _command_parser(name)
+        lines += block(f"prefalign {name}", parser, cmd.python_m)
+        for words, _, sub in _leaf_actions(parser):
+            lines += block(" ".join(("prefalign", name, *words)), sub, " ".join((cmd.python_m, *words)))
     return "\n".join(lines)
 
 
@@ -390,7 +404,9 @@ def baseline_summary() -> dict:
 
 
 def on_page_markdown(markdown, page, config, files):
-    """``{{ baseline_summary }}`` on a hand-written page: the verdict counts of the shipped baseline."""
+    """Placeholders on a hand-written page: ``{{ baseline_summary }}``, the verdict counts of the shipped baseline;
+    ``{{ actions NAME }}``, the table of the actions of ``prefalign NAME`` (:func:`actions_table`)."""
+    markdown = re.sub(r"\{\{ actions (\w+) \}\}", lambda m: actions_table(m.group(1)), markdown)
     if "{{ baseline_summary }}" in markdown:
         counts = baseline_summary()
         text = ", ".join(f"{v} {k}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
