@@ -101,6 +101,9 @@ def test_images_links_findings_and_screenshot(browser, report):
     colour = row.evaluate("e => getComputedStyle(e).backgroundColor")
     assert colour not in ("rgba(0, 0, 0, 0)", "rgb(255, 255, 255)"), "the findings row is not highlighted"
     assert page.locator("h2", has_text="Findings").is_visible()
+    findings = page.locator("h2:has-text('Findings') + ul").inner_text()
+    assert "H.16 (verdict finding)" in findings and not set("`*") & set(findings), "markup shown as text"
+    assert "`" not in page.inner_text("body"), "Markdown code marks shown as text"
     shot = report / "screenshot.png"
     page.screenshot(path=str(shot), full_page=True)
     _not_blank(shot)

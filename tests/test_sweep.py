@@ -230,7 +230,8 @@ def test_report_sweep_section(swept, tmp_path, capsys):
     md = (out / "README.md").read_text()
     assert "## Sweep over seeds" in md and "| H.9 | 2 | holds 2 |" in md
     assert (out / "figures" / "sweep_tightness.png").stat().st_size > 0
-    assert "Sweep over seeds" in (out / "index.html").read_text()
+    page = (out / "index.html").read_text()
+    assert "Sweep over seeds" in page and "<i>confirmed</i>" in page and "`" not in page  # Markdown written as HTML
     capsys.readouterr()
     assert cli_main(["report", "S4", "--sweep", str(tmp_path), "--out", str(out)]) == 2
     assert "argument --sweep:" in capsys.readouterr().err
