@@ -4,6 +4,7 @@ builds with ``mkdocs build --strict`` with one page per statement."""
 
 from __future__ import annotations
 
+import html
 import importlib
 import json
 import logging
@@ -121,6 +122,16 @@ def test_llm_page_lists_the_actions_of_the_llm_parser():
     assert f"## `prefalign llm {leaves[-1]}`" in docs_hooks.cli_page()
 
 
+@pytest.mark.parametrize("text", ["eq48|J\\J*=0", "|log(m lhat) - beta| <= log(m/c)", "a `b` c"])
+def test_code_cells_show_their_text_unchanged(text):
+    """A conclusion name in a table cell shows as written: its pipes stay inside the code span, no backslash."""
+    import markdown
+
+    page = markdown.markdown(f"| x | y |\n|---|---|\n| {docs_hooks.code_cell(text)} | 1 |\n", extensions=["tables"])
+    cell = page.split("<td>")[1].split("</td>")[0]
+    assert cell == f"<code>{html.escape(text, quote=False)}</code>"
+
+
 def test_every_figure_names_the_statements_it_illustrates():
     assert set(FIGURE_STATEMENTS) == set(FIGURES)
     ids = {s.id for s in registry.all_statements()}
@@ -145,10 +156,10 @@ def test_site_builds_strictly_with_a_page_per_statement(tmp_path):
         page = site / sub / docs_hooks.slug(s.id) / "index.html"
         assert page.is_file(), f"no page for {s.id}"
         assert "Verdict:" in page.read_text(encoding="utf-8")
-    html = (site / "statements" / "h-16" / "index.html").read_text(encoding="utf-8")
+    h16 = (site / "statements" / "h-16" / "index.html").read_text(encoding="utf-8")
     for section in ("Setting", "Hypotheses", "Guarantee", "What is checked", "Negative control", "Reference"):
-        assert f">{section}<" in html or f'id="{section.lower().replace(" ", "-")}"' in html
-    assert "FINDING" in html
+        assert f">{section}<" in h16 or f'id="{section.lower().replace(" ", "-")}"' in h16
+    assert "FINDING" in h16 and r"<code>eq48|J\J*=0</code>" in h16
     cli = (site / "cli" / "index.html").read_text(encoding="utf-8")
     assert "prefalign verify run" in cli and "exit status:" in cli
     assert 'href="../cli/#prefalign-llm-data-stats"' in (site / "llm-runs" / "index.html").read_text(encoding="utf-8")

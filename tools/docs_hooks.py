@@ -162,6 +162,13 @@ def _verdict_box(row: dict | None) -> list[str]:
             f"    From {BASELINE_NOTE}; `prefalign verify run {row['id']}` reproduces it.", ""]
 
 
+def code_cell(text) -> str:
+    """``text`` as a code span in a Markdown table cell. The table extension keeps the pipes inside a code span, so
+    none is escaped (a backslash would show); a text with a backtick gets a double-backtick span."""
+    text = " ".join(str(text).split())
+    return f"`` {text} ``" if "`" in text else f"`{text}`"
+
+
 def _conclusions_table(row: dict | None) -> list[str]:
     if not row or not row.get("conclusions"):
         return []
@@ -169,8 +176,7 @@ def _conclusions_table(row: dict | None) -> list[str]:
            "|---|---|---|---|---|---|"]
     for c in row["conclusions"]:
         power = (c.get("power") or {}).get("status", "–")
-        name = c["name"].replace("|", "\\|")
-        out.append(f"| `{name}` | {c['kind']} | {_fmt(c.get('tightness'))} | {c['instances']} / {c['excluded']} | "
+        out.append(f"| {code_cell(c['name'])} | {c['kind']} | {_fmt(c.get('tightness'))} | {c['instances']} / {c['excluded']} | "
                    f"{c['counterexamples']} | {power} |")
     return out + ["", "Power: whether a bound made too small by half is detected by the same run "
                   "(`prefalign verify power`).", ""]
@@ -231,9 +237,8 @@ def symbolic_page(stmt, row: dict | None) -> str:
     if checks:
         lines += ["## Sub-checks", "", "| sub-check | verified | residual |", "|---|---|---|"]
         for name, c in checks.items():
-            res = str(c.get("residual", "")).replace("|", "\\|")
-            lines.append(f"| `{name.replace('|', chr(92) + '|')}` | {'yes' if c.get('ok') else '**no**'} | "
-                         f"`{res}` |")
+            lines.append(f"| {code_cell(name)} | {'yes' if c.get('ok') else '**no**'} | "
+                         f"{code_cell(c.get('residual', ''))} |")
         lines.append("")
     lines += _conclusions_table(row)
     lines += ["## Method", "", "Every identity is decided by sympy as described in "
