@@ -37,7 +37,7 @@ Only :mod:`sim.preference` is imported; LP weights are taken as arguments. Bad i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -323,11 +323,44 @@ class LPBasis:
             raise ValueError(f"adjustment must have shape {self.adjustment.shape}; got {a.shape}")
         return b_const_B + S_B @ (self.gram @ a)
 
+    def with_duals(self, sign_duals, constraint_duals, dual_tol: float = 1e-10) -> LPBasis:
+        """This classification with the duals given: what :func:`lp_basis` returns for the same instance and
+        weights with ``sign_duals``, ``constraint_duals`` and ``dual_tol``, without building the LP again."""
+        dual_tol = _scalar(dual_tol, "dual_tol", nonneg=True)
+        R = np.array([j for kind, j in self.rows if kind == "con"], dtype=np.intp)
+        reason = "" if self.is_basis else self.reason
+        strict, nondeg, reason = _complementarity(np.asarray(self.active), R, self.is_basis, reason, sign_duals,
+                                                  constraint_duals, dual_tol)
+        return replace(self, strictly_complementary=strict, nondegenerate=nondeg, reason=reason)
+
     def solve(self, adjustment=None) -> np.ndarray:
         """Eq 8: ``μ = M_B⁻¹ b_B(A')`` (default ``A' = A`` of the instance)."""
         _, M_B, _, _ = self.basis("solve eq 8 on")
         a = self.adjustment if adjustment is None else adjustment
         return np.linalg.solve(M_B, self.rhs_B(a))
+
+
+def _complementarity(active: np.ndarray, R: np.ndarray, is_basis: bool, reason: str, sign_duals,
+                     constraint_duals, dual_tol: float) -> tuple[bool | None, bool | None, str]:
+    """``(strictly_complementary, nondegenerate, reason)`` of :func:`lp_basis` from its active rows (the equality
+    first, then ``m`` sign rows, then the rows ``R``) and the duals (both None: unknown)."""
+    m = active.shape[0] - 1 - R.size
+    strict: bool | None = None
+    if sign_duals is not None:
+        sd = _arr(sign_duals, "sign_duals", ndim=1)
+        cd = _arr(constraint_duals, "constraint_duals", ndim=1)
+        if sd.shape != (m,) or cd.shape != (m,):
+            raise ValueError(
+                f"sign_duals and constraint_duals must have shape ({m},); got {sd.shape} and {cd.shape}"
+            )
+        duals = np.concatenate([[np.inf], sd, cd[R]])
+        act_ineq = active.copy()
+        act_ineq[0] = False
+        strict = bool(np.all(np.abs(duals[act_ineq]) > dual_tol))
+        if is_basis and not strict:
+            reason = "an active inequality has a zero dual (no strict complementarity)"
+    nondeg = strict if is_basis else False
+    return strict, nondeg, reason
 
 
 def lp_basis(
@@ -440,31 +473,13 @@ def lp_basis(
     elif rank != m:
         reason = f"active rows are linearly dependent (rank {rank} < m={m})"
 
-    strict: bool | None = None
     if (sign_duals is None) != (constraint_duals is None):
         raise ValueError(
             "give both sign_duals and constraint_duals or neither; got "
             f"sign_duals={'None' if sign_duals is None else 'array'}, "
             f"constraint_duals={'None' if constraint_duals is None else 'array'}"
         )
-    if sign_duals is not None:
-        sd = _arr(sign_duals, "sign_duals", ndim=1)
-        cd = _arr(constraint_duals, "constraint_duals", ndim=1)
-        if sd.shape != (m,) or cd.shape != (m,):
-            raise ValueError(
-                f"sign_duals and constraint_duals must have shape ({m},); got {sd.shape} and {cd.shape}"
-            )
-        duals = np.concatenate([[np.inf], sd, cd[R]])
-        act_ineq = active.copy()
-        act_ineq[0] = False
-        strict = bool(np.all(np.abs(duals[act_ineq]) > dual_tol))
-        if is_basis and not strict:
-            reason = "an active inequality has a zero dual (no strict complementarity)"
-    nondeg: bool | None
-    if not is_basis:
-        nondeg = False
-    else:
-        nondeg = strict
+    strict, nondeg, reason = _complementarity(active, R, is_basis, reason, sign_duals, constraint_duals, dual_tol)
 
     basis_rows: np.ndarray | None = None
     M_B = b_B = b0_B = S_B = None
@@ -551,14 +566,14 @@ class ClientBasis:
 
 
 def client_basis(losses, pref, gram, weights, mode: str, *, dual_tol: float = 1e-10) -> ClientBasis:
-    """Classify one client's LP solution (two passes of :func:`lp_basis`: rows, then duals)."""
+    """Classify one client's LP solution (:func:`lp_basis`, then :meth:`LPBasis.with_duals` with its duals)."""
     if mode != "balance":
         return ClientBasis(None, False, 0.0)
     info = lp_basis(losses, pref, gram, weights)
     if not info.is_basis:
         return ClientBasis(info, False, 0.0)
     sd, cd, feas, min_abs = basis_duals(info)
-    info = lp_basis(losses, pref, gram, weights, sign_duals=sd, constraint_duals=cd, dual_tol=dual_tol)
+    info = info.with_duals(sd, cd, dual_tol)
     return ClientBasis(info, feas, min_abs)
 
 

@@ -158,3 +158,23 @@ def test_report_resume_refuses_when_a_kept_file_is_missing(tmp_path, no_statemen
         (out / damage).unlink()
     with pytest.raises(ResultLogError, match=message):
         build_report(out, ids=RESUME_IDS, studies=False, progress=lambda _: None, resume=True)
+
+
+def test_instances_rows_are_the_bytes_pandas_writes(tmp_path):
+    """The fast instances.csv writer gives the bytes of DataFrame.to_csv(float_format="%.10g"): NaN ratios, inf,
+    signed zeros, subnormals, large and small magnitudes, labels with a comma, a quote or a newline."""
+    import numpy as np
+
+    from verification.evidence import Evidence
+    from verification.report import _append_instances, _instances_frame
+
+    rng = np.random.default_rng(3)
+    lhs = np.concatenate([rng.standard_normal(200) * 10.0 ** rng.integers(-300, 300, 200),
+                          [0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, 1.0, 1e16, 123456789.123]])
+    rhs = np.concatenate([rng.standard_normal(200), [1.0, 0.0, -1.0, 2.0, 3.0, 1e-310, np.nan, 7.0, 0.1]])
+    labels = np.array(["holds", "a, b", 'say "x"', "two\nlines", "plain"] * 41 + ["x"] * 4, dtype=object)
+    ev = Evidence(id="T.1", name="t", verdict="holds", lhs=lhs, rhs=rhs, labels=labels)
+    path = tmp_path / "instances.csv"
+    _append_instances(path, "T.1", ev)
+    want = _instances_frame("T.1", ev).to_csv(index=False, header=False, float_format="%.10g", lineterminator="\n")
+    assert path.read_text(encoding="utf-8") == want

@@ -28,6 +28,7 @@ Progress goes to stderr while it runs; a one-screen summary is returned for the 
 
 from __future__ import annotations
 
+import csv
 import dataclasses
 import html
 import json
@@ -196,9 +197,21 @@ def _instances_frame(sid: str, ev: Evidence) -> pd.DataFrame:
                          "ratio": ratio, "conclusion": ev.labels})
 
 
+def _csv_floats(x: np.ndarray) -> list[str]:
+    """``x`` as ``DataFrame.to_csv(float_format="%.10g")`` writes it: ``%.10g`` per entry, NaN as an empty field."""
+    return ["" if v != v else f"{v:.10g}" for v in np.asarray(x, dtype=np.float64).tolist()]
+
+
 def _append_instances(path: Path, sid: str, ev: Evidence) -> None:
+    """Append the rows of ``sid`` to ``instances.csv``: the bytes of ``_instances_frame(sid, ev).to_csv(...,
+    float_format="%.10g")`` (a test holds them equal), written by the csv module from preformatted columns, several
+    times faster than pandas' per-cell formatter on the report's 10⁶ rows."""
+    frame = _instances_frame(sid, ev)
+    cols = [[sid] * len(frame), frame["instance"].tolist(), _csv_floats(frame["lhs"].to_numpy()),
+            _csv_floats(frame["rhs"].to_numpy()), _csv_floats(frame["ratio"].to_numpy()),
+            ["" if c is None or c != c else c for c in frame["conclusion"].tolist()]]
     with open(path, "a", encoding="utf-8", newline="") as fh:
-        _instances_frame(sid, ev).to_csv(fh, index=False, header=False, float_format="%.10g", lineterminator="\n")
+        csv.writer(fh, lineterminator="\n").writerows(zip(*cols, strict=True))
         fh.flush()
         os.fsync(fh.fileno())
 
