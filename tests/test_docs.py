@@ -113,7 +113,7 @@ def test_llm_page_lists_the_actions_of_the_llm_parser():
 
     assert "{{ actions llm }}" in (ROOT / "docs" / "llm-runs.md").read_text()
     leaves = [" ".join(w) for w, _, _ in docs_hooks._leaf_actions(build_parser())]
-    assert leaves[:2] == ["data build", "data stats"] and "probe dpo" in leaves
+    assert {"data build", "data stats", "probe dpo"} <= set(leaves)
     table = docs_hooks.actions_table("llm").splitlines()
     assert len(table) == 2 + len(leaves)
     for row, leaf in zip(table[2:], leaves, strict=True):
