@@ -692,7 +692,7 @@ def _directions(ev: Evaluation, lam, direction: str, cfg, *, where: str, clients
 class _Recorder:
     """Collects per-round column arrays; builds one DataFrame at the end."""
 
-    def __init__(self) -> None:
+    def __init__(self):
         self.parts: list[dict] = []
 
     def add(self, **cols) -> None:
@@ -1265,11 +1265,12 @@ def run_algorithm(source, config: AlgorithmConfig, rng: np.random.Generator, *, 
     check_psi_star(src, train)
 
     clus = clustering_step(src, train, w_ref, cfg.cluster, rng)
+    keep: dict[str, Any]  # the keyword arguments every phase takes
     outputs: dict = {"w_I": [], "w_II": [], "w_FA": []}
     phases: dict = {}
     frames = []
     fa_cfg = cfg.phase1 if cfg.fedavg is None else cfg.fedavg
-    keep: dict[str, Any] = dict(progress=progress, keep_trajectory=keep_trajectory)
+    keep = dict(progress=progress, keep_trajectory=keep_trajectory)
     for c, members in enumerate(clus.clusters):
         cl = train[members]
         rho = _rho_for(src, cl, cfg.rho)
@@ -1277,8 +1278,8 @@ def run_algorithm(source, config: AlgorithmConfig, rng: np.random.Generator, *, 
         p2 = phase2(src, cl, p1.w, cfg.phase2, rng, rho=rho, cluster=c, round_offset=cfg.phase1.rounds,
                     B_start=p1.B, **keep)
         fa = fedavg(src, cl, w_ref, fa_cfg, rng, rho=rho, cluster=c, **keep)
-        for name, res in (("w_I", p1), ("w_II", p2), ("w_FA", fa)):
-            outputs[name].append(res.w)
+        for name, phase_res in (("w_I", p1), ("w_II", p2), ("w_FA", fa)):
+            outputs[name].append(phase_res.w)
         phases[c] = dict(phase1=p1, phase2=p2, fedavg=fa)
         frames += [p1.records, p2.records, fa.records]
     w_I, w_II, w_FA = (xp.stack(outputs[name]) for name in ("w_I", "w_II", "w_FA"))
@@ -1302,10 +1303,10 @@ def run_algorithm(source, config: AlgorithmConfig, rng: np.random.Generator, *, 
         for name, (starts, acfg) in runs.items():
             if progress is not None:
                 progress(name, 0, 1)
-            ad = pipeline1(src, new, starts, acfg, batches=batches, phase=name, cluster=assign,
-                           keep_trajectory=keep_trajectory)
-            adaptation[name] = ad
-            frames.append(ad.records)
+            res = pipeline1(src, new, starts, acfg, batches=batches, phase=name, cluster=assign,
+                            keep_trajectory=keep_trajectory)
+            adaptation[name] = res
+            frames.append(res.records)
             if progress is not None:
                 progress(name, 1, 1)
         if progress is not None:
