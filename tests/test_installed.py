@@ -128,6 +128,8 @@ def test_report_draws_its_figures(installed):
 def test_llm_data_file_is_shipped_and_needs_no_torch(installed):
     bin_dir, _, work = installed
     assert _run([bin_dir / "python", "-c", "import torch"], work).returncode != 0  # the llm extra is not installed
+    proc = _run([bin_dir / "prefalign", "--help"], work)  # lists the llm actions from llm_runs' parser
+    assert proc.returncode == 0 and "data build|stats" in proc.stdout, proc.stderr
     proc = _run([bin_dir / "prefalign", "llm", "data", "stats", "--json"], work)
     assert proc.returncode == 0, proc.stderr
     assert len(json.loads(proc.stdout)["objectives"]) == 5
