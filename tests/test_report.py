@@ -178,3 +178,13 @@ def test_instances_rows_are_the_bytes_pandas_writes(tmp_path):
     _append_instances(path, "T.1", ev)
     want = _instances_frame("T.1", ev).to_csv(index=False, header=False, float_format="%.10g", lineterminator="\n")
     assert path.read_text(encoding="utf-8") == want
+
+
+def test_sentences_in_markdown_are_written_as_html():
+    """The dashboard's own Markdown sentences (budget, sweep, study notes) show code and emphasis, not the marks;
+    the stars of formulas (J*, psi*, a * b) stay as written, and the rest is escaped."""
+    from verification.report import _inline_html
+
+    text = "ratio = NaN in `points`; *confirmed* when J* and psi_i* hold, a * b < c"
+    assert _inline_html(text) == ("ratio = NaN in <code>points</code>; <i>confirmed</i> when J* and psi_i* hold, "
+                                  "a * b &lt; c")

@@ -813,7 +813,7 @@ def dashboard_html(res: ReportResult, results, study_results, *, scale: str, see
     if study_results:
         body.append("<h2>Studies the paper did not carry out</h2>")
         for st in study_results:
-            body.append(f"<h3>{esc(st.id)}: {esc(st.name)}</h3><p>{esc(st.notes)}</p>"
+            body.append(f"<h3>{esc(st.id)}: {esc(st.name)}</h3><p>{_inline_html(st.notes)}</p>"
                         f"<pre>{esc(json.dumps(to_jsonable(st.summary), indent=1)[:3000])}</pre>")
     return ("<!doctype html><html><head><meta charset='utf-8'>"
             "<meta name='viewport' content='width=device-width, initial-scale=1'><title>prefalign-verify dashboard</title>"
