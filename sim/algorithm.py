@@ -944,7 +944,7 @@ def _federated(src: Source, clients, w0, rho, rng, *, phase: str, rounds: int, l
                 if k == 0 and first is not None:
                     dr = first
                 else:
-                    ev = _evaluate(src, W, clients, None if batch is None else batches[k],
+                    ev = _evaluate(src, W, clients, None if batches is None else batches[k],
                                    where=f"{where} step {k}", step_size=eta_inner)
                     dr = _directions(ev, lam, direction, cfg, where=f"{where} step {k}", clients=clients)
                     del ev
@@ -1155,13 +1155,11 @@ def pipeline1(source, clients, w0, config: AdaptConfig, rng: np.random.Generator
     n, n_w, K, S = clients.size, src.n_params, config.K, config.S
     W = _check_point(src, w0, "w0", rows=n)
     xp = array_namespace(W)
-    if batches is None:
-        batches = draw_batches(src, clients, K, S, _check_rng(rng))
-    batches = np.asarray(batches)
-    if batches.shape != (n, K, S):
-        raise ValueError(f"batches must have shape (n={n}, K={K}, S={S}); got {batches.shape}")
+    idx = np.asarray(draw_batches(src, clients, K, S, _check_rng(rng)) if batches is None else batches)
+    if idx.shape != (n, K, S):
+        raise ValueError(f"batches must have shape (n={n}, K={K}, S={S}); got {idx.shape}")
     check_batch_size(src, clients, S, "AdaptConfig.S")
-    if config.preconditioner == "fixed" and config.P.shape != (n_w, n_w):
+    if config.preconditioner == "fixed" and config.P is not None and config.P.shape != (n_w, n_w):
         raise ValueError(f"AdaptConfig.P must have shape ({n_w}, {n_w}); got {config.P.shape}")
     lam = src.prefs[clients]
     psi_star = check_psi_star(src, clients)
@@ -1182,7 +1180,7 @@ def pipeline1(source, clients, w0, config: AdaptConfig, rng: np.random.Generator
             _adapt_records(rec, phase, k, clients, psi, psi_star, beta, None, counts, n_desc, cluster,
                            alpha_adapt=a, preconditioner=pre, batch_size=float(S), local_steps=0, extra=extra)
             break
-        ev = _evaluate(src, W, clients, batches[:, k, :], where=f"{phase} step {k}", step_size=a)
+        ev = _evaluate(src, W, clients, idx[:, k, :], where=f"{phase} step {k}", step_size=a)
         dr = _directions(ev, lam, config.direction, config, where=f"{phase} step {k}", clients=clients)
         del ev
         if config.direction == "lp":
@@ -1237,7 +1235,8 @@ def pipeline2(source, clients, w0, config: Pipeline2Config | None = None, *, clu
     total = _zero_counts()
     traj = [W] if keep_trajectory else None
     best_W, best_psi = W, np.full(n, np.inf)
-    pending = None  # (row kwargs, counts, n_desc) of the open record row
+    pending: tuple[dict[str, Any], dict[str, np.ndarray], np.ndarray] | None = None  # the open record row:
+    # (row kwargs, counts, n_desc)
 
     def flush():
         if pending is not None:
@@ -1269,6 +1268,7 @@ def pipeline2(source, clients, w0, config: Pipeline2Config | None = None, *, clu
             pending = (dict(k=k, psi=psi, psi_star=psi_star, beta=dr.beta, dr=dr, d_norm=_row_norms(src, dr.d),
                             eta_eff=eta, local_steps=1, extra=_record_metrics(src, W, clients, losses)),
                        {s: np.zeros(n, dtype=np.int64) for s in STATUSES}, np.zeros(n, dtype=np.int64))
+        assert pending is not None  # a row is opened at k = 0
         for s in STATUSES:
             pending[1][s] += dr.status == s
         pending[2][...] += dr.mode == "descent"
@@ -1333,6 +1333,7 @@ def run_algorithm(source, config: AlgorithmConfig, rng: np.random.Generator, *, 
     check_psi_star(src, train)
 
     clus = clustering_step(src, train, w_ref, cfg.cluster, rng)
+    keep: dict[str, Any]  # the keyword arguments every phase takes
     outputs: dict = {"w_I": [], "w_II": [], "w_FA": []}
     phases: dict = {}
     frames = []
@@ -1345,8 +1346,8 @@ def run_algorithm(source, config: AlgorithmConfig, rng: np.random.Generator, *, 
         p2 = phase2(src, cl, p1.w, cfg.phase2, rng, rho=rho, cluster=c, round_offset=cfg.phase1.rounds,
                     B_start=p1.B, **keep)
         fa = fedavg(src, cl, w_ref, fa_cfg, rng, rho=rho, cluster=c, **keep)
-        for name, res in (("w_I", p1), ("w_II", p2), ("w_FA", fa)):
-            outputs[name].append(res.w)
+        for name, phase_res in (("w_I", p1), ("w_II", p2), ("w_FA", fa)):
+            outputs[name].append(phase_res.w)
         phases[c] = dict(phase1=p1, phase2=p2, fedavg=fa)
         frames += [p1.records, p2.records, fa.records]
     w_I, w_II, w_FA = (xp.stack(outputs[name]) for name in ("w_I", "w_II", "w_FA"))

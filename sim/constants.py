@@ -307,14 +307,21 @@ class LPBasis:
     kappa_lp: float | None
     reason: str
 
+    def basis(self, what: str = "use") -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(basis_rows, M_B, b_const_B, S_B)``; raises ``ValueError`` with :attr:`reason` when the active rows
+        are not a basis (``what``: what needed it, for the message)."""
+        if not self.is_basis or self.basis_rows is None or self.M_B is None or self.b_const_B is None \
+                or self.S_B is None:
+            raise ValueError(f"no basis to {what}: {self.reason}")
+        return self.basis_rows, self.M_B, self.b_const_B, self.S_B
+
     def rhs_B(self, adjustment) -> np.ndarray:
         """``b_B(A') = b_const_B + S_B C A'`` for another adjustment vector ``A'`` (same basis)."""
-        if not self.is_basis:
-            raise ValueError(f"no basis to evaluate b_B on: {self.reason}")
+        _, _, b_const_B, S_B = self.basis("evaluate b_B on")
         a = _arr(adjustment, "adjustment", ndim=1)
         if a.shape != self.adjustment.shape:
             raise ValueError(f"adjustment must have shape {self.adjustment.shape}; got {a.shape}")
-        return self.b_const_B + self.S_B @ (self.gram @ a)
+        return b_const_B + S_B @ (self.gram @ a)
 
     def with_duals(self, sign_duals, constraint_duals, dual_tol: float = 1e-10) -> LPBasis:
         """This classification with the duals given: what :func:`lp_basis` returns for the same instance and
@@ -328,9 +335,9 @@ class LPBasis:
 
     def solve(self, adjustment=None) -> np.ndarray:
         """Eq 8: ``μ = M_B⁻¹ b_B(A')`` (default ``A' = A`` of the instance)."""
+        _, M_B, _, _ = self.basis("solve eq 8 on")
         a = self.adjustment if adjustment is None else adjustment
-        rhs = self.rhs_B(a)  # raises when there is no basis
-        return np.linalg.solve(self.M_B, rhs)
+        return np.linalg.solve(M_B, self.rhs_B(a))
 
 
 def _complementarity(active: np.ndarray, R: np.ndarray, is_basis: bool, reason: str, sign_duals,
@@ -440,8 +447,8 @@ def lp_basis(
     if abs(mu.sum() - 1.0) > max(feas_tol, 1e-12):
         raise ValueError(f"weights must sum to 1 (LP equality); they sum to {float(mu.sum())!r}")
     if np.any(mu < -feas_tol):
-        j = int(np.argmin(mu))
-        raise ValueError(f"weights must be >= 0 (LP sign constraints); weights[{j}] = {mu[j]!r}")
+        low = int(np.argmin(mu))
+        raise ValueError(f"weights must be >= 0 (LP sign constraints); weights[{low}] = {mu[low]!r}")
     slack = M @ mu - b
     slack[0] = 0.0
     con = slack[1 + m :]
@@ -474,13 +481,13 @@ def lp_basis(
         )
     strict, nondeg, reason = _complementarity(active, R, is_basis, reason, sign_duals, constraint_duals, dual_tol)
 
+    basis_rows: np.ndarray | None = None
+    M_B = b_B = b0_B = S_B = None
+    kappa = None
     if is_basis:
         basis_rows = np.flatnonzero(active)
         M_B, b_B, b0_B, S_B = M[basis_rows], b[basis_rows], b_const[basis_rows], S[basis_rows]
         kappa = float(lp_sensitivity(M_B, C))
-    else:
-        basis_rows = M_B = b_B = b0_B = S_B = None
-        kappa = None
 
     def ro(a):
         if a is None:
@@ -509,20 +516,21 @@ def basis_duals(info: LPBasis) -> tuple[np.ndarray, np.ndarray, bool, float]:
     Returns ``(sign_duals (m,), constraint_duals (m,), dual_feasible, min |dual| over active inequalities)``,
     in the indexing :func:`lp_basis` expects (``constraint_duals[j]`` for row ``(Cμ)_j ≥ rhs_j``).
     """
+    basis_rows, M_B, _, _ = info.basis("compute duals at")
     m = info.adjustment.shape[0]
-    y = np.linalg.solve(info.M_B.T, info.CA)
+    y = np.linalg.solve(M_B.T, info.CA)
     sign = np.zeros(m)
     con = np.zeros(m)
-    ineq = []
-    for r_idx, y_r in zip(info.basis_rows, y, strict=True):
+    duals = []
+    for r_idx, y_r in zip(basis_rows, y, strict=True):
         kind, j = info.rows[int(r_idx)]
         if kind == "sign":
             sign[j] = y_r
-            ineq.append(y_r)
+            duals.append(y_r)
         elif kind == "con":
             con[j] = y_r
-            ineq.append(y_r)
-    ineq = np.asarray(ineq)
+            duals.append(y_r)
+    ineq = np.asarray(duals)
     scale = max(1.0, float(np.abs(info.CA).max()))
     feasible = bool(np.all(ineq <= 1e-12 * scale)) if ineq.size else True
     min_abs = float(np.abs(ineq).min()) if ineq.size else np.inf
@@ -548,7 +556,7 @@ class ClientBasis:
         """Identity of the basis: the index sets and the labels of the basis rows."""
         if self.info is None or not self.info.is_basis:
             return None
-        rows = tuple(self.info.rows[int(r)] for r in self.info.basis_rows)
+        rows = tuple(self.info.rows[int(r)] for r in self.info.basis()[0])
         return (tuple(self.info.J.tolist()), tuple(self.info.J_star.tolist()), rows)
 
     @property

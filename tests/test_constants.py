@@ -162,8 +162,12 @@ def test_lp_basis_classification_without_duals_and_degenerate():
     assert loose.n_active == loose.M.shape[0] > m
     assert not loose.is_basis and loose.nondegenerate is False and "degenerate" in loose.reason
     assert loose.M_B is None and loose.kappa_lp is None
-    with pytest.raises(ValueError, match="no basis"):
+    with pytest.raises(ValueError, match="no basis to solve eq 8 on: .*degenerate"):
         loose.solve()
+    with pytest.raises(ValueError, match="no basis to evaluate b_B on"):
+        loose.rhs_B(loose.adjustment)
+    with pytest.raises(ValueError, match="no basis to compute duals at"):
+        K.basis_duals(loose)
 
 
 def test_lp_basis_rejects_dom_mode_and_infeasible_weights():

@@ -19,7 +19,7 @@ from verification.llm_section import llm_command, llm_unavailable
 pytestmark = pytest.mark.llm
 
 ROOT = Path(__file__).resolve().parents[1]
-BASELINE = ROOT / "tests" / "data" / "llm_smoke_baseline.json"
+BASELINE = ROOT / "verification" / "data" / "llm_smoke_baseline.json"
 
 
 @pytest.fixture(scope="module")
