@@ -66,6 +66,7 @@ def gradient_conflict(pm, clients, *, layout: str | None = None, progress=None) 
     for i, batches in enumerate(clients):
         t0 = time.perf_counter()
         res = objective_gradients(pm, batches, layout=layout or DEFAULT_LAYOUT)
+        assert res.gram is not None  # objective_gradients forms the Gram unless asked not to
         norms = np.sqrt(np.diag(res.gram))
         cos = res.gram / np.outer(norms, norms)
         out.append({

@@ -48,6 +48,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -342,7 +343,8 @@ def _diagnostics(records: pd.DataFrame) -> dict:
     out = {}
     for phase, g in records.groupby("phase", sort=False):
         steps = g[g["lp_status"] != "none"]
-        d = {"rows": int(len(g)), "beta_max": float(g["beta"].max()), "beta_median": float(g["beta"].median())}
+        d: dict[str, Any] = {"rows": int(len(g)), "beta_max": float(g["beta"].max()),
+                             "beta_median": float(g["beta"].median())}
         for col in ("margin_Jstar", "margin_Jeps"):
             v = steps[col].dropna()
             if len(v):
@@ -486,7 +488,7 @@ def run(preset: RunPreset, out: Path, *, model_dir=None, device: str = "auto", s
     src = TorchSource(lobj, fed.prefs, fed.n_samples, timer=timer, progress=bar.update)
     w_ref = lobj.initial()
     writer = RecordWriter(out / "trajectory.csv")
-    base = {}
+    base: dict[str, np.ndarray] = {}
 
     def observe(W, clients, batches, ev):
         if not base and batches is None:
@@ -559,9 +561,10 @@ def _compare_clusterings(src, train, w_ref, clustering, preset: RunPreset, rng, 
     clustering is not trained again); records to ``out/clusterings.csv`` as they are made. Returns the records,
     their writer (None when nothing was trained), the summary entry and the planned gradient evaluations not
     made (the partitions not trained again)."""
-    parts = comparison_clusterings(clustering, rng, preset.clustering_draws)
+    parts = comparison_clusterings(clustering, rng, int(preset.clustering_draws or 0))
     own = parts[0][2]
-    train_parts, same = [], []
+    train_parts: list[tuple[str, int, list[np.ndarray]]] = []
+    same: list[tuple[str, int, list[np.ndarray]]] = []
     for name, draw, clusters in parts[1:]:
         (same if same_partition(clusters, own) else train_parts).append((name, draw, clusters))
     cw = RecordWriter(out / "clusterings.csv")

@@ -726,11 +726,9 @@ class _Recorder:
         self.sink = sink
 
     def add(self, extra: dict | None = None, **cols) -> None:
-        n = None
-        for v in cols.values():
-            if isinstance(v, np.ndarray) and v.ndim == 1:
-                n = v.shape[0]
-                break
+        n = next((v.shape[0] for v in cols.values() if isinstance(v, np.ndarray) and v.ndim == 1), None)
+        if n is None:
+            raise ValueError("a record row needs at least one per-client column")
         part = {k: (v if isinstance(v, np.ndarray) and v.ndim == 1 else np.full(n, v)) for k, v in cols.items()}
         for k, v in (extra or {}).items():
             part[k] = np.broadcast_to(np.asarray(v), (n,))
@@ -842,7 +840,8 @@ def shared_iteration(source, clients, w0, rho, eta_eff, rounds: int, *, eps_mode
 
 
 def _diagnostics(src: Source, ev: Evaluation, clients, lam, psi_star, rho, eta_eff, B_cfg, B_seen,
-                 step_dir: _Dir | None, cfg, direction, where) -> tuple[dict, float, dict | None]:
+                 step_dir: _Dir | None, cfg, direction,
+                 where) -> tuple[dict, float, dict | None, dict[str, np.ndarray] | None]:
     """Population diagnostics at the server model ``w_r`` (the population evaluation ``ev`` of every client there),
     all from ``(l, C)`` and the source's combine; ``step_dir``: the round's first step when it is this LP."""
     N = clients.size

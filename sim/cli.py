@@ -253,7 +253,7 @@ def cpu_name() -> str:
             info = [ln.split(":", 1) for ln in fh if ":" in ln]
     except OSError:
         return platform.processor() or platform.machine()
-    first = {}
+    first: dict[str, str] = {}
     for k, v in info:
         first.setdefault(k.strip(), v.strip())
     n = sum(1 for k, _ in info if k.strip() == "processor")

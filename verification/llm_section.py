@@ -130,6 +130,7 @@ def _synthetic(out: Path, seed: int, progress) -> tuple[RunRecords, list[RunReco
         every.append(run)
         if main is None:
             main = run
+    assert main is not None  # SIM_S_VALUES is not empty
     return main, every
 
 
@@ -162,8 +163,8 @@ def build_llm_section(out_dir, *, enabled: bool = True, llm_runs=None, seed: int
     pipelines = sec.llm_runs + sec.synthetic_variants
     sec.results, sec.not_run = run_llm_studies(primary, pipeline_runs=pipelines, config=config, progress=progress)
     tab = tables if tables is not None else {}
-    for r in sec.results:
-        tab[r.id] = dict(r.tables)
+    for st in sec.results:
+        tab[st.id] = dict(st.tables)
     progress("drawing the LLM figures ...")
     sec.figures, sec.missing_figures = figures.draw_all(out / "figures", [], tab, figures=LLM_FIGURES)
     sec.seconds = time.perf_counter() - t0
@@ -202,7 +203,7 @@ def _pipeline_cell(summary: dict, src: str, method: str) -> str | None:
     key = _pipeline_key(summary, src)
     v = _get(summary, src, key, method, "mean_gap_minus_pipeline2")
     K = _get(summary, src, key, method, "K")
-    return None if v is None else f"{_f(v)} (K = {K}, {key.replace('S=', 'S = ')})"
+    return None if v is None or key is None else f"{_f(v)} (K = {K}, {key.replace('S=', 'S = ')})"
 
 
 def _h8_comparison_cell(summary: dict, src: str) -> str | None:

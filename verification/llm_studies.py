@@ -51,6 +51,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -574,7 +575,7 @@ def study_h8_dispersion_run(runs: Sequence[RunRecords], config: LLMStudyConfig |
                             n_balance=int((g["lp_mode"] == "balance").sum()), same_as_stage1_stage2=False))
             lam = np.stack([run.prefs[int(i)] for i in g["client"]]) if (loss_cols and run.prefs) else None
             l = g[list(loss_cols.values())].to_numpy(np.float64) if lam is not None else None
-            if have_lp:
+            if have_lp and lp is not None and l is not None and lam is not None:
                 idx = g.index.to_numpy()
                 status, rule = _h6_status_lp(g, lp[0][idx], lp[1][idx], l, lam), "lp_inputs"
             else:
@@ -817,7 +818,7 @@ def study_pipelines_run(runs: Sequence[RunRecords], config: LLMStudyConfig | Non
     at_K = table[table["k"] == table["k_max"]]
     summary: dict = {}
     for (src, S), g in at_K.groupby(["source", "batch_size"], sort=True):
-        d = {}
+        d: dict[str, Any] = {}
         for phase, gm in g.groupby("method", sort=False):
             d[phase] = dict(K=int(gm["k_max"].iloc[0]), mean_gap=_num(gm["gap"].mean()),
                             mean_gap_minus_pipeline2=_num(gm["gap_minus_pipeline2"].mean()),
@@ -880,7 +881,7 @@ def study_preference_run(runs: Sequence[RunRecords], config: LLMStudyConfig | No
                 if i not in before.index or int(i) not in run.prefs:
                     continue
                 lam = run.prefs[int(i)]
-                for j, o in enumerate(run.objectives):
+                for j, o in enumerate(run.objectives or ()):
                     a0, a1 = float(before.at[i, acc[o]]), float(end.at[i, acc[o]])
                     l0 = float(before.at[i, hl[o]]) if hl else math.nan
                     l1 = float(end.at[i, hl[o]]) if hl else math.nan
@@ -972,6 +973,8 @@ def _reward_changes(runs: Sequence[RunRecords]) -> pd.DataFrame:
         if not cols or not run.prefs:
             continue
         g = run.generations
+        if g is None:
+            continue
         base = g[g["model"] == "w_ref"].set_index(["prompt_id", "sample"])
         for _, m in g[g["model"] != "w_ref"].groupby(["model", "cluster", "clients"], sort=False):
             label = str(m["model"].iloc[0])
@@ -982,7 +985,7 @@ def _reward_changes(runs: Sequence[RunRecords]) -> pd.DataFrame:
                 if i not in run.prefs:
                     continue
                 lam = run.prefs[i]
-                for j, o in enumerate(run.objectives):
+                for j, o in enumerate(run.objectives or ()):
                     d = m.loc[pair, cols[o]].to_numpy(np.float64) - base.loc[pair, cols[o]].to_numpy(np.float64)
                     sd = scales.get(o, math.nan)
                     se = float(d.std(ddof=1) / math.sqrt(d.size)) if d.size > 1 else math.nan

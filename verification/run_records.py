@@ -36,6 +36,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -286,7 +287,7 @@ def cluster_key(run: RunRecords) -> str:
     parameters (``params.cluster``); ``ValueError`` when the summary records neither."""
     s = run.summary
     for path in (("preset_config", "algorithm", "cluster"), ("params", "cluster")):
-        d = s
+        d: Any = s
         for k in path:
             d = d.get(k) if isinstance(d, dict) else None
         if isinstance(d, dict) and d.get("key") in ("ordering", "bottleneck"):
