@@ -42,7 +42,7 @@ def report(tmp_path_factory) -> Path:
     from verification.__main__ import main
 
     out = tmp_path_factory.mktemp("dashboard") / "report"
-    assert main(["report", *SUBSET, "--out", str(out), "--no-studies"]) == 0
+    assert main(["report", *SUBSET, "--out", str(out), "--no-studies", "--no-llm"]) == 0
     return out
 
 

@@ -119,7 +119,7 @@ def test_simulate_smoke(installed):
 
 def test_report_draws_its_figures(installed):
     bin_dir, _, work = installed
-    proc = _run([bin_dir / "prefalign", "verify", "report", "H.16", "--out", "rep", "--no-studies"], work)
+    proc = _run([bin_dir / "prefalign", "verify", "report", "H.16", "--out", "rep", "--no-studies", "--no-llm"], work)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (work / "rep" / "figures" / "mixed_cluster_penalty.png").stat().st_size > 10_000
     assert "FINDING" in (work / "rep" / "index.html").read_text()
