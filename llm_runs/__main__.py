@@ -143,7 +143,7 @@ def build_parser(prog: str = "python -m llm_runs") -> argparse.ArgumentParser:
     dp.add_argument("--lr", type=_positive_float, default=5e-4)
     dp.add_argument("--eval-every", type=_positive_int, default=5)
 
-    from llm_runs.models import RANDOM_LLAMA_SIZES
+    from llm_runs.model_sizes import RANDOM_LLAMA_SIZES
     from llm_runs.run import PRESETS
 
     r = sub.add_parser("run", help="Algorithm 1 on LoRA fine-tuning of the model (trajectory.csv, summary.json)")
