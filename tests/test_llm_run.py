@@ -261,7 +261,9 @@ def test_torch_quadratic_source_matches_the_numpy_source(quad_pair):
     a = al.run_algorithm(fam, cfg, np.random.default_rng(5), **ka)
     b = al.run_algorithm(tq, cfg, np.random.default_rng(5), keep_trajectory=False, **ka)
     _same_records(a.records, b.records, "run_algorithm")
-    assert [c for c in b.records.columns if c not in al.RECORD_COLUMNS] == ["loss_q0", "loss_q1", "loss_q2"]
+    lp_inputs = list(al.lp_input_columns(np.zeros((1, 3, 3)), np.zeros((1, 3))))  # gram_<j>_<k>, mu_<j>
+    assert [c for c in b.records.columns if c not in al.RECORD_COLUMNS] == ["loss_q0", "loss_q1", "loss_q2",
+                                                                           *lp_inputs]
 
 
 # ------------------------------------------------------------------------------------------------ records
@@ -277,7 +279,8 @@ def test_rows_stream_as_made_and_losses_become_columns(src_obj):
     pd.testing.assert_frame_equal(streamed, res.records, check_dtype=False)
     extra = [c for c in res.records.columns if c not in al.RECORD_COLUMNS]
     assert extra == [f"{k}_{o}" for k in ("loss",) for o in ORDERS] + [
-        f"heldout_{k}_{o}" for o in ORDERS for k in ("loss", "acc")]
+        f"heldout_{k}_{o}" for o in ORDERS for k in ("loss", "acc")] + list(
+        al.lp_input_columns(np.zeros((1, len(ORDERS), len(ORDERS))), np.zeros((1, len(ORDERS)))))
     lam = src.prefs[res.records["client"].to_numpy()]
     L = res.records[[f"loss_{o}" for o in ORDERS]].to_numpy()
     np.testing.assert_allclose(res.records["psi"], (lam * L).max(axis=1), rtol=1e-15)
