@@ -186,7 +186,7 @@ class TorchQuadratic:
     written in torch (float64); gradients by autograd, one objective at a time."""
 
     def __init__(self, problem, samples):
-        t = lambda a: torch.as_tensor(np.asarray(a), dtype=torch.float64)  # noqa: E731
+        t = lambda a: torch.as_tensor(np.array(a, dtype=np.float64))  # noqa: E731
         self.c, self.Q, self.b = t(problem._centres_all()), t(problem.hessians), t(problem.offsets)
         self.xi = [t(x) for x in samples.noise]
         self.kappa = t(samples.kappa)
