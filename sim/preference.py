@@ -420,10 +420,11 @@ def ray_point(psi, prefs, *, validate: bool = True) -> np.ndarray:
     lam = check_preferences(prefs) if validate else np.asarray(prefs, dtype=np.float64)
     psi = np.asarray(psi, dtype=np.float64)
     if validate:
-        if not np.all(np.isfinite(psi)):
-            raise ValueError(f"psi must be finite; got {psi!r}")
-        if np.any(psi <= 0):
-            raise ValueError(f"psi must be strictly positive; got {psi!r}")
+        for bad, what in ((~np.isfinite(psi), "finite"), (psi <= 0, "strictly positive")):
+            if bad.any():
+                at = _first_bad(bad)
+                where = f"entry {at} is" if at else "got"
+                raise ValueError(f"psi must be {what}; {where} {float(psi[at])!r}")
     with np.errstate(over="ignore"):
         q = psi[..., None] / lam
     if validate and not np.all(np.isfinite(q)):
