@@ -426,7 +426,8 @@ def _recover(c, D, e, basis, reduced, xB):
     if redo.any():
         mu_r = _weights(_resolve_basis(D[redo], e[redo], basis[redo]), basis[redo], m)
         mu[redo] = mu_r
-        kkt[redo] = _certificate(c[redo], D[redo], e[redo], mu_r, y[redo])
+        kkt[redo] = np.maximum(_certificate(c[redo], D[redo], e[redo], mu_r, y[redo]),
+                               _feasibility_residual(D[redo], e[redo], mu_r))
     nonbasic = np.ones(reduced.shape, dtype=bool)
     np.put_along_axis(nonbasic, basis, False, axis=1)
     unique = np.all(~nonbasic | (reduced < -_UNIQUE_TOL), axis=1)
