@@ -286,7 +286,7 @@ class PreferenceParts:
         S = u.mean(axis=-1, keepdims=True)  # (1/m) Σ e^d - 1
         L = np.log1p(S)  # log((1/m) Σ e^d)
         ed = 1.0 + u
-        self.lhat = ed / (m * (1.0 + S))
+        self.lhat = np.exp(d) / (m * (1.0 + S))  # e^d, not 1 + expm1(d): small entries keep their relative accuracy
         self.x = d - L
         first = (ed * d).mean(axis=-1) / (1.0 + S[..., 0])
         # β = Σ ĺ_j d_j - log((1/m) Σ e^{d_j}) >= 0 (a KL divergence); clip the last-ulp roundoff below 0.

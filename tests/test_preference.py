@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from error_patterns import float_value, names
@@ -13,6 +15,7 @@ from sim.preference import (
     bottleneck_set,
     chebyshev,
     check_gram,
+    check_losses,
     check_preferences,
     check_shapes,
     jstar_log_tolerance,
@@ -577,3 +580,70 @@ def test_ray_point_overflow_names_the_entry_without_a_warning():
         with pytest.raises(ValueError, match=names("ray_point overflows", r"index \(1, 0\)", r"psi = 1e\+308",
                                                    r"prefs entry 0\.001")):
             ray_point([1.0, 1e308], [0.001, 0.999])
+
+
+def test_preference_dtype_tolerance_and_renormalisation():
+    """Rows must sum to 1 within max(SIMPLEX_ATOL, 2·m·ε_dtype) of the input dtype; accepted rows come back as
+    float64 λ/Σλ."""
+    from sim.preference import SIMPLEX_ATOL, simplex_tolerance
+
+    assert simplex_tolerance(np.float64, 3) == SIMPLEX_ATOL == 1e-9
+    assert simplex_tolerance(np.float32, 3) == 6 * float(np.finfo(np.float32).eps)
+    assert simplex_tolerance(np.float16, 2) == 4 * float(np.finfo(np.float16).eps)
+    assert simplex_tolerance(np.int64, 3) == simplex_tolerance(np.dtype(object), 50) == SIMPLEX_ATOL
+    assert simplex_tolerance(np.float64, 10**8) == 2e8 * EPS  # many objectives: m·ε beats 1e-9
+    lam32 = np.array([[0.2, 0.3, 0.5], [0.1, 0.1, 0.8]], dtype=np.float32)
+    out = check_preferences(lam32)
+    assert out.dtype == np.float64
+    np.testing.assert_array_equal(out, lam32.astype(np.float64) / lam32.astype(np.float64).sum(axis=1, keepdims=True))
+    near = np.array([0.2, 0.3, 0.5 + 5e-10])  # within 1e-9: accepted, renormalised
+    np.testing.assert_array_equal(check_preferences(near), near / near.sum())
+    with pytest.raises(ValueError, match=names(r"\bprefs\b", r"tolerance 7\.2e-07 for float32", r"row \(1,\)")):
+        check_preferences(np.array([[0.2, 0.3, 0.5], [0.2, 0.31, 0.5]], dtype=np.float32))
+    with pytest.raises(ValueError, match=names(r"\bweights\b", r"tolerance 1\.0e-09 for float64", "sums to 1.000000002")):
+        check_preferences([0.2, 0.3, 0.5 + 2e-9], name="weights")
+
+
+@pytest.mark.parametrize(
+    "value, pattern",
+    [
+        (np.array([1.0 + 1j, 2.0]), names(r"\bvals\b", "must be real", "complex")),
+        (np.array([True, False]), names(r"\bvals\b", "not booleans")),
+        (["a", "b"], names(r"\bvals\b", "numeric array", "'a'")),
+        ([[1.0, 2.0], [3.0]], names(r"\bvals\b", "numeric array")),
+    ],
+)
+def test_non_real_inputs_are_refused_naming_the_argument(value, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        check_losses(value, name="vals")
+    with pytest.raises(ValueError, match=pattern):
+        check_preferences(value, name="vals")
+
+
+@pytest.mark.parametrize("tol", [-0.1, float("nan"), "0.1x", None])
+def test_bottleneck_set_refuses_a_bad_tolerance(tol):
+    with pytest.raises(ValueError, match=names(r"\btol\b", ">= 0", re.escape(repr(tol)))):
+        bottleneck_set(GOLD_L, GOLD_LAM, tol=tol)
+
+
+def test_centring_of_the_logarithms_does_not_change_the_values():
+    """Spreads just below and above the switch from mean- to max-centred logarithms (50 in log units), and far
+    beyond it (1500: e^d would overflow if centred on the mean): β and ĺ against 60-digit arithmetic, ĺ to 1e-13
+    relative in every entry (computed as 1 + expm1(d), an entry of 1.7e-22 came out as 0 at spread 50.1, and one of
+    1.3e-11 with a relative error of 3e-6)."""
+    import mpmath as mp
+
+    lam = np.array([0.25, 0.25, 0.5])
+    for spread in (49.9, 50.1, 700.0, 1500.0):
+        l = np.array([np.exp(spread / 2) if spread < 1400 else 1e300, 1.0, 1.0]) / lam
+        l[1] = l[0] * np.exp(-spread) if spread < 1400 else 1e-300 / lam[1]
+        w = [mp.mpf(float(a)) * mp.mpf(float(b)) for a, b in zip(l, lam, strict=True)]
+        with mp.workdps(60):
+            Z = mp.fsum(w)
+            lhat = [x / Z for x in w]
+            beta = float(mp.fsum(p * mp.log(3 * p) for p in lhat))
+            lhat = np.array([float(p) for p in lhat])
+        b, A = uniformity_and_adjustment(l, lam)
+        assert b == pytest.approx(beta, rel=1e-14)
+        np.testing.assert_allclose(normalized_losses(l, lam), lhat, rtol=1e-13, atol=1e-300)
+        assert np.all(np.isfinite(A)) and abs(A @ (l / l.max())) <= 1e-13 * np.abs(A).max()
