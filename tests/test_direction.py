@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from error_patterns import float_value, names
@@ -621,3 +623,167 @@ def test_balance_and_relaxed_lps_are_never_declared_infeasible_on_mixed_magnitud
     for eps_mode in (1e-4, 10.0):
         res = lp_direction(l, lam, C, eps_mode=eps_mode)
         assert res.status_counts()["infeasible"] == 0, np.flatnonzero(res.status == "infeasible")
+
+
+# ------------------------------------------------------------------------ the LPs as the module docstring states them
+
+
+def _docstring_lp(l, lam, C, eps_mode, descent):
+    """Optimal value of the EPO direction LP of one generic instance, built here from the module docstring (not from
+    sim.direction's builder) and solved by HiGHS; None if infeasible. Generic data: no entry of CA, no weighted loss
+    and no β within the resolution of a threshold, so the roundoff rules R1-R5 play no part."""
+    from scipy.optimize import linprog
+
+    from sim.preference import uniformity_and_adjustment
+
+    beta, A = uniformity_and_adjustment(l, lam)
+    CA = C @ A
+    m = len(l)
+    w = lam * l
+    J, J_star = CA > 0, w == w.max()
+    rows, rhs = [], []
+    if beta > eps_mode:
+        c = CA
+        for j in range(m):
+            if not J.any() or J_star[j]:
+                rows.append(C[j]), rhs.append(0.0)
+            elif not J[j]:
+                rows.append(C[j]), rhs.append(CA[j])
+    else:
+        c = C.sum(axis=0)
+        rows, rhs = list(C), [0.0] * m
+        if descent == "restricted":
+            rows.append(CA), rhs.append(min(CA.max(), 0.0))
+    s = np.abs(c).max()
+    scale = np.maximum(np.abs(np.array(rows)).max(axis=1), np.abs(rhs))
+    res = linprog(-c / s, A_ub=-np.array(rows) / scale[:, None], b_ub=-np.array(rhs) / scale, A_eq=np.ones((1, m)),
+                  b_eq=[1.0], bounds=[(0, None)] * m, method="highs",
+                  options={"primal_feasibility_tolerance": 1e-10, "dual_feasibility_tolerance": 1e-10})
+    assert res.status in (0, 2)
+    return None if res.status == 2 else -res.fun * s
+
+
+@pytest.mark.parametrize("descent", ["restricted", "relaxed"])
+@pytest.mark.parametrize("eps_mode", [1e-4, 10.0])
+def test_lp_is_the_one_the_docstring_states(eps_mode, descent):
+    """The LP that lp_direction solves (balancing with rows J̄ ∖ J* at (CA)_j and J* at 0, or all rows at 0 when
+    J = ∅; uniform descent with Cμ >= 0 and, restricted, μᵀCA >= min(max_j (CA)_j, 0)) against the same LP built
+    independently from the docstring: same feasibility, optimal values within 1e-9 of the objective's scale."""
+    losses, prefs, _, C = _f6(np.random.default_rng(37), 100, 3, n_w=4)
+    res = lp_direction(losses, prefs, C, eps_mode=eps_mode, descent=descent, on_infeasible="fallback_preference")
+    assert not res.ambiguous.any()
+    statuses = set()
+    for i in range(len(losses)):
+        v = _docstring_lp(losses[i], prefs[i], C[i], eps_mode, descent)
+        statuses.add(str(res.status[i]))
+        if v is None:
+            assert res.status[i] == "fallback", i
+            continue
+        assert res.status[i] == "optimal", i
+        CA = C[i] @ res.adjustment[i]
+        scale = np.abs(CA if res.mode[i] == "balance" else C[i].sum(axis=0)).max()
+        assert abs(res.objective[i] - v) <= 1e-9 * scale, (i, res.objective[i], v)
+    if eps_mode == 10.0 and descent == "restricted":
+        assert statuses == {"optimal", "fallback"}  # both outcomes of the restricted LP are checked
+
+
+# ---------------------------------------------------------------------------------- options, policies, reference
+
+
+@pytest.mark.parametrize(
+    "kwargs, pattern",
+    [
+        (dict(max_iter=0), r"max_iter must be an integer >= 1 or None; got 0"),
+        (dict(max_iter=-1), r"max_iter must be an integer >= 1 or None; got -1"),
+        (dict(max_iter=2.5), r"max_iter must be an integer >= 1 or None; got 2\.5"),
+        (dict(max_iter=True), r"max_iter must be an integer >= 1 or None; got True"),
+        (dict(eps_mode="1e-4"), r"eps_mode must be a real number; got '1e-4' \(str\)"),
+        (dict(eps_mode=True), r"eps_mode must be a real number; got True \(bool\)"),
+        (dict(eps_mode=np.nan), r"eps_mode must be a finite number >= 0; got nan"),
+        (dict(tol_Jstar=None), r"tol_Jstar must be a real number; got None \(NoneType\)"),
+        (dict(tol_Jstar=-np.inf), r"tol_Jstar must be a finite number >= 0; got -inf"),
+    ],
+)
+def test_options_are_validated_naming_the_value(kwargs, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        lp_direction([1.0, 2.0], [0.5, 0.5], np.eye(2), **kwargs)
+
+
+def test_valid_options_of_every_numeric_type_are_accepted():
+    a = lp_direction([1.0, 2.0], [0.5, 0.5], np.eye(2), eps_mode=0, tol_Jstar=np.float32(0.0), max_iter=np.int64(20))
+    b = lp_direction([1.0, 2.0], [0.5, 0.5], np.eye(2), eps_mode=0.0, tol_Jstar=0.0, max_iter=1)
+    np.testing.assert_array_equal(a.weights, b.weights)
+    assert str(b.status) == "optimal"  # one pivot suffices here
+
+
+def test_raise_policy_messages_name_the_instances():
+    losses, prefs, _, C = _f6(np.random.default_rng(9), 600, 3)
+    fb = lp_direction(losses, prefs, C, eps_mode=10.0, on_infeasible="fallback_preference")
+    bad = np.flatnonzero(fb.status == "fallback")
+    assert bad.size > 10
+    msg = (rf"restricted descent LP infeasible for {bad.size} instance\(s\) \(flat indices "
+           rf"{re.escape(str(bad[:10].tolist()))} \.\.\.\)")
+    with pytest.raises(LPInfeasibleError, match=msg):
+        lp_direction(losses, prefs, C, eps_mode=10.0, on_infeasible="raise")
+    few = bad[:3]
+    with pytest.raises(LPInfeasibleError, match=r"for 3 instance\(s\) \(flat indices \[0, 1, 2\]\); use"):
+        lp_direction(losses[few], prefs[few], C[few], eps_mode=10.0, on_infeasible="raise")
+    res = lp_direction(losses, prefs, C, max_iter=1, on_infeasible="fallback_preference")
+    stopped = np.flatnonzero(res.status == "iteration_limit")
+    assert 0 < stopped.size
+    with pytest.raises(LPInfeasibleError, match=rf"LP not solved for {stopped.size} instance\(s\) \(flat indices "
+                       rf"{re.escape(str(stopped[:10].tolist()))}, statuses \['iteration_limit'\]\)"):
+        lp_direction(losses, prefs, C, eps_mode=1e-4, max_iter=1, on_infeasible="raise")
+
+
+def test_fallback_weights_are_the_normalised_preference():
+    """μ = λ / Σλ also when validation (and with it the renormalisation of λ) is skipped."""
+    losses, prefs, _, C = _restricted_infeasible(np.random.default_rng(9))
+    off = prefs * (1.0 + 1e-9)
+    fb = lp_direction(losses, off, C, eps_mode=10.0, on_infeasible="fallback_preference", validate=False)
+    assert np.all(fb.status == "fallback")
+    np.testing.assert_allclose(fb.weights, off / off.sum(axis=1, keepdims=True), rtol=1e-15, atol=0)
+
+
+def test_validate_false_converts_to_float64():
+    """Inputs numpy keeps as objects (exact Fractions, Python integers) are converted without validation too."""
+    from fractions import Fraction
+
+    rng = np.random.default_rng(38)
+    losses, prefs = np.exp(rng.normal(size=(5, 3))), rng.dirichlet(np.ones(3), 5)
+    G = rng.integers(-3, 4, (5, 4, 3)).astype(float)
+    C = np.swapaxes(G, 1, 2) @ G  # integer entries, exact as Fractions
+    Cq = np.array([[[Fraction(float(x)) for x in row] for row in Ci] for Ci in C], dtype=object)
+    lq = np.array([[Fraction(float(x)) for x in row] for row in losses], dtype=object)
+    want = lp_direction(losses, prefs, C, validate=False)
+    got = lp_direction(lq, prefs.astype(object), Cq, validate=False)
+    for name in ("weights", "objective", "gain", "beta"):
+        v = getattr(got, name)
+        assert v.dtype == np.float64, name
+        np.testing.assert_array_equal(v, getattr(want, name), err_msg=name)
+
+
+def test_reference_maps_highs_failures_to_statuses(monkeypatch):
+    """HiGHS status 2 is "infeasible" (then the policy applies), 1 "iteration_limit", others "solver_error"; the
+    unsolved instances are NaN and the iteration counts are HiGHS's."""
+    import scipy.optimize
+
+    from sim.direction import STATUSES
+
+    losses, prefs, _, C = _f6(np.random.default_rng(39), 8, 3)
+    ref = lp_direction_reference(losses, prefs, C)
+    assert np.all(ref.iterations >= 0) and ref.iterations.max() > 0
+    real = scipy.optimize.linprog
+    calls = iter([1, 4, 0, 0, 0, 0, 0, 0])
+
+    def fake(*args, **kwargs):
+        res = real(*args, **kwargs)
+        res.status = next(calls)
+        return res
+
+    monkeypatch.setattr(scipy.optimize, "linprog", fake)
+    out = lp_direction_reference(losses, prefs, C)
+    assert out.status[:2].tolist() == ["iteration_limit", "solver_error"] and set(STATUSES) >= set(out.status)
+    assert np.all(np.isnan(out.weights[:2])) and np.all(np.isnan(out.kkt_residual[:2]))
+    np.testing.assert_array_equal(out.weights[2:], ref.weights[2:])
+    np.testing.assert_array_equal(out.kkt_residual[2:], 0.0)
