@@ -787,3 +787,16 @@ def test_reference_maps_highs_failures_to_statuses(monkeypatch):
     assert np.all(np.isnan(out.weights[:2])) and np.all(np.isnan(out.kkt_residual[:2]))
     np.testing.assert_array_equal(out.weights[2:], ref.weights[2:])
     np.testing.assert_array_equal(out.kkt_residual[2:], 0.0)
+
+
+def test_infeasible_policy_applies_to_the_restriction_row_only():
+    """on_infeasible concerns the restricted descent LP, whose extra row can make it infeasible. A relaxed descent LP
+    that is infeasible (impossible for a PSD Gram matrix; here C = -I, passed with validate=False: Cμ >= 0 has no
+    point on the simplex) stays "infeasible" with NaN weights under every policy, and "raise" says it was not
+    solved."""
+    l, lam, C = np.array([1.0, 2.0, 1.5]), np.array([0.2, 0.3, 0.5]), -np.eye(3)
+    for policy in ("relaxed", "fallback_preference"):
+        res = lp_direction(l, lam, C, eps_mode=10.0, descent="relaxed", on_infeasible=policy, validate=False)
+        assert str(res.status) == "infeasible" and np.all(np.isnan(res.weights)), policy
+    with pytest.raises(LPInfeasibleError, match=r"LP not solved for 1 instance\(s\).*\['infeasible'\]"):
+        lp_direction(l, lam, C, eps_mode=10.0, descent="relaxed", on_infeasible="raise", validate=False)
