@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -188,8 +189,14 @@ def test_scaling_losses_and_gram(s):
 # --------------------------------------------------------------------------------------- statuses, policy
 
 
-def _restricted_infeasible(rng):
-    losses, prefs, G, C = _f6(rng, 600, 3)
+def _restricted_infeasible():
+    """F6 instances (m = 3, seed 9) whose restricted descent LP HiGHS finds infeasible (computed once, copied out)."""
+    return tuple(a.copy() for a in _restricted_infeasible_cached())
+
+
+@functools.lru_cache(maxsize=1)
+def _restricted_infeasible_cached():
+    losses, prefs, G, C = _f6(np.random.default_rng(9), 600, 3)
     ref = lp_direction_reference(losses, prefs, C, eps_mode=10.0, on_infeasible="fallback_preference")
     idx = np.flatnonzero(ref.status == "fallback")
     assert idx.size > 0
@@ -197,7 +204,7 @@ def _restricted_infeasible(rng):
 
 
 def test_infeasible_policies_are_explicit():
-    losses, prefs, _, C = _restricted_infeasible(np.random.default_rng(9))
+    losses, prefs, _, C = _restricted_infeasible()
     res = lp_direction(losses, prefs, C, eps_mode=10.0)
     assert np.all(res.status == "relaxed")
     assert res.status_counts()["relaxed"] == len(losses)
@@ -445,7 +452,7 @@ def test_R4_restriction_row_left_out_only_where_CA_is_zero():
     b = lp_direction(on_ray, lam, C, descent="relaxed")
     np.testing.assert_array_equal(a.weights, b.weights)
     np.testing.assert_array_equal(a.iterations, b.iterations)
-    losses, prefs, _, gram = _restricted_infeasible(np.random.default_rng(9))
+    losses, prefs, _, gram = _restricted_infeasible()
     assert np.all(lp_direction(losses, prefs, gram, eps_mode=10.0).status == "relaxed")
 
 
@@ -473,7 +480,7 @@ def test_unique_certifies_the_optimal_vertex():
     assert not tie.unique and str(tie.status) == "optimal"
     res = lp_direction(losses, prefs, C, max_iter=1)
     assert not res.unique[res.status == "iteration_limit"].any()
-    infeasible = _restricted_infeasible(np.random.default_rng(9))
+    infeasible = _restricted_infeasible()
     fb = lp_direction(*infeasible[:2], infeasible[3], eps_mode=10.0, on_infeasible="fallback_preference")
     assert not fb.unique.any() and np.all(np.isnan(fb.kkt_residual))
 
@@ -499,7 +506,7 @@ def test_unsolved_instances_in_a_mixed_batch_are_nan_and_the_others_unaffected()
 def test_relaxed_resolve_counts_both_solves_and_its_certificate():
     """on_infeasible='relaxed': the iterations are those of the infeasible restricted LP plus those of the relaxed
     LP; the certificate is that of the relaxed LP; the gain is μᵀCA of the returned weights."""
-    losses, prefs, _, C = _restricted_infeasible(np.random.default_rng(9))
+    losses, prefs, _, C = _restricted_infeasible()
     rel = lp_direction(losses, prefs, C, eps_mode=10.0)
     first = lp_direction(losses, prefs, C, eps_mode=10.0, on_infeasible="fallback_preference")
     second = lp_direction(losses, prefs, C, eps_mode=10.0, descent="relaxed")
@@ -738,7 +745,7 @@ def test_raise_policy_messages_name_the_instances():
 
 def test_fallback_weights_are_the_normalised_preference():
     """μ = λ / Σλ also when validation (and with it the renormalisation of λ) is skipped."""
-    losses, prefs, _, C = _restricted_infeasible(np.random.default_rng(9))
+    losses, prefs, _, C = _restricted_infeasible()
     off = prefs * (1.0 + 1e-9)
     fb = lp_direction(losses, off, C, eps_mode=10.0, on_infeasible="fallback_preference", validate=False)
     assert np.all(fb.status == "fallback")
