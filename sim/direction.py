@@ -61,17 +61,35 @@ no phase 1 is needed: the dual simplex restores primal feasibility, pivoting on 
 variable (Dantzig) and switching to Bland's rule after a few iterations, which rules out cycling. Rows are
 scaled to unit max-norm first. Each result is certified on the data: the duals are read off the final
 reduced costs and the primal infeasibility, dual infeasibility and duality gap are recomputed from ``c, D, e``;
-a basis whose certificate exceeds 1e-13 has its weights re-solved from the data (``B x_B = b``).
+a basis whose certificate exceeds 1e-13 has its weights re-solved from the data (``B x_B = b``, Gaussian elimination
+with partial pivoting; where ``B`` is exactly singular in the data the tableau's weights are kept and their
+certificate is reported).
 :func:`lp_direction_reference` solves the same LPs one by one with ``scipy.optimize.linprog(method="highs")``.
+
+Backends. The code above is the **numpy reference**. :mod:`sim._lp_compiled` is its **compiled twin** (numba,
+``cache=True``): the same checks, builder, rules (R1)-(R5), simplex, certificate and policy, one instance at a time in
+one compiled call, performing the same rounded operations in the same order (sums over the objective axis in numpy's
+pairwise order; the re-solve by the Gaussian elimination of :func:`_lu_solve`), so that on the same LP data its
+solver is bit-identical and its builder differs only by the last bits of ``log``/``expm1``/``log1p``.
+``lp_direction(..., backend="auto")`` runs the twin where numba can be imported (:func:`backend_status`,
+:func:`resolve_backend`); every result names its backend; nothing switches backends silently.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+import functools
+import importlib.util
+import math
+import warnings
+from dataclasses import dataclass
 
 import numpy as np
 
 from sim.preference import (
+    _LN2,
+    _MEAN_CENTRE_MAX_SPREAD,
+    GRAM_RTOL,
+    SIMPLEX_ATOL,
     bottleneck_from_log_ratios,
     check_gram,
     check_losses,
@@ -83,11 +101,15 @@ from sim.preference import (
 from sim.roundoff import EPS, TIE_RTOL, first_max, first_min
 
 __all__ = [
+    "BACKENDS",
+    "BackendUnavailableError",
     "DirectionResult",
     "LPInfeasibleError",
     "STATUSES",
+    "backend_status",
     "lp_direction",
     "lp_direction_reference",
+    "resolve_backend",
     "HIGHS_OPTIONS",
 ]
 
@@ -132,11 +154,15 @@ class DirectionResult:
         ``-1e-9`` (row-scaled units), so the optimal vertex, hence ``weights``, is stable under small perturbations
         of the data. False where several (or nearly several) vertices are optimal: the objective is then stable, the
         weights need not be; False for the HiGHS reference (no basis to certify) and for unsolved instances.
+        Uniqueness is not conditioning: at a unique optimum whose basis is ill-conditioned (nearly dependent
+        gradients) the weights move by up to ``‖B⁻¹‖`` times the change of the data.
     ambiguous : (...) bool: a decision of the LP data builder lies within the resolution band of its threshold
         (module docstring, "Data at the resolution"): ``β`` within its own resolution of ``eps_mode``, a weighted
         loss just outside the ``J*`` tie band, an entry of ``CA`` just above its resolution, a spread just above the
         on-ray resolution. Such an instance's mode, index sets (hence weights) can change under a relative
         perturbation of the data of order ``TIE_RTOL``; elsewhere they cannot.
+    backend : the solver that produced the result: ``"numpy"`` (the reference), ``"compiled"`` (the numba twin)
+        or ``"highs"`` (:func:`lp_direction_reference`); see :func:`backend_status`.
     """
 
     weights: np.ndarray
@@ -153,6 +179,7 @@ class DirectionResult:
     iterations: np.ndarray
     unique: np.ndarray
     ambiguous: np.ndarray
+    backend: str = "numpy"
 
     def status_counts(self) -> dict[str, int]:
         """Number of instances per status (every status of :data:`STATUSES`, zeros included)."""
@@ -187,7 +214,7 @@ def _real_option(value, name: str) -> float:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise ValueError(f"{name} must be a real number; got {value!r} ({type(value).__name__})")
     v = float(value)
-    if not np.isfinite(v) or v < 0:
+    if not math.isfinite(v) or v < 0:
         raise ValueError(f"{name} must be a finite number >= 0; got {value!r}")
     return v
 
@@ -243,8 +270,8 @@ def _build(l, lam, C, eps_mode, descent, tol_Jstar):
     # of the product) can cause is exactly 0.
     res_beta = parts.beta_resolution
     res_A = parts.adjustment_resolution
-    CA = np.einsum("nij,nj->ni", C, A)
-    res_CA = np.einsum("nij,nj->ni", np.abs(C), res_A + 4.0 * m * EPS * np.abs(A))
+    CA = (C * A[:, None, :]).sum(axis=2)
+    res_CA = (np.abs(C) * (res_A + 4.0 * m * EPS * np.abs(A))[:, None, :]).sum(axis=2)
     CA = np.where(np.abs(CA) <= res_CA, 0.0, CA)
     J = CA > 0.0
     balance = beta > eps_mode
@@ -281,6 +308,7 @@ def _build(l, lam, C, eps_mode, descent, tol_Jstar):
 
 _OPTIMAL, _INFEASIBLE, _ITERLIMIT = 0, 1, 2  # solver codes; 3 = solver error
 _CODE_NAMES = np.array(["optimal", "infeasible", "iteration_limit", "solver_error"], dtype="<U15")
+_MODE_NAMES = np.array(["descent", "balance"])
 
 
 def _scale_lp(lp: _LP):
@@ -376,13 +404,20 @@ _CERT_TOL = 1e-13
 def _certificate(c, D, e, mu, y):
     """KKT residual ``max(max_j (c - Aᵀy)_j, max_i y_i, |cᵀμ - bᵀy|, 0)`` of ``(μ, y)`` on the scaled data."""
     N = len(c)
-    zmu = c - y[:, :1] - np.einsum("nk,nkm->nm", y[:, 1:], D)
-    gap = np.abs(np.einsum("nm,nm->n", c, mu) - y[:, 0] - np.einsum("nk,nk->n", e, y[:, 1:]))
+    zmu = c - y[:, :1] - (y[:, 1:, None] * D).sum(axis=1)
+    gap = np.abs((c * mu).sum(axis=1) - y[:, 0] - (e * y[:, 1:]).sum(axis=1))
     return np.maximum(np.maximum(zmu.max(axis=1), y[:, 1:].max(axis=1)), np.maximum(gap, np.zeros(N)))
 
 
 def _resolve_basis(D, e, basis):
-    """``x_B`` solving ``B x_B = b`` from the data (columns ``[1; D_j]`` for μ_j, ``[0; -e_i]`` for s_i)."""
+    """``x_B`` solving ``B x_B = b`` from the data (:func:`_basis_system`), and a mask of the instances whose ``B``
+    is exactly singular (no solution; :func:`_lu_solve`)."""
+    return _lu_solve(*_basis_system(D, e, basis))
+
+
+def _basis_system(D, e, basis):
+    """The basis matrix ``B`` (columns ``[1; D_j]`` for μ_j, ``[0; -e_i]`` for s_i) and right-hand side
+    ``b = [1; e]`` of every instance."""
     N, k, m = D.shape
     is_mu = basis < m
     B = np.empty((N, k + 1, k + 1))
@@ -392,11 +427,33 @@ def _resolve_basis(D, e, basis):
         np.take_along_axis(D, np.minimum(basis, m - 1)[:, None, :], axis=2),
         np.where(np.arange(k)[None, :, None] == (basis - m)[:, None, :], -1.0, 0.0),
     )
-    b = np.concatenate([np.ones((N, 1)), e], axis=1)
-    try:
-        return np.linalg.solve(B, b[:, :, None])[:, :, 0]
-    except np.linalg.LinAlgError:  # a numerically singular basis: least squares, instance by instance
-        return np.stack([np.linalg.lstsq(Bi, bi, rcond=None)[0] for Bi, bi in zip(B, b, strict=True)])
+    return B, np.concatenate([np.ones((N, 1)), e], axis=1)
+
+
+def _lu_solve(B, b):
+    """Solve ``B x = b`` for every instance (``B`` (N, p, p), ``b`` (N, p)) by Gaussian elimination with partial
+    pivoting (ties: the first row), written out so that the compiled twin performs the same rounded operations in
+    the same order. Returns ``(x, singular)``; ``singular`` marks an exactly zero pivot (``x`` is then meaningless).
+    """
+    A, x = B.copy(), b.copy()
+    N, p = x.shape
+    ar = np.arange(N)
+    singular = np.zeros(N, dtype=bool)
+    for j in range(p):
+        piv = j + np.argmax(np.abs(A[:, j:, j]), axis=1)
+        A[ar, j], A[ar, piv] = A[ar, piv], A[ar, j].copy()
+        x[ar, j], x[ar, piv] = x[ar, piv], x[ar, j].copy()
+        d = A[:, j, j]
+        singular |= d == 0.0
+        f = A[:, j + 1 :, j] / np.where(d == 0.0, 1.0, d)[:, None]
+        A[:, j + 1 :, j + 1 :] -= f[:, :, None] * A[:, None, j, j + 1 :]
+        x[:, j + 1 :] -= f * x[:, j, None]
+    for j in range(p - 1, -1, -1):
+        s = x[:, j].copy()
+        for t in range(j + 1, p):
+            s -= A[:, j, t] * x[:, t]
+        x[:, j] = s / np.where(singular, 1.0, A[:, j, j])
+    return x, singular
 
 
 def _weights(xB, basis, m):
@@ -412,22 +469,25 @@ def _recover(c, D, e, basis, reduced, xB):
     The duals are read off the simplex's reduced costs (``y_{1+i}`` is the reduced cost of slack ``i``; ``y_0``
     follows from a basic ``μ_j``). The tableau's basic values give ``μ``; where ``(μ, y)`` is not certified
     to :data:`_CERT_TOL` (primal and dual feasibility, duality gap, recomputed from the data), ``x_B`` is
-    re-solved from the data by ``B x_B = b`` and the certificate recomputed.
+    re-solved from the data by ``B x_B = b`` and the certificate recomputed (unless ``B`` is exactly singular).
     """
     N, k, m = D.shape
     ar = np.arange(N)
     y = np.empty((N, k + 1))
     y[:, 1:] = reduced[:, m:]
     jb = basis[ar, np.argmax(basis < m, axis=1)]  # a basic μ_j (a feasible basis has one)
-    y[:, 0] = c[ar, jb] - np.einsum("nk,nk->n", y[:, 1:], D[ar, :, jb])
+    y[:, 0] = c[ar, jb] - (y[:, 1:] * D[ar, :, jb]).sum(axis=1)
     mu = _weights(xB, basis, m)
     kkt = np.maximum(_certificate(c, D, e, mu, y), _feasibility_residual(D, e, mu))
     redo = kkt > _CERT_TOL
     if redo.any():
-        mu_r = _weights(_resolve_basis(D[redo], e[redo], basis[redo]), basis[redo], m)
-        mu[redo] = mu_r
-        kkt[redo] = np.maximum(_certificate(c[redo], D[redo], e[redo], mu_r, y[redo]),
-                               _feasibility_residual(D[redo], e[redo], mu_r))
+        xB_r, singular = _resolve_basis(D[redo], e[redo], basis[redo])
+        redo[redo] = ~singular  # an exactly singular basis cannot be re-solved: the tableau's weights stay
+        if redo.any():
+            mu_r = _weights(xB_r[~singular], basis[redo], m)
+            mu[redo] = mu_r
+            kkt[redo] = np.maximum(_certificate(c[redo], D[redo], e[redo], mu_r, y[redo]),
+                                   _feasibility_residual(D[redo], e[redo], mu_r))
     nonbasic = np.ones(reduced.shape, dtype=bool)
     np.put_along_axis(nonbasic, basis, False, axis=1)
     unique = np.all(~nonbasic | (reduced < -_UNIQUE_TOL), axis=1)
@@ -453,17 +513,40 @@ def _solve_batched(lp: _LP, scaled, max_iter: int | None):
 
 def _feasibility_residual(D, e, mu) -> np.ndarray:
     """``max(max_j (e_j - D_j μ), max_j -μ_j, |1ᵀμ - 1|, 0)`` on the row-scaled data (relative violation)."""
-    rows = (e - np.einsum("nkm,nm->nk", D, mu)).max(axis=1)
+    rows = (e - (D * mu[:, None, :]).sum(axis=2)).max(axis=1)
     return np.maximum(np.maximum(rows, -mu.min(axis=1)), np.maximum(np.abs(mu.sum(axis=1) - 1.0), 0.0))
 
 
 # --------------------------------------------------------------------------------------------------------
-# Public entry points
+# Results and the infeasibility policy
 # --------------------------------------------------------------------------------------------------------
 
 
-def _finish(lp_fn, losses, prefs, gram, eps_mode, descent, on_infeasible, tol_Jstar, validate, **solver_kw):
-    _validate_options(eps_mode, descent, on_infeasible, tol_Jstar, solver_kw.get("max_iter"))
+def _raise_restricted_infeasible(redo: np.ndarray) -> None:
+    bad = np.flatnonzero(redo)
+    raise LPInfeasibleError(
+        f"restricted descent LP infeasible for {bad.size} instance(s) (flat indices {bad[:10].tolist()}"
+        f"{' ...' if bad.size > 10 else ''}); use on_infeasible='relaxed' or 'fallback_preference'"
+    )
+
+
+def _raise_unsolved(status: np.ndarray) -> None:
+    bad = np.flatnonzero(status != "optimal")
+    if bad.size:
+        raise LPInfeasibleError(
+            f"LP not solved for {bad.size} instance(s) (flat indices {bad[:10].tolist()}, statuses "
+            f"{sorted(set(status[bad].tolist()))})"
+        )
+
+
+def _result(batch, backend: str, **out) -> DirectionResult:
+    for name, v in out.items():
+        out[name] = v.reshape(batch + v.shape[1:])
+    return DirectionResult(backend=backend, **out)
+
+
+def _finish(lp_fn, backend, losses, prefs, gram, eps_mode, descent, on_infeasible, tol_Jstar, validate,
+            **solver_kw):
     l, lam, C, batch = _prepare(losses, prefs, gram, validate)
     lp, beta, A, CA, J, J_star, balance, ambiguous = _build(l, lam, C, eps_mode, descent, tol_Jstar)
     scaled = _scale_lp(lp)
@@ -474,11 +557,7 @@ def _finish(lp_fn, losses, prefs, gram, eps_mode, descent, on_infeasible, tol_Js
     redo = (code == _INFEASIBLE) & ~balance & lp.active[:, -1]
     if redo.any():
         if on_infeasible == "raise":
-            bad = np.flatnonzero(redo)
-            raise LPInfeasibleError(
-                f"restricted descent LP infeasible for {bad.size} instance(s) (flat indices {bad[:10].tolist()}"
-                f"{' ...' if bad.size > 10 else ''}); use on_infeasible='relaxed' or 'fallback_preference'"
-            )
+            _raise_restricted_infeasible(redo)
         if on_infeasible == "relaxed":
             # Drop the restriction row μᵀCA >= min(max CA, 0) and solve the relaxed LP.
             active, D, e = lp.active.copy(), lp.D.copy(), lp.e.copy()
@@ -498,30 +577,175 @@ def _finish(lp_fn, losses, prefs, gram, eps_mode, descent, on_infeasible, tol_Js
             unique[redo] = False
             status[redo] = "fallback"
     if on_infeasible == "raise":
-        bad = np.flatnonzero(status != "optimal")
-        if bad.size:
-            raise LPInfeasibleError(
-                f"LP not solved for {bad.size} instance(s) (flat indices {bad[:10].tolist()}, statuses "
-                f"{sorted(set(status[bad].tolist()))})"
-            )
+        _raise_unsolved(status)
 
     solved = np.isfinite(mu).all(axis=1)
     mu0 = mu if solved.all() else np.where(solved[:, None], mu, 0.0)
-    gain = np.einsum("nm,nm->n", mu0, CA)
-    objective = np.einsum("nm,nm->n", mu0, lp.c)
+    gain = (mu0 * CA).sum(axis=1)
+    objective = (mu0 * lp.c).sum(axis=1)
     feas = _feasibility_residual(scaled[1], scaled[2], mu0)
     if not solved.all():
         gain[~solved] = objective[~solved] = feas[~solved] = np.nan
-    mode = np.where(balance, "balance", "descent")
-    out = dict(
-        weights=mu, mode=mode, status=status, gain=gain, beta=beta, adjustment=A, J=J, J_star=J_star,
-        objective=objective, feasibility_residual=feas, kkt_residual=kkt, iterations=iters,
-        unique=unique & solved, ambiguous=ambiguous,
+    return _result(
+        batch, backend, weights=mu, mode=_MODE_NAMES[balance.view(np.int8)], status=status, gain=gain, beta=beta,
+        adjustment=A, J=J, J_star=J_star, objective=objective, feasibility_residual=feas, kkt_residual=kkt,
+        iterations=iters, unique=unique & solved, ambiguous=ambiguous,
     )
-    for f in fields(DirectionResult):
-        v = out[f.name]
-        out[f.name] = v.reshape(batch + v.shape[1:])
-    return DirectionResult(**out)
+
+
+# --------------------------------------------------------------------------------------------------------
+# Backends: the numpy reference and its compiled twin
+# --------------------------------------------------------------------------------------------------------
+
+#: Values of ``lp_direction(..., backend=...)``: ``"numpy"`` (the reference), ``"compiled"`` (the numba twin, the
+#: same decisions: see the module docstring) and ``"auto"`` (``"compiled"`` where numba can be imported).
+BACKENDS = ("auto", "numpy", "compiled")
+
+
+class BackendUnavailableError(RuntimeError):
+    """Raised by ``backend="compiled"`` where numba cannot be imported (the message says why)."""
+
+
+@functools.cache
+def _load_compiled():
+    """``(module, None)`` with the compiled kernels, or ``(None, reason)`` where they cannot be loaded."""
+    if importlib.util.find_spec("numba") is None:
+        return None, "numba is not installed"
+    try:
+        import numba
+
+        if numba.config.DISABLE_JIT:
+            return None, "NUMBA_DISABLE_JIT is set (the twin would run interpreted)"
+        from sim import _lp_compiled
+    except Exception as exc:  # numba installed but broken (e.g. built for another numpy): say so
+        reason = f"numba is installed but cannot be imported: {type(exc).__name__}: {exc}"
+        warnings.warn(f"sim.direction: {reason}; backend='auto' uses the numpy solver", RuntimeWarning,
+                      stacklevel=3)
+        return None, reason
+    return _lp_compiled, None
+
+
+def backend_status() -> dict:
+    """Which backend ``backend="auto"`` runs, and why: ``{"auto": "compiled" | "numpy", "compiled_available": bool,
+    "reason": None | str, "numba": version or None}``. ``reason`` says why the compiled twin is unavailable (numba not
+    installed, not importable, or ``NUMBA_DISABLE_JIT`` set); ``auto`` then runs the numpy reference, and every
+    result says which backend produced it (:attr:`DirectionResult.backend`)."""
+    mod, reason = _load_compiled()
+    version = None
+    if mod is not None:
+        import numba
+
+        version = numba.__version__
+    return {"auto": "compiled" if mod is not None else "numpy", "compiled_available": mod is not None,
+            "reason": reason, "numba": version}
+
+
+def resolve_backend(backend: str = "auto") -> str:
+    """The backend that ``backend`` runs: ``"numpy"`` or ``"compiled"``. ``"compiled"`` where numba cannot be
+    imported raises :class:`BackendUnavailableError`; ``"auto"`` then resolves to ``"numpy"`` (see
+    :func:`backend_status`). Anything else raises ``ValueError``."""
+    if backend == "numpy":
+        return "numpy"
+    if backend not in ("auto", "compiled"):
+        raise ValueError(f"backend must be one of {BACKENDS}; got {backend!r}")
+    mod, reason = _load_compiled()
+    if mod is not None:
+        return "compiled"
+    if backend == "compiled":
+        raise BackendUnavailableError(
+            f"backend='compiled' needs numba, which is unavailable here ({reason}); install the project's "
+            "dependencies (numba is one of them) or pass backend='numpy'"
+        )
+    return "numpy"
+
+
+@functools.cache
+def _compiled_params() -> np.ndarray:
+    """Every constant the compiled twin uses, from its single definition (passed in at each call: numba would
+    freeze module globals into its cache)."""
+    from sim import _lp_compiled as k
+
+    P = np.empty(k.N_PARAMS)
+    P[k.P_TIE], P[k.P_EPS], P[k.P_PRIMAL], P[k.P_PIVOT], P[k.P_RATIO] = TIE_RTOL, EPS, _PRIMAL_TOL, _PIVOT_TOL, _RATIO_TIE
+    P[k.P_CERT], P[k.P_UNIQUE], P[k.P_SIMPLEX], P[k.P_GRAM] = _CERT_TOL, _UNIQUE_TOL, SIMPLEX_ATOL, GRAM_RTOL
+    P[k.P_LN2], P[k.P_CENTRE] = _LN2, _MEAN_CENTRE_MAX_SPREAD
+    P.flags.writeable = False
+    return P
+
+
+_POLICIES = {"relaxed": 0, "fallback_preference": 1, "raise": 2}
+_STATUS_NAMES = np.array(STATUSES, dtype="<U15")
+
+
+def _jstar_tol(tol_Jstar) -> float:
+    return TIE_RTOL if tol_Jstar == 0 else float(jstar_log_tolerance(tol_Jstar))
+
+
+def _direction_compiled(losses, prefs, gram, eps_mode, descent, on_infeasible, tol_Jstar, validate, max_iter):
+    """The compiled twin: checks, builder, solver and policy in one compiled call (:mod:`sim._lp_compiled`).
+
+    float64 inputs of one batch shape are checked in the compiled pass; an instance that fails a check is named by
+    the numpy checks of :mod:`sim.preference` (the same messages as the reference). Other inputs (other dtypes,
+    broadcasting) go through the numpy checks and conversion first.
+    """
+    kern, _ = _load_compiled()
+    l, lam, C = np.asarray(losses), np.asarray(prefs), np.asarray(gram)
+    f8 = np.float64
+    simple = (l.dtype == f8 and lam.dtype == f8 and C.dtype == f8 and l.ndim >= 1 and l.shape == lam.shape
+              and C.shape == l.shape + l.shape[-1:] and l.shape[-1] > 0)
+    if simple:
+        batch, m = l.shape[:-1], l.shape[-1]
+        l2, lam2 = np.ascontiguousarray(l).reshape(-1, m), np.ascontiguousarray(lam).reshape(-1, m)
+        C2 = np.ascontiguousarray(C).reshape(-1, m, m)
+    else:
+        l2, lam2, C2, batch = _prepare(losses, prefs, gram, validate)
+        l2, lam2, C2 = (np.ascontiguousarray(a, dtype=f8) for a in (l2, lam2, C2))
+    args = (float(eps_mode), descent == "restricted", _jstar_tol(tol_Jstar), _POLICIES[on_infeasible],
+            -1 if max_iter is None else int(max_iter), _compiled_params())
+    bad, _, F, Fl, I = kern.directions(l2, lam2, C2, *args, simple and validate)
+    if bad >= 0:  # name the bad value (the numpy checks raise); a PSD test the Cholesky proof could not pass is
+        # decided there by the eigenvalues, and the checked data are solved
+        l2, lam2, C2, batch = _prepare(losses, prefs, gram, True)
+        l2, lam2, C2 = (np.ascontiguousarray(a) for a in (l2, lam2, C2))
+        bad, _, F, Fl, I = kern.directions(l2, lam2, C2, *args, False)
+    m = l2.shape[1]
+    if on_infeasible == "raise" and Fl[:, 2 * m + kern.B_REDO].any():
+        _raise_restricted_infeasible(Fl[:, 2 * m + kern.B_REDO])
+    status = _STATUS_NAMES[I[:, 0]]
+    if on_infeasible == "raise":
+        _raise_unsolved(status)
+    mode = _MODE_NAMES[Fl[:, 2 * m + kern.B_BALANCE].view(np.int8)]
+    # Columns of the kernel's outputs as the result's arrays: views, shaped as the reference shapes them.
+    if batch == ():  # one instance: 0-d and (m,) arrays
+        F, Fl, I, mode, status = F[0], Fl[0], I[0], mode.reshape(()), status.reshape(())
+
+        def col(a, j):
+            return a[j, ...]
+
+        def blk(a, lo):
+            return a[lo : lo + m]
+    else:
+        shape, shape_m = batch, batch + (m,)
+
+        def col(a, j):
+            return a[:, j].reshape(shape)
+
+        def blk(a, lo):
+            return a[:, lo : lo + m].reshape(shape_m)
+
+        mode, status = mode.reshape(shape), status.reshape(shape)
+    f, b = 2 * m, 2 * m
+    return DirectionResult(
+        weights=blk(F, 0), mode=mode, status=status, gain=col(F, f + kern.F_GAIN), beta=col(F, f + kern.F_BETA),
+        adjustment=blk(F, m), J=blk(Fl, 0), J_star=blk(Fl, m), objective=col(F, f + kern.F_OBJ),
+        feasibility_residual=col(F, f + kern.F_FEAS), kkt_residual=col(F, f + kern.F_KKT), iterations=col(I, 1),
+        unique=col(Fl, b + kern.B_UNIQUE), ambiguous=col(Fl, b + kern.B_AMBIGUOUS), backend="compiled",
+    )
+
+
+# --------------------------------------------------------------------------------------------------------
+# Public entry points
+# --------------------------------------------------------------------------------------------------------
 
 
 def lp_direction(
@@ -535,8 +759,9 @@ def lp_direction(
     tol_Jstar: float = 0.0,
     validate: bool = True,
     max_iter: int | None = None,
+    backend: str = "auto",
 ) -> DirectionResult:
-    """EPO direction weights for a batch of instances, by the batched exact dual simplex.
+    """EPO direction weights for a batch of instances, by the exact dual simplex.
 
     Parameters
     ----------
@@ -550,6 +775,9 @@ def lp_direction(
     validate : check the inputs (positivity, simplex, PSD, shapes); ``False`` skips the checks.
     max_iter : pivot limit per instance (default ``50·(2m+2)``); instances that reach it get status
         ``"iteration_limit"``.
+    backend : ``"auto"`` (default: the compiled twin where numba can be imported, else numpy), ``"numpy"`` (the
+        vectorised reference) or ``"compiled"`` (raises :class:`BackendUnavailableError` without numba). Both
+        backends take the same decisions (module docstring); ``result.backend`` says which one ran.
 
     Returns
     -------
@@ -564,8 +792,12 @@ def lp_direction(
     >>> str(res.mode), str(res.status), res.weights.round(6).tolist()
     ('balance', 'optimal', [0.0, 1.0])
     """
+    _validate_options(eps_mode, descent, on_infeasible, tol_Jstar, max_iter)
+    if resolve_backend(backend) == "compiled":
+        return _direction_compiled(losses, prefs, gram, eps_mode, descent, on_infeasible, tol_Jstar, validate,
+                                   max_iter)
     return _finish(
-        _solve_batched, losses, prefs, gram, eps_mode, descent, on_infeasible, tol_Jstar, validate,
+        _solve_batched, "numpy", losses, prefs, gram, eps_mode, descent, on_infeasible, tol_Jstar, validate,
         max_iter=max_iter,
     )
 
@@ -626,4 +858,6 @@ def lp_direction_reference(
     ``"iteration_limit"`` / ``"solver_error"``. ``kkt_residual`` is 0 for solved instances (HiGHS does not
     return a basis).
     """
-    return _finish(_solve_highs, losses, prefs, gram, eps_mode, descent, on_infeasible, tol_Jstar, validate)
+    _validate_options(eps_mode, descent, on_infeasible, tol_Jstar)
+    return _finish(_solve_highs, "highs", losses, prefs, gram, eps_mode, descent, on_infeasible, tol_Jstar,
+                   validate)

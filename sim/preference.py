@@ -297,15 +297,19 @@ class PreferenceParts:
     def _pairs(self) -> np.ndarray:
         return self._y[..., :, None] - self._y[..., None, :]  # y_j - y_k
 
+    # Sums over the objective axis are written as products summed along the last axis (numpy's pairwise order, the
+    # same on every CPU; einsum's order depends on the SIMD width), so that the compiled twin of the LP data builder
+    # (sim._lp_compiled) can perform the same rounded operations.
+
     @property
     def adjustment(self) -> np.ndarray:
-        return self._lam * np.einsum("...jk,...k->...j", self._pairs(), self.lhat)
+        return self._lam * (self._pairs() * self.lhat[..., None, :]).sum(axis=-1)
 
     @property
     def beta_resolution(self) -> np.ndarray:
         m = self.x.shape[-1]
         dev = np.abs(self.x - self.beta[..., None])
-        return TIE_RTOL * np.einsum("...m,...m->...", self.lhat, dev) + 8.0 * m * EPS * self.beta
+        return TIE_RTOL * (self.lhat * dev).sum(axis=-1) + 8.0 * m * EPS * self.beta
 
     @property
     def adjustment_resolution(self) -> np.ndarray:
@@ -313,10 +317,11 @@ class PreferenceParts:
         P = self._pairs()
         lh = self.lhat
         rest = np.maximum(lh.sum(axis=-1, keepdims=True) - lh, 0.0)  # 1 - ĺ_j without cancellation near ĺ_j = 1
-        spread_j = np.einsum("...jk,...k->...j", np.abs(P), lh)
+        lk = lh[..., None, :]
+        spread_j = (np.abs(P) * lk).sum(axis=-1)
         off = 1.0 - np.eye(m)
         ay = np.abs(self._y)
-        rnd = np.einsum("...jk,...k->...j", off * (ay[..., :, None] + ay[..., None, :] + np.abs(P)), lh)
+        rnd = ((off * (ay[..., :, None] + ay[..., None, :] + np.abs(P))) * lk).sum(axis=-1)
         return self._lam * (2.0 * TIE_RTOL * (rest + spread_j) + 4.0 * m * EPS * rnd)
 
 

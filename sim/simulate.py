@@ -2,7 +2,7 @@ r"""Command line: Algorithm 1 end to end on a planted F1 cluster problem with a 
 
 .. code-block:: text
 
-    python -m sim.simulate --preset smoke|paper --out DIR [--seed 0] [--quiet]
+    python -m sim.simulate --preset smoke|paper --out DIR [--seed 0] [--clients N] [--quiet]
 
 Builds a planted F1 problem (common quadratic objectives, THEOREMS.md §3.0) whose clients come from
 ``n_groups`` planted groups (each group: mixing weights around its own ``u_0``, spread ``s_u``), draws a finite
@@ -13,7 +13,12 @@ from ``w_II``), Pipeline 2 and the local-only baseline. Writes
 
 * ``DIR/trajectory.csv`` — every record row (:data:`sim.algorithm.RECORD_COLUMNS`);
 * ``DIR/summary.json`` — final gaps of Pipeline 1 vs Pipeline 2 vs the baselines, per-cluster gaps, LP status
-  counts, the parameters, the seed and the run time.
+  counts, the realised preference spread ``delta_lambda`` of the new clients (:func:`preference_spread`), the
+  parameters, the seed and the run time.
+
+``--clients N`` sets the number of training clients (``N`` a multiple of the preset's number of planted groups,
+``N / n_groups`` per group; default: the preset's); every round of Phase 1, Phase 2 and FedAvg is one batched LP
+call over a cluster's clients, so its cost grows linearly in ``N`` (``make bench`` measures the slope).
 
 Progress lines go to stderr; a one-screen summary goes to stdout. The library modules never print. A bad
 argument (a seed that is not an integer >= 0, an ``--out`` that cannot be created or written) is reported on one
@@ -43,7 +48,8 @@ from sim.algorithm import (
     run_algorithm,
 )
 
-__all__ = ["ProblemSpec", "PRESETS", "build_problem", "main"]
+__all__ = ["ProblemSpec", "Preset", "PRESETS", "build_problem", "preset_variant", "preference_spread", "simulate",
+           "main"]
 
 
 @dataclass(frozen=True)
@@ -80,6 +86,46 @@ PRESETS: dict[str, Preset] = {
         ),
     ),
 }
+
+
+def preset_variant(preset: Preset, *, K: int | None = None, S: int | None = None,
+                   spread: float | None = None) -> Preset:
+    """``preset`` with the new clients' budget ``K`` steps of ``S`` samples (Pipeline 1, and its AdamW run) and the
+    planted preference spread ``spread`` (the mixing spread ``s_u`` of :func:`build_problem`) replaced where given."""
+    adapt = replace(preset.config.adapt, **({"K": K} if K is not None else {}), **({"S": S} if S is not None else {}))
+    adamw = preset.config.adamw
+    if adamw is not None:
+        adamw = replace(adamw, K=adapt.K, S=adapt.S)
+    problem = preset.problem if spread is None else replace(preset.problem, spread=float(spread))
+    return Preset(problem, replace(preset.config, adapt=adapt, adamw=adamw))
+
+
+def preference_spread(prefs: np.ndarray, res) -> float:
+    """The preference spread ``δ_λ`` of the new clients of run ``res`` (THEOREMS.md §1, Preference spread): the
+    largest ``‖λ_new − λ_i‖₂`` over the new clients and the training clients ``i`` of the cluster each is assigned
+    to (NaN without new clients)."""
+    if res.new_clients.size == 0:
+        return float("nan")
+    out = 0.0
+    for c, i in enumerate(res.new_clients):
+        members = res.train_clients[res.clustering.clusters[int(res.assignment[c])]]
+        out = max(out, float(np.linalg.norm(prefs[members] - prefs[i], axis=1).max()))
+    return out
+
+
+def simulate(preset: Preset, seed: int, *, progress=None):
+    """Algorithm 1 on the planted problem of ``preset`` with ``numpy.random.default_rng(seed)``: ``(the
+    AlgorithmResult, the summary of summary.json)``; the summary adds ``delta_lambda`` (:func:`preference_spread`),
+    the problem, the planted groups and the parameters (the caller adds the preset's name, the seed and the
+    time)."""
+    rng = np.random.default_rng(seed)
+    src, w_ref, train, new, groups = build_problem(preset.problem, rng)
+    res = run_algorithm(src, preset.config, rng, w_ref=w_ref, train_clients=train, new_clients=new,
+                        progress=progress)
+    summary = dict(res.summary)
+    summary.update(delta_lambda=preference_spread(src.prefs, res), problem=preset.problem.__dict__,
+                   planted_groups=[int(g) for g in groups], params=preset.config.to_dict())
+    return res, summary
 
 
 class _Progress:
@@ -126,8 +172,22 @@ def _parser() -> cli.ArgumentParser:
     ap.add_argument("--preset", choices=sorted(PRESETS), default="smoke")
     ap.add_argument("--out", required=True, type=Path, help="output directory (created if missing)")
     ap.add_argument("--seed", type=cli.seed, default=0, help="RNG seed, an integer >= 0 (default %(default)s)")
+    ap.add_argument("--clients", type=cli.positive_int, default=None, metavar="N",
+                    help="training clients in total, a multiple of the preset's planted groups (default: the "
+                         "preset's)")
     ap.add_argument("--quiet", action="store_true", help="no progress lines")
     return ap
+
+
+def _with_clients(preset: Preset, clients: int | None) -> Preset:
+    """``preset`` with ``clients`` training clients in total (``clients / n_groups`` per planted group)."""
+    if clients is None:
+        return preset
+    groups = preset.problem.n_groups
+    if clients % groups:
+        raise cli.UsageError(f"argument --clients: must be a multiple of the preset's {groups} planted groups; "
+                             f"got {clients}")
+    return replace(preset, problem=replace(preset.problem, n_train=clients // groups))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,26 +195,19 @@ def main(argv: list[str] | None = None) -> int:
     ap = _parser()
     try:
         args = ap.parse_args(argv)
+        preset = _with_clients(PRESETS[args.preset], args.clients)
         cli.check_writable_dir(args.out, "--out")
     except cli.UsageError as exc:
         return cli.print_usage_error(exc, ap.prog)
-    preset = PRESETS[args.preset]
-    rng = np.random.default_rng(args.seed)
     t0 = time.perf_counter()
-    prog = _Progress(args.quiet)
-    src, w_ref, train, new, groups = build_problem(preset.problem, rng)
+    spec = preset.problem
     if not args.quiet:
-        print(f"preset {args.preset}, seed {args.seed}: {train.size} training and {new.size} new clients, "
-              f"m={src.n_objectives}, n_w={src.n_params}", file=sys.stderr, flush=True)
-    res = run_algorithm(src, preset.config, rng, w_ref=w_ref, train_clients=train, new_clients=new, progress=prog)
+        print(f"preset {args.preset}, seed {args.seed}: {spec.n_groups * spec.n_train} training and "
+              f"{spec.n_groups * spec.n_new} new clients, m={spec.m}, n_w={spec.n_w}", file=sys.stderr, flush=True)
+    res, summary = simulate(preset, args.seed, progress=_Progress(args.quiet))
     seconds = time.perf_counter() - t0
     cli.atomic_write_text(args.out / "trajectory.csv", res.records.to_csv(index=False))
-    summary = dict(res.summary)
-    summary.update(
-        preset=args.preset, seed=args.seed, seconds=seconds,
-        problem=preset.problem.__dict__, planted_groups=[int(g) for g in groups],
-        params=preset.config.to_dict(),
-    )
+    summary.update(preset=args.preset, seed=args.seed, seconds=seconds)
     cli.atomic_write_text(args.out / "summary.json", json.dumps(summary, indent=2))
     print(_screen(summary, args.out, seconds))
     return 0

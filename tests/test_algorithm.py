@@ -403,7 +403,7 @@ def test_bad_run_inputs_raise(f1_samples):
 
 
 def test_cli_smoke_writes_trajectory_and_summary(tmp_path, capsys):
-    assert main(["--preset", "smoke", "--out", str(tmp_path), "--seed", "0"]) == 0
+    assert main(["--preset", "smoke", "--out", str(tmp_path), "--seed", "0", "--clients", "6"]) == 0
     out = capsys.readouterr()
     assert "phase1 cluster 0" in out.err  # progress on stderr
     assert "pipeline2" in out.out  # one-screen summary on stdout
@@ -416,3 +416,5 @@ def test_cli_smoke_writes_trajectory_and_summary(tmp_path, capsys):
     assert set(gaps) >= {"pipeline1_wI", "pipeline1_wII", "pipeline2", "local_only", "fedavg_adapt"}
     assert gaps["pipeline2"] < 1e-8 < gaps["pipeline1_wII"]
     assert summary["seed"] == 0 and summary["params"]["adapt"]["preconditioner"] == "rmsprop_lagged"
+    assert summary["n_train_clients"] == 6 and summary["problem"]["n_train"] == 3  # --clients 6: 3 per group
+    assert df[df.phase == "phase1"].client.nunique() == 6

@@ -41,7 +41,9 @@ def test_run_json(tmp_path):
     data = json.loads(out.read_text())
     assert [d["id"] for d in data] == ["S1", "S4"]
     for d in data:
-        assert set(d) - {"details"} == SCHEMA
+        assert set(d) - {"details"} == SCHEMA | {"conclusions"}
+        assert all({"name", "kind", "tightness", "instances", "excluded", "counterexamples", "power"} <= set(c)
+                   for c in d["conclusions"])
         assert d["verdict"] == "holds" and d["negative_control"] == "none"
         assert isinstance(d["counterexamples"], int) and isinstance(d["seconds"], float)
     assert "S1" in res.stdout and "verdict" in res.stdout  # the table
@@ -142,6 +144,9 @@ def test_usage_error_exit_status_of_the_real_command_lines(tmp_path):
     (["--out", "{afile}/sim"], "argument --out"),
     (["--out", "{afile}"], "argument --out"),
     (["--preset", "huge"], "argument --preset"),
+    (["--clients", "0"], "argument --clients"),
+    (["--clients", "1e3"], "argument --clients"),
+    (["--clients", "7"], "argument --clients: must be a multiple of the preset's 2 planted groups"),
 ])
 def test_simulate_bad_arguments(tmp_path, capsys, monkeypatch, argv, fragment):
     afile = tmp_path / "afile"

@@ -43,7 +43,7 @@ def _stability(family, m, n, seed, eps_mode=1e-4):
     return a, b, C
 
 
-@pytest.mark.parametrize("m", [2, 3, 5])
+@pytest.mark.parametrize("m", [2, 3, 5, 8])
 @pytest.mark.parametrize("family", LP_FAMILIES)
 def test_lp_direction_is_stable_under_relative_1e14_perturbations(family, m):
     a, b, C = _stability(family, m, 400, seed=7)

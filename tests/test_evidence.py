@@ -13,12 +13,17 @@ from verification.evidence import (
     RTOL,
     Evidence,
     HypothesisMonitor,
+    active_bound_factor,
+    bound_factor,
     check_inequality,
+    detection_factor,
     is_strictly_positive,
+    scaled_bound,
 )
 
 SCHEMA = {"id", "name", "verdict", "tightness", "instances", "excluded", "negative_control", "counterexamples",
-          "seconds"}
+          "seconds", "conclusions"}
+CONCLUSION_SCHEMA = {"name", "kind", "role", "tightness", "instances", "excluded", "counterexamples", "power"}
 
 
 def test_tolerance_constants_match_spec():
@@ -71,7 +76,7 @@ def test_violated_records_reproducible_counterexample():
     assert ev.verdict == "violated"
     assert ev.n_counterexamples == 1
     (cex,) = ev.counterexamples
-    assert cex == {"instance": 1, "lhs": 3.0, "rhs": 2.0, "w": [2.0, 3.0], "seed": 8}
+    assert cex == {"instance": 1, "conclusion": "conclusion", "lhs": 3.0, "rhs": 2.0, "w": [2.0, 3.0], "seed": 8}
     json.dumps(ev.counterexamples)  # serialisable
 
 
@@ -172,6 +177,9 @@ def test_to_dict_schema_exact():
     assert set(d) == SCHEMA  # no details when empty
     assert d["counterexamples"] == 1 and isinstance(d["counterexamples"], int)
     assert d["negative_control"] == "none"
+    (c,) = d["conclusions"]
+    assert set(c) == CONCLUSION_SCHEMA
+    assert (c["name"], c["instances"], c["counterexamples"]) == ("conclusion", 2, 1)
     ev2 = ev.with_details(kappa=np.float64(2.5), arr=np.arange(2), bad=np.inf)
     d2 = ev2.to_dict()
     assert set(d2) == SCHEMA | {"details"}
@@ -213,3 +221,129 @@ def test_run_statement_rejects_wrong_id():
     stmt = registry.Statement("T.2", "2", "toy", _run, module="tests")
     with pytest.raises(ValueError, match="T.1"):
         registry.run_statement(stmt)
+
+
+# -- named conclusions, kinds, power ----------------------------------------------------------------------------
+
+
+def _three_conclusions(**kw):
+    mon = _monitor([True, True, True, False, True, True])
+    names = ["eq 1", "eq 1", "eq 2", "eq 2", "residual", "sign"]
+    lhs = [0.9, 0.2, 0.3, 50.0, 1e-13, -1.0]
+    rhs = [1.0, 1.0, 1.0, 1.0, 1e-12, 0.0]
+    return Evidence.from_implication("X.3", "x", mon, lhs, rhs, conclusion=names,
+                                     kinds={"residual": "identity", "sign": "boolean"} | kw.pop("kinds", {}), **kw)
+
+
+def test_conclusions_keep_their_own_counts_and_tightness():
+    ev = _three_conclusions()
+    assert [c.name for c in ev.conclusions] == ["eq 1", "eq 2", "residual", "sign"]
+    e1, e2, res, sign = ev.conclusions
+    assert (e1.instances, e1.excluded, e1.counterexamples) == (2, 0, 0)
+    assert (e2.instances, e2.excluded) == (2, 1)
+    assert e1.tightness == pytest.approx(0.9) and e2.tightness == pytest.approx(0.3)
+    assert ev.tightness == pytest.approx(0.9)  # the headline stays the maximum (over the numeric conclusions)
+    assert e1.worst["instance"] == 0 and e1.worst["ratio"] == pytest.approx(0.9)
+    assert res.kind == "identity" and sign.kind == "boolean"
+    assert list(ev.labels) == ["eq 1", "eq 1", "eq 2", "residual", "sign"]
+
+
+def test_power_status_per_conclusion_and_identity_marked():
+    ev = _three_conclusions()
+    st = {c.name: c.power(0.5)["status"] for c in ev.conclusions}
+    assert st == {"eq 1": "detected", "eq 2": "weak", "residual": "identity residual", "sign": "boolean conclusion"}
+    summ = ev.power_summary(0.5)
+    assert summ["numeric"] == 2 and summ["detected"] == 1 and summ["weak"] == ["eq 2"]
+    assert summ["weak_without_reason"] == ["eq 2"]
+    ev2 = ev.with_reasons({"eq 2": "the constant is a product of two worst cases"})
+    assert ev2.power_summary(0.5)["weak_without_reason"] == []
+    assert ev2.conclusion("eq 2").power(0.5)["reason"].startswith("the constant")
+
+
+def test_bound_factor_scales_every_numeric_bound_and_nothing_else():
+    with bound_factor(0.5):
+        ev = _three_conclusions()
+    assert active_bound_factor() == 1.0
+    e1, e2, res, sign = ev.conclusions
+    assert e1.counterexamples == 1  # 0.9 > 0.5: a halved bound is detected
+    assert e2.counterexamples == 0  # 0.3 < 0.5: not detected
+    assert res.counterexamples == 0  # identity residuals are not scaled
+    assert ev.verdict == "violated"
+    assert scaled_bound(-2.0, 0.5) == pytest.approx(-3.0)  # rhs − (1 − f)|rhs| makes a negative bound smaller too
+    np.testing.assert_allclose(detection_factor([0.9, -3.0], [1.0, -2.0]), [0.9, 0.5])
+    with pytest.raises(ValueError, match="bound factor"):
+        with bound_factor(0.0):
+            pass
+
+
+def test_detection_factor_predicts_the_rerun():
+    """The analytic detection factor and a re-run under bound_factor agree on random data."""
+    rng = np.random.default_rng(4)
+    lhs, rhs = rng.uniform(-1, 1, 200), rng.uniform(-2, 2, 200)
+    lhs = np.minimum(lhs, rhs)  # holds at factor 1
+    base = Evidence.from_implication("X", "x", None, lhs, rhs)
+    for f in (0.9, 0.5, 0.1):
+        with bound_factor(f):
+            ev = Evidence.from_implication("X", "x", None, lhs, rhs)
+        assert (ev.n_counterexamples > 0) == (base.conclusions[0].detect_factor > f)
+
+
+def test_soft_conclusion_reported_not_decisive():
+    mon = _monitor([True, True])
+    ev = Evidence.from_implication("X.4", "x", mon, [0.5, 2.0], [1.0, 1.0], conclusion=["eq 1", "eq 46 tau>1"],
+                                   soft=["eq 46 tau>1"])
+    assert ev.verdict == "holds" and ev.n_counterexamples == 0
+    soft = ev.conclusion("eq 46 tau>1")
+    assert soft.role == "soft" and soft.counterexamples == 1
+    assert ev.details["soft_counterexamples"]["eq 46 tau>1"][0]["lhs"] == 2.0
+    assert ev.tightness == pytest.approx(0.5)  # soft rows stay out of the headline
+
+
+def test_finding_keeps_literal_conclusions_marked():
+    repaired = Evidence.from_implication("H.16b", "rep", None, [0.1, 0.5], [1.0, 1.0], conclusion="eq 48'")
+    lit = Evidence.from_implication("H.16b", "lit", None, [2.0, 0.0], [1.0, 1.0], conclusion="eq 48")
+    ev = Evidence.finding("H.16b", "x", lit, repaired)
+    roles = {c.name: (c.role, c.power()["status"]) for c in ev.conclusions}
+    assert roles == {"eq 48'": ("contract", "weak"), "eq 48": ("literal", "literal (finding)")}
+
+
+def test_monte_carlo_detection_factor_given_per_instance():
+    ev = Evidence.from_implication("X.5", "x", None, [0.4, 0.1], [1.0, 1.0], conclusion=["mc", "b"],
+                                   kinds={"mc": "monte_carlo"}, detect=[0.8, np.nan])
+    assert ev.conclusion("mc").detect_factor == pytest.approx(0.8)
+    assert ev.conclusion("b").detect_factor == pytest.approx(0.1)
+    with bound_factor(0.5):  # Monte Carlo bounds are scaled in montecarlo.mean_claim, not here
+        ev2 = Evidence.from_implication("X.5", "x", None, [0.4], [1.0], kinds="monte_carlo")
+    assert ev2.rhs[0] == 1.0
+
+
+def test_conclusion_argument_errors():
+    with pytest.raises(ValueError, match="conclusion names"):
+        Evidence.from_implication("X", "x", None, [1.0, 1.0], [2.0, 2.0], conclusion=["a"])
+    with pytest.raises(ValueError, match="kind"):
+        Evidence.from_implication("X", "x", None, [1.0], [2.0], kinds="tight")
+    with pytest.raises(ValueError, match="needs lhs and rhs"):
+        Evidence.from_implication("X", "x", None, ok=[True], kinds="bound")
+
+
+def test_boolean_part_as_its_own_conclusion():
+    ev = Evidence.from_implication("X.6", "x", _monitor([True, True, False]), [0.9, 0.2, 5.0], [1.0, 1.0, 1.0],
+                                   ok=[True, False, False], conclusion="P-d", ok_conclusion="P-a, P-b")
+    pd, pab = ev.conclusions
+    assert (pd.name, pd.kind, pd.counterexamples, pd.excluded) == ("P-d", "bound", 0, 1)
+    assert (pab.name, pab.kind, pab.counterexamples, pab.instances) == ("P-a, P-b", "boolean", 1, 3)
+    assert ev.verdict == "violated" and ev.counterexamples[0]["conclusion"] == "P-a, P-b"
+
+
+def test_merged_evidence_adds_instances_by_conclusion():
+    a = Evidence.from_implication("X.8", "x", _monitor([True, False]), [0.2, 9.0], [1.0, 1.0], conclusion="eq 1")
+    b = Evidence.from_implication("X.8", "x", None, [0.8, 0.1], [1.0, 1.0], conclusion=["eq 1", "eq 2"])
+    m = Evidence.merged(a, [({"p": 1}, b)])
+    assert m.instances == 4 and m.excluded == 1 and m.verdict == "holds"
+    e1 = m.conclusion("eq 1")
+    assert (e1.instances, e1.excluded, e1.detect_factor) == (3, 1, pytest.approx(0.8))
+    assert m.tightness == pytest.approx(0.8) and m.details["added_points"][0]["point"] == {"p": 1}
+    bad = Evidence.from_implication("X.8", "x", None, [2.0], [1.0], conclusion="eq 1")
+    assert Evidence.merged(a, [({}, bad)]).verdict == "violated"
+    with pytest.raises(ValueError, match="cannot merge"):
+        Evidence.merged(a, [({}, Evidence.from_implication("Y", "y", None, [0.0], [1.0]))])

@@ -6,7 +6,19 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from verification.montecarlo import CAP_FACTOR, DELTA, bernstein_lcb, hoeffding_lcb, mean_claim
+from verification.evidence import bound_factor
+from verification.montecarlo import (
+    ASSERTIONS,
+    CAP_FACTOR,
+    DELTA,
+    FAMILY_WISE_BUDGET,
+    bernstein_lcb,
+    chi2_capped_mean,
+    crossing_factor,
+    hoeffding_lcb,
+    mean_claim,
+    required_runs,
+)
 
 DISTRIBUTIONS = {
     # name: sampler(rng, mean, size) of a non-negative law with the given mean
@@ -20,14 +32,14 @@ DISTRIBUTIONS = {
 @pytest.mark.parametrize("law", sorted(DISTRIBUTIONS))
 def test_false_failure_rate_when_the_bound_holds_with_equality(law):
     """E[X] = b exactly: the empirical false-failure rate at δ = 0.05 stays below δ (binomial 99.99 % slack),
-    and at the suite's δ = 1e-4 no replication fails."""
+    and at the suite's δ (the family-wise budget split over its assertions) no replication fails."""
     rng = np.random.default_rng(sorted(DISTRIBUTIONS).index(law))
     b, n, reps = 1.0, 400, 3000
     fails_05 = fails_suite = 0
     for _ in range(reps):
         x = DISTRIBUTIONS[law](rng, b, n)
-        fails_05 += mean_claim(x, b, delta=0.05).failed
-        fails_suite += mean_claim(x, b).failed
+        fails_05 += mean_claim(x, b, delta=0.05, with_crossing=False).failed
+        fails_suite += mean_claim(x, b, with_crossing=False).failed
     slack = stats.binom.ppf(1 - 1e-4, reps, 0.05)
     assert fails_05 <= slack, (fails_05, slack)
     assert fails_suite == 0
@@ -49,8 +61,8 @@ def test_documented_lcb_values():
     b = 2.0
     x = rng.uniform(0, 3 * b, 10_000)
     y = np.minimum(x, CAP_FACTOR * b)
-    assert hoeffding_lcb(y, CAP_FACTOR * b, DELTA) / b == pytest.approx(1.5 - 5 * np.sqrt(np.log(1e4) / 2e4), abs=0.02)
-    assert 1.40 < bernstein_lcb(y, CAP_FACTOR * b, DELTA) / b < 1.52
+    assert hoeffding_lcb(y, CAP_FACTOR * b, 1e-4) / b == pytest.approx(1.5 - 5 * np.sqrt(np.log(1e4) / 2e4), abs=0.02)
+    assert 1.40 < bernstein_lcb(y, CAP_FACTOR * b, 1e-4) / b < 1.52
 
 
 def test_capping_never_raises_the_mean_and_bad_input():
@@ -66,3 +78,40 @@ def test_capping_never_raises_the_mean_and_bad_input():
         mean_claim([1.0, 1.0], 1.0, delta=2.0)
     with pytest.raises(ValueError, match="non-finite"):
         mean_claim([1.0, np.nan], 1.0)
+
+
+def test_budget_split_adds_up():
+    assert DELTA * sum(ASSERTIONS.values()) <= FAMILY_WISE_BUDGET * (1 + 1e-12)
+
+
+def test_crossing_factor_agrees_with_the_scaled_claim():
+    """mean_claim under bound_factor(f) fails iff f < crossing factor (the cap scales with the bound)."""
+    rng = np.random.default_rng(11)
+    x = 0.8 * rng.chisquare(1, 3000)  # E X = 0.8 against b = 1
+    f_star = crossing_factor(x, 1.0)
+    assert 0.5 < f_star < 0.8
+    res = mean_claim(x, 1.0)
+    assert res.crossing == pytest.approx(f_star) and not res.failed
+    for f in (0.95 * f_star, 1.05 * f_star):
+        with bound_factor(f):
+            r = mean_claim(x, 1.0)
+        assert r.bound == pytest.approx(f) and r.cap == pytest.approx(CAP_FACTOR * f)
+        assert r.failed is (f < f_star)
+
+
+def test_sample_size_detects_a_halved_bound_with_probability_099():
+    """E X = b exactly (X = b ξ²): N = required_runs(ν) detects the bound b/2 in >= 99 % of replications;
+    the stated ν = E min(X, 5b/2)/(b/2) = 2 E min(χ²₁, 2.5) matches a Monte Carlo estimate."""
+    rng = np.random.default_rng(12)
+    nu = 2.0 * chi2_capped_mean(2.5)
+    assert nu == pytest.approx(2.0 * np.minimum(rng.chisquare(1, 400_000), 2.5).mean(), rel=5e-3)
+    n = required_runs(nu)
+    assert 500 < n < 2000
+    reps = 300
+    detected = 0
+    for _ in range(reps):
+        with bound_factor(0.5):
+            detected += mean_claim(rng.chisquare(1, n), 1.0, with_crossing=False).failed
+    assert detected >= 0.99 * reps - 3  # binomial slack: P(Bin(300, 0.99) < 294) < 0.1
+    with pytest.raises(ValueError, match="exceed 1"):
+        required_runs(0.9)

@@ -25,7 +25,7 @@ def _check_common(res, out):
         assert RUN_FIELDS <= set(r)
         assert "figure_data" not in r.get("details", {})
     inst = pd.read_csv(out / "instances.csv")
-    assert list(inst.columns) == ["id", "instance", "lhs", "rhs", "ratio"]
+    assert list(inst.columns) == ["id", "instance", "lhs", "rhs", "ratio", "conclusion"]
     readme = (out / "README.md").read_text()
     html = (out / "index.html").read_text()
     for r in rows:

@@ -2,7 +2,12 @@
 
     python -m verification list
     python -m verification run [ID ...] [--json PATH [--resume]] [--seed N] [--baseline PATH]
-    python -m verification report [ID ...] [--out DIR] [--scale default|paper] [--seed N] [--resume]
+    python -m verification report [ID ...] [--out DIR] [--scale default|paper] [--seed N] [--resume] [--sweep DIR]
+    python -m verification power [ID ...] [--factor 0.5] [--seed N] [--search default|paper|none] [--json PATH]
+    python -m verification sweep [ID ... | --mc] --seeds A:B [--scale default|paper]
+                                 [--workers K | --scheduler ADDRESS] --out DIR
+    python -m verification grid [K=1,4,16,64] [S=4,16,64] [delta_lambda=0.02,0.05,0.2] --seeds A:B
+                                [--preset smoke|paper] [--workers K | --scheduler ADDRESS] --out DIR
 
 ``run`` prints one progress line per statement on stderr as it finishes, then a table on stdout. With
 ``--json PATH`` it appends each finished statement's result object (``Evidence.to_dict``) to the results log
@@ -10,13 +15,25 @@
 (atomically); ``--resume`` reads that log, skips the statements it holds and runs the rest.
 
 ``report`` runs the checks and the studies and writes the dashboard and figures (:mod:`verification.report`),
-logging each statement to ``DIR/results.jsonl`` as it finishes; ``--resume`` finishes an interrupted report.
+logging each statement to ``DIR/results.jsonl`` as it finishes; ``--resume`` finishes an interrupted report;
+``--sweep DIR`` adds the summary of a sweep to the dashboard.
+
+``sweep`` runs every (statement, seed) cell as a Dask task, on a local cluster of K worker processes or on the
+cluster of an existing scheduler, writes each cell's result row to ``DIR/cells/<id>/<seed>.json`` as it finishes
+and the summary to ``DIR/sweep.json`` and ``DIR/sweep.csv`` (:mod:`verification.sweep`); the same command again
+computes only the cells still missing. A scheduler that cannot be reached is a usage error. ``grid`` runs Algorithm
+1 (``sim.simulate``) over a grid of the new clients' budget K x S and the preference spread on the same engine
+(:mod:`verification.grid`) and writes the Pipeline 1 vs Pipeline 2 gap with confidence bands and its figure.
 
 Exit status: 0 iff no verdict is "violated" or "vacuous", no negative control is "missed", no check raised and
 (with ``--baseline``) no bound regressed against the earlier results (:mod:`verification.regression`); 1
 otherwise; 2 on a usage error, found before any statement runs and printed as one line naming the argument (a
 bad seed or tolerance, unknown ids, an unreadable or malformed baseline, an output path that cannot be written, a
 results log that cannot be resumed); 130 when interrupted (the finished statements stay in the log).
+
+``power`` re-runs the checks with every numeric bound scaled to ``rhs − (1 − f)|rhs|`` and reports per conclusion
+whether that is detected, with the falsification search's best ratio and the stated reason for a weak one
+(:mod:`verification.power`); it exits 1 when a weak conclusion has no reason or a prediction disagrees.
 
 New subcommands (a later ``report``) are added by writing ``_add_<name>(subparsers)`` that sets
 ``func=_cmd_<name>`` and appending it to ``_SUBCOMMANDS``.
@@ -28,13 +45,11 @@ import argparse
 import json
 import os
 import sys
-import traceback
 
 from sim import cli
 from sim.cli import UsageError
 
 from . import registry, regression, resultlog
-from .evidence import to_jsonable
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, cli.EXIT_USAGE, 130
 
@@ -92,11 +107,8 @@ def _note(msg: str) -> None:
 def _run_row(stmt: registry.Statement, seed: int, jitter: float = 0.0, jitter_seed: int = 0) -> dict:
     """The (JSON-ready) result row of one statement; a check that raises is an ``error`` row, with the traceback
     on stderr, and the run goes on."""
-    try:
-        return to_jsonable(registry.run_statement(stmt, seed=seed, jitter=jitter, jitter_seed=jitter_seed).to_dict())
-    except Exception as exc:  # noqa: BLE001 - reported, counted as a failure, the run continues
-        traceback.print_exc(file=sys.stderr)
-        return to_jsonable(resultlog.error_row(stmt, exc))
+    return registry.run_statement_row(stmt, seed, jitter=jitter, jitter_seed=jitter_seed,
+                                      on_error=registry.print_traceback)[1]
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -197,10 +209,19 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from .report import LOG_NAME, build_report
 
     stmts = _resolve(args.ids)
+    sweep_summary = None
+    if args.sweep is not None:
+        from .dask_engine import CellFolderError
+        from .sweep import read_summary
+
+        try:
+            sweep_summary = read_summary(args.sweep)
+        except CellFolderError as exc:
+            raise UsageError(f"argument --sweep: {exc}") from None
     out = cli.check_writable_dir(args.out, "--out")
     try:
         res = build_report(out, ids=[s.id for s in stmts], scale=args.scale, seed=args.seed,
-                           studies=not args.no_studies, resume=args.resume)
+                           studies=not args.no_studies, resume=args.resume, sweep=sweep_summary)
     except resultlog.ResultLogError as exc:
         raise UsageError(f"argument --resume: {exc}") from None
     except KeyboardInterrupt:
@@ -212,22 +233,199 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _add_report(sub) -> None:
-    from .report import SCALES
-
     p = sub.add_parser("report", help="run the checks and the studies; write the dashboard and figures")
     p.add_argument("ids", nargs="*", metavar="ID", help="statement ids (default: all)")
     p.add_argument("--out", default="reports", metavar="DIR", help="output folder (default %(default)s)")
-    p.add_argument("--scale", choices=SCALES, default="default",
+    p.add_argument("--scale", choices=registry.SCALES, default="default",
                    help="default: every check in seconds; paper: the larger presets where a check has one")
     _add_seed(p)
     p.add_argument("--no-studies", action="store_true", help="skip the reported studies")
     p.add_argument("--resume", action="store_true",
                    help="finish an interrupted report: keep the statements already in DIR/results.jsonl (and their "
                         "files under DIR) and run the rest (needs the same ids, scale and seed)")
+    p.add_argument("--sweep", metavar="DIR",
+                   help="add the sweep in DIR (the --out folder of `python -m verification sweep`) to the dashboard: "
+                        "verdicts and tightness spread over its seeds, Monte Carlo failure rates, one figure")
     p.set_defaults(func=_cmd_report)
 
 
-_SUBCOMMANDS = [_add_list, _add_run, _add_report]
+def _on_dask(args: argparse.Namespace, what: str, n_cells: int, pending: int, out, run):
+    """``run(client)`` on the cluster the arguments name (started only when ``pending`` cells are left; else
+    ``run(None)``); a scheduler that cannot be reached is a usage error."""
+    from .dask_engine import SchedulerUnreachable, dask_client
+
+    where = (f"the scheduler at {args.scheduler}" if args.scheduler
+             else f"a local cluster of {args.workers or 'one per CPU'} worker(s)")
+    _note(f"{what} = {n_cells} cells: {pending} to compute" + (f" on {where}" if pending else "")
+          + f", results in {out}")
+    try:
+        if not pending:
+            return run(None)
+        with dask_client(args.workers, args.scheduler, connect_timeout=args.connect_timeout) as client:
+            return run(client)
+    except SchedulerUnreachable as exc:
+        raise UsageError(f"argument --scheduler: {exc}") from None
+
+
+def _interrupted(out) -> int:
+    _note(f"interrupted: the finished cells are in {out}/cells; the same command computes the rest")
+    return EXIT_INTERRUPTED
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from . import sweep
+    from .dask_engine import CellFolderError, check_params
+
+    # every usage error is found here, before any cell runs or any cluster starts
+    try:
+        stmts = sweep.parse_ids_or_mc(args.ids, args.mc)
+    except registry.UnknownStatementError as exc:
+        raise UsageError(f"argument ID: {exc}") from None
+    except ValueError as exc:
+        raise UsageError(f"argument --mc: {exc}") from None
+    seeds = list(args.seeds)
+    ids = [s.id for s in stmts]
+    out = cli.check_writable_dir(args.out, "--out")
+    try:
+        check_params(out, sweep.sweep_params(args.scale))
+        sweep.read_cells(out, ids, seeds)
+    except CellFolderError as exc:
+        raise UsageError(f"argument --out: {exc}") from None
+    cells = sweep.sweep_cells(out, stmts, seeds, args.scale)
+    pending = sum(not c.path.is_file() for c in cells)
+    try:
+        run = _on_dask(args, f"sweep of {len(stmts)} statement(s) x {len(seeds)} seed(s) at scale {args.scale}",
+                       len(cells), pending, out,
+                       lambda client: sweep.run_sweep(client, out, stmts, seeds, scale=args.scale,
+                                                      progress=not args.quiet))
+    except KeyboardInterrupt:
+        return _interrupted(out)
+    summary = sweep.summarize(stmts, seeds, sweep.read_cells(out, ids, seeds), scale=args.scale, run=run)
+    sweep.write_summary(out, summary)
+    print(sweep.screen(summary, out, run))
+    return EXIT_FAIL if sweep.failed(summary, run) else EXIT_OK
+
+
+def _add_dask_options(p, what: str) -> None:
+    """The options of a command whose cells run on Dask: seeds, where, output folder."""
+    p.add_argument("--seeds", type=cli.seed_range, required=True, metavar="A:B",
+                   help="the seeds A, A+1, ..., B-1 (integers 0 <= A < B)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--workers", type=cli.positive_int, metavar="K",
+                       help="start a local Dask cluster of K worker processes, one thread each, BLAS pinned to one "
+                            "thread (default: one per CPU)")
+    where.add_argument("--scheduler", metavar="ADDRESS",
+                       help="use the existing Dask cluster whose scheduler listens at ADDRESS (e.g. "
+                            "tcp://10.0.0.5:8786)")
+    p.add_argument("--connect-timeout", type=cli.positive_float, default=5.0, metavar="S",
+                   help="seconds allowed to reach the --scheduler (default %(default)s)")
+    p.add_argument("--out", required=True, metavar="DIR", help=what)
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _add_sweep(sub) -> None:
+    p = sub.add_parser("sweep", help="run statements x seeds as Dask tasks; one result file per cell, a summary")
+    p.add_argument("ids", nargs="*", metavar="ID", help="statement ids (default: all)")
+    p.add_argument("--mc", action="store_true",
+                   help="sweep the statements with Monte Carlo assertions (instead of IDs)")
+    p.add_argument("--scale", choices=registry.SCALES, default="default",
+                   help="default: every check in seconds; paper: the larger presets where a check has one")
+    _add_dask_options(p, "the sweep folder: cells/<id>/<seed>.json, params.json, sweep.json, sweep.csv")
+    p.set_defaults(func=_cmd_sweep)
+
+
+def _cmd_grid(args: argparse.Namespace) -> int:
+    from . import grid
+    from .dask_engine import CellFolderError, check_params
+
+    try:
+        axes = grid.parse_axes(args.axes, args.preset)
+    except grid.GridError as exc:
+        raise UsageError(f"argument AXIS=VALUES: {exc}") from None
+    points = grid.grid_points(axes)
+    seeds = list(args.seeds)
+    out = cli.check_writable_dir(args.out, "--out")
+    try:
+        check_params(out, grid.grid_params(args.preset))
+        grid.read_grid_cells(out, points, seeds)
+    except CellFolderError as exc:
+        raise UsageError(f"argument --out: {exc}") from None
+    cells = grid.grid_cells(out, args.preset, points, seeds)
+    pending = sum(not c.path.is_file() for c in cells)
+    shape = " x ".join(f"{len(v)} {a}" for a, v in axes.items())
+    try:
+        run = _on_dask(args, f"grid of {shape} (preset {args.preset}) x {len(seeds)} seed(s)", len(cells), pending,
+                       out, lambda client: grid.run_grid(client, out, args.preset, points, seeds,
+                                                         progress=not args.quiet))
+    except KeyboardInterrupt:
+        return _interrupted(out)
+    table = grid.summarize_grid(grid.read_grid_cells(out, points, seeds))
+    drawn, missing = grid.write_grid(out, table, preset=args.preset, seeds=seeds, run=run)
+    print(grid.screen(table, out, run, drawn, missing))
+    return EXIT_OK if run.complete and not table["errors"].any() else EXIT_FAIL
+
+
+def _add_grid(sub) -> None:
+    from sim.simulate import PRESETS
+
+    from .grid import AXES
+
+    p = sub.add_parser("grid", help="Algorithm 1 over a grid of K, S and preference spread x seeds, as Dask tasks: "
+                                    "the Pipeline 1 vs Pipeline 2 gap with confidence bands")
+    p.add_argument("axes", nargs="*", metavar="AXIS=VALUES",
+                   help="grid axes, e.g. K=1,4,16,64 S=4,16,64 delta_lambda=0.02,0.05,0.2 ("
+                        + "; ".join(f"{a}: {d}" for a, d in AXES.items()) + "); an axis left out keeps the preset's "
+                        "value")
+    p.add_argument("--preset", choices=sorted(PRESETS), default="smoke",
+                   help="the sim.simulate preset the grid varies (default %(default)s)")
+    _add_dask_options(p, "the grid folder: cells/<point>/<seed>.json, params.json, grid.csv, grid.json, figures/")
+    p.set_defaults(func=_cmd_grid)
+
+
+def _cmd_power(args: argparse.Namespace) -> int:
+    from .power import power_report
+
+    stmts = _resolve(args.ids)  # every usage error is found here, before the first statement runs
+    if args.json:
+        cli.check_writable_file(args.json, "--json")
+    try:
+        rep = power_report([s.id for s in stmts], factor=args.factor, seed=args.seed, search=args.search)
+    except KeyboardInterrupt:
+        _note("interrupted: nothing was kept (the power report writes its results at the end)")
+        return EXIT_INTERRUPTED
+    print(rep.table())
+    print(rep.summary())
+    if args.json:
+        cli.atomic_write_text(args.json, json.dumps(rep.to_json(), indent=2, allow_nan=False) + "\n")
+    return EXIT_OK if rep.ok else EXIT_FAIL
+
+
+def _factor(text: str) -> float:
+    try:
+        f = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1]; got {text!r}") from None
+    if not 0.0 < f <= 1.0:
+        raise argparse.ArgumentTypeError(f"must lie in (0, 1]; got {text!r}")
+    return f
+
+
+def _add_power(sub) -> None:
+    from .search import BUDGETS
+
+    p = sub.add_parser("power", help="re-run the checks with every numeric bound weakened; report per conclusion "
+                                     "whether that is detected")
+    p.add_argument("ids", nargs="*", metavar="ID", help="statement ids (default: all)")
+    p.add_argument("--factor", type=_factor, default=0.5,
+                   help="bounds become rhs - (1 - f)|rhs| (default %(default)s: a bound too small by half)")
+    _add_seed(p)
+    p.add_argument("--search", choices=[*BUDGETS, "none"], default="default",
+                   help="falsification-search budget for statements with a weak conclusion (default %(default)s)")
+    p.add_argument("--json", metavar="PATH", help="write the power rows as a JSON list to PATH")
+    p.set_defaults(func=_cmd_power)
+
+
+_SUBCOMMANDS = [_add_list, _add_run, _add_report, _add_power, _add_sweep, _add_grid]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -18,13 +18,30 @@ Every statement check (DESIGN.md "Executable statements", THEOREMS.md §3.0) is 
    monitor flags the broken hypothesis and the conclusion is seen to fail on a flagged instance.
 
 Deterministic inequalities use ``lhs ≤ rhs + ATOL + RTOL·|rhs|`` with ``ATOL = 1e-12`` and ``RTOL = 1e-9``.
+
+**Conclusions.** A statement usually has several conclusions (eq 91, eq 92, …). Every instance belongs to one
+named conclusion, and :class:`Conclusion` keeps, per name, its own tightness, instance and exclusion counts,
+counterexamples and *power*. Each conclusion says its kind (:data:`CONCLUSION_KINDS`): a numeric ``bound``, an
+``identity`` residual (the right-hand side is a tolerance), a ``boolean`` conclusion, or a ``monte_carlo``
+(confidence-level) assertion. The headline tightness stays the maximum over the conclusions.
+
+**Power.** A check whose instances never come near the bound proves little. Every numeric bound of a conclusion
+passes through :func:`scaled_bound`, which applies the active *bound factor* ``f`` (:func:`bound_factor`, 1 by
+default): ``rhs ↦ rhs − (1 − f)|rhs|``, a bound too small by the factor ``f``; Monte Carlo bounds pass through the
+same function in :func:`verification.montecarlo.mean_claim`. Re-running a check under ``bound_factor(0.5)`` shows
+per conclusion whether a halved bound is detected (``python -m verification power``). Without a re-run the same
+answer follows from the data: the *detection factor* of an instance is ``1 − (rhs − lhs)/|rhs|`` (``= lhs/rhs``
+for ``rhs > 0``), the largest ``f`` at which the scaled bound is still violated there, and a Monte Carlo assertion
+reports the factor at which its confidence bound crosses the scaled bound.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +59,15 @@ __all__ = [
     "VERDICTS",
     "NEGATIVE_CONTROL_STATES",
     "MAX_STORED_COUNTEREXAMPLES",
+    "CONCLUSION_KINDS",
+    "CONCLUSION_ROLES",
+    "NUMERIC_KINDS",
+    "POWER_FACTOR",
+    "Conclusion",
+    "bound_factor",
+    "active_bound_factor",
+    "scaled_bound",
+    "detection_factor",
     "RESIDUAL_TIGHTNESS_FLOOR",
     "Hypothesis",
     "HypothesisMonitor",
@@ -83,6 +109,19 @@ MAX_STORED_COUNTEREXAMPLES = 20
 #: the tolerance) the value is roundoff and the regression comparison treats any two such values as equal.
 RESIDUAL_TIGHTNESS_FLOOR = 1e-3
 
+#: Kinds of conclusion: a numeric bound ``lhs ≤ rhs``; an identity residual (``rhs`` is a tolerance); a boolean
+#: conclusion; a Monte Carlo (confidence-level) assertion ``LCB ≤ b``.
+CONCLUSION_KINDS = ("bound", "identity", "boolean", "monte_carlo")
+#: The kinds whose right-hand side is a bound of the theory (scaled by :func:`scaled_bound`; power is measured).
+NUMERIC_KINDS = ("bound", "monte_carlo")
+#: ``contract``: part of the verdict; ``literal``: the statement as printed of a FINDING (expected violated);
+#: ``soft``: reported, not part of the verdict (e.g. a reconstructed reading the theory does not prove).
+CONCLUSION_ROLES = ("contract", "literal", "soft")
+#: Default factor of the power report: a bound too small by half.
+POWER_FACTOR = 0.5
+KIND_LABELS = {"bound": "numeric bound", "identity": "identity residual", "boolean": "boolean conclusion",
+               "monte_carlo": "Monte Carlo assertion"}
+
 
 # --------------------------------------------------------------------------------------------------------------
 # Inequalities
@@ -107,6 +146,57 @@ def is_strictly_positive(x, scale=1.0, rtol: float = POSITIVITY_RTOL) -> np.ndar
     """Elementwise ``x > rtol·|scale|`` (strict positivity relative to a scale, THEOREMS.md §3.0)."""
     x = np.asarray(x, dtype=np.float64)
     return np.asarray(x > rtol * np.abs(np.asarray(scale, dtype=np.float64)))
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Bound scaling (power)
+# --------------------------------------------------------------------------------------------------------------
+
+_BOUND_FACTOR: ContextVar[float] = ContextVar("bound_factor", default=1.0)
+
+
+def _check_factor(factor) -> float:
+    f = float(factor)
+    if not (math.isfinite(f) and 0.0 < f <= 1.0):
+        raise ValueError(f"bound factor must lie in (0, 1]; got {factor!r}")
+    return f
+
+
+@contextmanager
+def bound_factor(factor: float) -> Iterator[float]:
+    """Within the block every numeric bound is scaled to ``rhs − (1 − factor)|rhs|`` (see :func:`scaled_bound`)."""
+    token = _BOUND_FACTOR.set(_check_factor(factor))
+    try:
+        yield _BOUND_FACTOR.get()
+    finally:
+        _BOUND_FACTOR.reset(token)
+
+
+def active_bound_factor() -> float:
+    """The bound factor in force (1 outside :func:`bound_factor`)."""
+    return _BOUND_FACTOR.get()
+
+
+def scaled_bound(rhs, factor: float | None = None):
+    """``rhs − (1 − f)|rhs|`` with ``f`` the active bound factor (or ``factor``): the bound made too small by
+    ``f``. The one function through which every numeric bound of a conclusion passes (:meth:`Evidence.
+    from_implication` for ``bound`` conclusions, :func:`verification.montecarlo.mean_claim` for Monte Carlo
+    bounds); the identity at ``f = 1``."""
+    f = active_bound_factor() if factor is None else _check_factor(factor)
+    r = np.asarray(rhs, dtype=np.float64)
+    out = r if f == 1.0 else r - (1.0 - f) * np.abs(r)
+    return float(out) if np.ndim(rhs) == 0 else out
+
+
+def detection_factor(lhs, rhs) -> np.ndarray:
+    """Per instance ``1 − (rhs − lhs)/|rhs|``: the largest ``f`` with ``lhs > rhs − (1 − f)|rhs|``, i.e. the factor
+    down to which a scaled bound is still violated there (``lhs/rhs`` when ``rhs > 0``). NaN where
+    ``|rhs| ≤ ATOL`` (a zero bound cannot be scaled)."""
+    lhs = np.asarray(lhs, dtype=np.float64)
+    rhs = np.asarray(rhs, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = 1.0 - (rhs - lhs) / np.abs(rhs)
+    return np.where(np.abs(rhs) > ATOL, out, np.nan)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -359,6 +449,34 @@ def _instance_record(i: int, data: Mapping[str, Any] | Callable[[int], Mapping[s
     return rec
 
 
+def _names(id: str, conclusion, n: int) -> np.ndarray:
+    if conclusion is None:
+        return np.full(n, "conclusion", dtype=object)
+    if isinstance(conclusion, str):
+        return np.full(n, conclusion, dtype=object)
+    arr = np.asarray(conclusion, dtype=object).reshape(-1)
+    if arr.shape != (n,):
+        raise ValueError(f"Evidence {id!r}: conclusion names have shape {arr.shape}, expected ({n},) instances")
+    return np.array([str(x) for x in arr], dtype=object)
+
+
+def _kinds(id: str, kinds, names: np.ndarray, has_bound: bool) -> dict[str, str]:
+    default = "bound" if has_bound else "boolean"
+    present = list(dict.fromkeys(names.tolist()))
+    if kinds is None:
+        out = {x: default for x in present}
+    elif isinstance(kinds, str):
+        out = {x: kinds for x in present}
+    else:
+        out = {x: kinds.get(x, default) for x in present}  # a kind for an absent conclusion is not used
+    for x, k in out.items():
+        if k not in CONCLUSION_KINDS:
+            raise ValueError(f"Evidence {id!r}: conclusion {x!r} has kind {k!r}; kinds: {CONCLUSION_KINDS}")
+        if k != "boolean" and not has_bound:
+            raise ValueError(f"Evidence {id!r}: conclusion {x!r} of kind {k!r} needs lhs and rhs")
+    return out
+
+
 def _tightness(lhs: np.ndarray, rhs: np.ndarray) -> float | None:
     """``max lhs/rhs`` over the instances with ``rhs > ATOL``: a bound below the inequality's absolute
     tolerance is indistinguishable from 0, and a ratio to it measures round-off, not tightness."""
@@ -367,6 +485,131 @@ def _tightness(lhs: np.ndarray, rhs: np.ndarray) -> float | None:
         return None
     t = float(np.max(lhs[pos] / rhs[pos]))
     return t if math.isfinite(t) else None
+
+
+@dataclass(frozen=True)
+class Conclusion:
+    """One named conclusion of a statement (eq 91, eq 92, …) over the instances that belong to it.
+
+    ``kind`` one of :data:`CONCLUSION_KINDS`; ``role`` one of :data:`CONCLUSION_ROLES`; ``tightness`` the largest
+    ``lhs/rhs`` (``rhs > ATOL``) where the hypotheses held; ``instances``/``excluded``/``counterexamples``
+    counts; ``detect_factor`` the largest factor ``f`` at which the bound scaled by :func:`scaled_bound` is still
+    violated on some instance (numeric kinds; for Monte Carlo the factor at which the confidence bound crosses);
+    ``worst`` the instance that attains it (data to reproduce it); ``reason`` why a numeric bound cannot be
+    approached on its family (declared by the statement); ``search`` the falsification search's outcome
+    (:mod:`verification.search`)."""
+
+    name: str
+    kind: str = "bound"
+    role: str = "contract"
+    tightness: float | None = None
+    instances: int = 0
+    excluded: int = 0
+    counterexamples: int = 0
+    detect_factor: float | None = None
+    worst: dict[str, Any] | None = None
+    reason: str | None = None
+    search: dict[str, Any] | None = None
+
+    def __post_init__(self):
+        if self.kind not in CONCLUSION_KINDS:
+            raise ValueError(f"conclusion {self.name!r}: kind must be one of {CONCLUSION_KINDS}; got {self.kind!r}")
+        if self.role not in CONCLUSION_ROLES:
+            raise ValueError(f"conclusion {self.name!r}: role must be one of {CONCLUSION_ROLES}; got {self.role!r}")
+
+    @property
+    def numeric(self) -> bool:
+        return self.kind in NUMERIC_KINDS
+
+    @property
+    def best_ratio(self) -> float | None:
+        """The largest detection factor seen: the check's, or the falsification search's if larger."""
+        vals = [v for v in (self.detect_factor, (self.search or {}).get("best_ratio")) if v is not None]
+        return max(vals) if vals else None
+
+    def power(self, factor: float = POWER_FACTOR) -> dict[str, Any]:
+        """Whether a bound too small by ``factor`` is detected by this conclusion's instances.
+
+        ``status``: ``detected`` (``detect_factor > factor``), ``weak`` (not detected; ``reason`` and the search's
+        best ratio say why), ``identity residual`` / ``boolean conclusion`` (no bound to scale: marked, not
+        counted as weak), ``violated`` (already violated at factor 1), ``literal (finding)`` (the literal
+        statement of a FINDING)."""
+        out: dict[str, Any] = {"factor": float(factor)}
+        if self.role == "literal":
+            out["status"] = "literal (finding)"
+        elif not self.numeric:
+            out["status"] = KIND_LABELS[self.kind]
+        elif self.counterexamples and self.role == "contract":
+            out["status"] = "violated"
+        elif self.detect_factor is not None and self.detect_factor > factor:
+            out["status"] = "detected"
+        else:
+            out["status"] = "weak"
+        if self.numeric:
+            out["detect_factor"] = None if self.detect_factor is None else _json_float(self.detect_factor)
+            out["method"] = ("factor at which the confidence bound crosses" if self.kind == "monte_carlo"
+                             else "max 1 - (rhs - lhs)/|rhs| (= max lhs/rhs for rhs > 0)")
+        if self.search is not None:
+            out["search_best_ratio"] = self.search.get("best_ratio")
+        if self.reason and out["status"] in ("weak", "detected"):
+            out["reason"] = self.reason
+        return to_jsonable(out)
+
+    def to_dict(self, factor: float = POWER_FACTOR) -> dict[str, Any]:
+        """``{name, kind, role, tightness, instances, excluded, counterexamples, power}`` (``search`` when run)."""
+        out = {"name": self.name, "kind": self.kind, "role": self.role,
+               "tightness": None if self.tightness is None else _json_float(self.tightness),
+               "instances": int(self.instances), "excluded": int(self.excluded),
+               "counterexamples": int(self.counterexamples), "power": self.power(factor)}
+        if self.search is not None:
+            out["search"] = to_jsonable({k: v for k, v in self.search.items() if k != "instance"})
+        return out
+
+
+def _conclusions(names: np.ndarray, mask: np.ndarray, arrays: dict, good: np.ndarray, idx_held: np.ndarray,
+                 kinds: Mapping[str, str], roles: Mapping[str, str], detect: np.ndarray | None,
+                 instance_data) -> tuple[Conclusion, ...]:
+    """Per-conclusion statistics (see :class:`Conclusion`). ``good`` is aligned with ``idx_held``."""
+    out = []
+    held_names = names[idx_held]
+    order = list(dict.fromkeys(names.tolist()))
+    for nm in order:
+        sel_all = names == nm
+        sel = held_names == nm
+        kind = kinds.get(nm, "bound" if "lhs" in arrays else "boolean")
+        tight = det = None
+        worst = None
+        if "lhs" in arrays and sel.any():
+            lh = arrays["lhs"][idx_held[sel]]
+            rh = arrays["rhs"][idx_held[sel]]
+            tight = _tightness(lh, rh)
+            if kind in NUMERIC_KINDS:
+                df = detection_factor(lh, rh)
+                if detect is not None:
+                    given = detect[idx_held[sel]]
+                    df = np.where(np.isnan(given), df, given)
+                if np.isfinite(df).any():
+                    k = int(np.nanargmax(df))
+                    det = float(df[k])
+                    i = int(idx_held[sel][k])
+                    worst = to_jsonable({"instance": i, "lhs": arrays["lhs"][i], "rhs": arrays["rhs"][i],
+                                         "ratio": det, **_instance_record(i, instance_data)})
+        out.append(Conclusion(
+            name=str(nm), kind=kind, role=roles.get(nm, "contract"), tightness=tight,
+            instances=int(sel_all.sum()), excluded=int(sel_all.sum() - sel.sum()),
+            counterexamples=int((~good[sel]).sum()), detect_factor=det, worst=worst,
+        ))
+    return tuple(out)
+
+
+def _headline(conclusions: Sequence[Conclusion]) -> float | None:
+    """The headline tightness: the maximum over the contract conclusions of a numeric kind, else over all."""
+    for pool in ([c for c in conclusions if c.role == "contract" and c.numeric],
+                 [c for c in conclusions if c.role == "contract"]):
+        vals = [c.tightness for c in pool if c.tightness is not None]
+        if vals:
+            return max(vals)
+    return None
 
 
 @dataclass(frozen=True)
@@ -391,6 +634,8 @@ class Evidence:
       control           the negative control's own Evidence (filled by ``registry.run_statement``).
       repaired          for a FINDING: the Evidence of the repaired statement.
       seconds           wall time of the check plus its negative control.
+      conclusions       the named conclusions (:class:`Conclusion`), each with its own counts and power.
+      labels            the conclusion of every entry of ``lhs``/``rhs``.
       tightness_floor   set where the tightness measures roundoff (an identity residual): values below it are
                         roundoff and compare equal in the bound regression (:data:`RESIDUAL_TIGHTNESS_FLOOR`).
     """
@@ -413,6 +658,8 @@ class Evidence:
     control: Evidence | None = None
     repaired: Evidence | None = None
     seconds: float = 0.0
+    conclusions: tuple[Conclusion, ...] = ()
+    labels: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=object))
     tightness_floor: float | None = None
 
     def __post_init__(self):
@@ -430,6 +677,13 @@ class Evidence:
         object.__setattr__(self, "lhs", lhs)
         object.__setattr__(self, "rhs", rhs)
         object.__setattr__(self, "hypotheses", tuple(self.hypotheses))
+        object.__setattr__(self, "conclusions", tuple(self.conclusions))
+        labels = np.asarray(self.labels, dtype=object).reshape(-1)
+        if labels.size == 0 and lhs.size:
+            labels = np.full(lhs.size, "conclusion", dtype=object)
+        if labels.size != lhs.size:
+            raise ValueError(f"Evidence {self.id!r}: {labels.size} conclusion labels for {lhs.size} instances")
+        object.__setattr__(self, "labels", labels)
         if self.n_counterexamples is None:
             object.__setattr__(self, "n_counterexamples", len(self.counterexamples))
         if self.tightness is not None:
@@ -455,8 +709,23 @@ class Evidence:
         tightness: float | None | str = "auto",
         instance_data: Mapping[str, Any] | Callable[[int], Mapping[str, Any]] | None = None,
         details: Mapping[str, Any] | None = None,
+        conclusion: str | Sequence[str] | np.ndarray | None = None,
+        kinds: str | Mapping[str, str] | None = None,
+        soft: Iterable[str] = (),
+        detect=None,
+        ok_conclusion: str | Sequence[str] | np.ndarray | None = None,
     ) -> Evidence:
         """Evidence of ``hypotheses ⇒ lhs ≤ rhs`` over all instances.
+
+        ``conclusion`` names the conclusion of every instance (one name, or an array over the instances;
+        default ``"conclusion"``); ``kinds`` gives each name's kind (:data:`CONCLUSION_KINDS`; one kind for all,
+        or a mapping; default ``bound`` with ``lhs``/``rhs``, ``boolean`` without). The right-hand side of every
+        ``bound`` instance passes through :func:`scaled_bound`. Conclusions named in ``soft`` are reported with
+        their counterexamples (in ``details["soft_counterexamples"]``) but do not decide the verdict. ``detect``
+        (optional, per instance; NaN = not given) overrides the detection factor of an instance (Monte Carlo
+        rows: the factor at which the confidence bound crosses). ``ok_conclusion`` (with both ``lhs``/``rhs`` and
+        ``ok``) names the boolean part as a conclusion of its own (kind ``boolean``, same instances); without it
+        the boolean part belongs to the inequality's conclusion.
 
         ``monitor`` is a :class:`HypothesisMonitor`, a boolean mask of the instances where the hypotheses
         held, or ``None`` (no hypotheses: every instance counts). ``lhs``, ``rhs`` (and ``ok``, an optional
@@ -494,6 +763,21 @@ class Evidence:
         for key, arr in arrays.items():
             if arr.shape != (n,):
                 raise ValueError(f"Evidence {id!r}: {key} has shape {arr.shape}, expected ({n},) instances")
+        names = _names(id, conclusion, n)
+        kind_of = _kinds(id, kinds, names, "lhs" in arrays)
+        soft = {str(x) for x in soft}
+        unknown = soft - set(names.tolist())
+        if unknown and n:
+            raise ValueError(f"Evidence {id!r}: soft conclusion(s) {sorted(unknown)} name no instance")
+        if "lhs" in arrays:  # every numeric bound passes through scaled_bound (power, see the module docstring)
+            is_bound = np.array([kind_of[x] == "bound" for x in names], dtype=bool)
+            if is_bound.any():
+                arrays["rhs"] = np.where(is_bound, scaled_bound(arrays["rhs"]), arrays["rhs"])
+        det = None
+        if detect is not None:
+            det = np.atleast_1d(np.asarray(detect, dtype=np.float64))
+            if det.shape != (n,):
+                raise ValueError(f"Evidence {id!r}: detect has shape {det.shape}, expected ({n},) instances")
         idx_held = np.flatnonzero(mask)
         if "lhs" in arrays:
             lhs_h, rhs_h = arrays["lhs"][idx_held], arrays["rhs"][idx_held]
@@ -503,23 +787,52 @@ class Evidence:
             good = np.ones(idx_held.size, dtype=bool)
         if "ok" in arrays:
             good = good & arrays["ok"][idx_held]
-        bad = idx_held[~good]
-        if idx_held.size == 0:
+        roles = {x: "soft" for x in soft}
+        if ok_conclusion is not None and "ok" in arrays and "lhs" in arrays:
+            # the boolean part is a conclusion of its own, over the same instances
+            ok_names = _names(id, ok_conclusion, n)
+            good_ineq = check_inequality(lhs_h, rhs_h, atol, rtol)
+            conclusions = _conclusions(names, mask, arrays, good_ineq, idx_held, kind_of, roles, det, instance_data)
+            ok_kinds = {x: "boolean" for x in ok_names.tolist()}
+            conclusions += _conclusions(ok_names, mask, {"ok": arrays["ok"]}, arrays["ok"][idx_held], idx_held,
+                                        ok_kinds, roles, None, instance_data)
+            fail_name = np.where(check_inequality(arrays["lhs"], arrays["rhs"], atol, rtol), ok_names, names)
+            soft_ineq = np.array([x in soft for x in names[idx_held]], dtype=bool)
+            soft_ok = np.array([x in soft for x in ok_names[idx_held]], dtype=bool)
+            # an instance fails the contract if a contract part of it fails
+            fails = (~good_ineq & ~soft_ineq) | (~arrays["ok"][idx_held] & ~soft_ok)
+            soft_fails = ~good & ~fails
+            contract_seen = (~soft_ineq | ~soft_ok).any()
+        else:
+            conclusions = _conclusions(names, mask, arrays, good, idx_held, kind_of, roles, det, instance_data)
+            fail_name = names
+            is_soft = np.array([x in soft for x in names[idx_held]], dtype=bool)
+            fails, soft_fails, contract_seen = ~good & ~is_soft, ~good & is_soft, (~is_soft).any()
+        bad = idx_held[fails]
+        soft_bad = idx_held[soft_fails]
+        if not contract_seen:  # nothing of the contract was evaluated
             verdict = "vacuous"
         elif bad.size:
             verdict = "violated"
         else:
             verdict = "holds"
-        cex = []
-        for i in bad[:MAX_STORED_COUNTEREXAMPLES]:
-            rec = {"instance": int(i)}
+
+        def record(i):
+            rec = {"instance": int(i), "conclusion": str(fail_name[i])}
             if "lhs" in arrays:
                 rec["lhs"] = arrays["lhs"][i]
                 rec["rhs"] = arrays["rhs"][i]
             rec.update(_instance_record(int(i), instance_data))
-            cex.append(to_jsonable(rec))
+            return to_jsonable(rec)
+
+        cex = [record(i) for i in bad[:MAX_STORED_COUNTEREXAMPLES]]
+        details = dict(details or {})
+        if soft_bad.size:
+            details["soft_counterexamples"] = {
+                x: [record(i) for i in soft_bad[names[soft_bad] == x][:MAX_STORED_COUNTEREXAMPLES]]
+                for x in dict.fromkeys(names[soft_bad].tolist())}
         if tightness == "auto":
-            tightness = _tightness(lhs_h, rhs_h) if lhs_h.size else None
+            tightness = _headline(conclusions) if lhs_h.size else None
         return cls(
             id=id,
             name=name,
@@ -533,7 +846,9 @@ class Evidence:
             exclusion_reasons=dict(reasons),
             counterexamples=cex,
             n_counterexamples=int(bad.size),
-            details=to_jsonable(dict(details or {})),
+            details=to_jsonable(details),
+            conclusions=conclusions,
+            labels=names[idx_held] if "lhs" in arrays else np.zeros(0, dtype=object),
         )
 
     @classmethod
@@ -551,6 +866,8 @@ class Evidence:
         rtol: float = RTOL,
         instance_data: Mapping[str, Any] | Callable[[int], Mapping[str, Any]] | None = None,
         details: Mapping[str, Any] | None = None,
+        conclusion=None,
+        kinds=None,
     ) -> Evidence:
         """Evidence of a negative control in which hypothesis/es ``broken`` were violated on purpose.
 
@@ -572,7 +889,7 @@ class Evidence:
             flagged |= monitor.failed(b)
         ev = cls.from_implication(
             id, name, flagged, lhs, rhs, ok=ok, atol=atol, rtol=rtol, instance_data=instance_data,
-            details=details,
+            details=details, conclusion=conclusion, kinds=kinds,
         )
         detected = bool(flagged.any() and ev.n_counterexamples > 0)
         d = dict(ev.details)
@@ -638,7 +955,81 @@ class Evidence:
             n_counterexamples=literal.n_counterexamples,
             details=to_jsonable(d),
             repaired=repaired,
+            conclusions=tuple(repaired.conclusions) + tuple(
+                dataclasses.replace(c, role="literal") for c in literal.conclusions),
+            labels=literal.labels,
         )
+
+    @classmethod
+    def merged(cls, main: Evidence, parts: Sequence[tuple[Mapping[str, Any], Evidence]]) -> Evidence:
+        """``main`` with the instances of further checks of the same statement (``parts``: ``(label, Evidence)``,
+        e.g. the tight points of the family found by the falsification search) added: conclusions merged by name
+        (counts summed, tightness and detection factor the maxima; a conclusion whose role differs from the one
+        already there is kept apart, its name suffixed with ``[role]``), hypotheses summed, counterexamples
+        concatenated; the verdict is ``violated`` if any part is, ``vacuous`` only if every part is; ``details``
+        are ``main``'s plus ``details["added_points"]`` (one summary per part)."""
+        evs = [main] + [e for _, e in parts]
+        for e in evs:
+            if e.id != main.id:
+                raise ValueError(f"cannot merge Evidence {e.id!r} into {main.id!r}")
+        if main.repaired is not None or any(e.repaired is not None for e in evs[1:]):
+            raise ValueError(f"Evidence {main.id!r}: a FINDING is merged through its literal/repaired parts")
+        by_name: dict[str, Conclusion] = {}
+        for e in evs:
+            for c in e.conclusions:
+                o = by_name.get(c.name)
+                if o is not None and o.role != c.role:  # e.g. a soft Monte Carlo row of an added point
+                    c = dataclasses.replace(c, name=f"{c.name} [{c.role}]")
+                    o = by_name.get(c.name)
+                if o is None:
+                    by_name[c.name] = c
+                    continue
+                best = c if (c.detect_factor or -math.inf) > (o.detect_factor or -math.inf) else o
+                tights = [x for x in (o.tightness, c.tightness) if x is not None]
+                by_name[c.name] = dataclasses.replace(
+                    o, tightness=max(tights) if tights else None, instances=o.instances + c.instances,
+                    excluded=o.excluded + c.excluded, counterexamples=o.counterexamples + c.counterexamples,
+                    detect_factor=best.detect_factor, worst=best.worst)
+        hyp: dict[str, list[int]] = {}
+        margins: dict[str, float | None] = {}
+        for e in evs:
+            for h in e.hypotheses:
+                acc = hyp.setdefault(h.name, [0, 0])
+                acc[0] += h.held
+                acc[1] += h.failed
+                if h.min_margin is not None:
+                    m0 = margins.get(h.name)
+                    margins[h.name] = h.min_margin if m0 is None else min(m0, h.min_margin)
+        reasons: dict[str, int] = {}
+        for e in evs:
+            for r, k in e.exclusion_reasons.items():
+                reasons[r] = reasons.get(r, 0) + k
+        verdicts = [e.verdict for e in evs]
+        verdict = ("violated" if "violated" in verdicts else
+                   "vacuous" if all(v == "vacuous" for v in verdicts) else "holds")
+        tights = [e.tightness for e in evs if e.tightness is not None]
+        details = dict(main.details)
+        details["added_points"] = [{"point": dict(p), "instances": e.instances, "excluded": e.excluded,
+                                    "verdict": e.verdict,
+                                    "tightness": {c.name: c.tightness for c in e.conclusions if c.numeric}}
+                                   for p, e in parts]
+        soft: dict[str, list] = {}
+        for p, e in [({}, main)] + list(parts):
+            for name, recs in (e.details.get("soft_counterexamples") or {}).items():
+                soft.setdefault(name, []).extend(dict(r, point=dict(p)) if p else r for r in recs)
+        if soft:
+            details["soft_counterexamples"] = {k: v[:MAX_STORED_COUNTEREXAMPLES] for k, v in soft.items()}
+        cex = [c for e in evs for c in e.counterexamples]
+        return dataclasses.replace(
+            main, verdict=verdict,
+            hypotheses=tuple(Hypothesis(n, held=v[0], failed=v[1], min_margin=margins.get(n)) for n, v in hyp.items()),
+            lhs=np.concatenate([e.lhs for e in evs]), rhs=np.concatenate([e.rhs for e in evs]),
+            labels=np.concatenate([e.labels for e in evs]),
+            tightness=max(tights) if tights else None,
+            instances=sum(e.instances for e in evs), excluded=sum(e.excluded for e in evs),
+            exclusion_reasons=reasons, counterexamples=cex[:MAX_STORED_COUNTEREXAMPLES],
+            n_counterexamples=sum(e.n_counterexamples for e in evs), details=to_jsonable(details),
+            conclusions=tuple(by_name.values()))
 
     # -- derived ------------------------------------------------------------------------------------------
     @property
@@ -649,10 +1040,45 @@ class Evidence:
     def with_details(self, **extra: Any) -> Evidence:
         return dataclasses.replace(self, details=to_jsonable({**self.details, **extra}))
 
+    def conclusion(self, name: str) -> Conclusion:
+        """The conclusion called ``name``."""
+        for c in self.conclusions:
+            if c.name == name:
+                return c
+        raise KeyError(f"Evidence {self.id!r} has no conclusion {name!r}; conclusions: "
+                       f"{[c.name for c in self.conclusions]}")
+
+    def with_reasons(self, reasons: Mapping[str, str]) -> Evidence:
+        """Attach the statement's declared reasons (conclusion name → why its bound cannot be approached)."""
+        if not reasons:
+            return self
+        def reason(c: Conclusion) -> str | None:
+            base = c.name[: -len(f" [{c.role}]")] if c.name.endswith(f" [{c.role}]") else c.name
+            return reasons.get(c.name, reasons.get(base, c.reason))
+
+        return dataclasses.replace(self, conclusions=tuple(
+            dataclasses.replace(c, reason=reason(c)) for c in self.conclusions))
+
+    def power_summary(self, factor: float = POWER_FACTOR) -> dict[str, Any]:
+        """Counts of the conclusions' power states at ``factor`` (the dashboard's ``power`` column)."""
+        counts: dict[str, int] = {}
+        for c in self.conclusions:
+            st = c.power(factor)["status"]
+            counts[st] = counts.get(st, 0) + 1
+        numeric = [c for c in self.conclusions if c.numeric and c.role == "contract"]
+        weak = [c.name for c in numeric if c.power(factor)["status"] == "weak"]
+        return {"factor": factor, "numeric": len(numeric),
+                "detected": sum(c.power(factor)["status"] == "detected" for c in numeric),
+                "weak": weak, "weak_without_reason": [c.name for c in numeric
+                                                      if c.name in weak and not c.reason],
+                "states": counts}
+
     # -- serialisation ------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         """The JSON object of the results file: exactly ``id, name, verdict, tightness, instances, excluded,
-        negative_control, counterexamples`` (the count), ``seconds``, plus ``details`` when non-empty.
+        negative_control, counterexamples`` (the count), ``seconds``, plus ``conclusions`` (one object per named
+        conclusion: ``name, kind, role, tightness, instances, excluded, counterexamples, power``) and ``details``
+        when non-empty.
 
         ``details["figure_data"]`` (tables for the report's figures) is left out: the report writes it as CSV."""
         out = {
@@ -666,6 +1092,8 @@ class Evidence:
             "counterexamples": int(self.n_counterexamples),
             "seconds": float(self.seconds),
         }
+        if self.conclusions:
+            out["conclusions"] = [c.to_dict() for c in self.conclusions]
         if self.tightness_floor is not None:
             out["tightness_floor"] = float(self.tightness_floor)
         details = {k: v for k, v in self.details.items() if k != "figure_data"}

@@ -17,7 +17,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-__all__ = ["MissingData", "FIGURES", "draw_all"]
+__all__ = ["MissingData", "FIGURES", "SWEEP_FIGURES", "GRID_FIGURES", "draw_all"]
 
 VERDICT_COLORS = {"holds": "#2e7d32", "finding": "#ef6c00", "violated": "#c62828", "vacuous": "#6a1b9a",
                   "error": "#424242"}
@@ -201,8 +201,16 @@ def fig_contraction(rows, tables):
     fig.suptitle("Contraction of every client's Chebyshev gap into a horizon-independent band (Cor. H.29 / Thm H.31)")
     fig.subplots_adjust(bottom=0.25)
     return fig, ("One shared-iteration run (family F1): each client's gap r_i^t stays below the contraction bound "
-                 "(dashed) from t0 on and ends inside its band ε_0,i (orange), with c_d and b_i estimated on the "
-                 "iterates (H.19).")
+                 "(dashed) from t0 on and ends inside its band ε_0,i (orange); c_d and b_i: "
+                 + _constants_caption(df["constants"].iloc[0] if "constants" in df else "") + ".")
+
+
+def _constants_caption(label: str) -> str:
+    if label == "in-sample":
+        return ("the T-H31 design's in-sample constants, estimated on the iterates shown (the held-out sets show no "
+                "contraction phase on these runs: their bands already cover r^{t0}, or H.19 fails early)")
+    return f"{label} constants, not estimated on the iterates shown, with H.19 holding at every step" if label \
+        else "the run's constants"
 
 
 def fig_nesting(rows, tables):
@@ -255,13 +263,84 @@ FIGURES = {
 }
 
 
-def draw_all(fig_dir: Path, rows, tables) -> tuple[dict[str, str], dict[str, str]]:
-    """Draw every figure of :data:`FIGURES`; returns ({file: caption}, {file: why missing})."""
+def fig_sweep_tightness(rows, tables):
+    """A sweep over seeds: the spread of each statement's tightness over the seeds, points coloured by verdict."""
+    df = _table(tables, "sweep", "tightness", ["id", "seed", "tightness", "verdict"])
+    df = df[np.isfinite(df["tightness"])]
+    pos = df[df["tightness"] > 0]
+    if pos.empty:
+        raise MissingData("no statement of the sweep reported a positive tightness")
+    left_out = len(df) - len(pos)
+    order = list(dict.fromkeys(pos["id"]))
+    n_seeds = int(df.groupby("id")["seed"].nunique().max())
+    fig, ax = plt.subplots(figsize=(8, 0.42 * len(order) + 1.8))
+    spread = pos.groupby("id")["tightness"].agg(["min", "median", "max"]).reindex(order)
+    ys = np.arange(len(order))
+    ax.hlines(ys, spread["min"], spread["max"], color="#90a4ae", lw=6, alpha=0.45, zorder=1, label="min to max")
+    ax.scatter(spread["median"], ys, marker="|", s=400, color="k", zorder=3, label="median")
+    sns.stripplot(data=pos, x="tightness", y="id", order=order, hue="verdict", palette=VERDICT_COLORS, size=3.5,
+                  alpha=0.7, jitter=0.2, ax=ax)
+    ax.axvline(1.0, color="k", ls="--", lw=1)
+    ax.set_xscale("log")
+    ax.set_xlabel("tightness = max observed lhs / bound rhs per seed (log scale; 1 = bound attained)")
+    ax.set_ylabel("statement")
+    ax.set_title(f"Tightness over {n_seeds} seeds per statement")
+    ax.legend(fontsize=8, loc="lower left")
+    note = f" {left_out} value(s) <= 0 (a bound side below zero) are not drawn." if left_out else ""
+    return fig, ("Sweep over seeds: each statement's tightness at every seed (dots, coloured by verdict), its range "
+                 "over the seeds (grey bar) and its median (black tick)." + note)
+
+
+#: Figures of the sweep section of the dashboard (``report --sweep DIR``; table ``tables["sweep"]["tightness"]``).
+SWEEP_FIGURES = {"sweep_tightness.png": fig_sweep_tightness}
+
+
+def fig_pipeline_gap(rows, tables):
+    """A simulation grid: the Pipeline 1 (from w_II) vs Pipeline 2 gap against K, per S and preference spread."""
+    df = _table(tables, "grid", "points", ["K", "S", "delta_lambda", "seeds", "gap_wII_mean", "gap_wII_ci_low",
+                                           "gap_wII_ci_high", "delta_lambda_realized"])
+    df = df[df["seeds"] > 0].sort_values(["delta_lambda", "S", "K"])
+    if df.empty:
+        raise MissingData("no grid point has a finished cell")
+    spreads = list(dict.fromkeys(df["delta_lambda"]))
+    s_values = list(dict.fromkeys(sorted(df["S"])))
+    colors = dict(zip(s_values, sns.color_palette("viridis", len(s_values)), strict=True))
+    fig, axes = plt.subplots(1, len(spreads), figsize=(max(4.2 * len(spreads), 6.5) + 1.0, 4.4), sharey=True,
+                             squeeze=False)
+    positive = bool((df["gap_wII_ci_low"] > 0).all())  # a log scale only when every band stays above 0
+    for ax, dl in zip(axes[0], spreads, strict=True):
+        sub = df[df["delta_lambda"] == dl]
+        for S, g in sub.groupby("S", sort=True):
+            ax.plot(g["K"], g["gap_wII_mean"], marker="o", ms=4, lw=1.6, color=colors[S], label=f"S = {S}")
+            ax.fill_between(g["K"], g["gap_wII_ci_low"], g["gap_wII_ci_high"], color=colors[S], alpha=0.2, lw=0)
+        ax.set_xscale("log", base=2)
+        if positive:
+            ax.set_yscale("log")
+        ax.set_xlabel("K (steps of Pipeline 1)")
+        ax.set_title(f"spread s_u = {dl:g} (δ_λ ≈ {sub['delta_lambda_realized'].mean():.2g})")
+    axes[0][0].set_ylabel("gap ψ_new: Pipeline 1 (w_II) − Pipeline 2")
+    axes[0][-1].legend(title="samples per step", fontsize=8)
+    n = int(df["seeds"].min())
+    fig.suptitle(f"Pipeline 1 vs Pipeline 2 for a new client (mean, 95% CI over {n}+ seeds)", fontsize=12)
+    return fig, ("Simulation grid (planted F1, Algorithm 1): the mean over seeds of the new clients' gap between "
+                 "Pipeline 1 (K steps of S fresh samples each, from the Phase 2 model w_II) and Pipeline 2 "
+                 "(data-rich local training), with its two-sided 95% Student-t confidence band over seeds; one "
+                 "panel per planted preference spread s_u (δ_λ: the realised spread max ‖λ_new − λ_i‖ in the "
+                 "new client's cluster, mean over seeds).")
+
+
+#: The figure of a simulation grid (``python -m verification grid``; table ``tables["grid"]["points"]``).
+GRID_FIGURES = {"pipeline_gap.png": fig_pipeline_gap}
+
+
+def draw_all(fig_dir: Path, rows, tables, figures=None) -> tuple[dict[str, str], dict[str, str]]:
+    """Draw every figure of ``figures`` (default :data:`FIGURES`); returns ({file: caption}, {file: why
+    missing})."""
     fig_dir = Path(fig_dir)
     fig_dir.mkdir(parents=True, exist_ok=True)
     sns.set_theme(style="whitegrid", context="notebook")
     drawn, missing = {}, {}
-    for name, fn in FIGURES.items():
+    for name, fn in (FIGURES if figures is None else figures).items():
         try:
             fig, caption = fn(rows, tables)
         except MissingData as exc:

@@ -10,10 +10,25 @@ Two one-sided LCBs at level ``1 - δ``:
 * empirical Bernstein (Maurer & Pontil 2009, Thm 4): ``M·[Ȳ/M - √(2 V ln(2/δ)/N) - 7 ln(2/δ)/(3(N-1))]``
   with ``V`` the unbiased sample variance of ``Y/M``.
 
-If the claim holds, ``P(FAIL) <= δ`` for either bound. The suite uses ``δ = 1e-4`` per assertion and at most
-:data:`MAX_ASSERTIONS` = 10 Monte Carlo assertions in the default run, so the family-wise false-failure
-probability is at most ``1e-3`` (Bonferroni). Everything is vectorised over runs; seeds are fixed, so a run is
-deterministic and the guarantee is over the choice of seed.
+If the claim holds, ``P(FAIL) <= δ`` for either bound. Everything is vectorised over runs; seeds are fixed, so a
+run is deterministic and the guarantee is over the choice of seed.
+
+**One family-wise budget.** Every confidence-level assertion of the default run — the Monte Carlo mean claims of
+H.39-41, H.43, H.44, H.45 and Thm-A and the order-statistic tests of H.17 — shares one budget: the family-wise
+false-failure probability is at most :data:`FAMILY_WISE_BUDGET` ``= 1e-3`` (Bonferroni). :data:`ASSERTIONS`
+lists how many assertions each statement makes in the default run; each gets ``δ = 1e-3 / Σ ASSERTIONS``
+(:func:`assertion_delta`) and records what it used in ``details["confidence_assertions"]``
+(:func:`assertion_record`); the report sums them and a test checks that the sum adds up.
+
+**Power.** Every bound passes through :func:`verification.evidence.scaled_bound` (the power report's factor ``f``:
+the assertion is tested against ``f·b``, with the cap ``κ_M·f·b``), and :func:`crossing_factor` gives, from the
+samples, the factor ``f*`` at which the lower confidence bound crosses the scaled bound: a bound too small by
+``f`` is detected iff ``f < f*``. Sample sizes for power (:func:`required_runs`): to detect a bound too small by a
+factor 2 with probability ``>= 1 − β`` at level ``δ`` on an instance where ``E X = b``, let ``b' = b/2``,
+``M' = κ_M b'`` and ``ν = E min(X, M')/b'`` (> 1). The Hoeffding LCB at ``δ/2`` (the weaker of the two used) is
+``Ȳ − M'√(ln(2/δ)/(2N))``, and ``P(Ȳ < E Y − M'√(ln(1/β)/(2N))) ≤ β`` (Hoeffding again), so the failure is
+detected with probability ``>= 1 − β`` as soon as
+``N >= κ_M² (√(ln(2/δ)/2) + √(ln(1/β)/2))² / (ν − 1)²``.
 """
 
 from __future__ import annotations
@@ -24,21 +39,46 @@ import numpy as np
 from scipy import stats
 
 __all__ = [
+    "FAMILY_WISE_BUDGET",
+    "ASSERTIONS",
     "DELTA",
     "CAP_FACTOR",
-    "MAX_ASSERTIONS",
+    "POWER_PROBABILITY",
     "MCResult",
+    "assertion_delta",
+    "assertion_record",
     "hoeffding_lcb",
     "bernstein_lcb",
     "mean_claim",
+    "crossing_factor",
+    "required_runs",
+    "chi2_capped_mean",
 ]
 
-#: Per-assertion false-failure probability.
-DELTA = 1e-4
+#: Family-wise false-failure probability of every confidence-level assertion of the default run together.
+FAMILY_WISE_BUDGET = 1e-3
+#: Confidence-level assertions of the default run, per statement (H.17: 6 problems × 2 order-statistic tests).
+ASSERTIONS = {"H.17": 12, "H.39-41": 1, "H.43": 2, "H.44": 5, "H.45": 2, "ThmA": 2}
+#: Per-assertion false-failure probability: the budget split evenly (Bonferroni).
+DELTA = FAMILY_WISE_BUDGET / sum(ASSERTIONS.values())
 #: Cap ``M = CAP_FACTOR · b`` fixed in advance.
 CAP_FACTOR = 5.0
-#: Monte Carlo assertions allowed in the default suite (family-wise false-failure <= MAX_ASSERTIONS·DELTA).
-MAX_ASSERTIONS = 10
+#: Probability with which a bound too small by a factor 2 must be detected on a tight instance.
+POWER_PROBABILITY = 0.99
+
+
+def assertion_delta(stmt_id: str) -> float:
+    """The per-assertion ``δ`` of statement ``stmt_id`` (raises for a statement outside the budget)."""
+    if stmt_id not in ASSERTIONS:
+        raise ValueError(f"statement {stmt_id!r} has no confidence-level assertions in the budget; "
+                         f"budgeted: {sorted(ASSERTIONS)}")
+    return DELTA
+
+
+def assertion_record(label: str, delta: float, **extra) -> dict:
+    """One entry of ``details["confidence_assertions"]``: what an assertion spent of the budget."""
+    _check_delta(delta)
+    return {"label": str(label), "delta": float(delta), **extra}
 
 
 def _capped(samples, bound: float, cap_factor: float) -> tuple[np.ndarray, float]:
@@ -79,6 +119,63 @@ def bernstein_lcb(y: np.ndarray, M: float, delta: float = DELTA) -> float:
     return float(M * (y.mean() - np.sqrt(2 * V * L / n) - 7 * L / (3 * (n - 1))))
 
 
+def _lcbs_over_factors(x_sorted: np.ndarray, bound: float, factors: np.ndarray, delta: float,
+                      cap_factor: float) -> np.ndarray:
+    """max(Hoeffding, Bernstein) LCB (each at ``δ/2``) of ``E min(X, κ f b)`` for every ``f`` in ``factors``."""
+    n = x_sorted.size
+    M = cap_factor * factors * bound
+    k = np.searchsorted(x_sorted, M, side="right")  # samples below the cap
+    c1 = np.concatenate([[0.0], np.cumsum(x_sorted)])
+    c2 = np.concatenate([[0.0], np.cumsum(x_sorted**2)])
+    s1 = c1[k] + M * (n - k)  # Σ min(x, M)
+    s2 = c2[k] + M**2 * (n - k)
+    ybar = s1 / n
+    d = delta / 2
+    hoef = ybar - M * np.sqrt(np.log(1 / d) / (2 * n))
+    m1, m2 = ybar / M, s2 / (n * M**2)
+    var = np.maximum(m2 - m1**2, 0.0) * n / (n - 1)
+    L = np.log(2 / d)
+    bern = M * (m1 - np.sqrt(2 * var * L / n) - 7 * L / (3 * (n - 1)))
+    return np.maximum(hoef, bern)
+
+
+def crossing_factor(samples, bound: float, *, delta: float = DELTA, cap_factor: float = CAP_FACTOR) -> float:
+    """The factor ``f*`` at which the lower confidence bound of ``E X`` crosses the scaled bound ``f·b`` (the
+    cap scales with it, ``κ_M f b``): the largest ``f`` of a log grid of ``[1e-4, 1e3]`` (20 points per decade,
+    refined twice by 64-point grids: relative precision ``< 1e-4``) with ``LCB(f) > f·b``; 0 when none. A bound
+    too small by ``f`` is detected iff ``f < f*``; the claim itself fails iff ``f* > 1``."""
+    x = np.sort(np.asarray(samples, dtype=np.float64).ravel())
+    grid = np.geomspace(1e-4, 1e3, 141)
+    for _ in range(3):
+        fails = _lcbs_over_factors(x, bound, grid, delta, cap_factor) > grid * bound
+        if not fails.any():
+            return 0.0
+        i = int(np.flatnonzero(fails)[-1])
+        if i == grid.size - 1:
+            return float(grid[-1])
+        grid = np.geomspace(grid[i], grid[i + 1], 64)  # fails at the first point, not at the last
+    return float(grid[0])
+
+
+def required_runs(nu: float, delta: float = DELTA, *, power: float = POWER_PROBABILITY,
+                  cap_factor: float = CAP_FACTOR) -> int:
+    """Runs that detect a bound too small by 2 with probability ``>= power`` at level ``δ`` (module docstring):
+    ``N = ⌈κ_M² (√(ln(2/δ)/2) + √(ln(1/(1 − power))/2))² / (ν − 1)²⌉`` with ``ν = E min(X, κ_M b')/b'`` and
+    ``b' = b/2`` the halved bound (``ν > 1`` is needed: the capped mean must exceed the halved bound)."""
+    _check_delta(delta)
+    if not (0.0 < power < 1.0):
+        raise ValueError(f"power must lie in (0, 1); got {power!r}")
+    if not (np.isfinite(nu) and nu > 1.0):
+        raise ValueError(f"nu = E min(X, cap)/b' must exceed 1 for a halved bound to be detectable; got {nu!r}")
+    z = np.sqrt(np.log(2 / delta) / 2) + np.sqrt(np.log(1 / (1 - power)) / 2)
+    return int(np.ceil(cap_factor**2 * z**2 / (nu - 1.0) ** 2))
+
+
+def chi2_capped_mean(a: float) -> float:
+    """``E min(χ²₁, a) = P(χ²₃ ≤ a) + a P(χ²₁ > a)`` (``E[ξ² 1{ξ² ≤ a}] = P(χ²₃ ≤ a)`` for ``ξ ~ N(0, 1)``)."""
+    return float(stats.chi2.cdf(a, 3) + a * stats.chi2.sf(a, 1))
+
+
 @dataclass(frozen=True)
 class MCResult:
     """Outcome of one Monte Carlo assertion ``E[X] <= bound``."""
@@ -95,6 +192,8 @@ class MCResult:
     ci_high: float
     delta: float
     failed: bool
+    crossing: float = 0.0  # the factor at which the LCB crosses the scaled bound (crossing_factor)
+    factor: float = 1.0  # the bound factor in force (the assertion was tested against factor · b)
 
     @property
     def tightness(self) -> float:
@@ -107,12 +206,22 @@ class MCResult:
         return d
 
 
-def mean_claim(samples, bound: float, *, delta: float = DELTA, cap_factor: float = CAP_FACTOR) -> MCResult:
+def mean_claim(samples, bound: float, *, delta: float = DELTA, cap_factor: float = CAP_FACTOR,
+               with_crossing: bool = True) -> MCResult:
     """Test the claim ``E[X] <= bound`` from i.i.d. samples ``X_r >= 0``.
 
     FAIL iff a lower confidence bound exceeds ``bound``. Both LCBs are computed at level ``δ/2`` each so that
-    using the sharper of the two keeps the false-failure probability at most ``δ`` (union bound).
+    using the sharper of the two keeps the false-failure probability at most ``δ`` (union bound). The bound passes
+    through :func:`verification.evidence.scaled_bound` (the power report's factor; the identity by default), and
+    ``crossing`` is the factor at which the LCB crosses it (:func:`crossing_factor`, relative to ``bound``; NaN
+    with ``with_crossing=False``, for repeated calls in tests of the protocol itself).
     """
+    from .evidence import active_bound_factor, scaled_bound
+
+    _capped(samples, bound, cap_factor)  # validates the unscaled claim
+    crossing = (crossing_factor(samples, bound, delta=delta, cap_factor=cap_factor) if with_crossing
+                else float("nan"))
+    bound = scaled_bound(float(bound))
     y, M = _capped(samples, bound, cap_factor)
     x = np.asarray(samples, dtype=np.float64).ravel()
     h = hoeffding_lcb(y, M, delta / 2)
@@ -124,4 +233,5 @@ def mean_claim(samples, bound: float, *, delta: float = DELTA, cap_factor: float
         n=int(x.size), bound=float(bound), cap=float(M), mean=float(x.mean()), mean_capped=float(y.mean()),
         lcb_hoeffding=h, lcb_bernstein=b, lcb=lcb, ci_low=float(x.mean() - z * se),
         ci_high=float(x.mean() + z * se), delta=float(delta), failed=bool(lcb > bound),
+        crossing=crossing, factor=active_bound_factor(),
     )

@@ -5,8 +5,13 @@ Statements come from two sources:
 * modules in :mod:`verification.statements` (one per statement, e.g. ``h13_simultaneous_balancing.py``), each
   exposing ``STATEMENT_ID`` (e.g. ``"H.13"``), ``NAME``, ``run(config, rng) -> Evidence`` and optionally
   ``negative_control(config, rng) -> Evidence``, a frozen dataclass ``Config`` (its defaults run in seconds)
-  and ``NUMBER`` (the catalogue number shown by ``list``; default derived from the id). A module may instead
-  expose ``STATEMENTS``, a list of :class:`Statement`;
+  and ``NUMBER`` (the catalogue number shown by ``list``; default derived from the id); optionally ``SEARCH``, the
+  :class:`verification.search.SearchSpace` of its family for the falsification search, and ``REASONS``, a
+  mapping from a conclusion name to the reason its numeric bound cannot be approached on the family (shown next
+  to a weak conclusion in the power report), and ``TIGHT_POINTS``, points of its search box where the
+  falsification search found the bound approached: the check runs there too (the search's ``Config`` at each
+  point, the same seed) and the instances join the statement's evidence (:meth:`Evidence.merged`). A module may
+  instead expose ``STATEMENTS``, a list of :class:`Statement`;
 * explicit registrations with :func:`register` (the symbolic identities S1–S26 of :mod:`verification.symbolic`).
 
 :func:`run_statement` runs a check and its negative control, each with a fresh
@@ -19,16 +24,19 @@ import dataclasses
 import importlib
 import pkgutil
 import re
+import sys
 import time
+import traceback
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from sim.roundoff import JitteredGenerator
 
-from .evidence import Evidence
+from .evidence import Evidence, to_jsonable
+from .resultlog import error_row
 
 __all__ = [
     "DEFAULT_SEED",
@@ -41,11 +49,19 @@ __all__ = [
     "get_statement",
     "resolve",
     "run_statement",
+    "run_statement_row",
+    "StatementRow",
+    "print_traceback",
+    "search_statement",
     "statement_rng",
+    "SCALES",
+    "statement_config",
 ]
 
 #: Seed used when none is given (THEOREMS.md §3.0: all seeds fixed).
 DEFAULT_SEED = 0
+#: Scales of a check: ``default`` (its Config's defaults, seconds) or ``paper`` (its ``Config.paper()`` preset).
+SCALES = ("default", "paper")
 
 STATEMENTS_PACKAGE = "verification.statements"
 SYMBOLIC_MODULE = "verification.symbolic"
@@ -81,6 +97,9 @@ class Statement:
     negative_control: Callable[[Any, np.random.Generator], Evidence] | None = None
     module: str = ""
     config_factory: Callable[[], Any] | None = None
+    search: Any = None  # verification.search.SearchSpace
+    reasons: Any = None  # conclusion name -> why its bound cannot be approached (Mapping[str, str])
+    tight_points: tuple = ()  # points of the search box the check also runs at (dicts of parameters)
 
     @property
     def sort_key(self) -> tuple:
@@ -146,6 +165,9 @@ def _from_module(mod) -> list[Statement]:
             negative_control=getattr(mod, "negative_control", None),
             module=mod.__name__,
             config_factory=getattr(mod, "Config", None),
+            search=getattr(mod, "SEARCH", None),
+            reasons=dict(getattr(mod, "REASONS", {}) or {}),
+            tight_points=tuple(getattr(mod, "TIGHT_POINTS", ()) or ()),
         )
     ]
 
@@ -237,7 +259,9 @@ def run_statement(stmt: Statement, seed: int = DEFAULT_SEED, config: Any = None,
     """Run the check and its negative control of ``stmt``.
 
     Each gets a fresh :func:`statement_rng` ``(seed, jitter, jitter_seed)`` (so either can be reproduced alone) and
-    the same config (``config`` or ``stmt.config_factory()``). The returned Evidence carries ``negative_control``
+    the same config (``config`` or ``stmt.config_factory()``); the check also runs at the statement's
+    ``TIGHT_POINTS`` (each with a fresh generator of the same seed and jitter) and their instances join its
+    evidence. The returned Evidence carries ``negative_control``
     ("detected" iff the control's ``control_detected`` is True, "missed" otherwise, "none" without a
     control), the control's own Evidence in ``control``, and ``seconds`` (check + control wall time).
     """
@@ -245,6 +269,12 @@ def run_statement(stmt: Statement, seed: int = DEFAULT_SEED, config: Any = None,
         config = stmt.config_factory()
     t0 = time.perf_counter()
     ev = _check_evidence(stmt.run(config, statement_rng(seed, jitter, jitter_seed)), stmt, "run")
+    if stmt.tight_points:
+        if stmt.search is None:
+            raise ValueError(f"{stmt.module}: TIGHT_POINTS need a SEARCH space (their Config comes from it)")
+        parts = [(p, _check_evidence(stmt.run(stmt.search.config(dict(p)), statement_rng(seed, jitter, jitter_seed)),
+                                     stmt, f"run at the tight point {p}")) for p in stmt.tight_points]
+        ev = Evidence.merged(ev, parts)
     control = None
     state = "none"
     if stmt.negative_control is not None:
@@ -253,7 +283,70 @@ def run_statement(stmt: Statement, seed: int = DEFAULT_SEED, config: Any = None,
         )
         state = "detected" if control.control_detected else "missed"
     seconds = time.perf_counter() - t0
+    ev = ev.with_reasons(stmt.reasons or {})
     return dataclasses.replace(ev, negative_control=state, control=control, seconds=seconds)
+
+
+def statement_config(stmt: Statement, scale: str = "default"):
+    """The Config of ``stmt`` at ``scale``: the default Config, or its ``paper()`` preset where one exists."""
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {SCALES}; got {scale!r}")
+    factory = stmt.config_factory
+    if factory is None:
+        return None
+    if scale == "paper" and hasattr(factory, "paper"):
+        return factory.paper()
+    return factory()
+
+
+def print_traceback(exc: BaseException) -> None:
+    """Print the traceback of ``exc`` on stderr: the ``on_error`` of :func:`run_statement_row` on a command line."""
+    traceback.print_exception(exc, file=sys.stderr)
+
+
+class StatementRow(NamedTuple):
+    """What :func:`run_statement_row` returns: the Evidence (None when the check raised), the JSON-ready row of
+    results.json, and the falsification-search result (None without a search)."""
+
+    evidence: Evidence | None
+    row: dict[str, Any]
+    search: Any = None
+
+
+def run_statement_row(stmt: Statement, seed: int = DEFAULT_SEED, *, scale: str = "default", jitter: float = 0.0,
+                      jitter_seed: int = 0, search: str | None = None,
+                      on_error: Callable[[BaseException], None] | None = None) -> StatementRow:
+    """Run ``stmt`` (:func:`run_statement` with the Config of ``scale``) and, with a ``search`` budget
+    (:data:`verification.search.BUDGETS`) where the statement declares a family box, its falsification search
+    applied to the Evidence (:func:`verification.search.apply`); make its result row. Returns a
+    :class:`StatementRow`; when the check raised, ``(None, an error row, None)``, after ``on_error(exc)`` (e.g. to
+    print the traceback), and the caller goes on. ``python -m verification run``, ``report`` and ``sweep`` all make
+    their rows here."""
+    try:
+        ev = run_statement(stmt, seed=seed, config=statement_config(stmt, scale), jitter=jitter,
+                           jitter_seed=jitter_seed)
+        res = None
+        if search is not None and stmt.search is not None:
+            from .search import apply
+
+            res = search_statement(stmt, search, seed)
+            ev = apply(ev, res)
+    except Exception as exc:  # noqa: BLE001 - an error row; the caller's run goes on
+        if on_error is not None:
+            on_error(exc)
+        return StatementRow(None, to_jsonable(error_row(stmt, exc)), None)
+    return StatementRow(ev, to_jsonable(ev.to_dict()), res)
+
+
+def search_statement(stmt: Statement, budget: str = "default", seed: int = DEFAULT_SEED,
+                     progress: Callable[[str], None] | None = None):
+    """The falsification search of ``stmt`` over its declared family box (:func:`verification.search.falsify`);
+    ``None`` for a statement without a ``SEARCH`` space."""
+    if stmt.search is None:
+        return None
+    from .search import falsify
+
+    return falsify(stmt, stmt.search, budget, seed, progress=progress)
 
 
 def run_statements(stmts: Sequence[Statement], seed: int = DEFAULT_SEED,

@@ -2,13 +2,18 @@
 
 Runs every executable statement (and the studies of :mod:`verification.studies`), then writes to ``out_dir``:
 
-* ``results.json`` — one object per statement in the schema of ``python -m verification run``;
+* ``results.json`` — one object per statement in the schema of ``python -m verification run`` (with each
+  conclusion's power and, where the falsification search ran, its best ratio);
 * ``instances.csv`` — the raw per-instance conclusion data ``(id, instance, lhs, rhs, ratio)`` of every check;
 * ``counterexamples/<id>.json`` — the data to reproduce each counterexample (and each finding's literal and
   repaired evidence);
 * ``data/<id>/<table>.csv`` — the figure data the statements and studies report;
 * ``figures/*.png`` — seaborn figures, one message each;
-* ``README.md`` and ``index.html`` — the dashboard: one row per statement;
+* ``worst/<id>.json`` — per numeric conclusion the instance closest to (or beyond) its bound, from the check and
+  from the falsification search (:mod:`verification.search`), with the data to reproduce it;
+* ``README.md`` and ``index.html`` — the dashboard: one row per statement (verdict, tightness, ``power`` at factor
+  0.5, …), its conclusions collapsed under it, the findings, the family-wise budget of the confidence-level
+  assertions and how the constants were estimated;
 * ``results.jsonl`` — the results log (:mod:`verification.resultlog`).
 
 Each statement's own files (its rows of ``instances.csv``, its ``counterexamples/`` and ``data/`` files) are
@@ -40,15 +45,20 @@ import pandas as pd
 from sim.cli import atomic_write_text
 
 from . import registry, resultlog
-from .evidence import Evidence, to_jsonable
+from .evidence import POWER_FACTOR, Evidence, to_jsonable
+from .montecarlo import FAMILY_WISE_BUDGET
 from .resultlog import ResultLogError
 
-__all__ = ["SCALES", "LOG_NAME", "ReportResult", "build_report", "statement_config", "evidence_tables"]
+__all__ = ["SCALES", "SEARCH_BUDGET", "LOG_NAME", "ReportResult", "build_report", "statement_config",
+           "evidence_tables", "confidence_budget"]
 
-SCALES = ("default", "paper")
+SCALES = registry.SCALES
+statement_config = registry.statement_config
+#: Falsification-search budget per scale (:data:`verification.search.BUDGETS`).
+SEARCH_BUDGET = {"default": "default", "paper": "paper"}
 #: The results log of a report, in its output folder.
 LOG_NAME = "results.jsonl"
-INSTANCE_COLUMNS = ("id", "instance", "lhs", "rhs", "ratio")
+INSTANCE_COLUMNS = ("id", "instance", "lhs", "rhs", "ratio", "conclusion")
 # read_csv parses floats exactly by default from pandas 3 on; before, only with float_precision="round_trip"
 _EXACT_FLOATS: dict[str, Any] = {} if int(pd.__version__.split(".")[0]) >= 3 else {"float_precision": "round_trip"}
 
@@ -61,6 +71,10 @@ class ReportResult:
     missing_figures: dict[str, str]  # figure name -> why it was not drawn
     seconds: float
     failed: bool
+    sweep: dict[str, Any] | None = None  # the summary of the sweep shown (report --sweep DIR)
+    sweep_figures: dict[str, str] = dataclasses.field(default_factory=dict)
+    sweep_missing: dict[str, str] = dataclasses.field(default_factory=dict)
+    budget: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def summary(self) -> str:
         counts: dict[str, int] = {}
@@ -77,39 +91,25 @@ class ReportResult:
             + (f" ({', '.join(missed)})" if missed else ""),
             f"  findings (literal statement false, repaired statement checked): {', '.join(findings) or 'none'}",
             f"  violated / vacuous / error: {', '.join(bad) or 'none'}",
+            f"  power at factor {POWER_FACTOR}: {_power_totals(self.rows)}",
+            f"  confidence-level assertions: {self.budget.get('assertions', 0)}, family-wise false failure <= "
+            f"{self.budget.get('total', 0.0):.3g} (budget {FAMILY_WISE_BUDGET:g})",
             f"  figures: {len(self.figures)} written"
             + (f", {len(self.missing_figures)} missing: {', '.join(self.missing_figures)}" if self.missing_figures else ""),
             f"  dashboard: {self.out_dir / 'index.html'} and {self.out_dir / 'README.md'}",
         ]
+        if self.sweep is not None:
+            lines.insert(-1, f"  sweep section: {len(self.sweep['statements'])} statement(s) over seeds "
+                             f"{self.sweep['seeds'][0]}..{self.sweep['seeds'][1] - 1}, "
+                             f"{len(self.sweep_figures)} figure(s)")
         return "\n".join(lines)
 
 
 # ------------------------------------------------------------------------------------------------ running
 
 
-def statement_config(stmt: registry.Statement, scale: str):
-    """The Config of ``stmt`` at ``scale``: the default Config, or its ``paper()`` preset where one exists."""
-    if scale not in SCALES:
-        raise ValueError(f"scale must be one of {SCALES}; got {scale!r}")
-    factory = stmt.config_factory
-    if factory is None:
-        return None
-    if scale == "paper" and hasattr(factory, "paper"):
-        return factory.paper()
-    return factory()
-
-
 def _progress(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
-
-
-def _run_one(stmt: registry.Statement, seed: int, scale: str) -> tuple[Evidence | None, dict[str, Any]]:
-    """Run one statement: (its Evidence, its result row), or (None, an ``error`` row) when the check raised."""
-    try:
-        ev = registry.run_statement(stmt, seed=seed, config=statement_config(stmt, scale))
-        return ev, ev.to_dict()
-    except Exception as exc:  # noqa: BLE001 - reported as an error row; the report goes on
-        return None, resultlog.error_row(stmt, exc)
 
 
 def _progress_line(k: int, n: int, elapsed: float, stmt: registry.Statement, row: dict, source=None) -> str:
@@ -118,14 +118,15 @@ def _progress_line(k: int, n: int, elapsed: float, stmt: registry.Statement, row
             f"negative control: {row['negative_control']:<8} {took}")
 
 
-def run_all(ids=None, *, seed: int = registry.DEFAULT_SEED, scale: str = "default",
+def run_all(ids=None, *, seed: int = registry.DEFAULT_SEED, scale: str = "default", search: str | None = None,
             progress: Callable[[str], None] = _progress) -> list[tuple[registry.Statement, Evidence | None, dict]]:
-    """Run the statements (all by default); returns (statement, evidence or None on error, result row)."""
+    """Run the statements (all by default); returns (statement, evidence or None on error, result row).
+    ``search``: a falsification-search budget (:data:`verification.search.BUDGETS`), or None for none."""
     stmts = registry.resolve(ids)
     out = []
     t_start = time.perf_counter()
     for k, s in enumerate(stmts, 1):
-        ev, row = _run_one(s, seed, scale)
+        ev, row, _ = registry.run_statement_row(s, seed, scale=scale, search=search)
         out.append((s, ev, row))
         progress(_progress_line(k, len(stmts), time.perf_counter() - t_start, s, row))
     return out
@@ -189,7 +190,7 @@ def _instances_frame(sid: str, ev: Evidence) -> pd.DataFrame:
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(ev.rhs > 0, ev.lhs / ev.rhs, np.nan)
     return pd.DataFrame({"id": sid, "instance": np.arange(ev.lhs.size), "lhs": ev.lhs, "rhs": ev.rhs,
-                         "ratio": ratio})
+                         "ratio": ratio, "conclusion": ev.labels})
 
 
 def _append_instances(path: Path, sid: str, ev: Evidence) -> None:
@@ -235,11 +236,15 @@ def _check_statement_files(out: Path, done: Mapping[str, Mapping[str, Any]]) -> 
                                      "(run without --resume to start again)")
 
 
-def _write_statement_files(out: Path, stmt: registry.Statement, ev: Evidence | None) -> dict[str, Any]:
+def _write_statement_files(out: Path, stmt: registry.Statement, ev: Evidence | None, search=None) -> dict[str, Any]:
     """Write the files of one finished statement; returns its report record (what the dashboard needs)."""
-    rec: dict[str, Any] = {"counterexample_file": False, "repaired": "", "tables": [], "instance_rows": 0}
+    rec: dict[str, Any] = {"counterexample_file": False, "repaired": "", "tables": [], "instance_rows": 0,
+                           "worst_file": False}
     if ev is None:
         return rec
+    if any(c.numeric for c in ev.conclusions):
+        _write_json(out / "worst" / f"{_safe(stmt.id)}.json", _worst_record(ev, search))
+        rec["worst_file"] = True
     if ev.n_counterexamples or ev.repaired is not None or ev.control is not None:
         _write_json(out / "counterexamples" / f"{_safe(stmt.id)}.json", _counterexample_record(ev))
         rec["counterexample_file"] = True
@@ -268,18 +273,87 @@ def _counterexample_record(ev: Evidence) -> dict[str, Any]:
     return rec
 
 
+def _worst_record(ev: Evidence, search) -> dict[str, Any]:
+    """``worst/<id>.json``: per numeric conclusion the check's instance with the largest detection factor and, when
+    the falsification search ran, its best point (parameters, Config, seed and instance)."""
+    rec: dict[str, Any] = {"id": ev.id, "name": ev.name, "power_factor": POWER_FACTOR, "conclusions": {}}
+    for c in ev.conclusions:
+        if not c.numeric:
+            continue
+        entry: dict[str, Any] = {"kind": c.kind, "role": c.role, "check": {"detect_factor": c.detect_factor,
+                                                                           "instance": c.worst}}
+        if search is not None and c.name in search.best:
+            entry["search"] = search.best[c.name]
+        if c.reason:
+            entry["reason"] = c.reason
+        rec["conclusions"][c.name] = entry
+    if search is not None:
+        rec["search"] = search.summary()
+        rec["search_counterexamples"] = search.counterexamples
+        rec["reproduce"] = ("verification.registry.get_statement(id).run(Config(**config), "
+                            "numpy.random.default_rng(seed)) with the module's Config")
+    return rec
+
+
+def confidence_budget(rows) -> dict[str, Any]:
+    """Every confidence-level assertion of the run's result ``rows`` (``details["confidence_assertions"]``), per
+    statement, and the family-wise false-failure bound they add up to (Bonferroni)."""
+    per: dict[str, dict] = {}
+    for row in rows:
+        recs = (row.get("details") or {}).get("confidence_assertions") or []
+        if recs:
+            per[row["id"]] = {"assertions": len(recs), "delta": float(sum(r["delta"] for r in recs)),
+                              "labels": [r["label"] for r in recs]}
+    total = float(sum(v["delta"] for v in per.values()))
+    return {"budget": FAMILY_WISE_BUDGET, "total": total, "assertions": sum(v["assertions"] for v in per.values()),
+            "per_statement": per}
+
+
+def _power_counts(row: dict) -> dict[str, Any]:
+    concl = row.get("conclusions") or []
+    numeric = [c for c in concl if c["kind"] in ("bound", "monte_carlo") and c.get("role", "contract") == "contract"]
+    det = [c for c in numeric if c["power"]["status"] == "detected"]
+    weak = [c for c in numeric if c["power"]["status"] == "weak"]
+    return {"numeric": len(numeric), "detected": len(det), "weak": weak,
+            "unexplained": [c for c in weak if not c["power"].get("reason")]}
+
+
+def _power_cell(row: dict) -> str:
+    pc = _power_counts(row)
+    if not pc["numeric"]:
+        return "no numeric bound"
+    cell = f"{pc['detected']}/{pc['numeric']} detect"
+    if pc["weak"]:
+        cell += f" ({len(pc['weak'])} weak"
+        cell += f", {len(pc['unexplained'])} without reason)" if pc["unexplained"] else ": reasons given)"
+    return cell
+
+
+def _power_totals(rows) -> str:
+    tot = [_power_counts(r) for r in rows]
+    n = sum(p["numeric"] for p in tot)
+    d = sum(p["detected"] for p in tot)
+    w = sum(len(p["weak"]) for p in tot)
+    u = sum(len(p["unexplained"]) for p in tot)
+    return f"{d}/{n} numeric conclusions detect a halved bound; {w} weak ({u} without a stated reason)"
+
+
 def build_report(out_dir: str | Path = "reports", *, scale: str = "default", seed: int = registry.DEFAULT_SEED,
                  ids=None, studies: bool = True, progress: Callable[[str], None] = _progress,
-                 resume: bool = False) -> ReportResult:
+                 resume: bool = False, sweep: dict[str, Any] | None = None,
+                 search: str | None = "auto") -> ReportResult:
     """Run every check (and the studies) and write the report to ``out_dir`` (see the module docstring).
+    ``search``: the falsification-search budget (``"auto"``: by the scale, :data:`SEARCH_BUDGET`; ``None``: none).
 
     With ``resume=True`` the statements recorded in ``out_dir/results.jsonl`` by an interrupted report with the
     same ids, scale, seed and package version are not run again; a log that cannot be resumed raises
-    :class:`~verification.resultlog.ResultLogError` before any statement runs."""
+    :class:`~verification.resultlog.ResultLogError` before any statement runs. ``sweep``, the summary of a
+    sweep (:func:`verification.sweep.read_summary`), adds its section and figure to the dashboard."""
     from . import figures  # plotting is imported only when a report is made
 
     if scale not in SCALES:
         raise ValueError(f"scale must be one of {SCALES}; got {scale!r}")
+    budget_name = SEARCH_BUDGET[scale] if search == "auto" else search
     stmts = registry.resolve(ids)
     t0 = time.perf_counter()
     out = Path(out_dir)
@@ -290,14 +364,15 @@ def build_report(out_dir: str | Path = "reports", *, scale: str = "default", see
     done = {r["id"]: r for r in kept}
     _check_statement_files(out, {sid: r["report"] for sid, r in done.items()})
     _start_instances(out / "instances.csv", {sid: r["report"] for sid, r in done.items()})
-    progress(f"running the executable statements (scale {scale}, seed {seed}) ..."
+    progress(f"running the executable statements (scale {scale}, seed {seed}, falsification search "
+             f"{budget_name or 'none'}) ..."
              + (f" {len(done)} of {len(stmts)} already finished in {log_file}" if done else ""))
     results = []  # (statement, report record, result row)
     for k, s in enumerate(stmts, 1):
         rec = done.get(s.id)
         if rec is None:
-            ev, row = _run_one(s, seed, scale)
-            rec = {"id": s.id, "row": to_jsonable(row), "report": _write_statement_files(out, s, ev)}
+            ev, row, res = registry.run_statement_row(s, seed, scale=scale, search=budget_name)
+            rec = {"id": s.id, "row": to_jsonable(row), "report": _write_statement_files(out, s, ev, res)}
             log.append(rec)
         results.append((s, rec["report"], rec["row"]))
         progress(_progress_line(k, len(stmts), time.perf_counter() - t0, s, rec["row"],
@@ -325,9 +400,18 @@ def build_report(out_dir: str | Path = "reports", *, scale: str = "default", see
     progress("drawing the figures ...")
     fig_dir = out / "figures"
     drawn, missing = figures.draw_all(fig_dir, rows, tables)
+    sweep_drawn, sweep_missing = {}, {}
+    if sweep is not None:
+        from .sweep import sweep_tables
+
+        sweep_drawn, sweep_missing = figures.draw_all(fig_dir, rows, {"sweep": sweep_tables(sweep)},
+                                                      figures=figures.SWEEP_FIGURES)
     seconds = time.perf_counter() - t0
+    budget = confidence_budget(rows)
     res = ReportResult(out_dir=out, rows=rows, figures=drawn, missing_figures=missing, seconds=seconds,
-                       failed=any(map(resultlog.row_failed, rows)))
+                       failed=any(map(resultlog.row_failed, rows))
+                       or budget["total"] > FAMILY_WISE_BUDGET * (1 + 1e-12), budget=budget, sweep=sweep,
+                       sweep_figures=sweep_drawn, sweep_missing=sweep_missing)
     atomic_write_text(out / "README.md", dashboard_markdown(res, results, study_results, scale=scale, seed=seed))
     atomic_write_text(out / "index.html", dashboard_html(res, results, study_results, scale=scale, seed=seed))
     return res
@@ -370,9 +454,82 @@ def _dashboard_rows(res: ReportResult, results) -> list[dict[str, str]]:
             "tightness": _fmt(row["tightness"]), "control": row["negative_control"],
             "cex": str(row["counterexamples"]),
             "cex_link": f"counterexamples/{_safe(s.id)}.json" if has_file else "",
-            "seconds": f"{row['seconds']:.2f}", "repaired": rec["repaired"],
+            "seconds": f"{row['seconds']:.2f}", "repaired": rec["repaired"], "power": _power_cell(row),
         })
     return out
+
+
+def _conclusion_rows(row: dict) -> list[dict[str, str]]:
+    out = []
+    for c in row.get("conclusions") or []:
+        p = c["power"]
+        status = p["status"]
+        if c.get("role") == "soft" and status in ("detected", "weak"):
+            status += " (soft: reported, not part of the verdict)"
+        search = c.get("search") or {}
+        out.append({
+            "name": c["name"], "kind": c["kind"], "tightness": _fmt(c["tightness"]),
+            "held": f"{c['instances'] - c['excluded']} / {c['excluded']}", "cex": str(c["counterexamples"]),
+            "power": status, "detect": _fmt(p.get("detect_factor")), "search": _fmt(search.get("best_ratio")),
+            "reason": p.get("reason", "") if p["status"] == "weak" else "",
+        })
+    return out
+
+
+_CONSTANT_KEYS = ("constants", "constants_method", "verdict_constants", "method")
+
+
+def _constants_text(row: dict) -> str:
+    d = row.get("details") or {}
+    parts = []
+    for k in _CONSTANT_KEYS:
+        v = d.get(k)
+        if v is None:
+            continue
+        if isinstance(v, dict):
+            v = "; ".join(f"{a}: {b}" for a, b in v.items() if isinstance(b, str))
+            if not v:
+                continue
+        parts.append(f"{k.replace('_', ' ')}: {v}")
+    return " | ".join(parts)
+
+
+
+def _findings(results) -> list[str]:
+    """Every FINDING and every soft conclusion with counterexamples (results the verdict does not carry), and the
+    findings a statement states in ``details["findings"]``."""
+    out = []
+    for s, rec, row in results:
+        d = row.get("details") or {}
+        concl = row.get("conclusions") or []
+        if row["verdict"] == "finding":
+            out.append(f"**{s.id}** (verdict *finding*): {d.get('finding', '')}; literal conclusion(s) "
+                       + ", ".join(f"`{c['name']}` ({c['counterexamples']} counterexamples)"
+                                   for c in concl if c.get("role") == "literal")
+                       + (f"; {rec['repaired']}" if rec.get("repaired") else ""))
+        for c in concl:
+            if c.get("role") == "soft" and c["counterexamples"]:
+                df = c["power"].get("detect_factor")
+                worst = "" if df is None else f", worst ratio {_fmt(df)}"
+                out.append(f"**{s.id}** `{c['name']}` (soft, not part of the verdict): {c['counterexamples']} of "
+                           f"{c['instances'] - c['excluded']} instances fail{worst}")
+        for text in d.get("findings") or []:
+            out.append(f"**{s.id}**: {text}")
+    return out
+
+
+
+def _md(text: str) -> str:
+    """A markdown table cell: ``|`` escaped."""
+    return str(text).replace("|", "\\|")
+
+
+def _budget_sentence(budget: dict) -> str:
+    if not budget:
+        return ""
+    return (f"Confidence-level assertions: {budget['assertions']} in this run (Monte Carlo mean claims and H.17's "
+            f"order-statistic tests), family-wise false-failure probability at most {budget['total']:.3g} "
+            f"(Bonferroni; budget {budget['budget']:g}, `verification/montecarlo.py`).")
 
 
 def _scale_note(results, scale: str) -> str:
@@ -392,16 +549,47 @@ def dashboard_markdown(res: ReportResult, results, study_results, *, scale: str,
         "One row per statement of the appendix (THEOREMS.md numbering). Raw data: `results.json`, "
         "`instances.csv`, `data/`; counterexamples: `counterexamples/`. " + _scale_note(results, scale),
         "",
-        "| # | statement | verdict | hypotheses held / excluded | tightness | negative control | counterexamples | s |",
-        "|---|---|---|---|---|---|---|---|",
+        "| # | statement | verdict | hypotheses held / excluded | tightness | power | negative control | "
+        "counterexamples | s |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         verdict = f"**{r['verdict'].upper()}**" if r["verdict"] != "holds" else r["verdict"]
         if r["repaired"]:
             verdict += f" ({r['repaired']})"
         cex = f"[{r['cex']}]({r['cex_link']})" if r["cex_link"] else r["cex"]
-        lines.append(f"| {r['id']} | {r['name']} | {verdict} | {r['held']} / {r['excluded']} | {r['tightness']} | "
-                     f"{r['control']} | {cex} | {r['seconds']} |")
+        lines.append(f"| {r['id']} | {_md(r['name'])} | {verdict} | {r['held']} / {r['excluded']} | {r['tightness']} | "
+                     f"{r['power']} | {r['control']} | {cex} | {r['seconds']} |")
+    lines += ["", f"Power at factor {POWER_FACTOR}: {_power_totals(res.rows)} (every numeric bound scaled to "
+              f"rhs − (1 − f)|rhs|; `python -m verification power` re-runs the checks so). "
+              + _budget_sentence(res.budget), ""]
+    findings = _findings(results)
+    if findings:
+        lines += ["## Findings", ""] + [f"* {f}" for f in findings] + [""]
+    lines += ["## Conclusions of each statement", "",
+              "Per conclusion: kind, tightness (max lhs/rhs), hypotheses held / excluded, counterexamples, power at "
+              f"factor {POWER_FACTOR} (the detection factor `1 − (rhs − lhs)/|rhs|`, or the Monte Carlo crossing "
+              "factor), the falsification search's best ratio on the family (`worst/<id>.json`) and, for a weak "
+              "bound, the reason it cannot be approached there; then how the constants were estimated.", ""]
+    by_id = {row["id"]: row for row in res.rows}
+    for s, _, _ in results:
+        row = by_id[s.id]
+        crs = _conclusion_rows(row)
+        if not crs:
+            continue
+        lines += [f"<details><summary>{s.id}: {len(crs)} conclusion(s), power {_power_cell(row)}</summary>", "",
+                  "| conclusion | kind | tightness | held / excluded | counterexamples | power | detection factor | "
+                  "search best | reason (weak bounds) |", "|---|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {_md(c['name'])} | {c['kind']} | {c['tightness']} | {c['held']} | {c['cex']} | {c['power']} | "
+                  f"{c['detect']} | {c['search']} | {_md(c['reason'])} |" for c in crs]
+        const = _constants_text(row)
+        if const:
+            lines += ["", f"Constants: {const}"]
+        lines += ["", "</details>", ""]
+    lines += ["## Confidence-level assertions (one family-wise budget)", "",
+              "| statement | assertions | sum of delta |", "|---|---|---|"]
+    lines += [f"| {sid} | {v['assertions']} | {v['delta']:.3g} |" for sid, v in res.budget.get("per_statement", {}).items()]
+    lines += ["", _budget_sentence(res.budget), ""]
     lines += ["", "## How to read a verdict", ""]
     lines += [f"* **{k}**: {v}." for k, v in VERDICT_HELP.items()]
     lines += [
@@ -409,6 +597,10 @@ def dashboard_markdown(res: ReportResult, results, study_results, *, scale: str,
         "where the hypotheses held (1 means the bound is attained; above 1 means violated).",
         "* **negative control**: a setting that breaks a hypothesis on purpose; *detected* means the monitor "
         "flagged the hypothesis and the conclusion was seen to fail, so the check can fail.",
+        f"* **power**: how many numeric conclusions would detect their bound made too small by half (factor "
+        f"{POWER_FACTOR}); identity residuals and boolean conclusions have no bound to weaken and are not counted; "
+        "a weak conclusion shows the falsification search's best ratio and the reason its bound cannot be "
+        "approached on its family.",
         "",
         "## Figures",
         "",
@@ -417,6 +609,8 @@ def dashboard_markdown(res: ReportResult, results, study_results, *, scale: str,
         lines += [f"![{cap}](figures/{f})", "", f"*{cap}*", ""]
     for f, why in res.missing_figures.items():
         lines += [f"* figure `{f}` not drawn: {why}"]
+    if res.sweep is not None:
+        lines += ["", *_sweep_markdown(res)]
     if study_results:
         lines += ["", "## Studies the paper did not carry out", ""]
         for st in study_results:
@@ -425,12 +619,84 @@ def dashboard_markdown(res: ReportResult, results, study_results, *, scale: str,
     return "\n".join(lines) + "\n"
 
 
+_SWEEP_HEADER = ("statement", "seeds", "verdicts", "tightness min / median / max", "counterexamples (seeds)",
+                 "negative control detected / missed", "Monte Carlo failures (CP upper bound vs budget)", "s")
+
+
+def _sweep_cells(p: dict[str, Any], alpha: float) -> list[str]:
+    """The cells of one statement's row in the sweep table."""
+    t = p["tightness"]
+    cex = p["counterexamples"]
+    seeds = cex["seeds"]
+    cex_cell = str(cex["total"]) + (f" (seeds {', '.join(map(str, seeds[:12]))}{', ...' if len(seeds) > 12 else ''})"
+                                    if seeds else "")
+    mc = p.get("monte_carlo")
+    mc_cell = "–"
+    if mc is not None:
+        a = mc["any"]
+        mc_cell = (f"{a['failures']} / {a['seeds']} seeds; {100 * (1 - alpha):.0f}% upper bound {a['cp_upper']:.3g} "
+                   f"vs δ = {a['budget']:.3g} ({a['status']})")
+    return [p["id"], str(p["seeds"]), ", ".join(f"{k} {v}" for k, v in p["verdicts"].items() if v),
+            " / ".join(_fmt(t[k]) for k in ("min", "median", "max")), cex_cell,
+            f"{p['negative_control']['detected']} / {p['negative_control']['missed']}", mc_cell,
+            f"{p['seconds']['total']:.1f}"]
+
+
+def _sweep_intro(sw: dict[str, Any]) -> str:
+    a, b = sw["seeds"] if sw["seeds"] else (0, 0)
+    text = (f"A sweep over the seeds {a}..{b - 1} at scale {sw['scale']} (`python -m verification sweep`; "
+            f"{sw['cells']['finished']} of {sw['cells']['requested']} cells finished). A Monte Carlo assertion may "
+            f"fail with probability δ = {sw['budget']['delta']:g} when its claim holds (family-wise "
+            f"{sw['budget']['family_wise']:g} over the default run); the failures are counted over the seeds and "
+            f"bounded by a one-sided Clopper–Pearson bound at level {1 - sw['budget']['alpha']:g}: *confirmed* when "
+            "the upper bound is within the budget, *exceeded* when the lower bound is above it, *not resolved* "
+            "otherwise.")
+    mc = sw.get("monte_carlo")
+    if mc:
+        text += (f" All {mc['assertions']} Monte Carlo assertions of {', '.join(mc['statements'])} together: a "
+                 f"failure at {mc['failures']} of {mc['seeds']} seeds, upper bound {mc['cp_upper']:.3g} against "
+                 f"their summed δ = {mc['budget']:.3g} ({mc['status']}; {mc['seeds_to_confirm']} failure-free seeds "
+                 "would confirm it).")
+    return text
+
+
+def _sweep_markdown(res: ReportResult) -> list[str]:
+    sw = res.sweep
+    alpha = sw["budget"]["alpha"]
+    lines = ["## Sweep over seeds", "", _sweep_intro(sw), "", "| " + " | ".join(_SWEEP_HEADER) + " |",
+             "|" + "---|" * len(_SWEEP_HEADER)]
+    lines += ["| " + " | ".join(_sweep_cells(p, alpha)) + " |" for p in sw["statements"]]
+    lines.append("")
+    for f, cap in res.sweep_figures.items():
+        lines += [f"![{cap}](figures/{f})", "", f"*{cap}*", ""]
+    lines += [f"* figure `{f}` not drawn: {why}" for f, why in res.sweep_missing.items()]
+    return lines
+
+
+def _sweep_html(res: ReportResult) -> str:
+    esc = html.escape
+    sw = res.sweep
+    alpha = sw["budget"]["alpha"]
+    parts = [f"<h2>Sweep over seeds</h2><p>{esc(_sweep_intro(sw))}</p><table><tr>"
+             + "".join(f"<th>{esc(h)}</th>" for h in _SWEEP_HEADER) + "</tr>"]
+    parts += ["<tr>" + "".join(f"<td>{esc(c)}</td>" for c in _sweep_cells(p, alpha)) + "</tr>"
+              for p in sw["statements"]]
+    parts.append("</table>")
+    parts += [f"<figure><img src='figures/{esc(f)}' alt='{esc(c)}'><figcaption>{esc(c)}</figcaption></figure>"
+              for f, c in res.sweep_figures.items()]
+    if res.sweep_missing:
+        parts.append("<ul>" + "".join(f"<li>figure <code>{esc(f)}</code> not drawn: {esc(w)}</li>"
+                                      for f, w in res.sweep_missing.items()) + "</ul>")
+    return "\n".join(parts)
+
+
 _CSS = """
 body{font-family:system-ui,sans-serif;margin:2em;max-width:1400px}
 table{border-collapse:collapse;font-size:14px}td,th{border:1px solid #ccc;padding:4px 8px;text-align:left}
 th{background:#f0f0f0}.holds{background:#eaf7ea}.finding{background:#fff4d6;font-weight:bold}
 .violated,.vacuous,.error{background:#fde0e0;font-weight:bold}.missed{background:#fde0e0}
 figure{display:inline-block;margin:1em;max-width:640px}figure img{max-width:100%}
+tr.conclusions td{background:#fafafa;font-size:13px}tr.conclusions table{margin:4px 0}
 """
 
 
@@ -441,16 +707,41 @@ def dashboard_html(res: ReportResult, results, study_results, *, scale: str, see
             f"--seed {seed}</code> in {res.seconds:.1f} s. Raw data: <a href='results.json'>results.json</a>, "
             f"<a href='instances.csv'>instances.csv</a>, <code>data/</code>. {esc(_scale_note(results, scale))}</p>",
             "<table><tr><th>#</th><th>statement</th><th>verdict</th><th>held / excluded</th><th>tightness</th>"
-            "<th>negative control</th><th>counterexamples</th><th>s</th></tr>"]
+            "<th>power</th><th>negative control</th><th>counterexamples</th><th>s</th></tr>"]
+    by_id = {row["id"]: row for row in res.rows}
     for r in rows:
         cex = f"<a href='{esc(r['cex_link'])}'>{r['cex']}</a>" if r["cex_link"] else r["cex"]
         rep = f"<br><small>{esc(r['repaired'])}</small>" if r["repaired"] else ""
         body.append(
             f"<tr class='{r['verdict']}'><td>{esc(r['id'])}</td><td>{esc(r['name'])}</td>"
             f"<td class='{r['verdict']}' title='{esc(VERDICT_HELP.get(r['verdict'], ''))}'>{esc(r['verdict'])}{rep}</td>"
-            f"<td>{r['held']} / {r['excluded']}</td><td>{r['tightness']}</td>"
+            f"<td>{r['held']} / {r['excluded']}</td><td>{r['tightness']}</td><td>{esc(r['power'])}</td>"
             f"<td class='{r['control']}'>{r['control']}</td><td>{cex}</td><td>{r['seconds']}</td></tr>")
-    body.append("</table><h2>How to read a verdict</h2><ul>")
+        crs = _conclusion_rows(by_id[r["id"]])
+        if crs:
+            inner = "".join(
+                f"<tr><td>{esc(c['name'])}</td><td>{c['kind']}</td><td>{c['tightness']}</td><td>{c['held']}</td>"
+                f"<td>{c['cex']}</td><td>{esc(c['power'])}</td><td>{c['detect']}</td><td>{c['search']}</td>"
+                f"<td>{esc(c['reason'])}</td></tr>" for c in crs)
+            const = _constants_text(by_id[r["id"]])
+            body.append(
+                f"<tr class='conclusions'><td></td><td colspan='8'><details><summary>{len(crs)} conclusion(s)"
+                f"</summary><table><tr><th>conclusion</th><th>kind</th><th>tightness</th><th>held / excluded</th>"
+                f"<th>counterexamples</th><th>power</th><th>detection factor</th><th>search best</th>"
+                f"<th>reason (weak bounds)</th></tr>{inner}</table>"
+                + (f"<p><small>Constants: {esc(const)}</small></p>" if const else "") + "</details></td></tr>")
+    body.append("</table>")
+    body.append(f"<p>Power at factor {POWER_FACTOR}: {esc(_power_totals(res.rows))}. "
+                f"{esc(_budget_sentence(res.budget))}</p>")
+    findings = _findings(results)
+    if findings:
+        body.append("<h2>Findings</h2><ul>" + "".join(
+            f"<li>{esc(f).replace('**', '')}</li>" for f in findings) + "</ul>")
+    body.append("<h2>Confidence-level assertions (one family-wise budget)</h2><table><tr><th>statement</th>"
+                "<th>assertions</th><th>sum of delta</th></tr>" + "".join(
+                    f"<tr><td>{esc(sid)}</td><td>{v['assertions']}</td><td>{v['delta']:.3g}</td></tr>"
+                    for sid, v in res.budget.get("per_statement", {}).items()) + "</table>")
+    body.append("<h2>How to read a verdict</h2><ul>")
     body += [f"<li><b>{k}</b>: {esc(v)}.</li>" for k, v in VERDICT_HELP.items()]
     body.append("</ul><h2>Figures</h2>")
     body += [f"<figure><img src='figures/{esc(f)}' alt='{esc(c)}'><figcaption>{esc(c)}</figcaption></figure>"
@@ -458,6 +749,8 @@ def dashboard_html(res: ReportResult, results, study_results, *, scale: str, see
     if res.missing_figures:
         body.append("<ul>" + "".join(f"<li>figure <code>{esc(f)}</code> not drawn: {esc(w)}</li>"
                                      for f, w in res.missing_figures.items()) + "</ul>")
+    if res.sweep is not None:
+        body.append(_sweep_html(res))
     if study_results:
         body.append("<h2>Studies the paper did not carry out</h2>")
         for st in study_results:

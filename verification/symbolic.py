@@ -23,7 +23,16 @@ import time
 import numpy as np
 import sympy as sp
 
-from .evidence import Evidence, check_inequality, to_jsonable
+from .evidence import (
+    ATOL,
+    Conclusion,
+    Evidence,
+    _tightness,
+    check_inequality,
+    detection_factor,
+    scaled_bound,
+    to_jsonable,
+)
 from .registry import register
 
 __all__ = [f"s{k}" for k in range(1, 27)] + ["IDENTITIES", "is_zero", "beta_expr", "adjustment_expr"]
@@ -77,6 +86,7 @@ class _Checks:
         self.lhs: list[np.ndarray] = []
         self.rhs: list[np.ndarray] = []
         self.numeric: dict[str, dict] = {}
+        self.conclusions: list[Conclusion] = []
         self.extra: dict = {}
         self.t0 = time.perf_counter()
 
@@ -94,11 +104,17 @@ class _Checks:
         return ok
 
     def inequality(self, label: str, lhs, rhs, atol: float = 1e-12, rtol: float = 1e-9,
-                   ratio_meaningful: bool = True) -> bool:
+                   ratio_meaningful: bool = True, kind: str | None = None) -> bool:
+        """A numeric cross-check ``lhs ≤ rhs`` of kind ``bound`` (its rhs passes through
+        :func:`verification.evidence.scaled_bound`) or ``identity`` (a residual against a tolerance, e.g. the
+        remainder of an expansion; default when the ratio is not meaningful)."""
+        kind = kind or ("bound" if ratio_meaningful else "identity")
         lhs = np.asarray(lhs, dtype=np.float64).ravel()
         rhs = np.asarray(rhs, dtype=np.float64).ravel()
+        if kind == "bound":
+            rhs = scaled_bound(rhs)
         good = check_inequality(lhs, rhs, atol, rtol)
-        pos = rhs > 0
+        pos = rhs > ATOL
         ratio = float(np.max(lhs[pos] / rhs[pos])) if (pos.any() and ratio_meaningful) else None
         worst = int(np.argmax(lhs - rhs))
         self.numeric[label] = {
@@ -108,6 +124,14 @@ class _Checks:
             "max_excess": float(np.max(lhs - rhs)),
             "worst": {"lhs": float(lhs[worst]), "rhs": float(rhs[worst])},
         }
+        df = detection_factor(lhs, rhs)
+        k = int(np.nanargmax(df)) if (kind == "bound" and np.isfinite(df).any()) else None
+        self.conclusions.append(Conclusion(
+            name=label, kind=kind,
+            tightness=_tightness(lhs, rhs) if ratio_meaningful else None, instances=int(lhs.size), excluded=0,
+            counterexamples=int((~good).sum()), detect_factor=None if k is None else float(df[k]),
+            worst=None if k is None else {"sample": k, "lhs": float(lhs[k]), "rhs": float(rhs[k]),
+                                          "ratio": float(df[k])}))
         self.lhs.append(lhs)
         self.rhs.append(rhs)
         return bool(good.all())
@@ -126,7 +150,11 @@ class _Checks:
         if self.numeric:
             details["numeric"] = self.numeric
         details.update(self.extra)
+        symbolic = Conclusion(name="symbolic identities (sympy)", kind="identity", instances=len(self.items),
+                              counterexamples=sum(not ok for _, ok, _ in self.items))
+        conclusions = ([symbolic] if self.items else []) + self.conclusions
         return Evidence(
+            conclusions=tuple(conclusions),
             id=self.sid,
             name=self.name,
             verdict="violated" if bad else "holds",
@@ -186,7 +214,7 @@ def s1(rng=None) -> Evidence:
             lhs.append(np.abs(b - quad) / quad)
             rhs.append(tt * np.max(np.abs(e), axis=1))
         ck.inequality(f"|beta - t^2 sum eps^2/(2m)| / (t^2 sum eps^2/(2m)) <= t max|eps|  [m={mm}]",
-                      np.concatenate(lhs), np.concatenate(rhs))
+                      np.concatenate(lhs), np.concatenate(rhs), kind="identity")
     return ck.evidence()
 
 
@@ -237,7 +265,8 @@ def s3(rng=None) -> Evidence:
     Anum = L * (np.log1p(tt * E) - b[:, None])
     ratio = np.sum(Anum**2, axis=1) / b
     lim = 2 * m * np.sum(L**2 * E**2, axis=1) / np.sum(E**2, axis=1)
-    ck.inequality("| ||A||^2/beta (t=1e-5) / limit - 1 | <= 1e-3", np.abs(ratio / lim - 1), np.full(500, 1e-3))
+    ck.inequality("| ||A||^2/beta (t=1e-5) / limit - 1 | <= 1e-3", np.abs(ratio / lim - 1), np.full(500, 1e-3),
+                  kind="identity")
     ck.inequality("2m lambda_min^2 <= limit", 2 * m * L.min(axis=1) ** 2, lim)
     ck.inequality("limit <= 2m lambda_max^2", lim, 2 * m * L.max(axis=1) ** 2)
     return ck.evidence()

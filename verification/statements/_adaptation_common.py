@@ -41,7 +41,14 @@ from sim.constants import descent_margin_constants, loss_bound_at_optima
 from sim.preference import adjustment, normalizer
 from sim.problems import CommonMinimizer, PlantedQuadraticCluster
 from verification.evidence import Evidence, check_inequality, to_jsonable
-from verification.montecarlo import MCResult, mean_claim
+from verification.montecarlo import (
+    CAP_FACTOR,
+    MCResult,
+    assertion_record,
+    chi2_capped_mean,
+    mean_claim,
+    required_runs,
+)
 
 KINDS = ("identity", "fixed", "rmsprop_lagged", "rmsprop_current")
 #: preconditioners whose ``P_k`` is computed from ``𝓕_k`` only (H.41(a) by construction)
@@ -56,6 +63,13 @@ def one_dim_instance(w0: float = 3.0, noise_var: float = 1.0) -> CommonMinimizer
     ``L₀ = μ_PL = 1``, ``σ₀² = noise_var``."""
     return CommonMinimizer(np.eye(1), np.zeros(1), np.array([1.0]), 1.0, np.array([[noise_var]]),
                            np.array([float(w0)]))
+
+
+def isotropic(prob: CommonMinimizer) -> CommonMinimizer:
+    """``prob`` with ``Q = I`` (condition number 1): ``L₀ = μ_PL = λ_{j*}``, so with ``P = I`` and
+    ``α = 1/L₀`` the iteration reaches ``c`` up to noise in one step and eq 90/91 hold with equality for ``K ≥ 1``
+    (``E gap_K = ½α²λ³ tr Σ/S`` = the floor ``L₀ασ₀²/(2μS)``)."""
+    return dataclasses.replace(prob, hessian=np.eye(prob.n_params))
 
 
 def random_orthogonal(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -370,6 +384,56 @@ def mc_claim(label: str, samples, bound: float, *, delta: float, **extra) -> tup
     return res, mc_record(label, res, **extra)
 
 
+#: Why the lagged-RMSprop Monte Carlo rows cannot approach their bound (power report and dashboard).
+MC_RMSPROP_REASON = (
+    "the bound's floor L0 alpha p+^2 sigma0^2/(2 mu_PL p- S) with alpha = p-/(L0 p+^2) equals sigma0^2/(2 mu_PL S) "
+    "whatever the preconditioner, while the realised steps alpha P_k <= p-/(L0 p+) are shorter by up to p+/p-, and "
+    "on the reference F3 instance (kappa_Q = 6) contraction at mu_PL and noise at L0 cost another factor; the "
+    "falsification search over (p+/p-, S, K) stays below 0.1. The tight instance of the same claim (Q = I, P = I, "
+    "alpha = 1/L0: E X = b) is run by Monte Carlo in this statement and detects a bound too small by 2")
+
+
+#: ``ν = E min(X, κ_M b')/b'`` of the tight instance against a halved bound ``b' = b/2``: ``X = bξ²`` with
+#: ``ξ ~ N(0, 1)``, so ``ν = 2 E min(χ²₁, κ_M/2)`` (:func:`verification.montecarlo.chi2_capped_mean`) ``≈ 1.618``.
+TIGHT_NU = 2.0 * chi2_capped_mean(CAP_FACTOR / 2.0)
+TIGHT_K = 5
+
+
+def tight_mc(rows: Rows, rng, label: str, *, quantity: str, delta: float, conclusion: str | None = None,
+             K: int = TIGHT_K, soft: bool = False) -> tuple[dict, dict]:
+    """A Monte Carlo assertion on an instance where the expectation *equals* its bound, with a sample size that
+    detects a bound too small by 2 with probability ``>= 0.99`` at the assertion's ``δ``.
+
+    Instance: the 1-D F3 problem ``ψ = 1 + ½w²`` (``L₀ = μ_PL = μ = σ₀² = 1``), ``S = 1``, ``P = I``
+    (``p₋ = p₊ = 1``), ``α = p₋/(L₀p₊²) = 1``: then ``w_{k+1} = w_k − (w_k + ξ_k) = −ξ_k``, so for every ``K ≥ 1``
+    ``ψ(w_K) − ψ* = ½ξ²`` with mean ``½`` = RHS91 (``(1 − αμp₋)^K Δ₀ = 0`` plus the floor ``½``), and
+    ``‖w_K − c‖² = ξ²`` with mean ``1 = (2/μ)·RHS91``. Both are ``X = bξ²``: ``ν`` = :data:`TIGHT_NU` and
+    ``N = required_runs(ν, δ)`` (:func:`verification.montecarlo.required_runs`: ``N ≥ κ_M²(√(ln(2/δ)/2) +
+    √(ln 100/2))²/(ν − 1)²``). ``quantity``: ``"gap"`` (eq 90/91/Thm-A's δ₀) or ``"sq_dist"`` (eq 93/96).
+    The run uses :func:`run_adaptation` (the engine of every other Monte Carlo row)."""
+    if quantity not in ("gap", "sq_dist"):
+        raise ValueError(f"quantity must be 'gap' or 'sq_dist'; got {quantity!r}")
+    p1 = one_dim_instance(w0=3.0, noise_var=1.0)
+    n_runs = required_runs(TIGHT_NU, delta)
+    runs = run_adaptation(p1, rng, alpha=1.0, S=1, K=K, n_runs=n_runs, kind="identity", p_minus=1.0, p_plus=1.0)
+    b91 = float(rhs_91(p1, 1.0, 1, K, 1.0, 1.0, float(gap_of(p1, p1.w0)))[-1])
+    if quantity == "gap":
+        X, b = runs.gaps[-1], b91
+    else:
+        X, b = np.sum((runs.w_K - p1.centre) ** 2, axis=1), 2.0 / p1.mu_pl * b91
+    res, rec = mc_claim(label, X, b, delta=delta, N=n_runs, nu=TIGHT_NU)
+    hyp, mg = adaptation_hyps(p1, alpha=1.0, p_minus=1.0, p_plus=1.0, spec_min=runs.p_min.min(),
+                              spec_max=runs.p_max.max())
+    h39 = h39_along(p1, runs.W)
+    hyp.update({H_BN: bool(h39["bottleneck_ok"].all()), H_PL: bool(pl_ok(h39).all())})
+    rows.add_mc(label, res, conclusion=conclusion, hyp=hyp, margins=mg, P="identity", S=1, K=K, alpha=1.0,
+                N=n_runs, soft=soft)
+    power = {"instance": "psi = 1 + w^2/2, alpha = S = P = 1: X = b xi^2, E X = b (tight)", "N": n_runs,
+             "nu": TIGHT_NU, "delta": delta,
+             "rule": "N >= kappa_M^2 (sqrt(ln(2/delta)/2) + sqrt(ln(100)/2))^2 / (nu - 1)^2 detects b/2 w.p. >= 0.99"}
+    return rec | {"power": power}, assertion_record(label, delta, N=n_runs, tight=True)
+
+
 # ----------------------------------------------------------------------------------------------- H.39 along iterates
 
 
@@ -568,7 +632,12 @@ def combine_controls(sid: str, name: str, parts: dict) -> Evidence:
 
 class Rows:
     """Accumulates conclusion rows (``lhs``, ``rhs``, optional boolean ``ok``) with per-row hypotheses
-    (name → bool) and per-row data, to build a :class:`HypothesisMonitor` and an Evidence."""
+    (name → bool) and per-row data, to build a :class:`HypothesisMonitor` and an Evidence.
+
+    Every block belongs to a named conclusion (``conclusion``, default: the block's label) of a kind
+    (:data:`verification.evidence.CONCLUSION_KINDS`); :meth:`add_mc` adds a Monte Carlo assertion with its
+    crossing factor. :meth:`evidence_args` gives the ``conclusion``/``kinds``/``detect`` arguments of
+    :meth:`Evidence.from_implication`."""
 
     def __init__(self):
         self.lhs: list[np.ndarray] = []
@@ -578,14 +647,27 @@ class Rows:
         self.margins: list[dict] = []
         self.data: list[dict] = []
         self.sizes: list[int] = []
+        self.names: list[str] = []
+        self.kinds: dict[str, str] = {}
+        self.detect: list[np.ndarray] = []
+        self.soft: set[str] = set()
 
     def add(self, kind: str, lhs, rhs, *, ok=None, hyp: dict | None = None, margins: dict | None = None,
-            **data) -> None:
+            conclusion: str | None = None, ckind: str = "bound", detect=None, soft: bool = False, **data) -> None:
         lhs = np.asarray(lhs, dtype=np.float64).ravel()
         rhs = np.asarray(rhs, dtype=np.float64).ravel()
         n = max(lhs.size, rhs.size, 1 if ok is None else np.asarray(ok).size)
         lhs = np.broadcast_to(lhs, (n,)).copy()
         rhs = np.broadcast_to(rhs, (n,))
+        name = kind if conclusion is None else conclusion
+        if self.kinds.get(name, ckind) != ckind:
+            raise ValueError(f"conclusion {name!r} given as {ckind!r} and as {self.kinds[name]!r}")
+        self.kinds[name] = ckind
+        self.names.append(name)
+        if soft:
+            self.soft.add(name)
+        self.detect.append(np.full(n, np.nan) if detect is None
+                           else np.broadcast_to(np.asarray(detect, np.float64), (n,)).copy())
         self.lhs.append(lhs)
         self.rhs.append(np.array(rhs))
         self.ok.append(np.ones(n, bool) if ok is None else np.broadcast_to(np.asarray(ok, bool), (n,)).copy())
@@ -600,9 +682,22 @@ class Rows:
         self.data.append(d)
         self.sizes.append(n)
 
+    def add_mc(self, label: str, res: MCResult, *, conclusion: str | None = None, soft: bool = False,
+               **kw) -> None:
+        """A Monte Carlo assertion ``LCB ≤ b`` (``b`` as scaled by the power factor) with its crossing factor;
+        ``soft``: reported, not part of the verdict (and so outside the family-wise budget)."""
+        self.add(label, res.lcb, res.bound, conclusion=conclusion, ckind="monte_carlo", detect=res.crossing,
+                 soft=soft, **kw)
+
     @property
     def n(self) -> int:
         return int(sum(self.sizes))
+
+    def evidence_args(self) -> dict:
+        """``conclusion``, ``kinds`` and ``detect`` for :meth:`Evidence.from_implication`."""
+        names = np.concatenate([np.full(s, nm, dtype=object) for nm, s in zip(self.names, self.sizes, strict=True)])
+        det = np.concatenate(self.detect) if self.detect else np.zeros(0)
+        return {"conclusion": names, "kinds": dict(self.kinds), "detect": det, "soft": sorted(self.soft)}
 
     def arrays(self):
         lhs = np.concatenate(self.lhs) if self.lhs else np.zeros(0)

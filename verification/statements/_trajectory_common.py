@@ -11,9 +11,14 @@ them.
 * :func:`lp_at_points` / :func:`margins_at_points` — every client's EPO LP direction ``d_i(w)``, the shared
   direction ``d̄ = Σρ_i d_i``, ``Δ_i = ‖d̄ − d_i‖``, ``ψ_i``, ``r_i = ψ_i − ψ_i*``, ``β_i`` and the H.19 margin
   ``m_i(w) = min_{j ∈ J*_{i,ε}} λ_ij d_iᵀg_ij`` with ``ε_act = 2ηλ_max,i B²`` (``η`` may vary per point).
-* :func:`f1_chain` — one T-H31 run (§3.1 "T-H28 / T-H29 / T-H31 / Cor-C"): F1 cluster, shared iteration, the H.19
-  constants ``(c_d, b_i)`` estimated on the iterates ``t ≥ t_0`` (the verdict's constants: the implication chain)
-  **and** on an independent uniform sample of a region ``𝒩`` (O-8; reported, iterates violating them flagged).
+* :func:`f1_chain` — one T-H31 run (§3.1 "T-H28 / T-H29 / T-H31 / Cor-C"): F1 cluster, shared iteration, and the
+  H.19 constants ``(c_d, b_i)``, ``Δ̄_i``, ``β̄_i`` estimated on **held-out iterates** — the iterates ``t ≥ t_0`` of
+  a companion run of the same problem and step size from another start — so that they are never fitted to the
+  iterates they are checked on (the verdict's constants; H.19, ``β ≤ β̄``, ``Δ ≤ Δ̄`` are then *monitored* on the
+  checked run). Two held-out sets: the §1.11 choice on the grid ``[c_min, 1/η]`` (it often selects
+  ``c_d = 1/η``, where ``q = 0`` and eq 65 reduces to ``r ≤ ε_0``) and the same on ``[c_min, 1/(2η)]``
+  (``ηc_d ≤ ½``: a contraction with ``q ≥ ½``). The T-H31 design's in-sample constants (estimated on the checked
+  iterates themselves) and the region constants on an independent uniform sample of ``𝒩`` (O-8) are reported.
   Runs are memoised on ``(rng state, parameters)`` and the generator is advanced exactly as a fresh computation
   would advance it, so the four statements that share the design share the work without changing any number.
 * :func:`double_well_chain`, :func:`kink_chain` — the H.18 examples (F4, F5) run through
@@ -214,6 +219,26 @@ def chain_fields() -> tuple[str, ...]:
     return tuple(f.name for f in fields(ChainConfig))
 
 
+def chain_search(config_cls, *, rounds: int = 120, t0: int = 30, **fixed):
+    """The falsification-search box of the T-H31 design (:mod:`verification.search`), shared by H.28, H.29, H.31,
+    Cor-C and H.37: preference spread ``s_u``, step size ``ηL₀``, start noise, ``m``, ``n_w``, ``N``; one run of
+    ``rounds`` rounds per evaluation (``fixed``: further fields of ``config_cls``)."""
+    from verification.search import Param, SearchSpace
+
+    def config(p):
+        return config_cls(n_runs=1, m=p["m"], n_w=max(p["n_w"], p["m"]), n_clients=p["n_clients"],
+                          spreads=(p["spread"],), eta_factors=(p["eta_factor"],), rounds=rounds, t0=t0,
+                          start_noise=p["start_noise"], n_region=300, **fixed)
+
+    return SearchSpace(
+        params=(Param("spread", 1e-3, 0.5, "log"), Param("eta_factor", 3e-3, 0.5, "log"),
+                Param("start_noise", 0.02, 3.0, "log"), Param("m", 2, 4, "int"), Param("n_w", 2, 6, "int"),
+                Param("n_clients", 2, 5, "int")),
+        config=config,
+        family="F1 shared-iteration runs: preference spread, step size eta L0, start noise, m, n_w, N",
+    )
+
+
 # ============================================================================================ F1 chain run
 
 
@@ -234,14 +259,49 @@ class RegionConstants:
     resid: np.ndarray
     inside: np.ndarray  # (T+1,) iterate in the ball
     n_points: int
+    margin_iterates: np.ndarray | None = None  # (T+1, N) H.19 margins at the iterates with the region's width
+    beta_bar: np.ndarray | None = None  # largest beta_i on the region sample
+    half: object = None  # the constants on the grid capped at 1/(2 eta_max)
+    dist: np.ndarray | None = None  # (T+1,) distance of the iterates from the centre
+
+
+@dataclass(frozen=True, eq=False)
+class ConstantSet:
+    """One set of H.19 constants the chain H.28 → H.29 → H.31 is checked with, and where it came from.
+
+    ``c_d``, ``b`` (N), ``eps0`` (N) (eq 64), ``B`` (the gradient bound the set's ``ε_act`` and band use),
+    ``margin`` ``(T+1, N)`` the H.19 margins at the checked iterates with that width, ``deviation_bar`` and
+    ``beta_bar`` (N) the set's ``Δ̄_i`` and ``β̄_i``, and ``region_margin`` ``(T+1,)`` (``R − ‖w^t − center‖``) when
+    the constants hold on a region only. Every hypothesis they carry is *monitored* at the checked iterates."""
+
+    label: str
+    c_d: float
+    b: np.ndarray
+    eps0: np.ndarray
+    B: float
+    margin: np.ndarray
+    deviation_bar: np.ndarray
+    beta_bar: np.ndarray
+    source: str
+    region_margin: np.ndarray | None = None
+
+    def q(self, eta: float) -> float:
+        return 1.0 - eta * self.c_d
+
+    def summary(self, eta: float) -> dict:
+        return dict(c_d=self.c_d, eta_c_d=eta * self.c_d, b=self.b, eps0=self.eps0, B=self.B,
+                    deviation_bar=self.deviation_bar, beta_bar=self.beta_bar, source=self.source)
 
 
 @dataclass(frozen=True, eq=False)
 class ChainRun:
     """One shared-iteration run on F1 with everything the chain H.25 → H.28 → H.29 → H.31 needs.
 
-    Arrays over iterates are ``(T+1, N)`` (``t = 0..T``). ``consts`` are the iterate constants
-    (:class:`sim.constants.DescentMarginConstants`, estimated on ``t ≥ t0``); ``region`` the O-8 region constants.
+    Arrays over iterates are ``(T+1, N)`` (``t = 0..T``). ``consts`` are the verdict's constants
+    (:class:`sim.constants.DescentMarginConstants`) estimated on the held-out companion run's iterates ``t ≥ t0``
+    (``heldout``: its margins, gaps, deviations and start), ``consts_half`` the same on the grid capped at
+    ``1/(2η)``; ``consts_insample`` the T-H31 design's constants on the checked iterates (reported only);
+    ``region`` the O-8 region constants.
     """
 
     problem: PlantedQuadraticCluster
@@ -258,6 +318,32 @@ class ChainRun:
     beta_bar: np.ndarray
     region: RegionConstants
     step_residual: float  # max |w^{t+1} − (w^t − η d̄^t)|: the trajectory is eq 55 with these directions
+    consts_half: object = None
+    consts_insample: object = None
+    heldout: dict | None = None
+
+    def constant_sets(self) -> list[ConstantSet]:
+        """The constant sets the chain is checked with: three not estimated on the checked iterates — the held-out
+        companion run's (grid ``[c_min, 1/η]``), the region sample's (O-8) and the region sample's on
+        ``[c_min, 1/(2η)]`` (``ηc_d ≤ ½``) — and, last, the T-H31 design's in-sample constants (fitted on the
+        checked iterates: H.19 holds there by construction, so these rows test the implication chain itself)."""
+        rg = self.region
+        out = [ConstantSet("held-out run", self.c_d, np.asarray(self.consts.b), self.eps0, self.B, self.margin,
+                           np.asarray(self.consts.deviation_bar), self.beta_bar,
+                           "iterates t >= t0 of a companion run (same problem and eta, another start)")]
+        if self.heldout is not None and rg.margin_iterates is not None:
+            for label, c in (("region sample", rg), ("region sample, eta c_d <= 1/2", rg.half)):
+                out.append(ConstantSet(label, float(c.c_d), np.asarray(c.b), np.asarray(c.eps0), rg.B,
+                                       rg.margin_iterates, np.asarray(rg.deviation_bar), np.asarray(rg.beta_bar),
+                                       f"{rg.n_points} uniform points of the ball B(mean w_i*, R = {rg.R:.4g}) "
+                                       "(O-8); B = exact F1 bound on the ball", rg.R - rg.dist))
+        ins = self.consts_insample
+        if ins is not None:
+            late = slice(self.t0, None)
+            out.append(ConstantSet("in-sample", float(ins.c_d), np.asarray(ins.b), np.asarray(ins.eps0), self.B,
+                                   self.margin, np.asarray(ins.deviation_bar), self.pl.beta[late].max(axis=0),
+                                   "fitted on the checked iterates t >= t0 (T-H31 design: tests the implication)"))
+        return out
 
     @property
     def t0(self) -> int:
@@ -292,10 +378,12 @@ class ChainRun:
     def eps0(self) -> np.ndarray:
         return np.asarray(self.consts.eps0)
 
-    def slack(self) -> np.ndarray:
-        """Per-step slack ``ε_{i,t} = η[λ_max,i(BΔ_i^t + L₀B²η/2) + b_i − c_d r_i^t]_+`` ``(T+1, N)`` (§1.8)."""
-        base = self.lam_max[None] * (self.B * self.pl.deviation + 0.5 * self.L0 * self.B**2 * self.eta)
-        return self.eta * np.maximum(base + self.consts.b[None] - self.c_d * self.gap, 0.0)
+    def slack(self, cs: ConstantSet | None = None) -> np.ndarray:
+        """Per-step slack ``ε_{i,t} = η[λ_max,i(BΔ_i^t + L₀B²η/2) + b_i − c_d r_i^t]_+`` ``(T+1, N)`` (§1.8) for the
+        constant set ``cs`` (default: the held-out run's)."""
+        cs = self.constant_sets()[0] if cs is None else cs
+        base = self.lam_max[None] * (cs.B * self.pl.deviation + 0.5 * self.L0 * cs.B**2 * self.eta)
+        return self.eta * np.maximum(base + np.asarray(cs.b)[None] - cs.c_d * self.gap, 0.0)
 
     @property
     def gap(self) -> np.ndarray:
@@ -306,12 +394,23 @@ class ChainRun:
         rg = self.region
         late = slice(self.t0, None)
         viol = rg.resid[late] > 0
+        ins = self.consts_insample
+        half = self.consts_half
         return dict(
             spread=self.params["spread"], eta=self.eta, eta_factor=self.params["eta_factor"], L0=self.L0, B=self.B,
-            iterate_constants=dict(c_d=self.c_d, b=self.consts.b, eps0=self.eps0, eta_c_d=self.eta * self.c_d,
-                                   deviation_bar=self.consts.deviation_bar, beta_bar=self.beta_bar),
+            heldout_constants=dict(c_d=self.c_d, b=self.consts.b, eps0=self.eps0, eta_c_d=self.eta * self.c_d,
+                                   deviation_bar=self.consts.deviation_bar, beta_bar=self.beta_bar,
+                                   source="iterates t >= t0 of a companion run (same problem and eta, another start)"),
+            heldout_half_constants=(None if half is None else dict(c_d=half.c_d, b=half.b, eps0=half.eps0,
+                                                                   eta_c_d=self.eta * half.c_d)),
+            insample_constants=(None if ins is None else dict(c_d=ins.c_d, b=ins.b, eps0=ins.eps0,
+                                                              eta_c_d=self.eta * ins.c_d,
+                                                              note="estimated on the checked iterates (reported)")),
             region_constants=dict(R=rg.R, B=rg.B, c_d=rg.c_d, b=rg.b, eps0=rg.eps0, strict_c_d=rg.strict_c_d,
-                                  n_points=rg.n_points),
+                                  n_points=rg.n_points, eta_c_d=self.eta * rg.c_d,
+                                  half=None if rg.half is None else dict(c_d=rg.half.c_d, b=rg.half.b,
+                                                                         eps0=rg.half.eps0,
+                                                                         eta_c_d=self.eta * rg.half.c_d)),
             iterates_violating_region_constants=int(viol.sum()),
             iterates_checked_against_region=int(viol.size),
             first_violating_iterate=(None if not viol.any() else int(self.t0 + np.argwhere(viol)[0, 0])),
@@ -349,11 +448,14 @@ def region_constants(rng, P, traj, pl: PointLP, t0: int, eta_points, widths_eta,
     rc = descent_margin_constants(ma[ok].T, pa.gap[ok].T, eta_max, lam_max, B_reg, L0, pa.deviation[ok].T,
                                   n_grid=n_grid, c_min=c_min)
     strict = strict_descent_constant(ma[ok], np.maximum(pa.gap[ok], 0.0))
+    half = descent_margin_constants(ma[ok].T, pa.gap[ok].T, eta_max, lam_max, B_reg, L0, pa.deviation[ok].T,
+                                    c_grid=np.geomspace(min(c_min, 0.5 / eta_max), 0.5 / eta_max, n_grid))
     m_it_reg, _, _ = margins_at_points(pl, eta_points, B_reg)
     resid = rc.c_d * np.maximum(pl.gap, 0.0) - rc.b[None] - m_it_reg
     return RegionConstants(center=center, R=R, B=B_reg, c_d=rc.c_d, b=rc.b, eps0=rc.eps0,
                            deviation_bar=rc.deviation_bar, strict_c_d=strict.c_d, resid=resid, inside=dist <= R,
-                           n_points=int(ok.sum()))
+                           n_points=int(ok.sum()), margin_iterates=m_it_reg, beta_bar=pa.beta[ok].max(axis=0),
+                           half=half, dist=dist)
 
 
 @memo_rng
@@ -377,14 +479,22 @@ def f1_chain(rng: np.random.Generator, *, m, n_w, n_clients, spread, eta_factor,
     w0 = P.u0 @ P.centres + start_noise * rng.standard_normal(P.n_params)
     traj = shared_iteration(P, np.arange(N), w0, None, eta, rounds, eps_mode=eps_mode)
     pl = lp_at_points(P, traj, P.psi_star, eps_mode=eps_mode)
-    B = float(gradient_bound(pl.grads))
+    # held-out companion run: same problem and step size, another start; the verdict's constants come from it
+    w0_h = P.u0 @ P.centres + start_noise * rng.standard_normal(P.n_params)
+    traj_h = shared_iteration(P, np.arange(N), w0_h, None, eta, rounds, eps_mode=eps_mode)
+    pl_h = lp_at_points(P, traj_h, P.psi_star, eps_mode=eps_mode)
+    B = float(max(gradient_bound(pl.grads), gradient_bound(pl_h.grads)))  # exact on both runs' segments
     margin, ea, _ = margins_at_points(pl, eta, B)
+    margin_h, _, _ = margins_at_points(pl_h, eta, B)
     step_res = float(np.abs(traj[1:] - (traj[:-1] - eta * pl.dbar[:-1])).max()) if rounds else 0.0
     lam_max = P.prefs.max(axis=1)
     late = slice(t0, None)
-    consts = descent_margin_constants(margin[late].T, pl.gap[late].T, eta, lam_max, B, L0, pl.deviation[late].T,
-                                      n_grid=n_grid, c_min=c_min)
-    beta_bar = pl.beta[late].max(axis=0)
+    est = (margin_h[late].T, pl_h.gap[late].T, eta, lam_max, B, L0, pl_h.deviation[late].T)
+    consts = descent_margin_constants(*est, n_grid=n_grid, c_min=c_min)
+    consts_half = descent_margin_constants(*est, c_grid=np.geomspace(min(c_min, 0.5 / eta), 0.5 / eta, n_grid))
+    consts_in = descent_margin_constants(margin[late].T, pl.gap[late].T, eta, lam_max, B, L0, pl.deviation[late].T,
+                                         n_grid=n_grid, c_min=c_min)
+    beta_bar = pl_h.beta[late].max(axis=0)
 
     region = region_constants(rng, P, traj, pl, t0, eta, (eta,), eps_mode=eps_mode, n_region=n_region,
                               region_min_radius=region_min_radius, region_cover=region_cover, n_grid=n_grid,
@@ -392,36 +502,40 @@ def f1_chain(rng: np.random.Generator, *, m, n_w, n_clients, spread, eta_factor,
     params = dict(m=m, n_w=n_w, n_clients=n_clients, spread=spread, eta_factor=eta_factor, rounds=rounds, t0=t0,
                   start_noise=start_noise, eps_mode=eps_mode)
     return ChainRun(problem=P, params=params, eta=eta, L0=L0, B=B, w0=w0, traj=traj, pl=pl, margin=margin,
-                    eps_act=ea, consts=consts, beta_bar=beta_bar, region=region, step_residual=step_res)
+                    eps_act=ea, consts=consts, beta_bar=beta_bar, region=region, step_residual=step_res,
+                    consts_half=consts_half, consts_insample=consts_in,
+                    heldout=dict(w0=w0_h, margin=margin_h, gap=pl_h.gap, deviation=pl_h.deviation, beta=pl_h.beta))
 
 
 def f1_chains(cfg: ChainConfig, rng: np.random.Generator) -> list[ChainRun]:
     return [f1_chain(rng, **cfg.chain_params(k)) for k in range(cfg.n_runs)]
 
 
-def step_hypotheses(run: ChainRun, c_d: float | None = None, b=None) -> dict[str, np.ndarray]:
+def step_hypotheses(run: ChainRun, cs: ConstantSet | None = None) -> dict[str, np.ndarray]:
     """Hypothesis margins (``≥ 0`` where held) of the one-step bound at every step ``t = 0..T−1`` and client,
-    shape ``(T, N)``, for the constants ``(c_d, b)`` (default: the run's iterate constants).
+    shape ``(T, N)``, for the constant set ``cs`` (default: the run's first verdict set, the held-out run's).
 
     H.1–H.3 (positivity and ``‖g_ij‖ ≤ B`` at both ends of ``[w^t, w^{t+1}]``; ``‖d̄^t‖ ≤ B``), LP solved, H.19 at
     ``w^t`` (``b_i − (c_d r_i^t − m_i^t)``, with ``1e-12`` of rounding allowance), ``β_i ≤ β̄_i``,
-    ``Δ_i^t ≤ Δ̄_i`` and ``1 − η c_d`` (``η c_d ≤ 1``)."""
-    c_d = run.c_d if c_d is None else float(c_d)
-    b = run.consts.b if b is None else np.asarray(b)
+    ``Δ_i^t ≤ Δ̄_i``, ``1 − η c_d`` (``η c_d ≤ 1``), and ``w^t ∈ 𝒩`` for constants of a region."""
+    cs = run.constant_sets()[0] if cs is None else cs
     pl, T, N = run.pl, run.T, run.N
     minloss = pl.losses.min(axis=(1, 2))
     gmax = pl.grad_norm.max(axis=(1, 2))
     bc = lambda a: np.broadcast_to(np.asarray(a)[:, None], (T, N))  # noqa: E731
-    return {
+    out = {
         H_POS: bc(np.minimum(minloss[:-1], minloss[1:])),
-        H_GRAD: bc(run.B - np.maximum(gmax[:-1], gmax[1:])),
-        H_DBAR: bc(run.B - np.linalg.norm(pl.dbar[:-1], axis=1)),
+        H_GRAD: bc(cs.B - np.maximum(gmax[:-1], gmax[1:])),
+        H_DBAR: bc(cs.B - np.linalg.norm(pl.dbar[:-1], axis=1)),
         H_LP: bc(np.where(pl.solved[:-1].all(axis=1), 1.0, -1.0)),
-        H_H19: b[None] - (c_d * np.maximum(pl.gap[:-1], 0.0) - run.margin[:-1]) + 1e-12,
-        H_BETA: run.beta_bar[None] - pl.beta[:-1] + 1e-12,
-        H_DEV: run.consts.deviation_bar[None] - pl.deviation[:-1] + 1e-12,
-        H_STEP: np.full((T, N), 1.0 - run.eta * c_d),
+        H_H19: np.asarray(cs.b)[None] - (cs.c_d * np.maximum(pl.gap[:-1], 0.0) - cs.margin[:-1]) + 1e-12,
+        H_BETA: np.asarray(cs.beta_bar)[None] - pl.beta[:-1] + 1e-12,
+        H_DEV: np.asarray(cs.deviation_bar)[None] - pl.deviation[:-1] + 1e-12,
+        H_STEP: np.full((T, N), 1.0 - run.eta * cs.c_d),
     }
+    if cs.region_margin is not None:
+        out[H_REGION] = bc(cs.region_margin[:-1])
+    return out
 
 
 def window_hypotheses(step_hyps: dict[str, np.ndarray], t0: int) -> dict[str, np.ndarray]:
@@ -435,28 +549,40 @@ def window_hypotheses(step_hyps: dict[str, np.ndarray], t0: int) -> dict[str, np
     return out
 
 
-def sweep_constants(run: ChainRun, n_sweep: int) -> list[tuple[float, np.ndarray, np.ndarray]]:
+def sweep_constants(run: ChainRun, n_sweep: int) -> list[ConstantSet]:
     """``n_sweep`` other admissible H.19 constants of the run: ``c_d`` at evenly spaced indices of the run's grid
-    (``[c_min, 1/η]``), each with ``b_i(c_d) = max(0, max_{t≥t0}(c_d r_i − m_i))`` and ``ε_{0,i}(c_d)`` from
-    :func:`sim.constants.descent_margin_constants` on that single grid value. Every one of them makes H.19 hold on
-    the iterates, so the theorem must hold for each (no tuning: the values are fixed by the grid)."""
+    (``[c_min, 1/η]``), each with ``b_i(c_d) = max(0, max_{t≥t0}(c_d r_i − m_i))`` over the held-out companion
+    run's iterates and ``ε_{0,i}(c_d)`` from :func:`sim.constants.descent_margin_constants` on that single grid
+    value. H.19 with each is monitored on the checked run; the theorem must hold wherever it does (no tuning: the
+    values are fixed by the grid)."""
     if n_sweep <= 0:
         return []
     grid = np.asarray(run.consts.c_grid)
     idx = np.unique(np.linspace(0, grid.size - 1, n_sweep).round().astype(int))
     late = slice(run.t0, None)
+    h = run.heldout
     out = []
     for c in grid[idx]:
-        dc = descent_margin_constants(run.margin[late].T, run.pl.gap[late].T, run.eta, run.lam_max, run.B, run.L0,
-                                      run.pl.deviation[late].T, c_grid=np.array([c]))
-        out.append((float(dc.c_d), np.asarray(dc.b), np.asarray(dc.eps0)))
+        dc = descent_margin_constants(h["margin"][late].T, h["gap"][late].T, run.eta, run.lam_max, run.B, run.L0,
+                                      h["deviation"][late].T, c_grid=np.array([c]))
+        out.append(ConstantSet("c_d sweep", float(dc.c_d), np.asarray(dc.b), np.asarray(dc.eps0), run.B, run.margin,
+                               np.asarray(dc.deviation_bar), run.beta_bar,
+                               "held-out run, c_d fixed by the grid, b_i(c_d) on the companion's iterates"))
     return out
+
+
+def set_repro(run: ChainRun, k: int, cs: ConstantSet) -> dict:
+    """:func:`run_repro` with the constant set the rows used."""
+    return dict(run_repro(run, k), constants=cs.label, c_d_used=cs.c_d, b_used=cs.b, eps0_used=cs.eps0,
+                B_used=cs.B, constants_source=cs.source)
 
 
 def run_repro(run: ChainRun, k: int) -> dict:
     """What reproduces a chain run: the call order (run ``k`` of the statement's seed) and its parameters."""
     return dict(source=f"f1_chain call {k} of the statement's rng (ChainConfig.chain_params({k}))", **run.params,
-                eta=run.eta, B=run.B, L0=run.L0, c_d=run.c_d, b=run.consts.b, eps0=run.eps0)
+                eta=run.eta, B=run.B, L0=run.L0, c_d=run.c_d, b=run.consts.b, eps0=run.eps0, w0=run.w0,
+                constants_from="held-out companion run from w0_heldout",
+                w0_heldout=None if run.heldout is None else run.heldout["w0"])
 
 
 # ============================================================================================ 1-D controls
@@ -731,6 +857,12 @@ def one_dim_control(stmt_id: str, name: str, cfg: ChainConfig, checks, *, tail: 
     return rows.control(stmt_id, name, [H_REGION, H_H19], details, groups=("F4 double well", "F5 kink"))
 
 
+def _conclusion_of(check: str) -> str:
+    """``"eq 62 (c_d sweep)"`` → ``"eq 62"``: the conclusion a check label belongs to."""
+    base = check.rsplit(" (", 1)[0] if check.endswith(")") and " (" in check else check
+    return base.strip()
+
+
 class RowSet:
     """Rows of conclusions ``lhs ≤ rhs`` from several blocks (checks), with per-row hypothesis margins.
 
@@ -742,7 +874,10 @@ class RowSet:
     def __init__(self):
         self.blocks: list[dict] = []
 
-    def add(self, check: str, lhs, rhs, hyps=None, info=None, repro=None) -> None:
+    def add(self, check: str, lhs, rhs, hyps=None, info=None, repro=None, *, conclusion: str | None = None,
+            kind: str = "bound") -> None:
+        """One block; ``conclusion`` names the conclusion it belongs to (default: the check label without a
+        trailing parenthesis, e.g. ``"eq 62 (c_d sweep)"`` → ``"eq 62"``), ``kind`` its kind."""
         lhs = np.asarray(lhs, dtype=np.float64)
         rhs = np.broadcast_to(np.asarray(rhs, dtype=np.float64), lhs.shape).ravel()
         lhs = lhs.ravel()
@@ -763,7 +898,18 @@ class RowSet:
                 inf[k] = a
             if inf[k].shape[0] != n:
                 raise ValueError(f"block {check!r}: info {k!r} has {inf[k].size} entries for {n} rows")
-        self.blocks.append(dict(check=check, lhs=lhs, rhs=rhs, hyps=h, info=inf, repro=repro or {}))
+        name = conclusion if conclusion is not None else _conclusion_of(check)
+        self.blocks.append(dict(check=check, lhs=lhs, rhs=rhs, hyps=h, info=inf, repro=repro or {},
+                                conclusion=name, kind=kind))
+
+    def conclusion_args(self) -> dict:
+        """``conclusion`` names (per row) and ``kinds`` for :meth:`Evidence.from_implication`."""
+        names = [np.full(b["lhs"].size, b["conclusion"], dtype=object) for b in self.blocks]
+        kinds: dict[str, str] = {}
+        for b in self.blocks:
+            if kinds.setdefault(b["conclusion"], b["kind"]) != b["kind"]:
+                raise ValueError(f"conclusion {b['conclusion']!r} given as {b['kind']!r} and {kinds[b['conclusion']]!r}")
+        return {"conclusion": np.concatenate(names) if names else np.zeros(0, dtype=object), "kinds": kinds}
 
     @property
     def n(self) -> int:
@@ -850,7 +996,7 @@ class RowSet:
             tightness = float(np.max(lhs[sel] / rhs[sel])) if sel.any() else None
             d["tightness_excludes"] = list(tightness_exclude)
         return Evidence.from_implication(stmt_id, name, mon, lhs, rhs, instance_data=self.instance_data(), details=d,
-                                         tightness=tightness)
+                                         tightness=tightness, **self.conclusion_args())
 
     def control(self, stmt_id: str, name: str, broken, details: dict, groups=()):
         """Negative-control Evidence (:meth:`Evidence.from_control`). With ``groups`` (substrings of check
@@ -874,7 +1020,7 @@ class RowSet:
         if groups:
             d["detected_per_group"] = per_group
         ev = Evidence.from_control(stmt_id, name, mon, [b for b in broken if b in mon.names], lhs, rhs,
-                                   instance_data=self.instance_data(), details=d)
+                                   instance_data=self.instance_data(), details=d, **self.conclusion_args())
         if groups and ev.control_detected and not all(per_group.values()):
             ev = dataclasses.replace(ev, control_detected=False)
         return ev

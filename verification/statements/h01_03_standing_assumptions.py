@@ -46,10 +46,14 @@ from sim.direction import lp_direction, lp_direction_reference
 from sim.preference import adjustment, preference_uniformity, uniformity_and_adjustment
 from sim.problems import PerturbedClients, PlantedQuadraticCluster
 from verification.evidence import Evidence, HypothesisMonitor
+from verification.search import Param, SearchSpace
 
 STATEMENT_ID = "H.1-3"
 NUMBER = "1-3"
 NAME = "Standing assumptions: positive losses, L0-smooth, gradients bounded by B (monitor)"
+
+C_DNORM = "||d_i||, ||dbar|| <= B (convex combinations of gradients)"
+C_KERNELS = "kernels defined (finite beta, A, LP solved) and ||d_bal|| <= sqrt(m) B ||A||"
 
 
 @dataclass(frozen=True)
@@ -138,6 +142,15 @@ def _trajectory(prob, cfg: Config, rng):
     )
 
 
+SEARCH = SearchSpace(
+    params=(Param("m", 2, 4, "int"), Param("n_w_max", 2, 6, "int"), Param("eta_factor", 1e-3, 0.5, "log"),
+            Param("start_radius", 0.05, 2.0, "log"), Param("f2_shift", 1e-3, 0.5, "log")),
+    config=lambda p: Config(n_runs=2, m_values=(p["m"],), n_w_max=max(p["n_w_max"], p["m"]), steps=15,
+                            eta_factor=p["eta_factor"], start_radius=p["start_radius"], f2_shift=p["f2_shift"]),
+    family="F1/F2 clusters along the shared iteration: m, n_w, step size, start radius, client shift",
+)
+
+
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     cfg = config or Config()
     recs, probs = [], []
@@ -158,7 +171,7 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     rhs = np.array([r["B_used"] for r in recs])
     ok = np.array([r["kernels_ok"] and r["dbal_ok"] for r in recs])
     return Evidence.from_implication(
-        STATEMENT_ID, NAME, mon, lhs, rhs, ok=ok,
+        STATEMENT_ID, NAME, mon, lhs, rhs, ok=ok, conclusion=C_DNORM, ok_conclusion=C_KERNELS,
         instance_data=lambda i: {k: v for k, v in recs[i].items()} | {
             "centres": probs[i].centres, "hessians": probs[i].hessians, "offsets": probs[i].offsets,
             "prefs": probs[i].prefs},

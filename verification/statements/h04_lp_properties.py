@@ -56,6 +56,7 @@ from sim.hull import min_norm_weights_from_gram
 from sim.preference import normalizer, preference_uniformity
 from sim.problems import PlantedQuadraticCluster
 from verification.evidence import LP_TOL, POSITIVITY_RTOL, Evidence, HypothesisMonitor
+from verification.search import Param, SearchSpace
 
 STATEMENT_ID = "H.4"
 NUMBER = "4"
@@ -292,6 +293,13 @@ def _i4_table(out, key):
             for g in ("positive", "negative", "zero")}
 
 
+SEARCH = SearchSpace(
+    params=(Param("m", 2, 6, "int"), Param("n_w_max", 1, 6, "int")),
+    config=lambda p: Config(n_instances=60, control_instances=10, m_values=(p["m"],), n_w_max=p["n_w_max"]),
+    family="F6 random LP instances: m, n_w",
+)
+
+
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     cfg = config or Config()
     out = _evaluate(cfg, rng, cfg.n_instances)
@@ -326,6 +334,8 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
         "tightness_is": "max ‖d‖ / max_j ‖g_j‖ (P-d)",
     }
     return Evidence.from_implication(STATEMENT_ID, NAME, mon, out["lhs"], out["rhs"], ok=ok,
+                                     conclusion="P-d: ||d|| <= max_j ||g_j||",
+                                     ok_conclusion="P-a, P-b, feasibility, MGDA feasible, gamma = mu^T C A, I4",
                                      instance_data=lambda i: _record(out, i), details=details)
 
 

@@ -122,6 +122,8 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     held = mon.mask
     ev = Evidence.from_implication(
         STATEMENT_ID, NAME, mon, lhs, rhs, ok=ok, instance_data=lambda i: recs[i],
+        conclusion="eq 9 identity: |H - H_9| <= 1e-10 max(1, H)", kinds="identity",
+        ok_conclusion="common Gram matrix C_i = C",
         details={
             "instances_by_family": {f"{f} s_e={s}": cfg.n_per_family for f, s in fams},
             "H5_held_by_family": {f"{f} s_e={s}": int(sum(held[i] for i, r in enumerate(recs)

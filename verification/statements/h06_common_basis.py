@@ -139,6 +139,8 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     ev = Evidence.from_implication(
         STATEMENT_ID, NAME, mon, lhs, np.full(n, LC.EQ8_TOL), ok=ok,
         instance_data=lambda i: cls[i].record(),
+        conclusion="eq 8: ||mu_i - M_B^-1 b_B(A_i)|| <= 1e-9", kinds="identity",
+        ok_conclusion="affinity of A -> mu on the common basis; equal mu_i without A-dependent row",
         details={
             "common_basis_by_spread": {str(s): int(sum(held[k] for k in range(n) if cls[k].spread == s))
                                        for s in cfg.spreads},

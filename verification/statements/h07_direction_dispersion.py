@@ -37,12 +37,16 @@ from dataclasses import dataclass
 import numpy as np
 
 from verification.evidence import Evidence, HypothesisMonitor
+from verification.search import Param, SearchSpace
 from verification.statements import _lp_common as LC
 from verification.statements import h06_common_basis as H6
 
 STATEMENT_ID = "H.7"
 NUMBER = "7"
 NAME = "Direction dispersion: eq 9 identity (H.5) and eq 10 bound kappa_LP^2 sigma_max(C) var(A) (H.6)"
+
+C_EQ9 = "eq 9 identity"
+C_EQ10 = "eq 10: H <= kappa_LP^2 sigma_max(C) var(A)"
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,15 @@ class Config:
 
 def _rhs10(c: LC.ClusterLP, kappa: float) -> float:
     return kappa**2 * c.sigma_max * c.adjustment_variance
+
+
+SEARCH = SearchSpace(
+    params=(Param("spread", 1e-4, 0.5, "log"), Param("m", 2, 4, "int"), Param("n_w_max", 2, 6, "int"),
+            Param("radius", 0.005, 1.0, "log"), Param("n_clients", 2, 8, "int")),
+    config=lambda p: Config(n_clusters=24, spreads=(p["spread"],), n_clients=p["n_clients"], m_values=(p["m"],),
+                            n_w_max=max(p["n_w_max"], p["m"]), radius=(p["radius"], 1.5 * p["radius"])),
+    family="F1 clusters at w = w*(u_0) + r xi: preference spread s_u, m, n_w, radius r, N",
+)
 
 
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:
@@ -92,6 +105,8 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
 
     return Evidence.from_implication(
         STATEMENT_ID, NAME, mon, lhs, rhs, tightness=tight, instance_data=data,
+        conclusion=np.array([C_EQ9] * n + [C_EQ10], dtype=object).repeat([1] * n + [n]),
+        kinds={C_EQ9: "identity", C_EQ10: "bound"},
         details={
             "instances": f"0..{n - 1}: eq 9 (hypothesis H.5); {n}..{2 * n - 1}: eq 10 (H.5 + H.6), same clusters",
             "eq9_max_relative_error": float(np.max(np.abs(H - H9) / np.maximum(1.0, H))),
@@ -118,7 +133,7 @@ def negative_control(config: Config | None, rng: np.random.Generator) -> Evidenc
     flagged = mon.failed(H6.HYP_BASIS)
     fails = flagged & ~(lhs <= rhs + 1e-12 + 1e-9 * np.abs(rhs))
     return Evidence.from_control(
-        STATEMENT_ID, NAME, mon, H6.HYP_BASIS, lhs, rhs,
+        STATEMENT_ID, NAME, mon, H6.HYP_BASIS, lhs, rhs, conclusion=C_EQ10,
         instance_data=lambda i: cls[i].record() | {"H": lhs[i], "RHS10_kappa_max_own": rhs[i]},
         details={"different_bases": int(flagged.sum()), "eq10_failures": int(fails.sum()),
                  "eq10_failures_random_clusters": int(fails[:cfg.control_clusters].sum()),

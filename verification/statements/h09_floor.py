@@ -39,10 +39,13 @@ from sim import constants as K
 from sim.preference import normalized_losses, uniformity_and_adjustment
 from sim.problems import PlantedQuadraticCluster
 from verification.evidence import Evidence, HypothesisMonitor
+from verification.search import Param, SearchSpace
 
 STATEMENT_ID = "H.9"
 NUMBER = "9"
 NAME = "Floor of the normalised weighted losses: lhat >= c/m with c in (0,1)"
+
+C_S = "|log(m lhat) - beta| <= log(m/c)"
 
 HYP_FLOOR = "H.9: c = m min lhat over the visited points lies in (0, 1)"
 HYP_CLAIM = "H.9 with the claimed floor: m min lhat >= c_claim at every point"
@@ -84,6 +87,15 @@ def _measure(L, prefs, c):
     return float(np.abs(s).max()), a_ok and bool(np.all(np.isfinite(ladj))), float(max(ladj))
 
 
+SEARCH = SearchSpace(
+    params=(Param("spread", 1e-3, 1.0, "log"), Param("m", 2, 5, "int"), Param("n_w_max", 2, 6, "int"),
+            Param("radius_max", 0.05, 3.0, "log"), Param("n_clients", 2, 8, "int")),
+    config=lambda p: Config(n_clusters=6, spreads=(p["spread"],), n_clients=p["n_clients"], m_values=(p["m"],),
+                            n_w_max=max(p["n_w_max"], p["m"]), radius_max=p["radius_max"]),
+    family="F1 clusters and visited points: preference spread, m, n_w, radius of the visited region, N",
+)
+
+
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     cfg = config or Config()
     recs = []
@@ -101,6 +113,7 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     rhs = np.array([np.log(r["m"] / r["c"]) for r in recs])
     return Evidence.from_implication(
         STATEMENT_ID, NAME, mon, lhs, rhs, ok=np.array([r["ok"] for r in recs]), instance_data=lambda i: recs[i],
+        conclusion=C_S, ok_conclusion="||A||_inf <= lambda_max log(m/c) and L_adj finite",
         details={"c_range": [float(cs.min()), float(cs.max())],
                  "L_adj_range": [float(min(r["L_adj_max"] for r in recs)), float(max(r["L_adj_max"] for r in recs))],
                  "method": "c = m min lhat over all clients and visited points (sim.constants.floor_constant)",
@@ -131,7 +144,7 @@ def negative_control(config: Config | None, rng: np.random.Generator) -> Evidenc
     mon.record(HYP_CLAIM, ct >= cc, margin=ct - cc)
     return Evidence.from_control(
         STATEMENT_ID, NAME, mon, HYP_CLAIM, [r["smax"] for r in recs], [r["bound_claim"] for r in recs],
-        instance_data=lambda i: recs[i],
+        instance_data=lambda i: recs[i], conclusion=C_S,
         details={"L_adj_true_over_claimed": [r["L_adj_true"] / r["L_adj_claim"] for r in recs],
                  "c_true": ct.tolist()},
     )

@@ -39,6 +39,7 @@ from sim.cluster import check_aggregation_weights, deviations, dispersion
 from sim.constants import gradient_bound, smoothness_quadratic
 from sim.problems import PlantedQuadraticCluster
 from verification.evidence import POSITIVITY_RTOL, Evidence, HypothesisMonitor, check_inequality
+from verification.search import Param, SearchSpace
 
 from . import _cluster_common as cc
 
@@ -48,6 +49,8 @@ NUMBER = "14"
 
 HYP_RHO = "Definition H.12: rho_i > 0 and sum rho = 1"
 HYP_OWN_WEIGHT = "bound uses client i's own aggregation weight rho_i"
+C_DEV = "Delta_i <= sqrt(H/rho_i)"
+C_MIN = "Delta_i <= sqrt(H/rho_min); gamma > sqrt(H/rho_min)||d_bal|| + L0 B^2 tau eta implies eq 23"
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,15 @@ def _random_set(rng, cfg: Config, n: int):
     d = rng.standard_normal((n, cfg.n_clients, cfg.dim))
     rho = rng.dirichlet(np.full(cfg.n_clients, cfg.rho_alpha), size=n)
     return d, rho
+
+
+SEARCH = SearchSpace(
+    params=(Param("rho_alpha", 0.05, 20.0, "log"), Param("n_clients", 2, 8, "int"), Param("dim", 1, 6, "int"),
+            Param("spread", 1e-3, 1.0, "log")),
+    config=lambda p: Config(n_random=60, n_clients=p["n_clients"], dim=p["dim"], rho_alpha=p["rho_alpha"],
+                            n_lp_clusters=10, spreads=(p["spread"],), control_random=10),
+    family="random and LP-direction clusters: rho concentration, N, dimension, preference spread",
+)
 
 
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:
@@ -150,7 +162,8 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
         "constants": {"L0": "max_j ||Q_j|| (exact)", "B": "max gradient norm at w0", "tau": 1,
                       "eta": f"{cfg.eta_factor}/L0"},
     }
-    return Evidence.from_implication(STATEMENT_ID, NAME, mon, lhs, rhs, ok=ok, instance_data=data, details=details)
+    return Evidence.from_implication(STATEMENT_ID, NAME, mon, lhs, rhs, ok=ok, instance_data=data, details=details,
+                                     conclusion=C_DEV, ok_conclusion=C_MIN)
 
 
 def negative_control(config: Config | None, rng: np.random.Generator) -> Evidence:
@@ -176,6 +189,6 @@ def negative_control(config: Config | None, rng: np.random.Generator) -> Evidenc
         return {"directions": d_all[k], "rho": rho_all[k], "weight_used": w_used[k]}
 
     return Evidence.from_control(
-        STATEMENT_ID, NAME, mon, HYP_OWN_WEIGHT, lhs, rhs, instance_data=data,
+        STATEMENT_ID, NAME, mon, HYP_OWN_WEIGHT, lhs, rhs, instance_data=data, conclusion=C_DEV,
         details={"setting": f"{n} random clusters, bound sqrt(H) (factor 1/rho dropped)"},
     )

@@ -45,6 +45,7 @@ from sim.constants import gradient_bound
 from sim.problems import PerturbedClients
 from sim.problems._quadratic import planted_point
 from verification.evidence import LP_TOL, Evidence, HypothesisMonitor
+from verification.search import Param, SearchSpace
 
 from . import _cluster_common as cc
 
@@ -56,6 +57,8 @@ HYP_DOM = "all clients uniform (beta_i <= eps_mode, dom mode)"
 HYP_LP = "dom LP solved with C mu >= 0 (status optimal or relaxed)"
 HYP_POS = "H.1-H.3: losses > 0 at w0"
 HYP_DG = "delta_g as declared equals the measured delta_g (H.5 when declared 0)"
+C_EQ42 = "eq 42: dbar^T g_i^(j) >= -B delta_g"
+C_EQ41 = "eq 41: d_i^T g_i^(j) >= 0"
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,18 @@ def _evaluate(cfg: Config, rng, shifts, n_clusters: int, declare_zero: bool):
     return mon, a, lhs, rhs, ok, data
 
 
+SEARCH = SearchSpace(
+    params=(Param("shift", 1e-3, 1.0, "log"), Param("m", 2, 4, "int"), Param("n_w_max", 2, 6, "int"),
+            Param("radius", 0.01, 2.0, "log"), Param("rho_alpha", 0.2, 20.0, "log"), Param("n_clients", 2, 6, "int")),
+    config=lambda p: Config(n_clusters=24, n_clients=p["n_clients"], shifts=(p["shift"],), m_choices=(p["m"],),
+                            n_w_max=max(p["n_w_max"], p["m"]), radius=(p["radius"], p["radius"]),
+                            rho_alpha=p["rho_alpha"]),
+    family="F2 all-uniform clusters: client shift s_e, m, n_w, radius of w0, rho concentration, N",
+)
+#: Found by the falsification search (seed 0): two clients, m = 2, w0 near the planted point, uneven rho.
+TIGHT_POINTS = ({"shift": 0.3527, "m": 2, "n_w_max": 4, "radius": 0.0266, "rho_alpha": 0.7396, "n_clients": 2},)
+
+
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     cfg = config or Config()
     mon, a, lhs, rhs, ok, data = _evaluate(cfg, rng, cfg.shifts, cfg.n_clusters, declare_zero=False)
@@ -145,7 +160,8 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
                                for s in cfg.shifts for sel in [held & (a["s_e"] == s) & (rhs > 0)]},
         "lp_statuses": sorted(set(a["statuses"].tolist())),
     }
-    return Evidence.from_implication(STATEMENT_ID, NAME, mon, lhs, rhs, ok=ok, instance_data=data, details=details)
+    return Evidence.from_implication(STATEMENT_ID, NAME, mon, lhs, rhs, ok=ok, instance_data=data, details=details,
+                                     conclusion=C_EQ42, ok_conclusion=C_EQ41)
 
 
 def negative_control(config: Config | None, rng: np.random.Generator) -> Evidence:
@@ -153,6 +169,6 @@ def negative_control(config: Config | None, rng: np.random.Generator) -> Evidenc
     cfg = config or Config()
     mon, a, lhs, rhs, ok, data = _evaluate(cfg, rng, (cfg.control_shift,), cfg.control_clusters, declare_zero=True)
     return Evidence.from_control(
-        STATEMENT_ID, NAME, mon, HYP_DG, lhs, rhs, ok=ok, instance_data=data,
+        STATEMENT_ID, NAME, mon, HYP_DG, lhs, rhs, ok=ok, instance_data=data, conclusion=C_EQ42,
         details={"setting": f"F2, s_e = {cfg.control_shift}, delta_g declared 0 (H.5 wrongly assumed)"},
     )

@@ -62,6 +62,7 @@ from sim.constants import gradient_bound, smoothness_quadratic
 from sim.problems import PerturbedClients, PlantedQuadraticCluster
 from sim.problems._quadratic import interior_preferences, normalize, planted_point
 from verification.evidence import ATOL, POSITIVITY_RTOL, Evidence, HypothesisMonitor, check_inequality
+from verification.search import Param, SearchSpace
 
 from . import _cluster_common as cc
 
@@ -353,6 +354,19 @@ def _all_clusters(rng, cfg: Config):
     return clusters
 
 
+SEARCH = SearchSpace(
+    params=(Param("shift", 1e-3, 0.5, "log"), Param("spread_f1", 1e-3, 1.0, "log"), Param("m", 2, 4, "int"),
+            Param("n_w_max", 2, 6, "int"), Param("radius", 1e-3, 1.0, "log"), Param("rho_alpha", 0.2, 20.0, "log"),
+            Param("n_clients", 2, 6, "int")),
+    config=lambda p: Config(n_clients=p["n_clients"], n_f2=8, shifts=(p["shift"],), n_f1=8, n_targeted=8,
+                            m_choices=(p["m"],), n_w_max=max(p["n_w_max"], p["m"]),
+                            radius_f2=(p["radius"], 1.5 * p["radius"]), radius_f1=(p["radius"], 1.5 * p["radius"]),
+                            radius_targeted=(p["radius"], 1.5 * p["radius"]), rho_alpha=p["rho_alpha"],
+                            spread_f1=p["spread_f1"]),
+    family="F2 mixtures, F1 near a planted point and the targeted pair: shift, spread, m, n_w, radius, rho, N",
+)
+
+
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     cfg = config or Config()
     clusters = _all_clusters(rng, cfg)
@@ -361,7 +375,8 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     rep = _repaired_rows(clusters, cfg).arrays(_KEYS)
     mon_r = _monitor(rep, clusters, extra=True)
     repaired = Evidence.from_implication(STATEMENT_ID, NAME + " [repaired]", mon_r, rep["lhs"], rep["rhs"],
-                                         ok=rep["ok"], instance_data=mk(rep))
+                                         ok=rep["ok"], instance_data=mk(rep), conclusion=rep["part"],
+                                         kinds={"eq44": "identity"})
     parts = ("eq44", "eq45", "eq46", "eq47", "eq48'", "eq48|J\\J*=0")
     per_part = _part_summary(rep, mon_r.mask, parts)
     t48p = per_part["eq48'"]["tightness"]
@@ -370,7 +385,7 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     lit = _literal_rows(clusters).arrays(_KEYS)
     mon_l = _monitor(lit, clusters, extra=False)
     literal = Evidence.from_implication(STATEMENT_ID, NAME + " [literal eq 48]", mon_l, lit["lhs"], lit["rhs"],
-                                        instance_data=mk(lit))
+                                        instance_data=mk(lit), conclusion=lit["part"])
     held = mon_l.mask
     bad = np.flatnonzero(held & ~check_inequality(lit["lhs"], lit["rhs"]))
     sets = np.array([clusters[int(x)]["set"] for x in lit["k"]])

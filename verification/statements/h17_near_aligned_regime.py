@@ -25,10 +25,13 @@ What is checked (constants estimated on one sample, CHECKED on an independent fr
        the number ``K`` of fresh points below the estimation minimum (above the maximum) has exactly the
        Beta-binomial law ``BetaBinomial(n_fresh, 1, n_est)`` (``P(one fresh point below) = 1/(n_est+1)``), whatever
        the distribution of the ratio. The conclusion per problem and constant is ``lhs = K ≤ rhs = k_crit``, with
-       ``k_crit`` the ``1 − δ`` quantile (``δ = Config.delta = 1e-4``): a false failure has probability ``≤ δ``;
+       ``k_crit`` the ``1 − δ`` quantile (``δ`` = its share of the suite's family-wise budget,
+       :func:`verification.montecarlo.assertion_delta`; 12 tests): a false failure has probability ``≤ δ``;
        more fresh violations than that mean the estimated constants do not carry over to new points of the
        neighbourhood (or ``γ ≤ 0`` occurs, which eq 49 with ``κ_β > 0`` forbids). A fresh point counts as a
-       violation of the first part iff ``γ < κ̂_β β`` or ``γ ≤ 0``.
+       violation of the first part iff ``γ < κ̂_β β`` or ``γ ≤ 0``. Power: both bounds pass through
+       :func:`verification.evidence.scaled_bound`; the test detects constants too optimistic by ``1/f`` iff the
+       ``(k_crit + 1)``-th largest per-point ratio exceeds ``f`` (reported as the conclusion's crossing factor).
     3. (I5, deterministic, per fresh point with ``r ≤ 0.01``) ``‖A‖²/β ∈ [2mλ_min²(1−0.1), 2mλ_max²(1+0.1)]``, the
        small-β asymptotics behind ``L_A = Θ(√m B)``; ``L̂_A`` is reported against ``√(2m)λ_max σ_max(G(w*))``.
 
@@ -55,7 +58,9 @@ from sim.direction import lp_direction
 from sim.preference import preference_uniformity
 from sim.problems import PlantedQuadraticCluster, chebyshev_optimum
 from sim.problems._quadratic import gram_of, interior_preferences
-from verification.evidence import Evidence, HypothesisMonitor
+from verification.evidence import Evidence, HypothesisMonitor, detection_factor, scaled_bound
+from verification.montecarlo import assertion_delta, assertion_record
+from verification.search import Param, SearchSpace
 
 from . import _cluster_common as cc
 
@@ -66,6 +71,9 @@ NUMBER = "17"
 HYP_KAPPA = "H.17 on the estimation sample: kappa_beta > 0"
 HYP_POS = "H.1-H.3: losses > 0 at the sampled points"
 HYP_LP = "all LPs solved"
+C_KAPPA = "eq 49 gamma* >= kappa_beta beta on fresh points (order statistic: K <= k_crit)"
+C_LA = "eq 49 ||d_bal|| <= L_A sqrt(beta) on fresh points (order statistic: K <= k_crit)"
+C_I5 = "(I5) ||A||^2/beta within 10 % of [2 m lambda_min^2, 2 m lambda_max^2] for r <= 0.01"
 
 
 @dataclass(frozen=True)
@@ -77,7 +85,10 @@ class Config:
     n_est: int = 1000
     n_fresh: int = 1000
     beta_min: float = 1e-14
-    delta: float = 1e-4
+    delta: float = assertion_delta("H.17")
+    # False: the order-statistic tests are soft rows (the falsification search: its many evaluations must not add
+    # false failures, and they stay outside the family-wise budget)
+    confidence_contract: bool = True
     eps_mode: float = 0.0
     asymptotic_radius: float = 0.01
     asymptotic_rtol: float = 0.1
@@ -112,6 +123,16 @@ def _k_crit(n_fresh: int, n_est: int, delta: float) -> int:
     return k
 
 
+def _crossing(factors: np.ndarray, always: np.ndarray, k_crit: int) -> float:
+    """The factor at which the order-statistic test crosses: ``K(f) = #{points violating the bound scaled by f}``
+    exceeds ``k_crit`` iff ``f`` is below the ``(k_crit + 1)``-th largest detection factor (points that violate for
+    every ``f``, e.g. ``γ ≤ 0``, count as ``+∞``)."""
+    d = np.where(always, np.inf, np.nan_to_num(factors, nan=-np.inf))
+    if d.size <= k_crit:
+        return 0.0
+    return float(max(np.sort(d)[::-1][k_crit], 0.0))
+
+
 def _problem(rng, cfg: Config, P, lam, center, label: str, extra: dict) -> dict:
     est = _sample(rng, P, lam, center, cfg.n_est, cfg)
     fr = _sample(rng, P, lam, center, cfg.n_fresh, cfg)
@@ -119,8 +140,12 @@ def _problem(rng, cfg: Config, P, lam, center, label: str, extra: dict) -> dict:
     use_f = fr["solved"] & (fr["beta"] > cfg.beta_min)
     rc = regularity_constants(est["gamma"][use_e], est["beta"][use_e], est["dbal_norm"][use_e])
     g, b, dn = fr["gamma"][use_f], fr["beta"][use_f], fr["dbal_norm"][use_f]
-    viol_k = (g < max(rc.kappa_beta, 0.0) * b) | (g <= 0.0)
-    viol_l = dn > rc.L_A * np.sqrt(b)
+    # eq 49 per fresh point, as lhs <= rhs: kappa_beta beta <= gamma and ||d_bal|| <= L_A sqrt(beta); both bounds pass
+    # through scaled_bound (the power report's factor), and a point with gamma <= 0 violates the first part
+    lhs_k, rhs_k = max(rc.kappa_beta, 0.0) * b, g
+    lhs_l, rhs_l = dn, rc.L_A * np.sqrt(b)
+    viol_k = (lhs_k > scaled_bound(rhs_k)) | (g <= 0.0)
+    viol_l = lhs_l > scaled_bound(rhs_l)
     kc = _k_crit(int(use_f.sum()), int(use_e.sum()), cfg.delta)
     m = lam.size
     sel = use_f & (fr["r"] <= cfg.asymptotic_radius)
@@ -130,6 +155,8 @@ def _problem(rng, cfg: Config, P, lam, center, label: str, extra: dict) -> dict:
     G_star = P.grads(center)
     ratios_e = est["gamma"][use_e] / est["beta"][use_e]
     return dict(
+        crossing_kappa=_crossing(detection_factor(lhs_k, rhs_k), g <= 0.0, kc),
+        crossing_L=_crossing(detection_factor(lhs_l, rhs_l), np.zeros(g.size, bool), kc),
         label=label, m=m, n_w=center.size, kappa_beta=rc.kappa_beta, L_A=rc.L_A, n_est=int(use_e.sum()),
         n_fresh=int(use_f.sum()), K_kappa=int(viol_k.sum()), K_L=int(viol_l.sum()), k_crit=kc,
         fresh_min_ratio=float(np.min(g / b)) if g.size else None,
@@ -160,6 +187,8 @@ def _evidence(problems, cfg: Config, control: bool) -> Evidence:
     lhs = np.array([p["K_kappa"] if x % 2 == 0 else p["K_L"] for x, p in enumerate(pr)], dtype=np.float64)
     rhs = np.array([p["k_crit"] for p in pr], dtype=np.float64)
     ok = np.array([p["i5_ok"] or control for p in pr])
+    names = np.array([C_KAPPA if x % 2 == 0 else C_LA for x in range(n)], dtype=object)
+    crossing = np.array([p["crossing_kappa"] if x % 2 == 0 else p["crossing_L"] for x, p in enumerate(pr)])
 
     def data(x):
         p = pr[x]
@@ -170,7 +199,7 @@ def _evidence(problems, cfg: Config, control: bool) -> Evidence:
         return rec
 
     keys = ("label", "m", "n_w", "kappa_beta", "L_A", "LA_asymptotic_reference", "n_est", "n_fresh", "K_kappa",
-            "K_L", "k_crit", "fresh_min_ratio", "fresh_max_LA_ratio", "gamma_nonpositive_est",
+            "K_L", "k_crit", "crossing_kappa", "crossing_L", "fresh_min_ratio", "fresh_max_LA_ratio", "gamma_nonpositive_est",
             "gamma_nonpositive_fresh", "frac_gamma_nonpositive", "excluded_points", "J_empty", "i5_ok",
             "i5_checked", "i5_ratio_range")
     details = {
@@ -184,8 +213,22 @@ def _evidence(problems, cfg: Config, control: bool) -> Evidence:
     }
     if control:
         return Evidence.from_control(STATEMENT_ID, NAME, mon, HYP_KAPPA, lhs, rhs, ok=ok, instance_data=data,
-                                     details=details)
-    return Evidence.from_implication(STATEMENT_ID, NAME, mon, lhs, rhs, ok=ok, instance_data=data, details=details)
+                                     details=details, conclusion=names, kinds="monte_carlo")
+    if cfg.confidence_contract:
+        details["confidence_assertions"] = [assertion_record(f"{p['label']}: {names[x]}", cfg.delta)
+                                            for x, p in enumerate(pr)]
+    return Evidence.from_implication(STATEMENT_ID, NAME, mon, lhs, rhs, ok=ok, instance_data=data, details=details,
+                                     conclusion=names, kinds="monte_carlo", detect=crossing,
+                                     ok_conclusion=np.full(n, C_I5, dtype=object),
+                                     soft=() if cfg.confidence_contract else (C_KAPPA, C_LA))
+
+
+SEARCH = SearchSpace(
+    params=(Param("radius", 1e-4, 0.3, "log"), Param("m", 2, 4, "int"), Param("n_w_max", 2, 6, "int")),
+    config=lambda p: Config(n_problems=1, m_choices=(p["m"],), n_w_max=max(p["n_w_max"], p["m"]),
+                            radii=(p["radius"],), n_est=400, n_fresh=400, confidence_contract=False),
+    family="F1 single planted clients: radius of the sampled neighbourhood, m, n_w",
+)
 
 
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:

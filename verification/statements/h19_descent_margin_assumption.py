@@ -67,6 +67,7 @@ from sim.direction import lp_direction
 from sim.hull import descent_margin, eps_act, near_active_set
 from sim.problems import DoubleWell, Kink, PlantedQuadraticCluster
 from verification.evidence import Evidence, HypothesisMonitor
+from verification.search import Param, SearchSpace
 from verification.statements._regularity_helpers import (
     SOLVED_STATUSES,
     ball_points,
@@ -112,6 +113,7 @@ H_REGION = "w in N (region where the constants were estimated)"
 H_BETA = "beta_i(w) <= beta_bar_i"
 H_POS = "H.1-H.3 positivity: losses > 0"
 H_GRAD = "H.1-H.3 gradient bound: ||g_j(w)|| <= B"
+C_EQ51 = "eq 51 at the iterates with region constants: c_d r_i - m_i <= b_i"
 
 
 def _run_f1(cfg: Config, rng: np.random.Generator, k: int) -> dict:
@@ -170,6 +172,17 @@ def _run_f1(cfg: Config, rng: np.random.Generator, k: int) -> dict:
     )
 
 
+SEARCH = SearchSpace(
+    params=(Param("spread", 1e-3, 0.3, "log"), Param("eta_factor", 3e-3, 0.3, "log"),
+            Param("start_noise", 0.05, 2.0, "log"), Param("m", 2, 4, "int"), Param("n_w", 2, 6, "int"),
+            Param("n_clients", 2, 5, "int")),
+    config=lambda p: Config(n_runs=1, m=p["m"], n_w=max(p["n_w"], p["m"]), n_clients=p["n_clients"],
+                            spreads=(p["spread"],), eta_factors=(p["eta_factor"],), rounds=150, t0=30,
+                            start_noise=p["start_noise"], n_region=300),
+    family="F1 shared-iteration runs: spread, step size, start noise, m, n_w, N",
+)
+
+
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     cfg = config or Config()
     runs = [_run_f1(cfg, rng, k) for k in range(cfg.n_runs)]
@@ -205,7 +218,7 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
                  "the bottleneck constraint (4c) binds; only b_i > 0 versions of H.19 hold on F1"),
     }
     return Evidence.from_implication(
-        STATEMENT_ID, NAME, mon, flat["lhs"], flat["rhs"],
+        STATEMENT_ID, NAME, mon, flat["lhs"], flat["rhs"], conclusion=C_EQ51,
         instance_data={"run": run_id, "t": flat["t"], "client": flat["client"], "gap": flat["gap"],
                        "margin": flat["margin"]},
         details=details,
@@ -284,7 +297,7 @@ def negative_control(config: Config | None, rng: np.random.Generator) -> Evidenc
                "double_well_minima": {"global": [w_star, psi_star],
                                       "spurious": [float(mins.w[1]), float(mins.values[1])]}}
     return Evidence.from_control(
-        STATEMENT_ID, NAME, mon, H_REGION, flat["lhs"], flat["rhs"],
+        STATEMENT_ID, NAME, mon, H_REGION, flat["lhs"], flat["rhs"], conclusion=C_EQ51,
         instance_data={"family": fam, "w": flat["w"], "gap": flat["gap"], "margin": flat["margin"]},
         details=details,
     )

@@ -51,6 +51,7 @@ import numpy as np
 from sim.constants import regularity_constants
 from sim.problems import PlantedQuadraticCluster
 from verification.evidence import Evidence, HypothesisMonitor
+from verification.search import Param, SearchSpace
 from verification.statements._regularity_helpers import (
     SOLVED_STATUSES,
     cluster_quantities,
@@ -61,6 +62,8 @@ from verification.statements._regularity_helpers import (
 STATEMENT_ID = "H.22"
 NAME = "Preference-heterogeneity floor: failing range condition implies beta_i <= beta_bar_i (eq 52-53)"
 
+C_FLOOR = "eq 53: beta_i <= beta_bar_i"
+C_SIMPLE = "eq 53 simplified: beta_bar_i <= 2 L_A^2 Delta^2/kappa^2 + 2 L0 B^2 tau eta/kappa"
 H_KAPPA = "kappa_beta > 0 on the estimation sample (H.17 holds there)"
 H_BAL = "i in C_n^+ (balancing mode, beta_i > eps_mode)"
 H_LOWER = "H.17 lower: gamma_i >= kappa_beta beta_i"
@@ -152,6 +155,17 @@ def _floors(flat: dict, kappa: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return bbar, simple
 
 
+SEARCH = SearchSpace(
+    params=(Param("spread", 1e-3, 1.0, "log"), Param("eta_factor", 1e-3, 0.5, "log"),
+            Param("radius_hi", 0.01, 1.0, "log"), Param("m", 2, 4, "int"), Param("n_w", 2, 6, "int"),
+            Param("n_clients", 2, 5, "int")),
+    config=lambda p: Config(n_problems=3, m=p["m"], n_w=max(p["n_w"], p["m"]), n_clients=p["n_clients"],
+                            spread=p["spread"], n_points=80, radius=(0.005 * p["radius_hi"] / 0.3, p["radius_hi"]),
+                            eta_factor=p["eta_factor"]),
+    family="F1 clusters around w*(u_0): preference spread, step size (drift), radius, m, n_w, N",
+)
+
+
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     cfg = config or Config()
     probs, flat = _collect(cfg, rng)
@@ -182,6 +196,7 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     }
     return Evidence.from_implication(
         STATEMENT_ID, NAME, mon, lhs, rhs, tightness=float(ratio.max()) if ratio.size else None,
+        conclusion=np.where(kind == "floor", C_FLOOR, C_SIMPLE),
         instance_data={"kind": kind, "problem": np.tile(flat["problem"], 2), "point": np.tile(flat["point"], 2),
                        "client": np.tile(flat["client"], 2), "beta": np.tile(flat["beta"], 2),
                        "gamma": np.tile(flat["gain"], 2), "Delta": np.tile(flat["Delta"], 2),
@@ -206,7 +221,7 @@ def negative_control(config: Config | None, rng: np.random.Generator) -> Evidenc
     lhs = np.where(others_ok, flat["beta"], 0.0)
     rhs = np.where(others_ok, bbar, 1.0)
     return Evidence.from_control(
-        STATEMENT_ID, NAME, mon, H_LOWER, lhs, rhs,
+        STATEMENT_ID, NAME, mon, H_LOWER, lhs, rhs, conclusion=C_FLOOR,
         instance_data={"problem": flat["problem"], "point": flat["point"], "client": flat["client"],
                        "beta": flat["beta"], "gamma": flat["gain"], "kappa_beta": kappa},
         details={"kappa_factor": cfg.control_kappa_factor},

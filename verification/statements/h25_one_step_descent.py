@@ -50,6 +50,7 @@ from sim.constants import gradient_bound, smoothness_quadratic
 from sim.hull import descent_margin, eps_act, near_active_set
 from sim.preference import chebyshev
 from sim.problems import PlantedQuadraticCluster
+from verification.search import Param, SearchSpace
 
 from . import _trajectory_common as tc
 
@@ -174,6 +175,16 @@ def _blocks(cfg: Config, rng: np.random.Generator, *, zero_width: bool) -> tuple
         rows_violated_without_eta2_term=no_eta2,
     )
     return rows, meta
+
+
+SEARCH = SearchSpace(
+    params=(Param("spread", 1e-3, 0.3, "log"), Param("eta_factor", 1e-3, 0.5, "log"), Param("m", 2, 4, "int"),
+            Param("n_w", 2, 6, "int"), Param("radius_hi", 0.01, 2.0, "log")),
+    config=lambda p: Config(n_runs=1, m=p["m"], n_w=max(p["n_w"], p["m"]), spreads=(p["spread"],),
+                            eta_factors=(p["eta_factor"],), rounds=40, t0=10, n_region=100, n_random=80,
+                            m_choices=(p["m"],), radius=(0.01, p["radius_hi"])),
+    family="F1 shared-iteration runs and random one-step instances: spread, step size, m, n_w, radius",
+)
 
 
 def run(config: Config | None, rng: np.random.Generator):

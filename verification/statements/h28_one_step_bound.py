@@ -75,22 +75,30 @@ class Config(tc.ChainConfig):
         return cls(n_runs=40)
 
 
-def _rows_for(rows: tc.RowSet, run: tc.ChainRun, k: int, c_d: float, b: np.ndarray, label: str) -> dict:
+def _rows_for(rows: tc.RowSet, run: tc.ChainRun, k: int, cs: tc.ConstantSet) -> dict:
     pl, T, N = run.pl, run.T, run.N
-    hs = tc.step_hypotheses(run, c_d, b)
-    hyps = {h: hs[h] for h in _STEP_NAMES}
+    hs = tc.step_hypotheses(run, cs)
+    hyps = {h: hs[h] for h in _STEP_NAMES + (tc.H_REGION,) if h in hs}
     r = pl.gap
-    base = run.lam_max[None] * (run.B * pl.deviation[:-1] + 0.5 * run.L0 * run.B**2 * run.eta)
+    b, c_d = np.asarray(cs.b), cs.c_d
+    base = run.lam_max[None] * (cs.B * pl.deviation[:-1] + 0.5 * run.L0 * cs.B**2 * run.eta)
     rhs62 = (1.0 - run.eta * c_d) * r[:-1] + run.eta * (base + b[None])
-    slack = run.eta * np.maximum(base + b[None] - c_d * r[:-1], 0.0)
+    slack = run.slack(cs)[:-1]
     tt = np.broadcast_to(np.arange(T)[:, None], (T, N))
     ii = np.broadcast_to(np.arange(N)[None], (T, N))
-    repro = dict(tc.run_repro(run, k), c_d_used=c_d, b_used=b)
-    info = {"run": k, "t": tt, "client": ii, "r": r[:-1], "margin": run.margin[:-1], "Delta": pl.deviation[:-1]}
-    rows.add(f"eq 62 ({label})", r[1:], rhs62, hyps=hyps, info=info, repro=repro)
-    rows.add(f"eq 63 ({label})", pl.psi[1:] - pl.psi[:-1], slack, hyps=hyps, info=info, repro=repro)
+    repro = tc.set_repro(run, k, cs)
+    info = {"run": k, "t": tt, "client": ii, "r": r[:-1], "margin": cs.margin[:-1], "Delta": pl.deviation[:-1]}
+    rows.add(f"eq 62 ({cs.label})", r[1:], rhs62, hyps=hyps, info=info, repro=repro)
+    rows.add(f"eq 63 ({cs.label})", pl.psi[1:] - pl.psi[:-1], slack, hyps=hyps, info=info, repro=repro)
     exact = slack == 0.0
     return dict(exact_inclusion_rounds=int(exact.sum()), rounds=int(exact.size))
+
+
+SEARCH = tc.chain_search(Config, n_sweep=2)
+
+#: Found by the paper-scale falsification search (seed 0): the inflated admissibility eq 63 within 0.73 of its
+#: slack (close preferences, a large step, a start near the optimum, m = 4).
+TIGHT_POINTS = ({"spread": 0.0013, "eta_factor": 0.1178, "start_noise": 0.044, "m": 4, "n_w": 5, "n_clients": 3},)
 
 
 def run(config: Config | None, rng: np.random.Generator):
@@ -99,23 +107,26 @@ def run(config: Config | None, rng: np.random.Generator):
     rows = tc.RowSet()
     exact = {"exact_inclusion_rounds": 0, "rounds": 0}
     for k, rn in enumerate(runs):
-        e = _rows_for(rows, rn, k, rn.c_d, rn.consts.b, "iterate constants")
-        for key in exact:
-            exact[key] += e[key]
-        for c_d, b, _ in tc.sweep_constants(rn, cfg.n_sweep):
-            _rows_for(rows, rn, k, c_d, b, "c_d sweep")
+        for j, cs in enumerate(rn.constant_sets() + tc.sweep_constants(rn, cfg.n_sweep)):
+            e = _rows_for(rows, rn, k, cs)
+            if j == 0:
+                for key in exact:
+                    exact[key] += e[key]
         rows.add("the analysed directions reproduce the iteration: |w^{t+1} - (w^t - eta dbar^t)| (relative)",
                  rn.step_residual / max(1.0, float(np.abs(rn.traj).max())), 1e-10, info={"run": k},
-                 repro=tc.run_repro(rn, k))
+                 repro=tc.run_repro(rn, k), kind="identity")
     details = dict(
-        verdict_constants="iterate constants (c_d, b_i) estimated on t >= t0 (implication chain, O-8); c_d sweep "
-                          "rows use other grid values with their b_i(c_d); region constants reported only",
+        verdict_constants="held-out constants (c_d, b_i) estimated on the iterates t >= t0 of a companion run (same "
+                          "problem and eta, another start), on [c_min, 1/eta] and on [c_min, 1/(2 eta)]; c_d sweep "
+                          "rows use other grid values with their held-out b_i(c_d); H.19 monitored on the checked "
+                          "iterates; in-sample and region constants reported only",
         method=("shared iteration sim.algorithm.shared_iteration on F1; L0 = max_j ||Q_j|| (exact); B = max "
                 "gradient norm over the iterates (exact on segments by convexity); (c_d, b_i) by "
-                "sim.constants.descent_margin_constants on t >= t0 (log grid [c_min, 1/eta]); region constants by "
+                "sim.constants.descent_margin_constants on the held-out companion run's t >= t0 (log grid [c_min, 1/eta]); region constants by "
                 "the same procedure on a uniform sample of B(mean w_i*, R) with the exact ball bound"),
         runs=[r.summary() for r in runs],
         runs_with_c_d_at_grid_end=int(sum(abs(r.eta * r.c_d - 1.0) < 1e-9 for r in runs)),
+        runs_with_eta_c_d_at_most_half=int(sum(r.eta * r.consts_half.c_d <= 0.5 + 1e-12 for r in runs)),
         iterates_violating_region_constants=int(sum(r.summary()["iterates_violating_region_constants"]
                                                     for r in runs)),
         **exact,

@@ -185,7 +185,7 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
         "tolerances": {"weak_pareto_gap": WPO_TOL, "kkt": KKT_TOL, "active": ACTIVE_TOL},
     }
     return Evidence.from_implication(
-        STATEMENT_ID, NAME, mon, f["lhs"], f["rhs"], tightness=None,
+        STATEMENT_ID, NAME, mon, f["lhs"], f["rhs"], tightness=None, conclusion=kinds, kinds="identity",
         instance_data={"kind": kinds, "reference": f["ref"], "problem": f["problem"]}, details=details,
     )
 

@@ -43,6 +43,7 @@ from sim.constants import quadratic_growth
 from sim.hull import min_norm_element
 from sim.problems import DoubleWell, PlantedQuadraticCluster
 from verification.evidence import Evidence, HypothesisMonitor
+from verification.search import Param, SearchSpace
 from verification.statements._regularity_helpers import unit_directions
 
 STATEMENT_ID = "H.34"
@@ -100,6 +101,15 @@ def _samples(cfg: Config, rng: np.random.Generator, n_problems: int, use_lambda_
     return {k: np.concatenate(v) for k, v in rec.items()}
 
 
+SEARCH = SearchSpace(
+    params=(Param("m", 2, 4, "int"), Param("spread", 1e-3, 1.0, "log"), Param("s_lo", 1e-4, 1.0, "log"),
+            Param("n_clients", 1, 4, "int")),
+    config=lambda p: Config(n_problems=2, ms=(p["m"],), n_clients=p["n_clients"], spread=p["spread"],
+                            n_points=200, s_range=(p["s_lo"], 2.0 * p["s_lo"])),
+    family="F1 clients: m, preference spread, distance from the optimum, N",
+)
+
+
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     cfg = config or Config()
     f = _samples(cfg, rng, cfg.n_problems, use_lambda_max=False)
@@ -117,7 +127,7 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
         "min_gap": float(f["rhs"].min()),
     }
     return Evidence.from_implication(
-        STATEMENT_ID, NAME, mon, f["lhs"], f["rhs"],
+        STATEMENT_ID, NAME, mon, f["lhs"], f["rhs"], conclusion="QG: (mu_i/2)||w - w_i*||^2 <= psi_i - psi_i*",
         instance_data={"problem": f["problem"], "client": f["client"], "s": f["s"], "mu": f["mu"]},
         details=details,
     )

@@ -26,8 +26,9 @@ What is checked
     :meth:`sim.problems.PlantedQuadraticCluster.new_client`, exact ``w_new*``, ``ψ_new*``). Starting points:
     ``n_arbitrary`` arbitrary ``w_0 = mean_i w_i* + s ξ`` (``s ~ Unif(0, 1.5)``, ``ξ`` a unit vector) per new client,
     and ``w_I``: the final iterate of the T-H31 shared-iteration run on the cluster (``R = 400`` rounds,
-    ``η = {0.01, 0.03, 0.1}/L₀``, :func:`sim.algorithm.shared_iteration`) with the **iterate constants** of that run
-    (implication chain; the region constants of O-8 are reported with the iterates that violate them).
+    ``η = {0.01, 0.03, 0.1}/L₀``, :func:`sim.algorithm.shared_iteration`) with **held-out constants**: estimated on
+    a companion run of the same problem and on the O-8 region sample (also capped at ``ηc_d ≤ ½``), never on the
+    checked iterates; H.19 with them is monitored on the run.
     ``δ_λ`` in the 2-norm (the design's choice) and, as a stronger check, in the ∞-norm;
     ``L* = max(‖l(w_new*)‖_∞, max_i ‖l(w_i*)‖_∞)`` (:func:`sim.constants.loss_bound_at_optima`);
     ``μ = min_j λ_new,j λ_min(Q_j)`` (:func:`sim.constants.quadratic_growth`, exact: ``ψ_new`` is ``μ``-strongly convex).
@@ -114,6 +115,13 @@ def _gap_rows(rows: tc.RowSet, P, lam_new, w_new, psi_new, W0, *, kind: str, rep
     return dict(delta_lambda_2=dl2, L_star=L_star, mu=mu, G_opt=G_opt, Delta0=delta0)
 
 
+SEARCH = tc.chain_search(Config, n_new=2, n_arbitrary=4)
+
+#: Found by the falsification search (seed 0): eq 92 (second inequality, at w_I), eq 82 and eq 95 within 0.55-0.67
+#: of their bounds (close preferences, a small step, m = 2).
+TIGHT_POINTS = ({"spread": 0.1958, "eta_factor": 0.007, "start_noise": 0.2459, "m": 2, "n_w": 3, "n_clients": 2},)
+
+
 def run(config: Config | None, rng: np.random.Generator):
     cfg = config or Config()
     runs = tc.f1_chains(cfg, rng)
@@ -121,15 +129,16 @@ def run(config: Config | None, rng: np.random.Generator):
     per_run = []
     for k, rn in enumerate(runs):
         P, T, t0 = rn.problem, rn.T, rn.t0
-        # --- eq 92 second inequality at w_I (with the O-14 transient)
-        hs = tc.step_hypotheses(rn)
-        win = tc.window_hypotheses({h: hs[h] for h in _RUN_NAMES}, t0)
-        last = {h: float(v[-1].min()) for h, v in win.items()}
+        # --- eq 92 second inequality at w_I (with the O-14 transient), for every held-out constant set
         G_opt_I = float(rn.gap[-1].mean())
         transient = float((rn.q ** (T - t0) * rn.gap[t0]).mean())
-        rows.add("eq 92 second inequality at w_I: G_opt <= eps0_bar + transient (O-14)", G_opt_I,
-                 float(rn.consts.eps0_mean) + transient, hyps=last, info={"run": k},
-                 repro=tc.run_repro(rn, k))
+        for cs in rn.constant_sets():
+            hs = tc.step_hypotheses(rn, cs)
+            win = tc.window_hypotheses({h: hs[h] for h in _RUN_NAMES + (tc.H_REGION,) if h in hs}, t0)
+            last = {h: float(v[-1].min()) for h, v in win.items()}
+            tr = float((cs.q(rn.eta) ** (T - t0) * rn.gap[t0]).mean())
+            rows.add(f"eq 92 second inequality at w_I: G_opt <= eps0_bar + transient (O-14) ({cs.label})", G_opt_I,
+                     float(np.mean(cs.eps0)) + tr, hyps=last, info={"run": k}, repro=tc.set_repro(rn, k, cs))
         # --- new clients: eq 92 first inequality, eq 82, eq 95 at arbitrary w0 and at w_I
         wbar = P.w_star.mean(axis=0)
         news = []
@@ -150,8 +159,9 @@ def run(config: Config | None, rng: np.random.Generator):
                         "transient_w_I": transient, "new_clients": news,
                         "seed_form_G_opt_le_eps0_bar_without_transient": bool(G_opt_I <= rn.consts.eps0_mean)})
     details = dict(
-        verdict_constants="w_I bound: iterate constants (c_d, b_i) of the shared-iteration run on t >= t0 "
-                          "(implication chain, O-8); region constants reported with the violating iterates",
+        verdict_constants="w_I bound: held-out constants (c_d, b_i) of the shared-iteration run (a companion run's "
+                          "iterates t >= t0; the region sample; the region sample with eta c_d <= 1/2), H.19 "
+                          "monitored on the checked run",
         method=("F1 clusters (common objectives) with planted new clients (PlantedQuadraticCluster.new_client: "
                 "exact w_new*, psi_new*); L* = sim.constants.loss_bound_at_optima over w_new* and the w_i*; "
                 "mu = sim.constants.quadratic_growth(lambda_new, Q) (exact); delta_lambda = max_i ||lambda_new - "

@@ -83,19 +83,19 @@ def best_residual(w, P, alpha, lam_wd) -> tuple[float, float]:
 def _rows(cfg: Config, rng, s17: Evidence) -> A.Rows:
     rows = A.Rows()
     rows.add("S17 (sympy): difference = alpha w (lambda' p - lambda_wd); vanishes iff p1 = p2, lambda' = lambda_wd/p",
-             0.0, 0.0, ok=s17.verdict == "holds", hyp={H_SCALAR: True}, s17_verdict=s17.verdict)
+             0.0, 0.0, ok=s17.verdict == "holds", hyp={H_SCALAR: True}, s17_verdict=s17.verdict, ckind="boolean")
     a, lwd = cfg.alpha, cfg.lambda_wd
     # T-H42(3) numbers
     w0, g0 = np.array([1.0, 1.0]), np.array([0.2, -0.1])
     P2 = 2.0 * np.eye(2)
     rows.add("T-H42(3): P = 2I, lambda' = lambda_wd/2: updates coincide",
              np.linalg.norm(decoupled(w0, g0, P2, a, lwd) - l2_step(w0, g0, P2, a, lwd / 2)), 0.0,
-             hyp={H_SCALAR: True}, P="2I")
+             hyp={H_SCALAR: True}, P="2I", ckind="identity")
     Pd = np.diag([1.0, 3.0])
     res, lp = best_residual(w0, Pd, a, lwd)
     rows.add("T-H42(3): P = diag(1,3): min over lambda' of ||difference|| > 0", 0.0, 0.0,
              ok=res > 1e-12 * a * lwd * np.linalg.norm(w0), hyp={H_NONSCALAR: True}, P="diag(1,3)", residual=res,
-             lambda_prime=lp)
+             lambda_prime=lp, ckind="boolean")
     # random w, g with P = pI
     for p in cfg.p_values:
         P = p * np.eye(cfg.n_w)
@@ -104,7 +104,7 @@ def _rows(cfg: Config, rng, s17: Evidence) -> A.Rows:
         diff = [np.linalg.norm(decoupled(w, g, P, a, lwd) - l2_step(w, g, P, a, lwd / p)) for w, g in zip(W, G,
                                                                                                           strict=True)]
         rows.add("P = pI, lambda' = lambda_wd/p: ||decoupled - L2|| <= 0", np.array(diff), 0.0, hyp={H_SCALAR: True},
-                 p=p)
+                 p=p, ckind="identity")
     # random SPD P not proportional to I
     res_all = []
     for _ in range(cfg.n_random):
@@ -116,7 +116,7 @@ def _rows(cfg: Config, rng, s17: Evidence) -> A.Rows:
         res_all.append(r)
     res_all = np.array(res_all)
     rows.add("P not prop. to I: min over lambda' of ||difference|| > 0 (random SPD P, random w)", 0.0, 0.0,
-             ok=res_all > 1e-12 * a * lwd, hyp={H_NONSCALAR: True}, residual=res_all)
+             ok=res_all > 1e-12 * a * lwd, hyp={H_NONSCALAR: True}, residual=res_all, ckind="boolean")
     return rows
 
 
@@ -141,7 +141,7 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
         "mc_assertions": {"count": 0, "assertions": []},
     }
     return Evidence.from_implication(STATEMENT_ID, NAME, rows.monitor(), lhs, rhs, ok=ok, tightness=None,
-                                     instance_data=rows.instance_data(), details=details)
+                                     instance_data=rows.instance_data(), details=details, **rows.evidence_args())
 
 
 def negative_control(config: Config | None, rng: np.random.Generator) -> Evidence:
@@ -154,7 +154,7 @@ def negative_control(config: Config | None, rng: np.random.Generator) -> Evidenc
                      for w, g in zip(W, G, strict=True)])
     rows = A.Rows()
     rows.add("P = diag(1,3) declared to coincide with L2 for lambda' = lambda_wd/2", diff, 0.0,
-             hyp={H_SCALAR: False}, P="diag(1,3)")
+             hyp={H_SCALAR: False}, P="diag(1,3)", ckind="identity")
     lhs, rhs, _ = rows.arrays()
     return Evidence.from_control(STATEMENT_ID, NAME, rows.monitor(), H_SCALAR, lhs, rhs,
                                  instance_data=rows.instance_data(),

@@ -1,0 +1,331 @@
+"""Command line of the LLM runs.
+
+``python -m llm_runs data build``  generate the candidate responses (resumable) and score them into the data file
+``python -m llm_runs data stats``  print the objectives' within-prompt rank agreement and pair counts
+``python -m llm_runs probe conflict``  per-objective gradient cosines at the base model for synthetic clients
+``python -m llm_runs probe dpo``  a short single-objective conservative-DPO run with held-out evaluation
+
+The process re-executes itself once with ``MALLOC_MMAP_MAX_=0`` and ``MALLOC_TRIM_THRESHOLD_=100000000000`` when
+they are not set: glibc malloc otherwise stalls for seconds when large tensors are freed and re-mapped.
+Usage errors exit with status 2 before any work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "100000000000"}
+
+
+def _ensure_malloc_env(argv: list[str]) -> None:
+    if all(os.environ.get(k) == v for k, v in MALLOC_ENV.items()) or os.environ.get("PREFALIGN_NO_REEXEC"):
+        return
+    env = {**os.environ, **MALLOC_ENV, "PREFALIGN_NO_REEXEC": "1"}
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, "-m", "llm_runs", *argv], env)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return v
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return v
+
+
+def _shard(text: str) -> tuple[int, int]:
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected I/N (e.g. 1/2), got {text!r}") from None
+    if not 1 <= i <= n:
+        raise argparse.ArgumentTypeError(f"expected I/N with 1 <= I <= N, got {text!r}")
+    return i - 1, n
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from llm_runs.data import DEFAULT_DATA_FILE
+    from llm_runs.generate import GenerationSettings
+
+    d = GenerationSettings()
+    parser = argparse.ArgumentParser(prog="python -m llm_runs", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    data = sub.add_parser("data", help="the candidate data file: build it, or print its statistics")
+    dsub = data.add_subparsers(dest="action", required=True)
+
+    b = dsub.add_parser("build", help="generate (resumable) and score the candidates; write the data file")
+    b.add_argument("--out", default=str(DEFAULT_DATA_FILE), help="data file to write (default: the shipped file)")
+    b.add_argument("--work", default="runs/data-build",
+                   help="directory of the resumable generation file (default: runs/data-build)")
+    b.add_argument("--prompts", type=_positive_int, default=None, help="use the first N prompts (default: all)")
+    b.add_argument("--responses", type=_positive_int, default=d.responses_per_prompt, help="responses per prompt")
+    b.add_argument("--max-new-tokens", type=_positive_int, default=d.max_new_tokens)
+    b.add_argument("--temperature", type=_positive_float, default=d.temperature)
+    b.add_argument("--top-p", type=_positive_float, default=d.top_p)
+    b.add_argument("--seed", type=int, default=d.seed)
+    b.add_argument("--timeout", type=_positive_float, default=d.timeout_s,
+                   help="wall-clock limit of one generate call in seconds; its responses are then marked cut off")
+    b.add_argument("--prompts-per-call", type=_positive_int, default=d.prompts_per_call)
+    b.add_argument("--threads", type=_positive_int, default=1, help="torch threads (default 1)")
+    b.add_argument("--shard", type=_shard, default=(0, 1), metavar="I/N",
+                   help="generate only call groups g with g %% N == I-1 (run N processes with I = 1..N, one "
+                        "thread each); scoring and the data file are left to a run without --shard")
+    b.add_argument("--model", default=None, help="a local Hugging Face causal-LM directory (default: SmolLM2)")
+    b.add_argument("--cache-dir", default=None, help="cache of the converted default model")
+    b.add_argument("--reverse", action="store_true",
+                   help="take the call groups last first (a second process on the same work meets the first)")
+    b.add_argument("--keep-timeouts", action="store_true",
+                   help="do not sample again the prompts whose responses a call deadline cut off")
+    b.add_argument("--score-only", action="store_true",
+                   help="generate nothing: score the prompts already generated in --work and write the data file")
+    b.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    s = dsub.add_parser("stats", help="print the within-prompt rank agreement of the objectives and pair counts")
+    s.add_argument("--data", default=str(DEFAULT_DATA_FILE), help="data file (default: the shipped file)")
+    s.add_argument("--json", action="store_true", help="print the statistics as JSON")
+    pr = sub.add_parser("probe", help="measurements on the data file with the default model")
+    psub = pr.add_subparsers(dest="action", required=True)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--data", default=str(DEFAULT_DATA_FILE), help="data file (default: the shipped file)")
+    common.add_argument("--objectives", default=None,
+                        help="comma-separated objective names (default: every reward in the data file)")
+    common.add_argument("--model", default=None, help="a local Hugging Face causal-LM directory (default: SmolLM2)")
+    common.add_argument("--cache-dir", default=None, help="cache of the converted default model")
+    common.add_argument("--seed", type=int, default=0)
+    common.add_argument("--threads", type=_positive_int, default=None, help="torch threads (default: torch's)")
+    common.add_argument("--beta", type=_positive_float, default=1.0, help="DPO beta")
+    common.add_argument("--label-smoothing", type=float, default=0.1, help="DPO label smoothing eps (floor H(eps))")
+    common.add_argument("--max-response-tokens", type=_positive_int, default=256)
+    common.add_argument("--json", default=None, help="also write the results to this JSON file")
+    c = psub.add_parser("conflict", parents=[common],
+                        help="per-objective gradient cosines at the base model for synthetic clients")
+    c.add_argument("--clients", type=_positive_int, default=3)
+    c.add_argument("--prompts-per-client", type=_positive_int, default=2)
+    c.add_argument("--pairs", type=_positive_int, default=4, help="pairs per objective and client")
+    c.add_argument("--layout", default=None, help="separate | shared | shared_loop (default: the library's)")
+    dp = psub.add_parser("dpo", parents=[common], help="a short single-objective conservative-DPO run")
+    dp.add_argument("--objective", required=True)
+    dp.add_argument("--pairs", type=_positive_int, default=8, help="training pairs")
+    dp.add_argument("--heldout-pairs", type=_positive_int, default=8, help="held-out pairs per objective")
+    dp.add_argument("--steps", type=_positive_int, default=20)
+    dp.add_argument("--lr", type=_positive_float, default=5e-4)
+    dp.add_argument("--eval-every", type=_positive_int, default=5)
+    return parser
+
+
+def _probe_model(args):
+    import torch
+
+    from llm_runs.data import load_candidates
+    from llm_runs.models import add_lora, load_model
+    from llm_runs.objectives import DPOSettings, PreferenceModel
+
+    settings = DPOSettings(beta=args.beta, label_smoothing=args.label_smoothing,
+                           max_response_tokens=args.max_response_tokens)
+    cands = load_candidates(args.data)
+    objectives = cands.check_objectives(args.objectives.split(",") if args.objectives else cands.objectives)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model, tok = load_model(args.model, cache_dir=args.cache_dir)
+    return cands, objectives, PreferenceModel(add_lora(model), tok, settings)
+
+
+def _write_json(path, obj) -> None:
+    import json
+
+    if path:
+        with open(path, "w") as f:
+            json.dump(obj, f, indent=1)
+
+
+def _probe_conflict(args) -> int:
+    import numpy as np
+
+    from llm_runs.probes import gradient_conflict, synthetic_clients
+
+    cands, objectives, pm = _probe_model(args)
+    clients = synthetic_clients(cands, objectives, n_clients=args.clients, prompts_per_client=args.prompts_per_client,
+                                pairs_per_objective=args.pairs, rng=np.random.default_rng(args.seed))
+
+    def show(r):
+        print(f"client {r['client']}: losses {np.round(r['losses'], 4).tolist()}  |g| "
+              f"{np.format_float_scientific(min(r['grad_norms']), 2)}..{np.format_float_scientific(max(r['grad_norms']), 2)}"
+              f"  ({r['seconds']:.0f} s)", flush=True)
+
+    res = gradient_conflict(pm, clients, layout=args.layout, progress=show)
+    cos = np.array([r["cosine"] for r in res])
+    print(f"\ngradient cosines at the base model (LoRA init), {len(res)} clients, objectives {list(objectives)}")
+    print(f"{'objective a':<16} {'objective b':<16} {'mean':>7} {'min':>7} {'max':>7}  per client")
+    rows = []
+    for a in range(len(objectives)):
+        for b in range(a + 1, len(objectives)):
+            v = cos[:, a, b]
+            rows.append({"a": objectives[a], "b": objectives[b], "mean": float(v.mean()), "min": float(v.min()),
+                         "max": float(v.max()), "per_client": v.tolist()})
+            print(f"{objectives[a]:<16} {objectives[b]:<16} {v.mean():>7.3f} {v.min():>7.3f} {v.max():>7.3f}  "
+                  f"{np.round(v, 3).tolist()}")
+    _write_json(args.json, {"clients": res, "pairs": rows, "settings": vars(args)})
+    return 0
+
+
+def _probe_dpo(args) -> int:
+    import numpy as np
+
+    from llm_runs.data import preference_pairs
+    from llm_runs.probes import dpo_probe
+
+    cands, objectives, pm = _probe_model(args)
+    cands.scores_of(args.objective)
+    rng = np.random.default_rng(args.seed)
+    ids = list(cands.prompt_ids)
+    order = rng.permutation(len(ids))
+    half = len(ids) // 2
+    train_ids, held_ids = [ids[k] for k in order[:half]], [ids[k] for k in order[half:]]
+
+    def pick(o, pool, n):
+        pairs = preference_pairs(cands, o, prompt_ids=pool)
+        take = rng.choice(len(pairs), size=min(n, len(pairs)), replace=False)
+        return [pairs[k] for k in sorted(take)]
+
+    train = pick(args.objective, train_ids, args.pairs)
+    heldout = {o: pick(o, held_ids, args.heldout_pairs) for o in objectives}
+
+    def show(h):
+        extra = ""
+        if h.get("heldout"):
+            extra = "  held-out " + " ".join(f"{o}={v['loss']:.3f}/{v['accuracy']:.2f}" for o, v in h["heldout"].items())
+        print(f"step {h['step']:>3}: train {h['train_loss']:.4f} ({h['seconds']:.0f} s){extra}", flush=True)
+
+    res = dpo_probe(pm, train, heldout, steps=args.steps, lr=args.lr, objective=args.objective,
+                    eval_every=args.eval_every, progress=show)
+    last = res["history"][-1]
+    print(f"final: train {last['train_loss']:.4f}; minimum training loss {res['min_train_loss']:.4f} "
+          f"(floor H(eps) = {res['floor']:.4f})")
+    print("held-out loss/accuracy at the end: " + " ".join(
+        f"{o}={v['loss']:.3f}/{v['accuracy']:.2f}" for o, v in last["heldout"].items()))
+    _write_json(args.json, {**res, "settings": vars(args)})
+    return 0
+
+
+def _data_build(args) -> int:
+    import torch
+
+    from llm_runs.build import (
+        GenerationFileError,
+        generation_header,
+        model_identity,
+        read_work,
+        run_generation,
+        seed_from_data_file,
+    )
+    from llm_runs.generate import GenerationSettings
+    from llm_runs.models import load_model
+    from llm_runs.prompts import prompt_set
+
+    settings = GenerationSettings(
+        responses_per_prompt=args.responses,
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        seed=args.seed,
+        timeout_s=args.timeout,
+        prompts_per_call=args.prompts_per_call,
+    )
+    torch.set_num_threads(args.threads)
+    prompts = prompt_set(args.prompts)
+    info = model_identity(args.model)
+    taken = seed_from_data_file(args.out, args.work, info, settings)
+    if taken:
+        print(f"{taken} prompts of {args.out} count as done (same model and settings)", file=sys.stderr)
+    elif os.path.exists(args.out):
+        print(f"note: {args.out} was made with other settings or another model; it will be replaced",
+              file=sys.stderr)
+
+    def loader():
+        print(f"loading the model ({args.model or 'default'}) ...", file=sys.stderr, flush=True)
+        return load_model(args.model, cache_dir=args.cache_dir)
+
+    if args.score_only:
+        order = {pid: i for i, (pid, _) in enumerate(prompts)}
+        records = sorted((r for r in read_work(args.work, generation_header(info, settings)) if r["id"] in order),
+                         key=lambda r: order[r["id"]])
+        if not records:
+            raise GenerationFileError(f"--score-only: no generated prompts in {args.work}")
+    else:
+        records = run_generation(None, None, prompts, settings, args.work, info, shard=args.shard,
+                                 reverse=args.reverse, retry_timeouts=not args.keep_timeouts,
+                                 progress=not args.no_progress, loader=loader)
+    if args.shard[1] > 1 or args.reverse:
+        print(f"shard {args.shard[0] + 1}/{args.shard[1]} done; {len(records)} prompts generated in {args.work}")
+        return 0
+    from llm_runs.data import score_and_write
+
+    path = score_and_write(records, settings, info, args.out, progress=not args.no_progress,
+                           prompt_target=len(prompts))
+    print(f"wrote {path} ({os.path.getsize(path)} bytes, {len(records)} of {len(prompts)} prompts)")
+    return 0
+
+
+def _data_stats(args) -> int:
+    import json
+
+    from llm_runs.data import agreement_table, load_candidates
+
+    cands = load_candidates(args.data)
+    stats = agreement_table(cands)
+    if args.json:
+        print(json.dumps(stats, indent=1))
+    else:
+        print(stats["text"])
+    return 0
+
+
+def _input_errors() -> tuple[type[Exception], ...]:
+    from llm_runs.build import GenerationFileError
+    from llm_runs.data import DataFileError
+    from llm_runs.models import ModelNotFoundError
+    from llm_runs.rewards import UnknownObjectiveError
+
+    return (DataFileError, GenerationFileError, ModelNotFoundError, UnknownObjectiveError)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)  # usage errors exit 2 here, before any work
+    try:
+        if args.command == "data" and args.action == "build":
+            _ensure_malloc_env(argv)
+            return _data_build(args)
+        if args.command == "data" and args.action == "stats":
+            return _data_stats(args)
+        if args.command == "probe":
+            _ensure_malloc_env(argv)
+            return _probe_conflict(args) if args.action == "conflict" else _probe_dpo(args)
+    except _input_errors() as exc:  # a bad input file, model directory or objective name: say which, exit 2
+        print(f"python -m llm_runs: error: {exc}", file=sys.stderr)
+        return 2
+    parser.error(f"unknown command {args.command!r}")  # pragma: no cover
+    return 2
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except BrokenPipeError:
+        sys.exit(0)

@@ -1,0 +1,451 @@
+r"""The candidate data file: sampled responses with their reward scores, preference pairs, rank agreement.
+
+**File format** (schema version 1): gzip'd JSON lines. Line 1 is the header::
+
+    {"format": "prefalign-candidates", "schema_version": 1, "created": ..., "model": {...},
+     "generation": {responses_per_prompt, max_new_tokens, temperature, top_p, seed, timeout_s, prompts_per_call},
+     "rewards": [{"name", "version", "definition"}, ...], "prompt_count": P, "prompt_target": N,
+     "complete": P >= N, "response_count": P*K, "generation_seconds": ...}
+
+then one line per prompt::
+
+    {"id": "explain-00", "prompt": "...", "call": g, "call_seconds": t,
+     "responses": [{"text", "n_tokens", "finished", "cut_off", "scores": {"conciseness": ..., ...}}, ...]}
+
+(``call`` is the index of the ``generate`` call that sampled the prompt's responses, which seeds it, and
+``call_seconds`` its wall-clock time.)
+
+:func:`load_candidates` validates all of it and raises :class:`DataFileError` naming the file (and the line) on
+anything missing, corrupt or of another schema. Training reads this file; it never generates.
+
+**Preference pairs** (:func:`preference_pairs`). For an objective with reward ``r`` and a prompt with responses
+``y_1..y_K``, every unordered pair with ``|r(y_a) - r(y_b)| >= margin · s_r`` gives the pair (chosen = higher
+reward, rejected = lower), where ``s_r`` is the reward's *within-prompt* standard deviation pooled over prompts
+(``sqrt(mean_p var_p(r))``): a margin in units of the differences that the pairs are made of.
+
+**Rank agreement** (:func:`agreement_table`). Two objectives agree on a prompt as much as their rankings of its
+responses do: Kendall's τ_b between the two rewards over the prompt's K responses, averaged over prompts (prompts
+where either reward is constant are left out and counted), with its standard deviation and quartiles. Pooled
+correlations over all responses mix between-prompt differences in (for example) relevance with the
+within-prompt choices that preference pairs encode, and can have the other sign; they are reported beside it.
+The table also gives the *pair reversal rate*: the fraction of objective a's pairs that objective b orders
+the other way.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from llm_runs.rewards import REWARDS, UnknownObjectiveError, reward_definitions, score_responses
+
+__all__ = [
+    "DEFAULT_DATA_FILE",
+    "DataFileError",
+    "SCHEMA_VERSION",
+    "Candidates",
+    "PreferencePair",
+    "UnknownObjectiveError",
+    "agreement_table",
+    "load_candidates",
+    "preference_pairs",
+    "rank_agreement",
+    "score_and_write",
+    "write_candidates",
+]
+
+#: The shipped data file.
+DEFAULT_DATA_FILE = Path(__file__).parent / "data" / "candidates.jsonl.gz"
+FORMAT = "prefalign-candidates"
+SCHEMA_VERSION = 1
+_BUILD_HINT = "rebuild it with `python -m llm_runs data build`"
+
+
+class DataFileError(ValueError):
+    """The data file is missing, corrupt, or not of a known schema; the message names the file."""
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """The contents of a data file: ``P`` prompts with ``K`` responses each and their reward scores."""
+
+    path: str
+    header: dict
+    prompt_ids: tuple[str, ...]
+    prompts: tuple[str, ...]
+    responses: tuple[tuple[str, ...], ...]  # (P, K)
+    n_tokens: np.ndarray  # (P, K) int
+    finished: np.ndarray  # (P, K) bool
+    scores: dict[str, np.ndarray]  # objective name -> (P, K) float64
+    cut_off: tuple[tuple[str | None, ...], ...] = ()  # (P, K): None, "length" or "timeout"
+    calls: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # (P,) generate call index
+    call_seconds: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (P,) wall-clock of that call
+
+    @property
+    def objectives(self) -> tuple[str, ...]:
+        return tuple(self.scores)
+
+    def scores_of(self, objective: str) -> np.ndarray:
+        if objective not in self.scores:
+            raise UnknownObjectiveError(
+                f"unknown objective {objective!r}; data file {self.path} holds: {', '.join(self.scores)}"
+            )
+        return self.scores[objective]
+
+    def check_objectives(self, objectives) -> tuple[str, ...]:
+        """Validate a list of objective names against the file (unknown or repeated names raise)."""
+        objectives = tuple(objectives)
+        if not objectives:
+            raise ValueError("no objectives given")
+        for o in objectives:
+            self.scores_of(o)
+        if len(set(objectives)) != len(objectives):
+            raise ValueError(f"objectives repeat a name: {objectives}")
+        return objectives
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Writing
+
+
+def _round(x: float) -> float:
+    return float(f"{x:.7g}")
+
+
+def write_candidates(path, header: dict, records: list[dict]) -> Path:
+    """Write a data file (gzip'd JSON lines, reproducible bytes: no time stamp in the gzip header)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=9, mtime=0, filename="") as f:
+        f.write((json.dumps(header, ensure_ascii=False) + "\n").encode("utf-8"))
+        for rec in records:
+            f.write((json.dumps(rec, ensure_ascii=False) + "\n").encode("utf-8"))
+    os.replace(tmp, path)
+    return path
+
+
+def score_and_write(records: list[dict], settings, model_info: dict, out, *, progress: bool = True,
+                    prompt_target: int | None = None) -> Path:
+    """Score every response of the generation ``records`` with every reward and write the data file ``out``.
+
+    ``prompt_target`` is the number of prompts the build asked for; the header records it and whether the file
+    holds them all (``complete``): a build stopped early can still write what it has (``--score-only``).
+    """
+    prompts = [r["prompt"] for r in records for _ in r["responses"]]
+    texts = [x["text"] for r in records for x in r["responses"]]
+    names = list(REWARDS)
+    scores = {}
+    it = names
+    if progress:
+        from tqdm import tqdm
+
+        it = tqdm(names, desc="score", unit="reward", dynamic_ncols=True)
+    for n in it:
+        scores[n] = score_responses(prompts, texts, [n])[n]
+    out_records, i = [], 0
+    for r in records:
+        resp = []
+        for x in r["responses"]:
+            resp.append({**x, "scores": {n: _round(scores[n][i]) for n in names}})
+            i += 1
+        out_records.append({"id": r["id"], "prompt": r["prompt"], "call": r["call"],
+                            "call_seconds": r["call_seconds"], "responses": resp})
+    header = {
+        "format": FORMAT,
+        "schema_version": SCHEMA_VERSION,
+        "created": _today(),
+        "model": model_info,
+        "generation": settings.to_dict(),
+        "rewards": reward_definitions(names),
+        "prompt_count": len(records),
+        "prompt_target": prompt_target if prompt_target is not None else len(records),
+        "complete": prompt_target is None or len(records) >= prompt_target,
+        "response_count": len(texts),
+        "generation_seconds": round(sum(r["call_seconds"] for r in _first_of_call(records)), 1),
+    }
+    return write_candidates(out, header, out_records)
+
+
+def _first_of_call(records):
+    seen = set()
+    for r in records:
+        if r["call"] not in seen:
+            seen.add(r["call"])
+            yield r
+
+
+def _today() -> str:
+    import time
+
+    return time.strftime("%Y-%m-%d", time.gmtime())
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Loading and validation
+
+
+def _fail(path, msg):
+    raise DataFileError(f"data file {path}: {msg}")
+
+
+def _read_lines(path: Path) -> list[str]:
+    if not path.exists():
+        raise DataFileError(f"data file {path} does not exist; {_BUILD_HINT}")
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            return f.read().splitlines()
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError) as exc:
+        raise DataFileError(f"data file {path} is corrupt (not a readable gzip file: {exc}); {_BUILD_HINT}") from None
+
+
+def _validate_header(path, header) -> tuple[int, list[str]]:
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        _fail(path, f"line 1 is not a {FORMAT} header")
+    if header.get("schema_version") != SCHEMA_VERSION:
+        _fail(path, f"schema version {header.get('schema_version')!r} is not {SCHEMA_VERSION}; {_BUILD_HINT}")
+    for key in ("model", "generation", "rewards", "prompt_count", "response_count"):
+        if key not in header:
+            _fail(path, f"header lacks {key!r}")
+    k = header["generation"].get("responses_per_prompt")
+    if not isinstance(k, int) or k < 2:
+        _fail(path, f"header generation.responses_per_prompt is {k!r}, need an integer >= 2")
+    names = [r.get("name") for r in header["rewards"] if isinstance(r, dict)]
+    if not names or len(names) != len(header["rewards"]) or not all(isinstance(n, str) for n in names):
+        _fail(path, "header rewards must be a list of {name, version, definition}")
+    return k, names
+
+
+def load_candidates(path=None) -> Candidates:
+    """Load and validate a data file (default: the shipped one)."""
+    path = Path(path) if path is not None else DEFAULT_DATA_FILE
+    lines = [ln for ln in _read_lines(path) if ln.strip()]
+    if not lines:
+        _fail(path, f"is empty; {_BUILD_HINT}")
+    objs = []
+    for n, line in enumerate(lines, 1):
+        try:
+            objs.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            _fail(path, f"line {n} is not valid JSON ({exc.msg})")
+    header, recs = objs[0], objs[1:]
+    k, names = _validate_header(path, header)
+    if len(recs) != header["prompt_count"]:
+        _fail(path, f"header says {header['prompt_count']} prompts, the file has {len(recs)}")
+    ids, prompts, texts, ntok, fin, cuts, calls, secs = [], [], [], [], [], [], [], []
+    scores = {n: np.empty((len(recs), k)) for n in names}
+    for i, rec in enumerate(recs):
+        where = f"line {i + 2}"
+        if not isinstance(rec, dict) or not isinstance(rec.get("id"), str) or not isinstance(rec.get("prompt"), str):
+            _fail(path, f"{where}: a prompt record needs string fields 'id' and 'prompt'")
+        resp = rec.get("responses")
+        if not isinstance(resp, list) or len(resp) != k:
+            _fail(path, f"{where} (prompt {rec['id']}): expected {k} responses")
+        row_t, row_n, row_f, row_c = [], [], [], []
+        for j, x in enumerate(resp):
+            sc = x.get("scores") if isinstance(x, dict) else None
+            if not isinstance(sc, dict) or not isinstance(x.get("text"), str) or not isinstance(x.get("n_tokens"), int):
+                _fail(path, f"{where} (prompt {rec['id']}), response {j}: needs 'text', 'n_tokens' and 'scores'")
+            for n in names:
+                v = sc.get(n)
+                if not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(v):
+                    _fail(path, f"{where} (prompt {rec['id']}), response {j}: score {n!r} is {v!r}, not a finite number")
+                scores[n][i, j] = v
+            row_t.append(x["text"])
+            row_n.append(x["n_tokens"])
+            row_f.append(bool(x.get("finished", False)))
+            cut = x.get("cut_off")
+            if cut not in (None, "length", "timeout"):
+                _fail(path, f"{where} (prompt {rec['id']}), response {j}: cut_off is {cut!r}")
+            row_c.append(cut)
+        ids.append(rec["id"])
+        prompts.append(rec["prompt"])
+        texts.append(tuple(row_t))
+        ntok.append(row_n)
+        fin.append(row_f)
+        cuts.append(tuple(row_c))
+        calls.append(int(rec.get("call", -1)))
+        secs.append(float(rec.get("call_seconds", math.nan)))
+    if len(set(ids)) != len(ids):
+        _fail(path, "prompt ids repeat")
+    if len(recs) * k != header["response_count"]:
+        _fail(path, f"header says {header['response_count']} responses, the file has {len(recs) * k}")
+    return Candidates(
+        path=str(path),
+        header=header,
+        prompt_ids=tuple(ids),
+        prompts=tuple(prompts),
+        responses=tuple(texts),
+        n_tokens=np.asarray(ntok, dtype=np.int64).reshape(len(recs), k),
+        finished=np.asarray(fin, dtype=bool).reshape(len(recs), k),
+        scores=scores,
+        cut_off=tuple(cuts),
+        calls=np.asarray(calls, dtype=np.int64),
+        call_seconds=np.asarray(secs, dtype=np.float64),
+    )
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Preference pairs
+
+
+@dataclass(frozen=True)
+class PreferencePair:
+    """A preference pair of one objective: ``chosen`` scores higher than ``rejected`` by ``gap``."""
+
+    objective: str
+    prompt_id: str
+    prompt: str
+    chosen: str
+    rejected: str
+    gap: float
+    chosen_index: int
+    rejected_index: int
+
+
+def within_prompt_scale(scores: np.ndarray) -> float:
+    """``sqrt(mean_p var_p(r))``: the within-prompt standard deviation of a reward, pooled over prompts."""
+    return float(np.sqrt(np.mean(np.var(scores, axis=1))))
+
+
+def preference_pairs(cands: Candidates, objective: str, *, margin: float = 0.25, prompt_ids=None) -> list[PreferencePair]:
+    """Every response pair of a prompt whose reward differs by at least ``margin`` within-prompt sd's.
+
+    ``prompt_ids`` restricts the pairs to those prompts (e.g. a client's share, or a held-out split). Pairs come
+    in a fixed order (prompts in file order, then response indices).
+    """
+    if not margin >= 0:
+        raise ValueError(f"pair margin must be >= 0, got {margin!r}")
+    s = cands.scores_of(objective)
+    thr = margin * within_prompt_scale(s)
+    keep = None
+    if prompt_ids is not None:
+        keep = set(prompt_ids)
+        unknown = keep - set(cands.prompt_ids)
+        if unknown:
+            raise ValueError(f"prompt ids not in data file {cands.path}: {sorted(unknown)[:5]}")
+    pairs = []
+    k = s.shape[1]
+    for p, pid in enumerate(cands.prompt_ids):
+        if keep is not None and pid not in keep:
+            continue
+        for a in range(k):
+            for b in range(a + 1, k):
+                gap = s[p, a] - s[p, b]
+                if abs(gap) < thr or gap == 0:
+                    continue
+                c, r = (a, b) if gap > 0 else (b, a)
+                pairs.append(
+                    PreferencePair(objective, pid, cands.prompts[p], cands.responses[p][c], cands.responses[p][r],
+                                   float(abs(gap)), c, r)
+                )
+    return pairs
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Rank agreement
+
+
+def rank_agreement(cands: Candidates, a: str, b: str) -> dict:
+    """Within-prompt Kendall τ_b of objectives ``a`` and ``b``: mean, sd, quartiles over prompts, and counts."""
+    from scipy.stats import kendalltau
+
+    sa, sb = cands.scores_of(a), cands.scores_of(b)
+    taus = []
+    for x, y in zip(sa, sb, strict=True):
+        if np.ptp(x) == 0 or np.ptp(y) == 0:
+            continue
+        taus.append(kendalltau(x, y).statistic)
+    t = np.asarray(taus, dtype=float)
+    if t.size == 0:
+        return {"a": a, "b": b, "tau_mean": math.nan, "tau_sd": math.nan, "n_prompts": 0,
+                "n_excluded": len(sa)}
+    q25, q50, q75 = np.percentile(t, [25, 50, 75])
+    return {
+        "a": a,
+        "b": b,
+        "tau_mean": float(t.mean()),
+        "tau_sd": float(t.std(ddof=1)) if t.size > 1 else math.nan,
+        "tau_se": float(t.std(ddof=1) / np.sqrt(t.size)) if t.size > 1 else math.nan,
+        "tau_q25": float(q25),
+        "tau_median": float(q50),
+        "tau_q75": float(q75),
+        "frac_negative": float(np.mean(t < 0)),
+        "n_prompts": int(t.size),
+        "n_excluded": int(len(sa) - t.size),
+    }
+
+
+def _reversal_rate(cands, a, b, margin):
+    pa = {(p.prompt_id, p.chosen_index, p.rejected_index) for p in preference_pairs(cands, a, margin=margin)}
+    pb = {(p.prompt_id, p.rejected_index, p.chosen_index) for p in preference_pairs(cands, b, margin=margin)}
+    return len(pa & pb) / len(pa) if pa else math.nan
+
+
+def agreement_table(cands: Candidates, objectives=None, *, margin: float = 0.25) -> dict:
+    """Within-prompt rank agreement and pooled correlations of every pair of objectives, pair counts per objective.
+
+    Returns a JSON-able dict with ``pairs`` (one entry per objective pair: the :func:`rank_agreement` fields,
+    pooled Spearman ρ and Kendall τ over all responses, and the pair reversal rates both ways), ``objectives``
+    (per objective: number of preference pairs at ``margin``, within-prompt sd), ``responses`` (count, cut off,
+    mean tokens) and ``text`` (the same as a table).
+    """
+    from scipy.stats import kendalltau, spearmanr
+
+    names = cands.check_objectives(objectives if objectives is not None else cands.objectives)
+    rows = []
+    for i, a in enumerate(names):
+        for b in names[i + 1 :]:
+            r = rank_agreement(cands, a, b)
+            xa, xb = cands.scores_of(a).ravel(), cands.scores_of(b).ravel()
+            r["pooled_spearman"] = float(spearmanr(xa, xb).statistic)
+            r["pooled_kendall"] = float(kendalltau(xa, xb).statistic)
+            r["reversal_a_by_b"] = _reversal_rate(cands, a, b, margin)
+            r["reversal_b_by_a"] = _reversal_rate(cands, b, a, margin)
+            rows.append(r)
+    per_obj = {
+        o: {"pairs": len(preference_pairs(cands, o, margin=margin)),
+            "within_prompt_sd": within_prompt_scale(cands.scores_of(o)),
+            "mean": float(cands.scores_of(o).mean())}
+        for o in names
+    }
+    n_resp = cands.n_tokens.size
+    resp = {
+        "prompts": len(cands.prompt_ids),
+        "responses": int(n_resp),
+        "finished": int(cands.finished.sum()),
+        "cut_off": int(n_resp - cands.finished.sum()),
+        "cut_off_length": sum(c == "length" for row in cands.cut_off for c in row),
+        "cut_off_timeout": sum(c == "timeout" for row in cands.cut_off for c in row),
+        "mean_tokens": float(cands.n_tokens.mean()),
+        "max_new_tokens": cands.header["generation"].get("max_new_tokens"),
+    }
+    lines = [
+        f"data file {cands.path}: {resp['prompts']} prompts x {n_resp // max(resp['prompts'], 1)} responses, "
+        f"{resp['cut_off']} of {n_resp} cut off ({resp['cut_off_length']} at the token limit, "
+        f"{resp['cut_off_timeout']} by a call deadline), mean {resp['mean_tokens']:.0f} new tokens "
+        f"(max {resp['max_new_tokens']}), model {cands.header['model'].get('name')}",
+        "",
+        f"within-prompt Kendall tau_b (mean over prompts, sd, [q25, q75], share < 0), pooled correlations, "
+        f"pair reversal rates (margin {margin} within-prompt sd)",
+        f"{'objective a':<16} {'objective b':<16} {'tau mean':>8} {'sd':>6} {'q25':>6} {'q75':>6} {'<0':>5} "
+        f"{'n':>4} {'pool rho':>8} {'pool tau':>8} {'rev a|b':>7} {'rev b|a':>7}",
+    ]
+    for r in rows:
+        lines.append(
+            f"{r['a']:<16} {r['b']:<16} {r['tau_mean']:>8.3f} {r['tau_sd']:>6.3f} {r.get('tau_q25', math.nan):>6.2f} "
+            f"{r.get('tau_q75', math.nan):>6.2f} {r.get('frac_negative', math.nan):>5.2f} {r['n_prompts']:>4d} "
+            f"{r['pooled_spearman']:>8.3f} {r['pooled_kendall']:>8.3f} {r['reversal_a_by_b']:>7.2f} "
+            f"{r['reversal_b_by_a']:>7.2f}"
+        )
+    lines += ["", f"{'objective':<16} {'pairs':>6} {'within sd':>9} {'mean':>8}"]
+    for o, v in per_obj.items():
+        lines.append(f"{o:<16} {v['pairs']:>6d} {v['within_prompt_sd']:>9.4f} {v['mean']:>8.4f}")
+    return {"pairs": rows, "objectives": per_obj, "responses": resp, "margin": margin, "text": "\n".join(lines)}

@@ -1,0 +1,434 @@
+r"""Per-objective preference losses and their gradients over the LoRA parameters (the torch side of the LP step).
+
+**Loss.** For a preference pair ``(x, y_w, y_l)`` of objective ``j`` and the policy ``π_θ`` (the LoRA-adapted
+model) against the reference ``π_ref`` (the same model with the adapter disabled), with sequence log-probability
+``s(y) = (1/|y|) Σ_t log π(y_t | x, y_<t)`` (length-normalised; the sum if ``length_normalise=False``)::
+
+    z   = β · [(s_θ(y_w) - s_θ(y_l)) - (s_ref(y_w) - s_ref(y_l))]
+    ℓ   = -(1-ε) log σ(z) - ε log σ(-z)                         (conservative DPO, label smoothing ε)
+    l_j = mean of ℓ over the objective's pairs
+
+``ℓ`` is minimal at ``σ(z) = 1-ε`` where it equals the binary entropy ``H(ε) = -(1-ε)log(1-ε) - ε log ε``, so
+``l_j >= H(ε) > 0`` for ``ε > 0``: the losses stay bounded away from 0, which the preference uniformity
+``β_i = KL(l̂_i ‖ 1/m)`` and the LP need (plain DPO, ``ε = 0``, is driven to 0 by a few memorised pairs). At the
+LoRA initialisation (``B = 0``) the policy equals the reference, ``z = 0`` and ``l_j = ln 2``.
+
+Reference log-probabilities never change: they are computed once per distinct sequence (adapter disabled, no
+gradient) and cached. Log-probabilities are computed on response positions only (the LM head and the
+log-softmax are applied to those hidden states alone).
+
+**Guard.** A loss that is not finite, or that lies within ``floor_rtol`` (relative) of its floor ``H(ε)``,
+raises :class:`ObjectiveLossError` naming the objective (the caller adds client, phase and round).
+
+**Gradients at the kernel boundary.** :func:`objective_gradients` returns, for one client and its
+per-objective batches, the loss vector ``l`` (m, float64 on the host), the gradients ``G`` (n_lora × m, a tensor
+on the model's device; column ``j`` is ``∇_θ l_j`` flattened over the LoRA parameters in a fixed order), the
+Gram matrix ``C = GᵀG`` (m × m, float64 on the host, formed on the device) and :meth:`ObjectiveGradients.combine`,
+which forms ``d = G μ`` on the device and applies a step to the LoRA parameters. Three layouts compute ``G``:
+
+``"separate"``  one forward and one backward per objective over that objective's sequences;
+``"shared"``    one forward over the union of the sequences of all objectives and one batched
+                vector-Jacobian product (``torch.autograd.grad(..., is_grads_batched=True)``) for the m losses;
+``"shared_loop"`` one forward over the union and m backward passes through it.
+
+They give the same ``G`` up to round-off; ``benchmarks`` (``tests/test_llm_bench.py``) compares their speed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from llm_runs.models import lora_parameters
+
+__all__ = [
+    "LAYOUTS",
+    "DPOSettings",
+    "ObjectiveGradients",
+    "ObjectiveLossError",
+    "PreferenceModel",
+    "binary_entropy",
+    "check_weights",
+    "objective_gradients",
+]
+
+LAYOUTS = ("separate", "shared", "shared_loop")
+#: The layout :func:`objective_gradients` uses unless told otherwise. "separate" needs the least memory (the
+#: batched VJP of "shared" holds m copies of the backward: about 9.6 GB RSS for m = 5 on 8 sequences of about
+#: 290 tokens with SmolLM2-135M) and was the faster in an earlier probe on disjoint batches; the benchmark in
+#: tests/test_llm_bench.py compares the three layouts on this package's layout (every objective's pairs on the
+#: same candidates) and prints the fastest.
+DEFAULT_LAYOUT = "separate"
+
+
+def binary_entropy(eps: float) -> float:
+    """``H(ε) = -(1-ε) ln(1-ε) - ε ln ε`` (nats), with ``H(0) = 0``."""
+    if eps == 0:
+        return 0.0
+    return -(1 - eps) * math.log1p(-eps) - eps * math.log(eps)
+
+
+@dataclass(frozen=True)
+class DPOSettings:
+    """Settings of the per-objective conservative DPO loss.
+
+    ``beta`` (β, the inverse temperature of the implicit reward), ``label_smoothing`` (ε in [0, 0.5); the loss
+    floor is ``H(ε)``), ``length_normalise`` (mean instead of sum of token log-probabilities),
+    ``max_response_tokens`` (longer responses are truncated; the end-of-turn token is always appended),
+    ``floor_rtol`` (a loss within this relative distance of its floor raises), ``autocast`` (``None`` or a
+    lower-precision dtype such as ``torch.bfloat16`` for the forward and backward passes).
+    """
+
+    beta: float = 1.0
+    label_smoothing: float = 0.1
+    length_normalise: bool = True
+    max_response_tokens: int = 256
+    floor_rtol: float = 1e-6
+    autocast: torch.dtype | None = None
+
+    def __post_init__(self):
+        if not (self.beta > 0 and math.isfinite(self.beta)):
+            raise ValueError(f"DPO beta must be a finite number > 0, got {self.beta!r}")
+        if not 0 <= self.label_smoothing < 0.5:
+            raise ValueError(f"DPO label_smoothing must lie in [0, 0.5), got {self.label_smoothing!r}")
+        if int(self.max_response_tokens) != self.max_response_tokens or self.max_response_tokens < 1:
+            raise ValueError(f"max_response_tokens must be a positive integer, got {self.max_response_tokens!r}")
+        if not self.floor_rtol >= 0:
+            raise ValueError(f"floor_rtol must be >= 0, got {self.floor_rtol!r}")
+
+    @property
+    def floor(self) -> float:
+        """The infimum ``H(ε)`` of the loss."""
+        return binary_entropy(self.label_smoothing)
+
+
+class ObjectiveLossError(FloatingPointError):
+    """A per-objective loss is not finite or has reached its floor ``H(ε)`` within round-off."""
+
+    def __init__(self, objective: str, value: float, floor: float, reason: str):
+        self.objective, self.value, self.floor, self.reason = objective, value, floor, reason
+        super().__init__(f"objective {objective!r}: loss {value!r} {reason} (floor H(eps) = {floor!r})")
+
+
+def check_weights(weights, m: int, name: str = "mu") -> np.ndarray:
+    """``weights`` as float64 after checking it is a point of the closed simplex of dimension ``m``."""
+    from sim.preference import SIMPLEX_ATOL
+
+    w = np.asarray(weights, dtype=np.float64)
+    if w.shape != (m,):
+        raise ValueError(f"{name} must have shape ({m},), got {w.shape}")
+    if not np.all(np.isfinite(w)):
+        raise ValueError(f"{name} contains a non-finite entry: {w.tolist()}")
+    if np.any(w < 0):
+        raise ValueError(f"{name} must lie in the simplex (entries >= 0); got {w.tolist()}")
+    if abs(w.sum() - 1.0) > SIMPLEX_ATOL:
+        raise ValueError(f"{name} must sum to 1 (simplex); {w.tolist()} sums to {float(w.sum())!r}")
+    return w
+
+
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _pair_key(pair) -> tuple[tuple[str, str], tuple[str, str]]:
+    return (pair.prompt, pair.chosen), (pair.prompt, pair.rejected)
+
+
+class PreferenceModel:
+    """A LoRA policy and its adapter-disabled reference: sequence log-probabilities and DPO losses.
+
+    ``model`` is a peft model (see :func:`llm_runs.models.add_lora`); its trainable parameters are the LoRA
+    matrices, flattened in name order into the rows of ``G``. Tokenisations and reference log-probabilities are
+    cached per distinct ``(prompt, response)``.
+    """
+
+    def __init__(self, model, tokenizer, settings: DPOSettings | None = None):
+        if not hasattr(model, "disable_adapter"):
+            raise TypeError("PreferenceModel needs a peft model (wrap it with llm_runs.models.add_lora)")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.settings = settings or DPOSettings()
+        self.params = lora_parameters(model)
+        if not self.params:
+            raise ValueError("the model has no trainable (LoRA) parameters")
+        self.sizes = [p.numel() for p in self.params]
+        self.n_params = int(sum(self.sizes))
+        self.device = self.params[0].device
+        self.dtype = self.params[0].dtype
+        base = model.get_base_model()
+        self._decoder = base.get_decoder()
+        self._head = base.get_output_embeddings()
+        self._tokens: dict[tuple[str, str], tuple[list[int], int]] = {}
+        self._prompt_tokens: dict[str, list[int]] = {}
+        self._ref: dict[tuple[str, str], float] = {}
+
+    # ---- tokens ---------------------------------------------------------------------------------------------
+    def _encode(self, key: tuple[str, str]) -> tuple[list[int], int]:
+        hit = self._tokens.get(key)
+        if hit is not None:
+            return hit
+        prompt, response = key
+        tok = self.tokenizer
+        if prompt not in self._prompt_tokens:
+            self._prompt_tokens[prompt] = tok.apply_chat_template(
+                [{"role": "user", "content": prompt}], tokenize=True, add_generation_prompt=True,
+                return_dict=False,
+            )
+        p_ids = list(self._prompt_tokens[prompt])
+        r_ids = tok(response, add_special_tokens=False)["input_ids"][: self.settings.max_response_tokens]
+        out = (p_ids + r_ids + [tok.eos_token_id], len(p_ids))
+        self._tokens[key] = out
+        return out
+
+    def _batch(self, keys):
+        enc = [self._encode(k) for k in keys]
+        T = max(len(ids) for ids, _ in enc)
+        pad = self.tokenizer.pad_token_id
+        ids = torch.full((len(enc), T), pad, dtype=torch.long)
+        attn = torch.zeros((len(enc), T), dtype=torch.long)
+        target = torch.zeros((len(enc), T), dtype=torch.bool)  # position t predicts token t+1 of the response
+        for b, (seq, n_prompt) in enumerate(enc):
+            ids[b, : len(seq)] = torch.tensor(seq)
+            attn[b, : len(seq)] = 1
+            target[b, n_prompt - 1 : len(seq) - 1] = True
+        return ids.to(self.device), attn.to(self.device), target.to(self.device)
+
+    def _autocast(self):
+        if self.settings.autocast is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.settings.autocast)
+
+    # ---- log-probabilities ----------------------------------------------------------------------------------
+    def sequence_logps(self, keys: Sequence[tuple[str, str]]) -> torch.Tensor:
+        """Policy log-probabilities ``s_θ(y)`` of the responses (with gradient), float64 ``(len(keys),)``."""
+        ids, attn, target = self._batch(keys)
+        with self._autocast():
+            hidden = self._decoder(input_ids=ids, attention_mask=attn).last_hidden_state
+            h = hidden[target]
+            logits = self._head(h)
+        tgt = ids[:, 1:][target[:, :-1]]
+        if logits.dtype not in (torch.float32, torch.float64):
+            logits = logits.float()
+        tok_logp = -torch.nn.functional.cross_entropy(logits, tgt, reduction="none")
+        seq_index = torch.nonzero(target, as_tuple=True)[0]
+        sums = torch.zeros(len(keys), dtype=torch.float64, device=self.device)
+        sums = sums.index_add(0, seq_index, tok_logp.double())
+        if not self.settings.length_normalise:
+            return sums
+        counts = target.sum(dim=1).to(torch.float64)
+        return sums / counts
+
+    def reference_logps(self, keys: Sequence[tuple[str, str]], batch_size: int = 16) -> torch.Tensor:
+        """Reference log-probabilities ``s_ref(y)`` (adapter disabled, cached), float64 ``(len(keys),)``."""
+        missing = list(dict.fromkeys(k for k in keys if k not in self._ref))
+        if missing:
+            with torch.no_grad(), self.model.disable_adapter():
+                for i in range(0, len(missing), batch_size):
+                    chunk = missing[i : i + batch_size]
+                    for k, v in zip(chunk, self.sequence_logps(chunk).tolist(), strict=True):
+                        self._ref[k] = v
+        return torch.tensor([self._ref[k] for k in keys], dtype=torch.float64, device=self.device)
+
+    # ---- losses ---------------------------------------------------------------------------------------------
+    def pair_losses(self, pairs, logp: Mapping[tuple[str, str], torch.Tensor] | None = None):
+        """Per-pair losses ``ℓ`` and margins ``z`` (float64 tensors) of ``pairs``.
+
+        ``logp`` maps sequence keys to policy log-probabilities already computed (the shared layouts); by default
+        the policy log-probabilities of the pairs' sequences are computed here.
+        """
+        keys = [k for p in pairs for k in _pair_key(p)]
+        if logp is None:
+            uniq = list(dict.fromkeys(keys))
+            s = self.sequence_logps(uniq)
+            logp = {k: s[i] for i, k in enumerate(uniq)}
+        pol = torch.stack([logp[k] for k in keys]).view(-1, 2)
+        ref = self.reference_logps(keys).view(-1, 2)
+        z = self.settings.beta * ((pol[:, 0] - pol[:, 1]) - (ref[:, 0] - ref[:, 1]))
+        eps = self.settings.label_smoothing
+        loss = -(1 - eps) * torch.nn.functional.logsigmoid(z) - eps * torch.nn.functional.logsigmoid(-z)
+        return loss, z
+
+    def check_loss(self, objective: str, value: float) -> None:
+        """Raise :class:`ObjectiveLossError` if ``value`` is not finite or lies at the floor within round-off."""
+        floor = self.settings.floor
+        if not math.isfinite(value):
+            raise ObjectiveLossError(objective, value, floor, "is not finite")
+        if value - floor <= self.settings.floor_rtol * max(floor, 1.0):
+            raise ObjectiveLossError(objective, value, floor, f"reached its floor (within rtol {self.settings.floor_rtol})")
+
+    # ---- flat views of the LoRA parameters --------------------------------------------------------------------
+    def flat_grad(self, grads) -> torch.Tensor:
+        """Concatenate per-parameter gradients (``None`` as zeros) into one flat vector."""
+        return torch.cat([
+            (g if g is not None else torch.zeros_like(p)).reshape(-1) for g, p in zip(grads, self.params, strict=True)
+        ])
+
+    def flat_params(self) -> torch.Tensor:
+        return torch.cat([p.detach().reshape(-1) for p in self.params])
+
+    def apply_flat(self, d: torch.Tensor, *, step_size: float | None = None, optimizer=None) -> None:
+        """Step along ``-d``: ``θ ← θ - step_size·d``, or hand ``d`` to ``optimizer`` as the gradient."""
+        if (step_size is None) == (optimizer is None):
+            raise ValueError("give exactly one of step_size and optimizer")
+        if d.shape != (self.n_params,):
+            raise ValueError(f"direction has shape {tuple(d.shape)}, expected ({self.n_params},)")
+        chunks = torch.split(d, self.sizes)
+        with torch.no_grad():
+            if optimizer is None:
+                if not (step_size > 0 and math.isfinite(step_size)):
+                    raise ValueError(f"step_size must be a finite number > 0, got {step_size!r}")
+                for p, c in zip(self.params, chunks, strict=True):
+                    p.add_(c.view_as(p).to(p.dtype), alpha=-step_size)
+            else:
+                for p, c in zip(self.params, chunks, strict=True):
+                    p.grad = c.view_as(p).to(p.dtype).clone()
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+
+    # ---- evaluation -----------------------------------------------------------------------------------------
+    def evaluate(self, batches: Mapping[str, Sequence], batch_size: int = 16, tie_atol: float = 1e-6) -> dict[str, dict]:
+        """Held-out loss and preference accuracy per objective.
+
+        A pair counts 1 if its margin ``z/β > tie_atol``, 1/2 if ``|z/β| <= tie_atol`` (a tie: at the
+        initialisation the policy equals the reference, and the two log-probabilities of a sequence, computed in
+        batches of different padding, agree only to float32 round-off, about 1e-7 relative), else 0.
+        """
+        out = {}
+        with torch.no_grad():
+            for name, pairs in batches.items():
+                if not pairs:
+                    raise ValueError(f"objective {name!r} has no evaluation pairs")
+                losses, zs = [], []
+                for i in range(0, len(pairs), batch_size):
+                    loss, z = self.pair_losses(pairs[i : i + batch_size])
+                    losses.append(loss)
+                    zs.append(z)
+                loss, z = torch.cat(losses), torch.cat(zs)
+                margin = z / self.settings.beta
+                acc = ((margin > tie_atol).double() + 0.5 * (margin.abs() <= tie_atol).double()).mean()
+                out[name] = {"loss": float(loss.mean()), "accuracy": float(acc), "pairs": len(pairs)}
+        return out
+
+
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ObjectiveGradients:
+    """Losses, per-objective gradients and their Gram matrix for one client at the current LoRA parameters.
+
+    ``losses`` (m,) float64 host; ``G`` (n_lora, m) tensor on the model's device; ``gram`` = ``GᵀG`` (m, m)
+    float64 host (formed on the device in float64).
+    """
+
+    objectives: tuple[str, ...]
+    losses: np.ndarray
+    G: torch.Tensor
+    gram: np.ndarray
+    model: PreferenceModel = field(repr=False)
+
+    def direction(self, mu) -> torch.Tensor:
+        """``d = G μ`` on the device, for ``μ`` in the closed simplex (e.g. the LP weights)."""
+        w = check_weights(mu, len(self.objectives))
+        return self.G @ torch.as_tensor(w, dtype=self.G.dtype, device=self.G.device)
+
+    def combine(self, mu, *, step_size: float | None = None, optimizer=None) -> torch.Tensor:
+        """Form ``d = G μ`` on the device and step the LoRA parameters along ``-d``; return ``d``."""
+        d = self.direction(mu)
+        self.model.apply_flat(d, step_size=step_size, optimizer=optimizer)
+        return d
+
+
+def _gram(G: torch.Tensor) -> np.ndarray:
+    Gd = G.to(torch.float64)
+    C = (Gd.T @ Gd).cpu().numpy()
+    return 0.5 * (C + C.T)
+
+
+def _check_batches(batches: Mapping[str, Sequence]) -> tuple[str, ...]:
+    names = tuple(batches)
+    if not names:
+        raise ValueError("no objectives: the batches mapping is empty")
+    for n in names:
+        if not batches[n]:
+            raise ValueError(f"objective {n!r} has an empty batch")
+    return names
+
+
+def objective_gradients(pm: PreferenceModel, batches: Mapping[str, Sequence], *, layout: str = DEFAULT_LAYOUT) -> ObjectiveGradients:
+    """Per-objective losses ``l``, gradients ``G`` and Gram ``C = GᵀG`` of one client (see the module docstring).
+
+    ``batches`` maps each objective name to its preference pairs (:class:`llm_runs.data.PreferencePair`) in the
+    order of the objectives. Every loss passes :meth:`PreferenceModel.check_loss`.
+    """
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown layout {layout!r}; choose one of {LAYOUTS}")
+    names = _check_batches(batches)
+    m = len(names)
+    params = pm.params
+    if layout == "separate":
+        losses, cols = [], []
+        for n in names:
+            loss = pm.pair_losses(batches[n])[0].mean()
+            pm.check_loss(n, loss.item())
+            grads = torch.autograd.grad(loss, params, allow_unused=True)
+            losses.append(loss.item())
+            cols.append(pm.flat_grad(grads))
+        G = torch.stack(cols, dim=1)
+    else:
+        keys = list(dict.fromkeys(k for n in names for p in batches[n] for k in _pair_key(p)))
+        s = pm.sequence_logps(keys)
+        logp = {k: s[i] for i, k in enumerate(keys)}
+        lvec = torch.stack([pm.pair_losses(batches[n], logp)[0].mean() for n in names])
+        losses = lvec.detach().cpu().tolist()
+        for n, v in zip(names, losses, strict=True):
+            pm.check_loss(n, v)
+        if layout == "shared":
+            eye = torch.eye(m, dtype=lvec.dtype, device=lvec.device)
+            grads = torch.autograd.grad(lvec, params, grad_outputs=eye, is_grads_batched=True, allow_unused=True)
+            G = torch.cat([
+                (g if g is not None else torch.zeros((m, *p.shape), dtype=p.dtype, device=p.device)).reshape(m, -1)
+                for g, p in zip(grads, params, strict=True)
+            ], dim=1).T
+        else:
+            cols = []
+            for j in range(m):
+                grads = torch.autograd.grad(lvec[j], params, retain_graph=j < m - 1, allow_unused=True)
+                cols.append(pm.flat_grad(grads))
+            G = torch.stack(cols, dim=1)
+    G = G.to(pm.dtype).contiguous()
+    return ObjectiveGradients(names, np.asarray(losses, dtype=np.float64), G, _gram(G), pm)
+
+
+def weighted_gradient(pm: PreferenceModel, batches: Mapping[str, Sequence], weights) -> tuple[float, torch.Tensor]:
+    """Linear scalarisation ``Σ_j λ_j l_j`` and its gradient (one backward pass); ``λ`` in the open simplex."""
+    from sim.preference import check_preferences
+
+    names = _check_batches(batches)
+    lam = check_preferences(weights, "weights")
+    if lam.shape != (len(names),):
+        raise ValueError(f"weights must have shape ({len(names)},), got {lam.shape}")
+    keys = list(dict.fromkeys(k for n in names for p in batches[n] for k in _pair_key(p)))
+    s = pm.sequence_logps(keys)
+    logp = {k: s[i] for i, k in enumerate(keys)}
+    total = 0.0
+    for w, n in zip(lam, names, strict=True):
+        loss = pm.pair_losses(batches[n], logp)[0].mean()
+        pm.check_loss(n, loss.item())
+        total = total + float(w) * loss
+    grads = torch.autograd.grad(total, pm.params, allow_unused=True)
+    return total.item(), pm.flat_grad(grads)
+
+
+def dpo_step(pm: PreferenceModel, pairs: Sequence, optimizer, objective: str = "objective") -> float:
+    """One single-objective conservative-DPO step with a torch optimizer; return the loss before the step."""
+    optimizer.zero_grad(set_to_none=True)
+    loss = pm.pair_losses(pairs)[0].mean()
+    pm.check_loss(objective, loss.item())
+    loss.backward()
+    optimizer.step()
+    return loss.item()

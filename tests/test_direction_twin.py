@@ -1,0 +1,366 @@
+"""The compiled twin of the LP kernel against the numpy reference (sim.direction backends).
+
+Three levels, on every LP instance family of ``sim.problems.generic`` (m in {2, 3, 5, 8}, both modes) and the F6
+random instances:
+
+* the **solver** (dual simplex, recovery and certificate, re-solve of uncertified bases) on the same LP data:
+  bit-identical — the same status, pivots, iterations and basis, the same weights, certificate and uniqueness;
+* the **builder** (preference parts and the resolution rules R1-R5): the same decisions (mode, ``J``, ``J*``,
+  active rows, ``ambiguous``), entries built from ``C`` alone bit-identical, and ``β``, ``A``, ``CA`` within 1e-15
+  of the magnitude of the terms they are computed from (the same operations in the same order, but ``log``,
+  ``expm1`` and ``log1p`` come from another math library than numpy's SIMD loops and differ in the last bits);
+* **end to end** (``lp_direction(backend=...)``): the same statuses, modes and index sets; objectives within 1e-12
+  of the objective's scale; weights within 1e-12 at unique optima — or, where the optimal basis is ill conditioned,
+  within the first-order bound ``4‖B⁻¹‖(‖Δb‖ + ‖ΔB‖‖x_B‖)`` that the builders' last-bit differences allow (the
+  same bound any roundoff-level change of the data obeys).
+
+And the registry: ``auto`` runs the compiled twin wherever numba is installed (never a silent fallback), says so
+where numba is missing, and ``backend="compiled"`` then raises.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import sim.direction as sd
+from sim.direction import BACKENDS, BackendUnavailableError, backend_status, lp_direction, resolve_backend
+from sim.preference import _MEAN_CENTRE_MAX_SPREAD, preference_parts
+from sim.problems.generic import LP_FAMILIES, lp_instance_family, random_lp_instances
+
+HAVE_NUMBA = importlib.util.find_spec("numba") is not None
+needs_numba = pytest.mark.skipif(not HAVE_NUMBA, reason="numba is not installed (the compiled twin is unavailable)")
+
+MS = (2, 3, 5, 8)
+EPS_MODES = (1e-4, 10.0)  # 10 > log m: every instance in descent mode (the restricted LP)
+N = 200
+
+
+def _instances(family, m, seed=0):
+    rng = np.random.default_rng([seed, m, (LP_FAMILIES + ("F6",)).index(family)])
+    if family == "F6":
+        inst = random_lp_instances(rng, N, m)
+    else:
+        inst = lp_instance_family(family, rng, N, m)
+    return inst.losses, inst.prefs, inst.gram
+
+
+FAMILIES = LP_FAMILIES + ("F6",)
+
+
+# ------------------------------------------------------------------------------------------------ registry
+
+
+def test_auto_runs_the_compiled_twin_where_numba_is_installed():
+    """Fails if ``auto`` falls back to numpy although numba is installed (a broken numba install included)."""
+    status = backend_status()
+    res = lp_direction([1.0, 2.0], [0.5, 0.5], np.eye(2))
+    if HAVE_NUMBA:
+        assert status["auto"] == "compiled" and status["compiled_available"], status
+        assert resolve_backend("auto") == "compiled"
+        assert res.backend == "compiled"
+    else:
+        assert status["auto"] == "numpy" and "numba" in status["reason"]
+        assert res.backend == "numpy"
+    assert lp_direction([1.0, 2.0], [0.5, 0.5], np.eye(2), backend="numpy").backend == "numpy"
+    assert sd.lp_direction_reference([1.0, 2.0], [0.5, 0.5], np.eye(2)).backend == "highs"
+
+
+def test_without_numba_auto_says_numpy_and_compiled_raises():
+    """In a process where numba cannot be imported: ``auto`` runs numpy and reports why; ``compiled`` raises."""
+    code = (
+        "import sys; sys.modules['numba'] = None\n"
+        "import numpy as np\n"
+        "from sim.direction import backend_status, lp_direction, BackendUnavailableError\n"
+        "s = backend_status(); assert s['auto'] == 'numpy' and not s['compiled_available'], s\n"
+        "assert s['reason'] == 'numba is not installed', s\n"
+        "assert lp_direction([1.0, 2.0], [0.5, 0.5], np.eye(2)).backend == 'numpy'\n"
+        "try:\n"
+        "    lp_direction([1.0, 2.0], [0.5, 0.5], np.eye(2), backend='compiled')\n"
+        "except BackendUnavailableError as exc:\n"
+        "    assert 'numba' in str(exc) and \"backend='numpy'\" in str(exc), exc\n"
+        "else:\n"
+        "    raise AssertionError('backend=compiled ran without numba')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+
+
+def test_unavailable_compiled_backend_is_an_error_not_a_fallback(monkeypatch):
+    monkeypatch.setattr(sd, "_load_compiled", lambda: (None, "numba is not installed"))
+    assert backend_status() == {"auto": "numpy", "compiled_available": False, "reason": "numba is not installed",
+                                "numba": None}
+    assert lp_direction([1.0, 2.0], [0.5, 0.5], np.eye(2)).backend == "numpy"
+    with pytest.raises(BackendUnavailableError, match="numba is not installed"):
+        lp_direction([1.0, 2.0], [0.5, 0.5], np.eye(2), backend="compiled")
+
+
+def test_backend_names_are_checked():
+    assert BACKENDS == ("auto", "numpy", "compiled")
+    with pytest.raises(ValueError, match="backend must be one of"):
+        lp_direction([1.0, 2.0], [0.5, 0.5], np.eye(2), backend="numba")
+
+
+# ------------------------------------------------------------------------------------------------ solver twin
+
+
+def _numpy_lp(l, lam, C, eps_mode, descent="restricted"):
+    l, lam, C, _ = sd._prepare(l, lam, C, True)
+    return l, lam, C, sd._build(l, lam, C, eps_mode, descent, 0.0)
+
+
+@needs_numba
+@pytest.mark.parametrize("family", FAMILIES)
+def test_solver_twin_is_bit_identical_on_the_same_lp_data(family):
+    from sim import _lp_compiled as kern
+
+    for m in MS:
+        for eps_mode in EPS_MODES:
+            for descent in ("restricted", "relaxed"):
+                *_, built = _numpy_lp(*_instances(family, m), eps_mode, descent)
+                lp = built[0]
+                c, D, e = sd._scale_lp(lp)
+                basis, code, iters, _, _ = sd._dual_simplex(c, D, e, max_iter=50 * (2 * m + 2),
+                                                            bland_after=4 * (m + 2))
+                mu, _, _, kkt, unique = sd._solve_batched(lp, (c, D, e), None)
+                mu2, code2, iters2, kkt2, unique2, basis2 = kern.solve_lps(c, D, e, -1, sd._compiled_params())
+                where = f"{family} m={m} eps_mode={eps_mode} {descent}"
+                np.testing.assert_array_equal(code2, code, err_msg=where)
+                np.testing.assert_array_equal(iters2, iters, err_msg=where)
+                np.testing.assert_array_equal(basis2, basis, err_msg=where)
+                np.testing.assert_array_equal(mu2, mu, err_msg=where)  # NaN where not solved, in both
+                np.testing.assert_array_equal(kkt2, kkt, err_msg=where)
+                np.testing.assert_array_equal(unique2, unique, err_msg=where)
+
+
+@needs_numba
+def test_solver_twin_iteration_limit_and_infeasible_codes():
+    from sim import _lp_compiled as kern
+
+    *_, built = _numpy_lp(*_instances("F6", 5), 10.0)
+    c, D, e = sd._scale_lp(built[0])
+    for max_iter in (1, 2, 3):
+        basis, code, iters, _, _ = sd._dual_simplex(c, D, e, max_iter=max_iter, bland_after=4 * 7)
+        _, code2, iters2, _, _, basis2 = kern.solve_lps(c, D, e, max_iter, sd._compiled_params())
+        np.testing.assert_array_equal(code2, code)
+        np.testing.assert_array_equal(iters2, iters)
+        np.testing.assert_array_equal(basis2, basis)
+    assert {0, 1, 2} <= set(code2.tolist()) | set(kern.solve_lps(c, D, e, -1, sd._compiled_params())[1].tolist())
+
+
+def test_lu_solve_matches_lapack_and_flags_exactly_singular_bases():
+    rng = np.random.default_rng(3)
+    B = rng.normal(size=(50, 6, 6))
+    b = rng.normal(size=(50, 6))
+    B[7, :, 2] = B[7, :, 4]  # two equal columns: exactly singular
+    x, singular = sd._lu_solve(B, b)
+    assert singular.tolist() == [i == 7 for i in range(50)]
+    ok = ~singular
+    np.testing.assert_allclose(x[ok], np.linalg.solve(B[ok], b[ok][:, :, None])[:, :, 0], rtol=1e-10, atol=1e-12)
+
+
+# ------------------------------------------------------------------------------------------------ builder twin
+
+
+def _builder_scales(l, lam, C, A):
+    """Magnitudes of the terms ``β``, ``A`` and ``CA`` are computed from (sim.preference.PreferenceParts):
+    ``s_β = Σ_k ĺ_k |d_k| + |L| + β`` (``β = Σ ĺ_k d_k - L`` with the centred logarithms ``d = y - centre`` and
+    ``L = log((1/m) Σ e^d)``), ``s_A,j = λ_j Σ_k ĺ_k (|y_j| + |y_k| + |y_j - y_k|)`` (``y`` the log weights) and
+    ``s_CA,j = Σ_k |C_jk| (|a_k| + s_A,k)``."""
+    parts = preference_parts(l, lam, validate=False)
+    y, lh = parts._y, parts.lhat
+    centre = np.where(parts.spread <= _MEAN_CENTRE_MAX_SPREAD, y.mean(axis=-1), y.max(axis=-1))
+    d = y - centre[:, None]
+    L = d[:, 0] - parts.x[:, 0]
+    s_beta = (lh * np.abs(d)).sum(axis=-1) + np.abs(L) + parts.beta
+    s_A = lam * np.einsum("njk,nk->nj", np.abs(y[:, :, None]) + np.abs(y[:, None, :])
+                          + np.abs(y[:, :, None] - y[:, None, :]), lh)
+    s_CA = np.einsum("njk,nk->nj", np.abs(C), np.abs(A) + s_A)
+    return s_A, s_CA, s_beta
+
+
+@needs_numba
+@pytest.mark.parametrize("family", FAMILIES)
+def test_builder_twin_takes_the_same_decisions_and_data_to_1e15(family):
+    from sim import _lp_compiled as kern
+
+    rel = 1e-15
+    for m in MS:
+        for eps_mode in EPS_MODES:
+            l, lam, C, built = _numpy_lp(*_instances(family, m, seed=1), eps_mode)
+            lp, beta, A, CA, J, J_star, balance, ambiguous = built
+            c2, D2, e2, active2, beta2, A2, CA2, J2, J_star2, balance2, ambiguous2 = kern.build_lps(
+                l, lam, np.ascontiguousarray(C), eps_mode, True, sd._jstar_tol(0.0), sd._compiled_params())
+            where = f"{family} m={m} eps_mode={eps_mode}"
+            for name, a, b in (("active", lp.active, active2), ("J", J, J2), ("J*", J_star, J_star2),
+                               ("balance", balance, balance2), ("ambiguous", ambiguous, ambiguous2)):
+                np.testing.assert_array_equal(b, a, err_msg=f"{where}: {name}")
+            s_A, s_CA, s_beta = _builder_scales(l, lam, C, A)
+            assert np.all(np.abs(A2 - A) <= rel * s_A), where
+            assert np.all(np.abs(CA2 - CA) <= rel * s_CA), where
+            assert np.all(np.abs(beta2 - beta) <= rel * s_beta), where
+            # LP data: rows from C bit-identical; entries from CA within CA's tolerance
+            tol = rel * s_CA
+            np.testing.assert_array_equal(D2[:, :m], lp.D[:, :m], err_msg=where)
+            assert np.all(np.abs(D2[:, m] - lp.D[:, m]) <= tol), where
+            assert np.all(np.abs(e2[:, :m] - lp.e[:, :m]) <= tol), where
+            assert np.all(np.abs(e2[:, m] - lp.e[:, m]) <= tol.max(axis=1)), where
+            assert np.all(np.abs(c2 - lp.c) <= np.where(balance[:, None], tol, 0.0)), where
+
+
+# ------------------------------------------------------------------------------------------------ end to end
+
+
+def _weights_bound(l, lam, C, eps_mode, res):
+    """Per instance, ``4‖B⁻¹‖_∞ (‖Δb‖_∞ + ‖ΔB‖_∞ ‖x_B‖_∞)``: the first-order change of the optimal vertex of the
+    reference's final LP when its scaled data change by the difference between the two builders."""
+    from sim import _lp_compiled as kern
+
+    bound = np.zeros(len(l))
+    for descent in ("restricted", "relaxed"):
+        sel = res.status == ("optimal" if descent == "restricted" else "relaxed")
+        if not sel.any():
+            continue
+        lp = sd._build(l[sel], lam[sel], C[sel], eps_mode, descent, 0.0)[0]
+        c, D, e = sd._scale_lp(lp)
+        c2, D2, e2, active2, *_ = kern.build_lps(l[sel], lam[sel], np.ascontiguousarray(C[sel]), eps_mode,
+                                                 descent == "restricted", sd._jstar_tol(0.0), sd._compiled_params())
+        _, D2, e2 = sd._scale_lp(sd._LP(c=c2, D=D2, e=e2, active=active2))
+        basis = sd._dual_simplex(c, D, e, max_iter=50 * (2 * l.shape[1] + 2), bland_after=4 * (l.shape[1] + 2))[0]
+        B, b = sd._basis_system(D, e, basis)
+        B2, b2 = sd._basis_system(D2, e2, basis)
+        inv = np.abs(np.linalg.inv(B)).sum(axis=2).max(axis=1)
+        dB = np.abs(B2 - B).sum(axis=2).max(axis=1)
+        db = np.abs(b2 - b).max(axis=1)
+        xB = np.abs(np.linalg.solve(B, b[:, :, None])[:, :, 0]).max(axis=1)
+        bound[sel] = 4.0 * inv * (db + dB * xB)
+    return bound
+
+
+@needs_numba
+@pytest.mark.parametrize("family", FAMILIES)
+def test_compiled_backend_matches_numpy_end_to_end(family):
+    n_ill = 0
+    for m in MS:
+        for eps_mode in EPS_MODES:
+            l, lam, C = _instances(family, m, seed=2)
+            a = lp_direction(l, lam, C, eps_mode=eps_mode, backend="numpy")
+            b = lp_direction(l, lam, C, eps_mode=eps_mode, backend="compiled")
+            assert (a.backend, b.backend) == ("numpy", "compiled")
+            where = f"{family} m={m} eps_mode={eps_mode}"
+            for name in ("status", "mode", "J", "J_star", "ambiguous", "unique"):
+                np.testing.assert_array_equal(getattr(b, name), getattr(a, name), err_msg=f"{where}: {name}")
+            solved = np.isfinite(a.objective)
+            np.testing.assert_array_equal(np.isfinite(b.objective), solved, err_msg=where)
+            CA = np.einsum("nij,nj->ni", C, a.adjustment)
+            scale = np.abs(np.where((a.mode == "balance")[:, None], CA, C.sum(axis=1))).max(axis=1)
+            dobj = np.abs(b.objective - a.objective)[solved] / np.maximum(scale[solved], 1e-300)
+            assert dobj.max(initial=0.0) <= 1e-12, f"{where}: objective {dobj.max():.2e}"
+            assert np.all(np.abs(b.gain - a.gain)[solved] <= 1e-12 * np.maximum(scale[solved], 1e-300)), where
+            uniq = a.unique & solved
+            dmu = np.abs(b.weights - a.weights).max(axis=1)
+            off = uniq & (dmu > 1e-12)
+            if off.any():
+                lc, lamc, Cc, _ = sd._prepare(l, lam, C, True)
+                bound = _weights_bound(lc, lamc, Cc, eps_mode, a)
+                assert np.all(dmu[off] <= bound[off]), (
+                    f"{where}: weights differ by {dmu[off].max():.2e} at unique optima, more than the conditioning "
+                    f"bound {bound[off].min():.2e}")
+                n_ill += int(off.sum())
+    # Ill-conditioned optimal bases occur in the rank-deficient family only (C singular, n_w < m).
+    if family != "rank_deficient":
+        assert n_ill == 0, f"{family}: {n_ill} unique optima beyond 1e-12"
+
+
+@needs_numba
+@pytest.mark.parametrize("descent", ["restricted", "relaxed"])
+@pytest.mark.parametrize("policy", ["relaxed", "fallback_preference", "raise"])
+def test_infeasibility_policies_agree(descent, policy):
+    l, lam, C = _instances("F6", 3, seed=9)
+    l, lam, C = (np.concatenate([x] * 3) for x in (l, lam, C))
+    kw = dict(eps_mode=10.0, descent=descent, on_infeasible=policy)
+    try:
+        a = lp_direction(l, lam, C, backend="numpy", **kw)
+    except sd.LPInfeasibleError as exc:
+        with pytest.raises(sd.LPInfeasibleError) as info:
+            lp_direction(l, lam, C, backend="compiled", **kw)
+        assert str(info.value) == str(exc)
+        return
+    b = lp_direction(l, lam, C, backend="compiled", **kw)
+    np.testing.assert_array_equal(b.status, a.status)
+    if descent == "restricted":
+        assert (a.status == ("relaxed" if policy == "relaxed" else "fallback")).any()
+    np.testing.assert_array_equal(b.iterations, a.iterations)
+    np.testing.assert_allclose(b.weights, a.weights, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(np.isnan(b.kkt_residual), np.isnan(a.kkt_residual))
+
+
+@needs_numba
+def test_iteration_limit_statuses_agree():
+    l, lam, C = _instances("F6", 5, seed=4)
+    a = lp_direction(l, lam, C, max_iter=2, backend="numpy")
+    b = lp_direction(l, lam, C, max_iter=2, backend="compiled")
+    assert (a.status == "iteration_limit").any()
+    np.testing.assert_array_equal(b.status, a.status)
+    np.testing.assert_array_equal(np.isnan(b.weights), np.isnan(a.weights))
+
+
+@needs_numba
+@pytest.mark.parametrize(
+    "shape_case", ["single", "batch", "broadcast_prefs", "nested_batch", "float32_prefs", "lists", "tol_Jstar"])
+def test_input_forms_agree(shape_case):
+    rng = np.random.default_rng(8)
+    l = np.exp(rng.uniform(-1, 1, (7, 3)))
+    lam = rng.dirichlet(np.ones(3), 7)
+    G = rng.normal(size=(7, 4, 3))
+    C = np.swapaxes(G, 1, 2) @ G
+    kw = {}
+    args = {
+        "single": (l[0], lam[0], C[0]),
+        "batch": (l, lam, C),
+        "broadcast_prefs": (l, lam[0], C[0]),
+        "nested_batch": (l.reshape(7, 1, 3), lam.reshape(7, 1, 3), C.reshape(7, 1, 3, 3)),
+        "float32_prefs": (l, lam.astype(np.float32), C),
+        "lists": (l[0].tolist(), lam[0].tolist(), C[0].tolist()),
+        "tol_Jstar": (l, lam, C),
+    }[shape_case]
+    if shape_case == "tol_Jstar":
+        kw = dict(tol_Jstar=0.3)
+    a = lp_direction(*args, backend="numpy", **kw)
+    b = lp_direction(*args, backend="compiled", **kw)
+    for name in ("weights", "mode", "status", "gain", "beta", "adjustment", "J", "J_star", "objective",
+                 "feasibility_residual", "kkt_residual", "iterations", "unique", "ambiguous"):
+        x, y = getattr(a, name), getattr(b, name)
+        assert x.shape == y.shape and x.dtype == y.dtype, (name, x.shape, y.shape, x.dtype, y.dtype)
+        if x.dtype.kind == "f":
+            np.testing.assert_allclose(y, x, rtol=1e-12, atol=1e-15, err_msg=name)
+        else:
+            np.testing.assert_array_equal(y, x, err_msg=name)
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(prefs=[0.5, 0.6]),
+        dict(prefs=[0.0, 1.0]),
+        dict(losses=[1.0, np.inf]),
+        dict(losses=[1.0, -2.0]),
+        dict(gram=[[1.0, 0.2], [0.0, 1.0]]),
+        dict(gram=[[1.0, 3.0], [3.0, 1.0]]),
+        dict(gram=[[1.0, np.nan], [np.nan, 1.0]]),
+        dict(losses=[[1.0, 2.0], [3.0, 0.0]], prefs=[[0.5, 0.5], [0.5, 0.5]], gram=[np.eye(2), np.eye(2)]),
+    ],
+)
+def test_bad_input_gives_the_same_error_on_both_backends(kwargs):
+    args = dict(losses=[1.0, 2.0], prefs=[0.5, 0.5], gram=np.eye(2))
+    args.update(kwargs)
+    msgs = []
+    for backend in ("numpy", "auto"):
+        with pytest.raises(ValueError) as info:
+            lp_direction(args["losses"], args["prefs"], args["gram"], backend=backend)
+        msgs.append(str(info.value))
+    assert msgs[0] == msgs[1]

@@ -1,0 +1,384 @@
+"""The candidate data file, reward functions, preference pairs, rank agreement, resumable generation, CLI."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("vaderSentiment")
+
+from llm_runs import rewards  # noqa: E402
+from llm_runs.build import GenerationFileError, read_work, run_generation, seed_from_data_file  # noqa: E402
+from llm_runs.data import (  # noqa: E402
+    DEFAULT_DATA_FILE,
+    Candidates,
+    DataFileError,
+    UnknownObjectiveError,
+    agreement_table,
+    load_candidates,
+    preference_pairs,
+    rank_agreement,
+    score_and_write,
+)
+from llm_runs.generate import DeadlineCriteria, GenerationSettings, generate_responses  # noqa: E402
+from llm_runs.models import tiny_llama  # noqa: E402
+
+RECORDS = [
+    {
+        "id": "explain-00",
+        "prompt": "Explain why the sky is blue.",
+        "call": 0,
+        "call_seconds": 1.0,
+        "responses": [
+            {"text": "Air scatters blue light more than red light, so the sky looks blue.", "n_tokens": 15,
+             "finished": True, "cut_off": None},
+            {"text": "Blue.", "n_tokens": 2, "finished": True, "cut_off": None},
+            {"text": "The sky is blue because sunlight is scattered by the molecules of the atmosphere; short "
+                     "wavelengths such as blue and violet scatter much more strongly than long ones, and our eyes "
+                     "are more sensitive to blue.", "n_tokens": 40, "finished": True, "cut_off": None},
+            {"text": "I hate this terrible question. Awful.", "n_tokens": 9, "finished": True, "cut_off": None},
+        ],
+    },
+    {
+        "id": "list-00",
+        "prompt": "List three fruits.",
+        "call": 0,
+        "call_seconds": 1.0,
+        "responses": [
+            {"text": "Apple, banana and cherry are wonderful fruits!", "n_tokens": 10, "finished": True,
+             "cut_off": None},
+            {"text": "1. Mango\n2. Pear\n3. Plum", "n_tokens": 12, "finished": True, "cut_off": None},
+            {"text": "Fruits fruits fruits fruits fruits fruits fruits fruits.", "n_tokens": 12, "finished": False,
+             "cut_off": "length"},
+            {"text": "Cars are fast machines with engines and wheels.", "n_tokens": 10, "finished": True,
+             "cut_off": None},
+        ],
+    },
+]
+SETTINGS = GenerationSettings(responses_per_prompt=4, max_new_tokens=40)
+MODEL = {"name": "test-model", "source": "hand-written"}
+
+
+@pytest.fixture(scope="module")
+def data_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("data") / "cands.jsonl.gz"
+    return score_and_write(RECORDS, SETTINGS, MODEL, path, progress=False)
+
+
+@pytest.fixture(scope="module")
+def cands(data_file):
+    return load_candidates(data_file)
+
+
+# ---- rewards ---------------------------------------------------------------------------------------------------
+
+
+def test_rewards_measure_what_they_say():
+    p = ["Explain why the sky is blue."] * 4
+    r = [
+        "Blue light scatters more in air.",
+        "Blue light scatters more in air. Blue light scatters more in air. Blue light scatters more in air.",
+        "I love this wonderful, happy question!",
+        "Bananas are yellow and grow on large tropical plants.",
+    ]
+    s = rewards.score_responses(p, r)
+    assert s["conciseness"][0] > s["conciseness"][1]
+    assert s["informativeness"][0] == s["informativeness"][1]  # repetition adds no content words
+    assert s["informativeness"][3] > s["informativeness"][0]
+    assert s["positivity"][2] > 0.5 > s["positivity"][0]
+    assert s["relevance"][0] > s["relevance"][3] + 0.2
+    assert all(np.all(np.isfinite(v)) for v in s.values())
+
+
+def test_syllables_and_flesch():
+    assert rewards.syllables("rainbow") == 2
+    assert rewards.syllables("photosynthesis") == 5
+    assert rewards.syllables("zqxwvrainbowish") >= 1  # not in the dictionary: vowel groups
+    # "The cat sat on the mat." : 6 words, 1 sentence, 6 syllables
+    assert rewards.flesch_reading_ease("The cat sat on the mat.") == pytest.approx(206.835 - 1.015 * 6 - 84.6, rel=1e-12)
+    assert math.isnan(rewards.flesch_reading_ease("1234 !!"))
+    assert rewards.REWARDS["readability"](["q"], ["1234"])[0] == 0.0
+
+
+def test_unknown_reward_is_named():
+    with pytest.raises(UnknownObjectiveError, match="'helpfulness'.*conciseness"):
+        rewards.score_responses(["p"], ["r"], ["helpfulness"])
+
+
+# ---- the data file -----------------------------------------------------------------------------------------------
+
+
+def test_data_file_round_trip(cands, data_file):
+    assert cands.prompt_ids == ("explain-00", "list-00")
+    assert cands.n_tokens.tolist() == [[15, 2, 40, 9], [10, 12, 12, 10]]
+    assert cands.finished.tolist() == [[True] * 4, [True, True, False, True]]
+    assert cands.objectives == tuple(rewards.REWARDS)
+    h = cands.header
+    assert h["schema_version"] == 1 and h["format"] == "prefalign-candidates"
+    assert h["generation"]["max_new_tokens"] == 40 and h["model"] == MODEL
+    assert [r["name"] for r in h["rewards"]] == list(rewards.REWARDS)
+    assert all("version" in r and "definition" in r for r in h["rewards"])
+    fresh = rewards.score_responses([RECORDS[0]["prompt"]] * 4, [x["text"] for x in RECORDS[0]["responses"]])
+    for name, v in fresh.items():
+        np.testing.assert_allclose(cands.scores_of(name)[0], v, rtol=1e-6, atol=1e-7)
+    # reproducible bytes
+    again = score_and_write(RECORDS, SETTINGS, MODEL, data_file.with_name("again.jsonl.gz"), progress=False)
+    assert again.read_bytes() == data_file.read_bytes()
+
+
+def _rewrite(src, dst, edit):
+    lines = gzip.decompress(src.read_bytes()).decode().splitlines()
+    lines = edit(lines)
+    dst.write_bytes(gzip.compress(("\n".join(lines) + "\n").encode()))
+    return dst
+
+
+def _set(obj_line, fn):
+    obj = json.loads(obj_line)
+    fn(obj)
+    return json.dumps(obj)
+
+
+@pytest.mark.parametrize(
+    "edit, match",
+    [
+        (lambda ls: [ls[0], ls[1][:-20]], "line 2 is not valid JSON"),
+        (lambda ls: [_set(ls[0], lambda h: h.update(schema_version=99)), *ls[1:]], "schema version 99"),
+        (lambda ls: [_set(ls[0], lambda h: h.update(format="other")), *ls[1:]], "not a prefalign-candidates header"),
+        (lambda ls: ls[:2], "header says 2 prompts, the file has 1"),
+        (lambda ls: [ls[0], _set(ls[1], lambda r: r["responses"].pop()), ls[2]], "expected 4 responses"),
+        (lambda ls: [ls[0], _set(ls[1], lambda r: r["responses"][1]["scores"].pop("relevance")), ls[2]],
+         "response 1: score 'relevance' is None"),
+        (lambda ls: [ls[0], ls[1], _set(ls[2], lambda r: r["responses"][0]["scores"].update(positivity="NaN"))],
+         "score 'positivity' is 'NaN'"),
+        (lambda ls: [ls[0], ls[1], ls[1]], "prompt ids repeat"),
+    ],
+)
+def test_corrupt_data_file_errors_name_the_file(data_file, tmp_path, edit, match):
+    bad = _rewrite(data_file, tmp_path / "bad.jsonl.gz", edit)
+    with pytest.raises(DataFileError, match=match) as info:
+        load_candidates(bad)
+    assert str(bad) in str(info.value)
+
+
+def test_missing_or_non_gzip_data_file(tmp_path, data_file):
+    with pytest.raises(DataFileError, match="does not exist; rebuild it with `python -m llm_runs data build`"):
+        load_candidates(tmp_path / "nope.jsonl.gz")
+    trunc = tmp_path / "trunc.jsonl.gz"
+    trunc.write_bytes(data_file.read_bytes()[:-30])
+    with pytest.raises(DataFileError, match="trunc.jsonl.gz is corrupt"):
+        load_candidates(trunc)
+    plain = tmp_path / "plain.jsonl.gz"
+    plain.write_text("{}\n")
+    with pytest.raises(DataFileError, match="plain.jsonl.gz is corrupt"):
+        load_candidates(plain)
+
+
+def test_unknown_objective_is_named(cands):
+    with pytest.raises(UnknownObjectiveError, match="'helpfulness'.*holds: conciseness"):
+        preference_pairs(cands, "helpfulness")
+    with pytest.raises(UnknownObjectiveError, match="'x'"):
+        cands.check_objectives(["positivity", "x"])
+    with pytest.raises(ValueError, match="repeat"):
+        cands.check_objectives(["positivity", "positivity"])
+
+
+def test_preference_pairs_respect_the_margin(cands):
+    for name in cands.objectives:
+        s = cands.scores_of(name)
+        scale = np.sqrt(np.mean(np.var(s, axis=1)))
+        for margin in (0.0, 0.5, 1.5):
+            pairs = preference_pairs(cands, name, margin=margin)
+            for p in pairs:
+                row = cands.prompt_ids.index(p.prompt_id)
+                assert s[row, p.chosen_index] - s[row, p.rejected_index] == pytest.approx(p.gap)
+                assert p.gap >= margin * scale and p.gap > 0
+                assert cands.responses[row][p.chosen_index] == p.chosen
+            n_all = sum(
+                1 for row in s for a in range(4) for b in range(a + 1, 4)
+                if abs(row[a] - row[b]) >= margin * scale and row[a] != row[b]
+            )
+            assert len(pairs) == n_all
+    only = preference_pairs(cands, "conciseness", prompt_ids=["list-00"])
+    assert {p.prompt_id for p in only} == {"list-00"}
+    with pytest.raises(ValueError, match="not in data file"):
+        preference_pairs(cands, "conciseness", prompt_ids=["zzz"])
+
+
+def _fake(scores: dict[str, np.ndarray]) -> Candidates:
+    P, K = next(iter(scores.values())).shape
+    return Candidates("fake", {"generation": {"max_new_tokens": 1}, "model": {"name": "m"}},
+                      tuple(f"p{i}" for i in range(P)), tuple(f"q{i}" for i in range(P)),
+                      tuple(tuple(f"r{i}{j}" for j in range(K)) for i in range(P)),
+                      np.ones((P, K), int), np.ones((P, K), bool), scores)
+
+
+def test_rank_agreement_is_within_prompt():
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(30, 5))
+    offset = np.arange(30)[:, None] * 10.0  # between-prompt differences, shared by both rewards
+    c = _fake({"a": a + offset, "neg": -a + offset, "same": 2 * a + offset})
+    assert rank_agreement(c, "a", "neg")["tau_mean"] == pytest.approx(-1.0)
+    assert rank_agreement(c, "a", "same")["tau_mean"] == pytest.approx(1.0)
+    table = agreement_table(c)
+    row = next(r for r in table["pairs"] if (r["a"], r["b"]) == ("a", "neg"))
+    assert row["pooled_spearman"] > 0.9  # pooled over prompts: the offset makes them look alike
+    assert row["reversal_a_by_b"] == 1.0 and row["frac_negative"] == 1.0
+    assert "within-prompt Kendall" in table["text"]
+
+
+# ---- generation and the resumable build --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return tiny_llama(seed=3)
+
+
+def test_generate_responses_shapes_and_cutoffs(tiny):
+    model, tok = tiny
+    s = GenerationSettings(responses_per_prompt=3, max_new_tokens=6, prompts_per_call=2)
+    resp, seconds = generate_responses(model, tok, ["Hi there.", "Explain rain in detail please."], s, call_index=0)
+    assert [len(r) for r in resp] == [3, 3] and seconds > 0
+    for r in (x for rr in resp for x in rr):
+        assert 0 <= r.n_tokens <= 6
+        assert r.cut_off in (None, "length") and (r.cut_off is None) == r.finished
+    again, _ = generate_responses(model, tok, ["Hi there.", "Explain rain in detail please."], s, call_index=0)
+    assert again == resp  # seeded per call
+
+
+def test_deadline_stops_a_call_and_marks_timeouts(tiny, monkeypatch):
+    model, tok = tiny
+    crit = DeadlineCriteria(deadline=0.0)
+    import torch
+
+    assert bool(crit(torch.zeros((2, 3), dtype=torch.long), None).all()) and crit.fired
+    s = GenerationSettings(responses_per_prompt=2, max_new_tokens=50, timeout_s=1e-9)
+    resp, _ = generate_responses(model, tok, ["Hello"], s)
+    assert all(r.cut_off == "timeout" and r.n_tokens < 50 for r in resp[0])
+
+
+def test_generation_resumes_and_skips_done_prompts(tiny, tmp_path, monkeypatch):
+    model, tok = tiny
+    s = GenerationSettings(responses_per_prompt=2, max_new_tokens=4, prompts_per_call=2)
+    prompts = [(f"k-{i}", f"Prompt number {i}.") for i in range(5)]
+    calls = []
+    import llm_runs.build as build
+
+    real = build.generate_responses
+
+    def counting(*a, **k):
+        calls.append(k["call_index"])
+        return real(*a, **k)
+
+    monkeypatch.setattr(build, "generate_responses", counting)
+    first = run_generation(model, tok, prompts[:3], s, tmp_path, MODEL, progress=False)
+    assert [r["id"] for r in first] == ["k-0", "k-1", "k-2"] and calls == [0, 1]
+    path = tmp_path / "generations.jsonl"
+    with open(path, "a") as f:
+        f.write('{"id": "k-3", "prom')  # a torn line, as left by a kill mid-write
+    calls.clear()
+    full = run_generation(model, tok, prompts, s, tmp_path, MODEL, progress=False)
+    assert calls == [1, 2]  # group 1 still lacks k-3; group 0 is skipped
+    assert [r["id"] for r in full] == [p for p, _ in prompts]
+    assert full[:2] == first[:2]
+    # shards write their own files and see each other's work
+    calls.clear()
+    run_generation(model, tok, prompts, s, tmp_path, MODEL, shard=(1, 2), progress=False)
+    assert calls == [] and len(read_work(tmp_path)) == 5
+    with pytest.raises(GenerationFileError, match="other settings"):
+        run_generation(model, tok, prompts, GenerationSettings(responses_per_prompt=3, max_new_tokens=4), tmp_path,
+                       MODEL, progress=False)
+    # taken last group first, a build draws what a build in order draws (each call is seeded by its group)
+    calls.clear()
+    backwards = run_generation(model, tok, prompts, s, tmp_path / "rev", MODEL, reverse=True, progress=False)
+    assert calls == [2, 1, 0]
+    forwards = run_generation(model, tok, prompts, s, tmp_path / "fwd", MODEL, progress=False)
+
+    def drawn(records):
+        return [{k: v for k, v in r.items() if k != "call_seconds"} for r in records]
+
+    assert drawn(backwards) == drawn(forwards)
+    assert [p.name for p in (tmp_path / "rev").iterdir()] == ["generationsr.jsonl"]
+    # a data file made with the same settings seeds a new build: nothing is generated again, nothing changes
+    data = score_and_write(full, s, MODEL, tmp_path / "d.jsonl.gz", progress=False)
+    fresh = tmp_path / "fresh"
+    assert seed_from_data_file(data, fresh, MODEL, s) == 5
+    assert seed_from_data_file(data, tmp_path / "other", MODEL, GenerationSettings(max_new_tokens=5)) == 0
+    calls.clear()
+    seeded = run_generation(None, None, prompts, s, fresh, MODEL, progress=False,
+                            loader=lambda: pytest.fail("the model was loaded although every prompt is done"))
+    assert calls == [] and seeded == full
+
+
+# ---- the shipped data file ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(not DEFAULT_DATA_FILE.exists(), reason="the shipped data file is not built")
+def test_shipped_data_file_is_valid_and_its_objectives_conflict():
+    c = load_candidates()
+    assert c.n_tokens.shape[1] >= 4
+    assert c.header["generation"]["max_new_tokens"] >= 200
+    assert DEFAULT_DATA_FILE.stat().st_size < 5_000_000
+    table = agreement_table(c)
+    taus = {(r["a"], r["b"]): r for r in table["pairs"]}
+    worst = min(taus.values(), key=lambda r: r["tau_mean"])
+    # a clear within-prompt conflict: mean tau well below 0, many standard errors away from 0
+    assert worst["tau_mean"] < -0.3 and worst["tau_mean"] + 5 * worst["tau_se"] < 0, worst
+    for o, v in table["objectives"].items():
+        assert v["pairs"] >= 200, o
+
+
+@pytest.mark.skipif(not DEFAULT_DATA_FILE.exists(), reason="the shipped data file is not built")
+def test_shipped_data_file_holds_the_whole_prompt_set():
+    from llm_runs.prompts import PROMPTS
+
+    c = load_candidates()
+    if not c.header.get("complete", True):
+        pytest.xfail(f"generation incomplete: {len(c.prompt_ids)} of {c.header['prompt_target']} prompts; "
+                     "`python -m llm_runs data build` resumes it from the shipped file")
+    assert len(c.prompt_ids) >= 200 and set(c.prompt_ids) == {p for p, _ in PROMPTS}
+
+
+# ---- command line --------------------------------------------------------------------------------------------------
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "llm_runs", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_cli_stats_and_errors(data_file, tmp_path):
+    out = _cli("data", "stats", "--data", str(data_file))
+    assert out.returncode == 0, out.stderr
+    assert "within-prompt Kendall" in out.stdout and "conciseness" in out.stdout
+    js = _cli("data", "stats", "--data", str(data_file), "--json")
+    assert json.loads(js.stdout)["responses"]["prompts"] == 2
+    missing = _cli("data", "stats", "--data", str(tmp_path / "none.jsonl.gz"))
+    assert missing.returncode == 2 and "none.jsonl.gz does not exist" in missing.stderr
+    bad = _cli("data", "build", "--responses", "0")
+    assert bad.returncode == 2 and "positive integer" in bad.stderr
+    bad = _cli("data", "build", "--shard", "3/2")
+    assert bad.returncode == 2 and "1 <= I <= N" in bad.stderr
+
+
+def test_prompts_cut_by_the_deadline_are_sampled_again(tiny, tmp_path):
+    model, tok = tiny
+    prompts = [("t-0", "One."), ("t-1", "Two.")]
+    slow = GenerationSettings(responses_per_prompt=2, max_new_tokens=5, prompts_per_call=1, timeout_s=1e-9)
+    cut = run_generation(model, tok, prompts, slow, tmp_path, MODEL, progress=False)
+    assert all(x["cut_off"] == "timeout" for r in cut for x in r["responses"])
+    kept = run_generation(model, tok, prompts, slow, tmp_path, MODEL, retry_timeouts=False, progress=False)
+    assert kept == cut
+    fine = GenerationSettings(responses_per_prompt=2, max_new_tokens=5, prompts_per_call=1)
+    again = run_generation(model, tok, prompts, fine, tmp_path, MODEL, progress=False)
+    assert [r["id"] for r in again] == ["t-0", "t-1"]
+    assert not any(x["cut_off"] == "timeout" for r in again for x in r["responses"])
+    fresh = run_generation(model, tok, prompts, fine, tmp_path / "fresh", MODEL, progress=False)
+    assert [r["responses"] for r in again] == [r["responses"] for r in fresh]  # same seeds as an uncut build

@@ -1,0 +1,116 @@
+"""The falsification search: the box, the search itself on toy checks, counterexamples, determinism, and the
+statements' declared boxes (each evaluates its check at the centre of the box)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from verification import registry
+from verification.evidence import Evidence, HypothesisMonitor
+from verification.search import BUDGETS, Budget, Param, SearchSpace, apply, falsify
+
+
+def test_param_decoding_and_validation():
+    assert Param("x", 2.0, 4.0).decode(0.5) == pytest.approx(3.0)
+    assert Param("x", 1e-4, 1.0, "log").decode(0.5) == pytest.approx(1e-2)
+    assert Param("m", 2, 6, "int").decode(0.26) == 3
+    assert Param("k", scale="choice", choices=("a", "b")).decode(0.99) == "b"
+    assert Param("x", 0.0, 1.0).decode(7.0) == 1.0  # clipped to the box
+    with pytest.raises(ValueError, match="log scale"):
+        Param("x", 0.0, 1.0, "log")
+    with pytest.raises(ValueError, match="scale"):
+        Param("x", 0.0, 1.0, "cubic")
+    with pytest.raises(ValueError, match="unique"):
+        SearchSpace(params=(Param("a"), Param("a")), config=dict)
+
+
+def _toy_statement(run):
+    return registry.Statement("T.9", "9", "toy", run, module="tests")
+
+
+def _toy_run(config, rng):
+    """lhs/rhs = a·b on a held instance set (the bound is approached only near a = b = 1); instances with
+    a hypothesis failing (c > 0.9) are excluded, and there lhs is far above rhs (they must not count)."""
+    a, b, c = config["a"], config["b"], config["c"]
+    x = rng.uniform(0.9, 1.0, 20)
+    mon = HypothesisMonitor(20)
+    mon.record("c <= 0.9", np.full(20, c <= 0.9))
+    lhs = np.where(c <= 0.9, a * b * x, 10.0)
+    return Evidence.from_implication("T.9", "toy", mon, lhs, np.ones(20), conclusion="lhs <= rhs")
+
+
+TOY_SPACE = SearchSpace(params=(Param("a", 0.01, 1.0, "log"), Param("b", 0.0, 1.0), Param("c", 0.0, 1.0)),
+                        config=lambda p: p, family="toy")
+
+
+def test_search_approaches_the_bound_and_never_counts_excluded_instances():
+    res = falsify(_toy_statement(_toy_run), TOY_SPACE, "default", seed=0)
+    assert res.evaluations <= BUDGETS["default"].initial + 3 * BUDGETS["default"].refine
+    paper = falsify(_toy_statement(_toy_run), TOY_SPACE, Budget("small DE", initial=8, refine=12, de_maxiter=4,
+                                                                de_popsize=5), seed=0)
+    for r in (res, paper):
+        best = r.best["lhs <= rhs"]
+        assert best["best_ratio"] <= 1.0 and best["params"]["c"] <= 0.9  # excluded instances (ratio 10) never count
+        assert r.n_counterexamples == 0
+    assert paper.best["lhs <= rhs"]["best_ratio"] > 0.8  # differential evolution approaches the bound
+    again = falsify(_toy_statement(_toy_run), TOY_SPACE, "default", seed=0)
+    assert again.best == res.best  # same seed, same search
+
+
+def _toy_false(config, rng):
+    """A 'theorem' false for b > 0.8: lhs/rhs = 1.2 there, with every hypothesis held."""
+    ratio = 1.2 if config["b"] > 0.8 else 0.5 * config["b"]
+    return Evidence.from_implication("T.9", "toy", None, np.full(3, ratio), np.ones(3), conclusion="eq 1")
+
+
+def test_a_counterexample_found_by_the_search_makes_the_verdict_violated():
+    stmt = _toy_statement(_toy_false)
+    res = falsify(stmt, SearchSpace(params=(Param("b", 0.0, 1.0),), config=lambda p: p), "default", seed=0)
+    assert res.n_counterexamples > 0
+    cex = res.counterexamples[0]
+    assert cex["conclusion"] == "eq 1" and cex["params"]["b"] > 0.8 and cex["seed"] == 0  # data to reproduce it
+    base = _toy_false({"b": 0.5}, np.random.default_rng(0))
+    assert base.verdict == "holds"
+    out = apply(base, res)
+    assert out.verdict == "violated" and out.n_counterexamples > 0
+    assert out.conclusion("eq 1").search["best_ratio"] == pytest.approx(1.2)
+    assert out.counterexamples[0]["source"] == "falsification search"
+
+
+def test_worst_file_holds_the_data_to_reproduce():
+    res = falsify(_toy_statement(_toy_run), TOY_SPACE, "default", seed=3)
+    wf = res.worst_file()
+    rec = wf["conclusions"]["lhs <= rhs"]
+    ev = _toy_run(rec["config"], np.random.default_rng(rec["seed"]))
+    assert ev.conclusion("lhs <= rhs").detect_factor == pytest.approx(rec["best_ratio"])
+
+
+SEARCHED = [s.id for s in registry.all_statements() if s.search is not None]
+
+
+def test_every_statement_with_a_numeric_bound_declares_a_search_space():
+    numeric_free = {"H.30", "H.42", "H.5", "H.6"}  # identities and boolean conclusions only
+    missing = [s.id for s in registry.all_statements()
+               if s.id.startswith(("H.", "Cor", "Thm")) and s.id not in numeric_free and s.search is None]
+    assert not missing, missing
+
+
+@pytest.mark.parametrize("sid", SEARCHED)
+def test_search_space_evaluates_the_check_at_the_centre(sid):
+    stmt = registry.get_statement(sid)
+    cfg = stmt.search.config(stmt.search.decode([0.5] * stmt.search.dim))
+    ev = stmt.run(cfg, np.random.default_rng(0))
+    assert ev.id == sid and ev.verdict in ("holds", "finding"), (ev.verdict, ev.counterexamples[:1])
+    assert any(c.numeric for c in ev.conclusions)
+
+
+def test_tight_points_join_the_check():
+    """The points the search found (TIGHT_POINTS) run with the check; their instances are in its evidence."""
+    stmt = registry.get_statement("H.15")
+    assert stmt.tight_points
+    ev = registry.run_statement(stmt)
+    pts = ev.details["added_points"]
+    assert len(pts) == len(stmt.tight_points)
+    assert ev.instances == 300 + sum(p["instances"] for p in pts)
+    assert ev.conclusion("eq 42: dbar^T g_i^(j) >= -B delta_g").detect_factor > 0.5
