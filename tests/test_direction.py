@@ -1,8 +1,15 @@
-"""The EPO direction LP: batched exact solver against the HiGHS oracle, LP properties, statuses, bad input."""
+"""The EPO direction LP: batched exact solver against the HiGHS oracle, LP properties, statuses, bad input.
+
+Every test runs on both backends of ``lp_direction``: the numpy reference (the code of ``sim/direction.py``, which
+the mutation runner changes) and the compiled twin (what ``backend="auto"`` runs where numba is installed; its
+equality with the reference, bit for bit on the same LP data, is ``test_direction_twin.py``). Tests of the numpy
+solver's internals (``_dual_simplex``, ``_recover``, ``_resolve_basis``) run on the reference only.
+"""
 
 from __future__ import annotations
 
 import functools
+import importlib.util
 import re
 
 import numpy as np
@@ -11,9 +18,29 @@ from error_patterns import float_value, names
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import sim.direction as sd
 from sim.direction import LPInfeasibleError, lp_direction, lp_direction_reference
 from sim.preference import uniformity_and_adjustment
 from sim.problems.generic import lp_instance_family, random_lp_instances
+
+_HAVE_NUMBA = importlib.util.find_spec("numba") is not None
+
+
+@pytest.fixture(scope="module", autouse=True, params=["numpy", "compiled"])
+def backend(request):
+    """Run the module on one backend: ``lp_direction`` below is ``sim.direction.lp_direction(..., backend=...)``."""
+    if request.param == "compiled" and not _HAVE_NUMBA:
+        pytest.skip("numba is not installed (the compiled twin is unavailable)")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(globals(), "lp_direction", functools.partial(sd.lp_direction, backend=request.param))
+        assert lp_direction([1.0, 2.0], [0.5, 0.5], np.eye(2)).backend == request.param
+        yield request.param
+
+
+def _numpy_internals(backend):
+    """Tests of the numpy solver's internals run once, with the numpy backend."""
+    if backend != "numpy":
+        pytest.skip("numpy solver internals: the compiled twin's are compared in test_direction_twin.py")
 
 FAMILIES = ("gaussian", "conflicting", "near_stationary", "rank_deficient")
 LP_TOL = 1e-9  # THEOREMS.md §3.0: LP and active sets
@@ -280,14 +307,14 @@ def test_kink_example_direction():
         (dict(tol_Jstar=-0.5), names(r"\btol_Jstar\b", r"-0\.5")),
     ],
 )
-@pytest.mark.parametrize("solver", [lp_direction, lp_direction_reference])
+@pytest.mark.parametrize("solver", ["lp_direction", "lp_direction_reference"])
 def test_bad_input_raises_value_error(solver, kwargs, match):
     args = dict(losses=[1.0, 2.0], prefs=[0.5, 0.5], gram=np.eye(2))
     kwargs = dict(kwargs)
     opts = {k: kwargs.pop(k) for k in list(kwargs) if k in ("eps_mode", "descent", "on_infeasible", "tol_Jstar")}
     args.update(kwargs)
     with pytest.raises(ValueError, match=match):
-        solver(args["losses"], args["prefs"], args["gram"], **opts)
+        globals()[solver](args["losses"], args["prefs"], args["gram"], **opts)
 
 
 # one bad row in a batch of good rows must raise and name that row: every row is validated, not just the first,
@@ -307,8 +334,9 @@ _MIXED_ROWS = {
 
 
 @pytest.mark.parametrize("case", sorted(_MIXED_ROWS))
-@pytest.mark.parametrize("solver", [lp_direction, lp_direction_reference])
+@pytest.mark.parametrize("solver", ["lp_direction", "lp_direction_reference"])
 def test_one_bad_row_in_a_good_batch_is_named(solver, case):
+    solver = globals()[solver]
     losses, prefs, _, C = _f6(np.random.default_rng(4), 6, 3)
     assert np.all(np.isin(solver(losses, prefs, C).status, ("optimal", "relaxed")))  # the good batch solves
     which, row, pattern = _MIXED_ROWS[case]
@@ -360,7 +388,7 @@ def test_reference_has_the_same_defaults():
     and both, called with their defaults, pick the same mode on instances with β on either side of 1e-4."""
     import inspect
 
-    ours = inspect.signature(lp_direction).parameters
+    ours = inspect.signature(sd.lp_direction).parameters
     ref = inspect.signature(lp_direction_reference).parameters
     for name, par in ref.items():
         assert ours[name].default == par.default, name
@@ -557,10 +585,11 @@ def _solve_internal(c, D, e, bland_after, max_iter=1000):
 
 @pytest.mark.parametrize("family, m", [("gaussian", 5), ("rank_deficient", 5), ("conflicting", 4),
                                        ("degenerate", 4), ("near_stationary", 3)])
-def test_bland_rule_reaches_the_same_optimum(family, m):
+def test_bland_rule_reaches_the_same_optimum(family, m, backend):
     """Bland's rule from the first pivot (and from pivots 1..3) ends at an optimum of the same value as Dantzig's
     rule (1e-10 in the unit-scale objective: the primal tolerance is 1e-12), with a certificate <= 1e-9, on every LP;
     the switch is really taken on most of them."""
+    _numpy_internals(backend)
     c, D, e = _scaled_family_lps(family, m, 150, seed=35)
     p = D.shape[1] + 1
     code0, it0, mu0, kkt0, ok0 = _solve_internal(c, D, e, bland_after=4 * p)
@@ -575,9 +604,10 @@ def test_bland_rule_reaches_the_same_optimum(family, m):
             assert np.count_nonzero(it > 0) >= 0.5 * it.size  # Bland's rule chose every one of these pivots
 
 
-def test_resolve_from_the_data_repairs_an_inaccurate_tableau():
+def test_resolve_from_the_data_repairs_an_inaccurate_tableau(backend):
     """Tableau values off by 1e-8 (accumulated roundoff, simulated) fail the 1e-13 certificate; the basis is then
     re-solved from the data and the weights and certificate are those of the exact tableau."""
+    _numpy_internals(backend)
     from sim.direction import _dual_simplex, _recover
 
     c, D, e = _scaled_family_lps("gaussian", 4, 100, seed=36)
@@ -591,10 +621,11 @@ def test_resolve_from_the_data_repairs_an_inaccurate_tableau():
     np.testing.assert_array_equal(unique2, unique)
 
 
-def test_exactly_singular_basis_keeps_the_tableau_weights():
+def test_exactly_singular_basis_keeps_the_tableau_weights(backend):
     """The re-solve ``B x_B = b`` in a batch in which one basis matrix is singular (two μ columns with the same
     [1; D_j]): the regular instance is re-solved exactly; the singular one is flagged, keeps the tableau's weights and
     reports their (uncertified) certificate instead of a made-up solution."""
+    _numpy_internals(backend)
     from sim.direction import _recover, _resolve_basis
 
     D = np.array([[[1.0, 2.0]], [[1.0, 1.0]]])  # N = 2, k = 1, m = 2
