@@ -848,3 +848,57 @@ def test_infeasible_policy_applies_to_the_restriction_row_only():
         assert str(res.status) == "infeasible" and np.all(np.isnan(res.weights)), policy
     with pytest.raises(LPInfeasibleError, match=r"LP not solved for 1 instance\(s\).*\['infeasible'\]"):
         lp_direction(l, lam, C, eps_mode=10.0, descent="relaxed", on_infeasible="raise", validate=False)
+
+
+
+def test_jstar_tolerance_one_admits_every_objective():
+    """tol_Jstar >= 1: λ_j l_j >= ψ - tol·ψ <= 0 holds for every j (J* = [m]) on either backend."""
+    l, lam = np.array([1.0, 3.0, 0.2]), np.array([0.2, 0.3, 0.5])
+    for tol in (1.0, 2.5):
+        assert lp_direction(l, lam, np.eye(3), tol_Jstar=tol).J_star.tolist() == [True, True, True]
+    assert lp_direction(l, lam, np.eye(3), tol_Jstar=0.5).J_star.tolist() == [False, True, False]
+
+
+@pytest.mark.parametrize("shared", ["losses", "prefs", "gram", "prefs+gram"])
+def test_one_input_shared_by_the_batch(shared):
+    """Any of the inputs may be one instance broadcast against the batch of the others: the result equals the
+    batch with that input repeated."""
+    losses, prefs, _, C = _f6(np.random.default_rng(40), 6, 3)
+    full = {"losses": losses, "prefs": prefs, "gram": C}
+    args = dict(full)
+    for name in shared.split("+"):
+        args[name] = full[name][0]
+        full = dict(full, **{name: np.broadcast_to(full[name][0], full[name].shape)})
+    got = lp_direction(args["losses"], args["prefs"], args["gram"])
+    want = lp_direction(*(np.ascontiguousarray(full[k]) for k in ("losses", "prefs", "gram")))
+    for name in ("weights", "status", "objective", "J_star", "iterations"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(want, name), err_msg=name)
+
+
+def test_feasibility_residual_counts_negative_weights_and_the_sum():
+    """max(max_j (e_j - D_j μ), max_j -μ_j, |1ᵀμ - 1|, 0) on the scaled rows: each term can be the largest."""
+    from sim.direction import _feasibility_residual
+
+    D, e = np.array([[[1.0, 0.0]]]), np.array([[0.25]])
+    np.testing.assert_array_equal(_feasibility_residual(D, e, np.array([[0.5, 0.5]])), [0.0])
+    np.testing.assert_array_equal(_feasibility_residual(D, e, np.array([[0.125, 0.875]])), [0.125])
+    np.testing.assert_array_equal(_feasibility_residual(D, e, np.array([[1.5, -0.5]])), [0.5])
+    np.testing.assert_array_equal(_feasibility_residual(D, e, np.array([[0.5, 0.75]])), [0.25])
+
+
+def test_broken_numba_warns_at_the_caller(monkeypatch):
+    """numba installed but its kernels not importable: one RuntimeWarning that says why, attributed to the line that
+    asked for the backend, and the numpy reference runs."""
+    import sys
+
+    import sim
+
+    monkeypatch.setitem(sys.modules, "sim._lp_compiled", None)  # import sim._lp_compiled raises ImportError
+    monkeypatch.delattr(sim, "_lp_compiled", raising=False)
+    sd._load_compiled.cache_clear()
+    try:
+        with pytest.warns(RuntimeWarning, match="numba is installed but cannot be imported") as rec:
+            assert sd.resolve_backend("auto") == "numpy"
+        assert rec[0].filename == __file__
+    finally:
+        sd._load_compiled.cache_clear()

@@ -220,8 +220,9 @@ def test_one_bad_row_in_a_good_batch_is_named(fn, case):
 
 def test_one_bad_ray_level_in_a_good_batch_raises():
     prefs = np.array([0.2, 0.3, 0.5])
-    for psi, value in (([1.0, 2.0, -1.0, 3.0], "-1"), ([1.0, 2.0, np.nan, 3.0], "nan")):
-        with pytest.raises(ValueError, match=names(r"\bpsi\b", value)):
+    for psi, what, value in (([1.0, 2.0, -1.0, 3.0], "strictly positive", "-1"),
+                             ([1.0, 2.0, np.nan, 3.0], "finite", "nan"), (0.0, "strictly positive", r"got 0\.0")):
+        with pytest.raises(ValueError, match=names(r"\bpsi\b", what, value)):
             ray_point(psi, prefs)
 
 
@@ -647,3 +648,12 @@ def test_centring_of_the_logarithms_does_not_change_the_values():
         assert b == pytest.approx(beta, rel=1e-14)
         np.testing.assert_allclose(normalized_losses(l, lam), lhat, rtol=1e-13, atol=1e-300)
         assert np.all(np.isfinite(A)) and abs(A @ (l / l.max())) <= 1e-13 * np.abs(A).max()
+
+
+def test_bottleneck_from_log_ratios_takes_array_likes_and_includes_the_band_edge():
+    """x_j >= max x - t: an entry exactly at the edge of the band (t = TIE_RTOL for tol = 0) is in J*; lists work."""
+    from sim.preference import bottleneck_from_log_ratios
+
+    assert bottleneck_from_log_ratios([0.0, -TIE_RTOL, -2 * TIE_RTOL]).tolist() == [True, True, False]
+    assert bottleneck_from_log_ratios([[1.0, 0.5], [0.0, 0.0]], tol=[0.0, 0.0]).tolist() == [[True, False],
+                                                                                           [True, True]]
