@@ -222,7 +222,7 @@ def test_one_bad_ray_level_in_a_good_batch_raises():
     prefs = np.array([0.2, 0.3, 0.5])
     for psi, what, value in (([1.0, 2.0, -1.0, 3.0], "strictly positive", "-1"),
                              ([1.0, 2.0, np.nan, 3.0], "finite", "nan"), (0.0, "strictly positive", r"got 0\.0")):
-        with pytest.raises(ValueError, match=names(r"\bpsi\b", what, value)):
+        with pytest.raises(ValueError, match=names(rf"\bpsi must be {what};", value)):
             ray_point(psi, prefs)
 
 
