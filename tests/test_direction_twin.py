@@ -152,6 +152,40 @@ def test_solver_twin_iteration_limit_and_infeasible_codes():
     assert {0, 1, 2} <= set(code2.tolist()) | set(kern.solve_lps(c, D, e, -1, sd._compiled_params())[1].tolist())
 
 
+@needs_numba
+@pytest.mark.parametrize("bland", [False, True])
+def test_solver_twin_takes_the_same_infeasibility_decisions(bland):
+    """Rows without a pivot (a proof of infeasibility, or a violation that proves nothing and leaves the choice to the
+    other rows) under Dantzig's and Bland's rule: the same codes, iterations, bases and tableaux, on mixed-magnitude
+    LPs (m = 12, where such rows occur) and on LPs built so that a row proves nothing while another pivots."""
+    from sim import _lp_compiled as kern
+
+    m = 12
+    *_, built = _numpy_lp(*_instances("mixed_magnitude", m, seed=1), 10.0, "relaxed")
+    c, D, e = sd._scale_lp(built[0])
+    hand = [([1.0, 0.5, 0.0], [[-3e-12, 0.0, -1.0], [-2e-12, 1.0, 0.0]], [0.0, 0.0]),
+            ([1.0, 0.5, 0.0], [[-5e-12, -4.5e-12, -1.0], [-2e-12, 1.0, 0.0]], [0.0, 0.0])]
+    lps = [(c, D, e)] + [tuple(np.array([a], dtype=float) for a in lp) for lp in hand]
+    P = sd._compiled_params()
+    codes, accepted = set(), 0
+    for c, D, e in lps:
+        N, k, m = D.shape
+        n, p = m + k, k + 1
+        after = 0 if bland else 4 * p
+        basis, code, iters, reduced, xB = sd._dual_simplex(c, D, e, max_iter=50 * (m + p), bland_after=after)
+        T, b2, prow, f = np.empty((p + 1, n + 1)), np.empty(p, dtype=np.int64), np.empty(n + 1), np.empty(p + 1)
+        for t in range(N):
+            code2, iters2 = kern._dual_simplex(c[t], D[t], e[t], 50 * (m + p), after, P, T, b2, prow, f)
+            assert (code2, iters2) == (code[t], iters[t]), t
+            np.testing.assert_array_equal(b2, basis[t])
+            np.testing.assert_array_equal(T[:p, n], xB[t])
+            np.testing.assert_array_equal(T[p, :n], reduced[t])
+        codes |= set(code.tolist())
+        accepted += np.count_nonzero((code == 0) & (xB.min(axis=1) < -1e-12))  # a row that proved nothing
+    assert codes == {0, 1}
+    assert accepted >= 3
+
+
 def test_lu_solve_matches_lapack_and_flags_exactly_singular_bases():
     rng = np.random.default_rng(3)
     B = rng.normal(size=(50, 6, 6))
