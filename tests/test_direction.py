@@ -955,3 +955,14 @@ def test_broken_numba_warns_at_the_caller(monkeypatch):
         assert rec[0].filename == __file__
     finally:
         sd._load_compiled.cache_clear()
+
+
+def test_restriction_row_is_decided_per_instance_in_a_batch(backend):
+    """One batch (C = -I, validate=False): off the ray the restricted LP is infeasible and the policy gives the
+    fallback; on the ray (CA = 0: no restriction row, R4) the LP is the relaxed one, infeasible, and stays
+    "infeasible" — whether an instance has the restriction row depends on its own CA, not on the batch's."""
+    lam = np.array([[0.2, 0.3, 0.5], [0.2, 0.3, 0.5]])
+    l = np.array([[1.0, 2.0, 1.5], 1.0 / lam[1]])
+    res = lp_direction(l, lam, -np.eye(3), eps_mode=10.0, on_infeasible="fallback_preference", validate=False)
+    assert res.status.tolist() == ["fallback", "infeasible"]
+    assert res.beta[1] == 0.0 and not res.adjustment[1].any()
