@@ -643,6 +643,29 @@ def test_exactly_singular_basis_keeps_the_tableau_weights(backend):
     assert kkt[1] == 1.0
 
 
+def test_bland_rule_takes_over_after_4p_pivots(backend):
+    """The solver switches from Dantzig's rule to Bland's after 4·(m + 2) pivots: on rank-deficient descent LPs at
+    m = 16, of which some need more than 3·(m + 2) pivots, the iteration counts of lp_direction (numpy) and of the
+    compiled twin's solver (on the same LP data: its builder may differ in the last bits) are those of the internal
+    solver switching after 4·(m + 2) pivots; a switch after 3·(m + 2) gives other counts."""
+    from sim.direction import _build, _compiled_params, _dual_simplex, _prepare, _scale_lp
+
+    m, p = 16, 18
+    l, lam, _, C = lp_instance_family("rank_deficient", np.random.default_rng([m, 0]), 200, m)
+    c, D, e = _scale_lp(_build(*_prepare(l, lam, C, True)[:3], 10.0, "restricted", 0.0)[0])
+    it4 = _dual_simplex(c, D, e, max_iter=50 * (m + p), bland_after=4 * p)[2]
+    it3 = _dual_simplex(c, D, e, max_iter=50 * (m + p), bland_after=3 * p)[2]
+    long = it4 > 3 * p
+    assert np.count_nonzero(long) >= 2 and np.any(it3[long] != it4[long])
+    if backend == "numpy":  # fallback_preference: no re-solve adds pivots
+        iters = lp_direction(l, lam, C, eps_mode=10.0, on_infeasible="fallback_preference").iterations
+    else:
+        from sim import _lp_compiled as kern
+
+        iters = kern.solve_lps(c, D, e, -1, _compiled_params())[2]
+    np.testing.assert_array_equal(iters, it4)
+
+
 def test_lps_that_need_more_than_4p_pivots_reach_bland_and_match_highs():
     """Rank-deficient descent LPs with m = 24 need up to 123 pivots, more than the 4·(m + 2) = 104 after which
     lp_direction switches to Bland's rule: those instances (at least 5 here) end at HiGHS's status and optimum."""
@@ -709,6 +732,31 @@ def test_a_row_without_pivot_declares_infeasibility_only_with_a_proof(bland_afte
     mu, kkt, _ = _recover(*lp, basis, reduced, xB)
     np.testing.assert_array_equal(mu[0], [1.0, 0.0, 0.0])
     assert kkt[0] == pytest.approx(3e-12, rel=1e-3)  # the violation, reported
+
+
+# Start vertex μ_1; row B = (1, -0.5, 0) >= 0.8 leaves first (μ_0 enters), after which the slack s_B of B (at most
+# max_j D_Bj - e_B = 0.2 on the simplex) is nonbasic and row A = (a_0, a_1, -1) >= 0 reads s_A = a_0 + (a_1 - a_0)μ_1
+# - (1 + a_0)μ_2 with μ_1 = (0.2 - μ_2 - s_B)/1.5: its entry on s_B is (a_1 - a_0)/1.5, below the pivot tolerance.
+_SLACK_BOUND_LPS = {
+    # a_0 = 0, a_1 = -1.2e-11: s_A = -1.6e-12 at the vertex, 0 at s_B = 0.2 (μ = e_0 is feasible): no proof
+    "feasible": ([0.0, 1.0, -1.0], [[0.0, -1.2e-11, -1.0], [1.0, -0.5, 0.0]], [0.0, 0.8]),
+    # a_0 = -2e-12, a_1 = -4.5e-12: s_A <= -2.33e-12 + 1.67e-12·0.2 = -2e-12 (every coefficient is negative); with
+    # the bound 1 instead of 0.2 the row would prove nothing
+    "infeasible": ([0.0, 1.0, -1.0], [[-2e-12, -4.5e-12, -1.0], [1.0, -0.5, 0.0]], [0.0, 0.8]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_SLACK_BOUND_LPS))
+def test_the_proof_of_infeasibility_counts_the_slack_bounds(case, backend):
+    """Entries on a nonbasic slack count with the slack's bound max_j D_ij - e_i (0.2 here): a row whose violation
+    that slack could repair proves nothing (an LP with a feasible point is not declared infeasible), and a row that
+    the slack cannot repair within its bound is a proof."""
+    _numpy_internals(backend)
+    from sim.direction import _dual_simplex
+
+    basis, code, iters, _, xB = _dual_simplex(*_one_lp(*_SLACK_BOUND_LPS[case]), 100, 100)
+    assert basis[0].tolist() == [1, 3, 0] and iters[0] == 1 and xB[0, 1] < -1.5e-12  # s_A violated, no pivot
+    assert code[0] == {"feasible": 0, "infeasible": 1}[case]
 
 
 @pytest.mark.parametrize("bland_after", [0, 100])
