@@ -105,6 +105,27 @@ def test_backend_names_are_checked():
         lp_direction([1.0, 2.0], [0.5, 0.5], np.eye(2), backend="numba")
 
 
+def test_resolve_backend_names_the_backend_that_runs(monkeypatch):
+    """``resolve_backend`` returns ``"numpy"`` or ``"compiled"``, never anything else: ``numpy`` always, ``compiled``
+    and ``auto`` where numba can be imported, ``auto`` without numba: ``numpy``."""
+    assert resolve_backend("numpy") == "numpy"
+    if HAVE_NUMBA:
+        assert resolve_backend("compiled") == "compiled" and resolve_backend("auto") == "compiled"
+    monkeypatch.setattr(sd, "_load_compiled", lambda: (None, "numba is not installed"))
+    assert resolve_backend("numpy") == "numpy" and resolve_backend("auto") == "numpy"
+
+
+@needs_numba
+def test_policy_codes_are_the_kernels():
+    """The ``on_infeasible`` names map onto the compiled kernel's policy constants (defined there, numba freezes
+    module globals), one code per policy."""
+    from sim import _lp_compiled as kern
+
+    assert sd._POLICIES == {"relaxed": kern.POLICY_RELAXED, "fallback_preference": kern.POLICY_FALLBACK,
+                            "raise": kern.POLICY_RAISE}
+    assert len(set(sd._POLICIES.values())) == 3
+
+
 # ------------------------------------------------------------------------------------------------ solver twin
 
 
@@ -164,7 +185,9 @@ def test_solver_twin_takes_the_same_infeasibility_decisions(bland):
     *_, built = _numpy_lp(*_instances("mixed_magnitude", m, seed=1), 10.0, "relaxed")
     c, D, e = sd._scale_lp(built[0])
     hand = [([1.0, 0.5, 0.0], [[-3e-12, 0.0, -1.0], [-2e-12, 1.0, 0.0]], [0.0, 0.0]),
-            ([1.0, 0.5, 0.0], [[-5e-12, -4.5e-12, -1.0], [-2e-12, 1.0, 0.0]], [0.0, 0.0])]
+            ([1.0, 0.5, 0.0], [[-5e-12, -4.5e-12, -1.0], [-2e-12, 1.0, 0.0]], [0.0, 0.0]),
+            ([0.0, 1.0, -1.0], [[0.0, -1.2e-11, -1.0], [1.0, -0.5, 0.0]], [0.0, 0.8]),  # slack bounds count
+            ([0.0, 1.0, -1.0], [[-2e-12, -4.5e-12, -1.0], [1.0, -0.5, 0.0]], [0.0, 0.8])]
     lps = [(c, D, e)] + [tuple(np.array([a], dtype=float) for a in lp) for lp in hand]
     P = sd._compiled_params()
     codes, accepted = set(), 0
@@ -183,7 +206,7 @@ def test_solver_twin_takes_the_same_infeasibility_decisions(bland):
         codes |= set(code.tolist())
         accepted += np.count_nonzero((code == 0) & (xB.min(axis=1) < -1e-12))  # a row that proved nothing
     assert codes == {0, 1}
-    assert accepted >= 3
+    assert accepted >= 4
 
 
 def test_lu_solve_matches_lapack_and_flags_exactly_singular_bases():
