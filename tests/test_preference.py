@@ -537,6 +537,27 @@ def test_check_gram_on_batches_names_the_instance():
         check_gram(bad)
 
 
+def test_check_gram_on_two_batch_axes_has_a_tolerance_per_instance():
+    """Two leading axes (2 × 4 instances of m = 3): the batch passes unchanged; the semi-definiteness tolerance is each
+    instance's own (1e-10·max(1, ‖C‖_∞)): an instance of scale 1e8 with an eigenvalue of -1e-4 passes among unit-scale
+    ones, and an indefinite unit-scale instance is named by both indices."""
+    rng = np.random.default_rng(27)
+    C = _grams(rng, 8, 3).reshape(2, 4, 3, 3)
+    C /= np.abs(C).max(axis=(-2, -1), keepdims=True)
+    w, V = np.linalg.eigh(C[1, 2])
+    w[0] = -1e-4 / 1e8
+    C[1, 2] = 1e8 * (V * w) @ V.T
+    C[1, 2] = 0.5 * (C[1, 2] + C[1, 2].T)
+    np.testing.assert_array_equal(check_gram(C), C)
+    bad = C.copy()
+    w, V = np.linalg.eigh(C[0, 3])
+    w[0] = -1e-8
+    bad[0, 3] = (V * w) @ V.T
+    bad[0, 3] = 0.5 * (bad[0, 3] + bad[0, 3].T)
+    with pytest.raises(ValueError, match=names(r"\bgram\b", "positive semi-definite", r"\(0, 3\)", r"-1\.000e-08")):
+        check_gram(bad)
+
+
 def test_check_gram_tolerances_scale_with_the_matrix():
     """Symmetry within 1e-10·max(1, max|C|) and λ_min >= -1e-10·max(1, ‖C‖_∞): a Gram matrix of scale 1e8 with
     a relative asymmetry of 1e-13 and an eigenvalue of -1e-4 (roundoff at that scale) passes; at scale 1 an
