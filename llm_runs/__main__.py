@@ -24,20 +24,26 @@ import argparse
 import os
 import sys
 
+from sim import cli
+
 MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "100000000000"}
 #: OpenMP threads that wait passively: with torch's two threads on a CPU shared with other jobs, spinning threads
 #: made a forward pass of SmolLM2 take 20-40 times the CPU time (2-6 s instead of 0.1-0.2 s). Kept if set.
 OMP_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
+#: The sizes of ``random-model`` (the keys of :data:`llm_runs.models.RANDOM_LLAMA_SIZES`, written out so that the
+#: parser imports no torch; a test holds them equal).
+RANDOM_MODEL_SIZES = ("tiny", "0.5b", "1b")
 
 
-def _ensure_malloc_env(argv: list[str]) -> None:
+def _ensure_malloc_env(argv: list[str], prog: str = "python -m llm_runs") -> None:
     omp = {k: v for k, v in OMP_ENV.items() if k not in os.environ}
     if (all(os.environ.get(k) == v for k, v in MALLOC_ENV.items()) and not omp) or os.environ.get("PREFALIGN_NO_REEXEC"):
         return
     env = {**os.environ, **MALLOC_ENV, **omp, "PREFALIGN_NO_REEXEC": "1"}
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(sys.executable, [sys.executable, "-m", "llm_runs", *argv], env)
+    command = ["-m", "prefalign", "llm"] if prog.startswith("prefalign") else ["-m", "llm_runs"]
+    os.execve(sys.executable, [sys.executable, *command, *argv], env)
 
 
 def _positive_int(text: str) -> int:
@@ -70,13 +76,14 @@ def _shard(text: str) -> tuple[int, int]:
     return i - 1, n
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "python -m llm_runs") -> argparse.ArgumentParser:
+    """The parser of this command line (``prog``: the name its messages give it, e.g. ``prefalign llm``); building
+    it imports no torch."""
     from llm_runs.data import DEFAULT_DATA_FILE
     from llm_runs.generate import GenerationSettings
-    from sim import cli
 
     d = GenerationSettings()
-    parser = cli.ArgumentParser(prog="python -m llm_runs", description=__doc__.split("\n\n")[0])
+    parser = cli.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0], epilog=cli.exit_status_help())
     sub = parser.add_subparsers(dest="command", required=True)
     data = sub.add_parser("data", help="the candidate data file: build it, or print its statistics")
     dsub = data.add_subparsers(dest="action", required=True)
@@ -113,7 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print the statistics as JSON")
     pr = sub.add_parser("probe", help="measurements on the data file with the default model")
     psub = pr.add_subparsers(dest="action", required=True)
-    common = argparse.ArgumentParser(add_help=False)
+    common = cli.ArgumentParser(add_help=False)
     common.add_argument("--data", default=str(DEFAULT_DATA_FILE), help="data file (default: the shipped file)")
     common.add_argument("--objectives", default=None,
                         help="comma-separated objective names (default: every reward in the data file)")
@@ -139,7 +146,6 @@ def build_parser() -> argparse.ArgumentParser:
     dp.add_argument("--lr", type=_positive_float, default=5e-4)
     dp.add_argument("--eval-every", type=_positive_int, default=5)
 
-    from llm_runs.models import RANDOM_LLAMA_SIZES
     from llm_runs.run import PRESETS
 
     r = sub.add_parser("run", help="Algorithm 1 on LoRA fine-tuning of the model (trajectory.csv, summary.json)")
@@ -160,7 +166,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     rm = sub.add_parser("random-model", help="save a randomly initialised Llama with the SmolLM2 tokenizer")
-    rm.add_argument("--size", choices=sorted(RANDOM_LLAMA_SIZES), default="0.5b")
+    rm.add_argument("--size", choices=RANDOM_MODEL_SIZES, default="0.5b",
+                    help="tiny: about 3.2 M parameters; 0.5b: about 0.48 B; 1b: about 1.07 B (default %(default)s)")
     rm.add_argument("--out", required=True, help="model directory to write")
     rm.add_argument("--seed", type=cli.seed, default=0)
     rm.add_argument("--dtype", choices=("float32", "bfloat16"), default="bfloat16",
@@ -178,7 +185,6 @@ def _check_run_args(args):
     from llm_runs.clients import DataShortageError, build_federation
     from llm_runs.data import DataFileError, load_candidates
     from llm_runs.run import PRESETS
-    from sim import cli
 
     if args.model is not None:
         p = Path(args.model).expanduser()
@@ -425,34 +431,38 @@ def _input_errors() -> tuple[type[Exception], ...]:
     return (DataFileError, GenerationFileError, ModelNotFoundError, UnknownObjectiveError)
 
 
-def main(argv: list[str] | None = None) -> int:
-    from sim import cli
-
+def main(argv: list[str] | None = None, prog: str = "python -m llm_runs") -> int:
+    """Run the command line on ``argv`` (default ``sys.argv[1:]``); returns the exit status (0; 2 on a usage error
+    or a bad input file, model directory or objective name; 130 when interrupted)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
+    parser = build_parser(prog)
     try:
         args = parser.parse_args(argv)  # usage errors exit 2 here, before any work
         preset = _check_run_args(args) if args.command == "run" else None
     except cli.UsageError as exc:
-        return cli.print_usage_error(exc, parser.prog)
+        return cli.print_usage_error(exc, prog)
     try:
         if args.command == "run":
-            _ensure_malloc_env(argv)
+            _ensure_malloc_env(argv, prog)
             return _run(args, preset)
         if args.command == "random-model":
             return _random_model(args)
         if args.command == "data" and args.action == "build":
-            _ensure_malloc_env(argv)
+            _ensure_malloc_env(argv, prog)
             return _data_build(args)
         if args.command == "data" and args.action == "stats":
             return _data_stats(args)
         if args.command == "probe":
-            _ensure_malloc_env(argv)
+            _ensure_malloc_env(argv, prog)
             return _probe_conflict(args) if args.action == "conflict" else _probe_dpo(args)
     except _input_errors() as exc:  # a bad input file, model directory or objective name: say which, exit 2
-        print(f"python -m llm_runs: error: {exc}", file=sys.stderr)
-        return 2
-    return cli.print_usage_error(cli.UsageError(f"unknown command {args.command!r}"), parser.prog)  # pragma: no cover
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return cli.EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return cli.EXIT_INTERRUPTED
+    parser.error(f"unknown command {args.command!r}")  # pragma: no cover
+    return 2
 
 
 if __name__ == "__main__":

@@ -292,7 +292,8 @@ def _diagnostics(records: pd.DataFrame) -> dict:
     out = {}
     for phase, g in records.groupby("phase", sort=False):
         steps = g[g["lp_status"] != "none"]
-        d = {"rows": int(len(g)), "beta_max": float(g["beta"].max()), "beta_median": float(g["beta"].median())}
+        d: dict[str, object] = {"rows": int(len(g)), "beta_max": float(g["beta"].max()),
+                                "beta_median": float(g["beta"].median())}
         for col in ("margin_Jstar", "margin_Jeps"):
             v = steps[col].dropna()
             if len(v):
@@ -436,7 +437,7 @@ def run(preset: RunPreset, out: Path, *, model_dir=None, device: str = "auto", s
     src = TorchSource(lobj, fed.prefs, fed.n_samples, timer=timer, progress=bar.update)
     w_ref = lobj.initial()
     writer = RecordWriter(out / "trajectory.csv")
-    base = {}
+    base: dict[str, np.ndarray] = {}
 
     def observe(W, clients, batches, ev):
         if not base and batches is None:

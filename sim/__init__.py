@@ -8,3 +8,6 @@ boundary of Algorithm 1: client sources supplying losses, Gram matrices and ``d 
 (Algorithm 1: clustering, Phase 1, Phase 2, new-client Pipelines 1 and 2, baselines, records) and the command
 line :mod:`sim.simulate`.
 """
+
+#: The version of prefalign-verify: the one place it is written (``pyproject.toml`` reads it from here).
+__version__ = "0.1.0"

@@ -720,11 +720,9 @@ class _Recorder:
         self.sink = sink
 
     def add(self, extra: dict | None = None, **cols) -> None:
-        n = None
-        for v in cols.values():
-            if isinstance(v, np.ndarray) and v.ndim == 1:
-                n = v.shape[0]
-                break
+        n = next((int(v.shape[0]) for v in cols.values() if isinstance(v, np.ndarray) and v.ndim == 1), None)
+        if n is None:
+            raise ValueError(f"a record row needs a per-client column; got {sorted(cols)}")
         part = {k: (v if isinstance(v, np.ndarray) and v.ndim == 1 else np.full(n, v)) for k, v in cols.items()}
         for k, v in (extra or {}).items():
             part[k] = np.broadcast_to(np.asarray(v), (n,))
@@ -924,7 +922,7 @@ def _federated(src: Source, clients, w0, rho, rng, *, phase: str, rounds: int, l
                 if k == 0 and first is not None:
                     dr = first
                 else:
-                    ev = _evaluate(src, W, clients, None if batch is None else batches[k],
+                    ev = _evaluate(src, W, clients, None if batches is None else batches[k],
                                    where=f"{where} step {k}", step_size=eta_inner)
                     dr = _directions(ev, lam, direction, cfg, where=f"{where} step {k}", clients=clients)
                     del ev
@@ -1135,13 +1133,11 @@ def pipeline1(source, clients, w0, config: AdaptConfig, rng: np.random.Generator
     n, n_w, K, S = clients.size, src.n_params, config.K, config.S
     W = _check_point(src, w0, "w0", rows=n)
     xp = array_namespace(W)
-    if batches is None:
-        batches = draw_batches(src, clients, K, S, _check_rng(rng))
-    batches = np.asarray(batches)
-    if batches.shape != (n, K, S):
-        raise ValueError(f"batches must have shape (n={n}, K={K}, S={S}); got {batches.shape}")
+    idx = np.asarray(draw_batches(src, clients, K, S, _check_rng(rng)) if batches is None else batches)
+    if idx.shape != (n, K, S):
+        raise ValueError(f"batches must have shape (n={n}, K={K}, S={S}); got {idx.shape}")
     check_batch_size(src, clients, S, "AdaptConfig.S")
-    if config.preconditioner == "fixed" and config.P.shape != (n_w, n_w):
+    if config.preconditioner == "fixed" and config.P is not None and config.P.shape != (n_w, n_w):
         raise ValueError(f"AdaptConfig.P must have shape ({n_w}, {n_w}); got {config.P.shape}")
     lam = src.prefs[clients]
     psi_star = check_psi_star(src, clients)
@@ -1162,7 +1158,7 @@ def pipeline1(source, clients, w0, config: AdaptConfig, rng: np.random.Generator
             _adapt_records(rec, phase, k, clients, psi, psi_star, beta, None, counts, n_desc, cluster,
                            alpha_adapt=a, preconditioner=pre, batch_size=float(S), local_steps=0, extra=extra)
             break
-        ev = _evaluate(src, W, clients, batches[:, k, :], where=f"{phase} step {k}", step_size=a)
+        ev = _evaluate(src, W, clients, idx[:, k, :], where=f"{phase} step {k}", step_size=a)
         dr = _directions(ev, lam, config.direction, config, where=f"{phase} step {k}", clients=clients)
         del ev
         if config.direction == "lp":
@@ -1217,7 +1213,8 @@ def pipeline2(source, clients, w0, config: Pipeline2Config | None = None, *, clu
     total = _zero_counts()
     traj = [W] if keep_trajectory else None
     best_W, best_psi = W, np.full(n, np.inf)
-    pending = None  # (row kwargs, counts, n_desc) of the open record row
+    pending: tuple[dict[str, Any], dict[str, np.ndarray], np.ndarray] | None = None  # the open record row:
+    # (row kwargs, counts, n_desc)
 
     def flush():
         if pending is not None:
@@ -1249,6 +1246,7 @@ def pipeline2(source, clients, w0, config: Pipeline2Config | None = None, *, clu
             pending = (dict(k=k, psi=psi, psi_star=psi_star, beta=dr.beta, dr=dr, d_norm=_row_norms(src, dr.d),
                             eta_eff=eta, local_steps=1, extra=_record_metrics(src, W, clients, losses)),
                        {s: np.zeros(n, dtype=np.int64) for s in STATUSES}, np.zeros(n, dtype=np.int64))
+        assert pending is not None  # a row is opened at k = 0
         for s in STATUSES:
             pending[1][s] += dr.status == s
         pending[2][...] += dr.mode == "descent"
@@ -1313,6 +1311,7 @@ def run_algorithm(source, config: AlgorithmConfig, rng: np.random.Generator, *, 
     check_psi_star(src, train)
 
     clus = clustering_step(src, train, w_ref, cfg.cluster, rng)
+    keep: dict[str, Any]  # the keyword arguments every phase takes
     outputs: dict = {"w_I": [], "w_II": [], "w_FA": []}
     phases: dict = {}
     frames = []
@@ -1325,8 +1324,8 @@ def run_algorithm(source, config: AlgorithmConfig, rng: np.random.Generator, *, 
         p2 = phase2(src, cl, p1.w, cfg.phase2, rng, rho=rho, cluster=c, round_offset=cfg.phase1.rounds,
                     B_start=p1.B, **keep)
         fa = fedavg(src, cl, w_ref, fa_cfg, rng, rho=rho, cluster=c, **keep)
-        for name, res in (("w_I", p1), ("w_II", p2), ("w_FA", fa)):
-            outputs[name].append(res.w)
+        for name, phase_res in (("w_I", p1), ("w_II", p2), ("w_FA", fa)):
+            outputs[name].append(phase_res.w)
         phases[c] = dict(phase1=p1, phase2=p2, fedavg=fa)
         frames += [p1.records, p2.records, fa.records]
     w_I, w_II, w_FA = (xp.stack(outputs[name]) for name in ("w_I", "w_II", "w_FA"))

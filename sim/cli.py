@@ -9,6 +9,12 @@ could have checked at its start. A :class:`ArgumentParser` raises :class:`UsageE
 block; the ``main`` of a command line catches it and prints it as one line with :func:`print_usage_error`::
 
     python -m verification run: error: argument --seed: must be an integer >= 0; got '-1'
+
+Exit status, the same in every command line (``prefalign`` and the ``python -m`` forms): :data:`EXIT_OK` (0) on
+success, :data:`EXIT_FAIL` (1) when the work ran and what it checks failed (a verdict, a negative control, a
+regression against a baseline; each command's ``--help`` says what), :data:`EXIT_USAGE` (2) on a usage error and
+:data:`EXIT_INTERRUPTED` (130) when interrupted (Ctrl-C). :func:`exit_status_help` writes that list for a
+command's ``--help``.
 """
 
 from __future__ import annotations
@@ -18,13 +24,20 @@ import math
 import os
 import sys
 import tempfile
+import textwrap
 from pathlib import Path
+from typing import Any, NoReturn
 
 __all__ = [
+    "EXIT_OK",
+    "EXIT_FAIL",
     "EXIT_USAGE",
+    "EXIT_INTERRUPTED",
+    "exit_status_help",
     "UsageError",
     "ArgumentParser",
     "print_usage_error",
+    "sub_commands",
     "seed",
     "positive_int",
     "nonnegative_float",
@@ -36,8 +49,25 @@ __all__ = [
     "cpu_name",
 ]
 
+#: Exit status of a command that ran and whose checks passed.
+EXIT_OK = 0
+#: Exit status of a command that ran and whose checks failed (a verdict, a negative control, a regression).
+EXIT_FAIL = 1
 #: Exit status of a usage error (argparse's convention).
 EXIT_USAGE = 2
+#: Exit status of a command interrupted by Ctrl-C (128 + SIGINT, the shell's convention).
+EXIT_INTERRUPTED = 130
+
+
+def exit_status_help(fail: str | None = None, width: int = 100) -> str:
+    """The "exit status" block of a command's ``--help`` (an argparse epilog, for a ``RawDescriptionHelpFormatter``).
+
+    ``fail`` says when the command exits :data:`EXIT_FAIL` (None: it never does)."""
+    rows = [(EXIT_OK, "success")] + ([(EXIT_FAIL, fail)] if fail else []) + [
+        (EXIT_USAGE, "usage error: one line on stderr naming the argument and the value, found before any work"),
+        (EXIT_INTERRUPTED, "interrupted (Ctrl-C)")]
+    return "\n".join(["exit status:"] + [textwrap.fill(text, width=width, initial_indent=f"  {code:<5}",
+                                                         subsequent_indent=" " * 7) for code, text in rows])
 
 
 class UsageError(ValueError):
@@ -54,9 +84,15 @@ class ArgumentParser(argparse.ArgumentParser):
     """An ``argparse.ArgumentParser`` whose parse errors raise :class:`UsageError` (subparsers inherit it).
 
     argparse prints the whole usage block before the error; a command line of this project prints the error
-    alone, on one line (``--help`` still shows the usage)."""
+    alone, on one line (``--help`` still shows the usage). The help keeps the line breaks of the description and
+    the epilog (the exit-status block of :func:`exit_status_help`); sub-commands added with
+    ``add_subparsers().add_parser`` get the same formatter."""
 
-    def error(self, message: str):  # noqa: D401 - argparse's hook
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:  # noqa: D401 - argparse's hook
         raise UsageError(message, prog=self.prog)
 
 
@@ -65,6 +101,17 @@ def print_usage_error(exc: UsageError, prog: str) -> int:
     message = " ".join(str(exc).split())  # one line, whatever the message held
     print(f"{exc.prog or prog}: error: {message}", file=sys.stderr, flush=True)
     return EXIT_USAGE
+
+
+def sub_commands(parser: argparse.ArgumentParser) -> list[tuple[str, str, argparse.ArgumentParser]]:
+    """The sub-commands of ``parser`` as ``(name, help, parser)``, in the order they were added (empty: it has
+    none). Read from the parser itself, so that a listing of a command line's actions (``prefalign --help``, the
+    documentation) follows the parser when a sub-command is added."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {a.dest: a.help or "" for a in action._choices_actions}
+            return [(name, helps.get(name, ""), sub) for name, sub in action.choices.items()]
+    return []
 
 
 def seed(text: str) -> int:
@@ -206,7 +253,7 @@ def cpu_name() -> str:
             info = [ln.split(":", 1) for ln in fh if ":" in ln]
     except OSError:
         return platform.processor() or platform.machine()
-    first = {}
+    first: dict[str, str] = {}
     for k, v in info:
         first.setdefault(k.strip(), v.strip())
     n = sum(1 for k, _ in info if k.strip() == "processor")

@@ -152,7 +152,7 @@ def aggregation_weights(n_samples=None, N: int | None = None) -> np.ndarray:
     if N is not None:
         if isinstance(N, bool) or not isinstance(N, (int, np.integer)) or N < 1:
             raise ValueError(f"N must be a positive integer; got N={N!r}")
-    if n_samples is None:
+    if n_samples is None and N is not None:  # (both None was refused above)
         return np.full(int(N), 1.0 / int(N), dtype=np.float64)
     n = _finite_array(n_samples, "n_samples", ndim=1)
     if n.shape[0] == 0:
@@ -409,7 +409,8 @@ def _kmeans(X: np.ndarray, k: int, rng: np.random.Generator, n_init: int, max_it
     centres goes to the lower-numbered one, and a restart replaces the best so far only if its inertia is lower by
     more than ``TIE_RTOL`` (relative), so roundoff never decides between restarts of equal quality."""
     N = X.shape[0]
-    best_labels, best_inertia = None, np.inf
+    best_labels: np.ndarray | None = None
+    best_inertia = np.inf
     for _ in range(n_init):
         centers = np.empty((k, X.shape[1]))
         centers[0] = X[rng.integers(N)]
@@ -439,8 +440,10 @@ def _kmeans(X: np.ndarray, k: int, rng: np.random.Generator, n_init: int, max_it
             for c in range(k):
                 centers[c] = X[labels == c].mean(axis=0)
         inertia = float(((X - centers[labels]) ** 2).sum())
-        if inertia < best_inertia * (1.0 - TIE_RTOL):  # better by more than the resolution: the first restart wins ties
-            best_inertia, best_labels = inertia, labels.copy()
+        if best_labels is None or inertia < best_inertia * (1.0 - TIE_RTOL):  # better by more than the resolution:
+            best_inertia, best_labels = inertia, labels.copy()                  # the first restart wins ties
+    if best_labels is None:
+        raise ValueError(f"n_init must be a positive integer; got n_init={n_init!r}")
     return best_labels
 
 
@@ -491,7 +494,7 @@ def stage2_split(
         Z = linkage(X, method="complete", metric="euclidean")
         if threshold is not None:
             raw = fcluster(Z, t=float(threshold), criterion="distance")
-        else:
+        elif k is not None:  # exactly one of the two is given (checked above)
             raw = fcluster(Z, t=int(k), criterion="maxclust")
         return _canonical_labels(np.asarray(raw))
     # kmeans

@@ -37,7 +37,7 @@ Only :mod:`sim.preference` is imported; LP weights are taken as arguments. Bad i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -307,20 +307,60 @@ class LPBasis:
     kappa_lp: float | None
     reason: str
 
+    def basis(self, what: str = "use") -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(basis_rows, M_B, b_const_B, S_B)``; raises ``ValueError`` with :attr:`reason` when the active rows
+        are not a basis (``what``: what needed it, for the message)."""
+        if not self.is_basis or self.basis_rows is None or self.M_B is None or self.b_const_B is None \
+                or self.S_B is None:
+            raise ValueError(f"no basis to {what}: {self.reason}")
+        return self.basis_rows, self.M_B, self.b_const_B, self.S_B
+
     def rhs_B(self, adjustment) -> np.ndarray:
         """``b_B(A') = b_const_B + S_B C A'`` for another adjustment vector ``A'`` (same basis)."""
-        if not self.is_basis:
-            raise ValueError(f"no basis to evaluate b_B on: {self.reason}")
+        _, _, b_const_B, S_B = self.basis("evaluate b_B on")
         a = _arr(adjustment, "adjustment", ndim=1)
         if a.shape != self.adjustment.shape:
             raise ValueError(f"adjustment must have shape {self.adjustment.shape}; got {a.shape}")
-        return self.b_const_B + self.S_B @ (self.gram @ a)
+        return b_const_B + S_B @ (self.gram @ a)
+
+    def with_duals(self, sign_duals, constraint_duals, dual_tol: float = 1e-10) -> LPBasis:
+        """This classification with the duals given: what :func:`lp_basis` returns for the same instance and
+        weights with ``sign_duals``, ``constraint_duals`` and ``dual_tol``, without building the LP again."""
+        dual_tol = _scalar(dual_tol, "dual_tol", nonneg=True)
+        R = np.array([j for kind, j in self.rows if kind == "con"], dtype=np.intp)
+        reason = "" if self.is_basis else self.reason
+        strict, nondeg, reason = _complementarity(np.asarray(self.active), R, self.is_basis, reason, sign_duals,
+                                                  constraint_duals, dual_tol)
+        return replace(self, strictly_complementary=strict, nondegenerate=nondeg, reason=reason)
 
     def solve(self, adjustment=None) -> np.ndarray:
         """Eq 8: ``μ = M_B⁻¹ b_B(A')`` (default ``A' = A`` of the instance)."""
+        _, M_B, _, _ = self.basis("solve eq 8 on")
         a = self.adjustment if adjustment is None else adjustment
-        rhs = self.rhs_B(a)  # raises when there is no basis
-        return np.linalg.solve(self.M_B, rhs)
+        return np.linalg.solve(M_B, self.rhs_B(a))
+
+
+def _complementarity(active: np.ndarray, R: np.ndarray, is_basis: bool, reason: str, sign_duals,
+                     constraint_duals, dual_tol: float) -> tuple[bool | None, bool | None, str]:
+    """``(strictly_complementary, nondegenerate, reason)`` of :func:`lp_basis` from its active rows (the equality
+    first, then ``m`` sign rows, then the rows ``R``) and the duals (both None: unknown)."""
+    m = active.shape[0] - 1 - R.size
+    strict: bool | None = None
+    if sign_duals is not None:
+        sd = _arr(sign_duals, "sign_duals", ndim=1)
+        cd = _arr(constraint_duals, "constraint_duals", ndim=1)
+        if sd.shape != (m,) or cd.shape != (m,):
+            raise ValueError(
+                f"sign_duals and constraint_duals must have shape ({m},); got {sd.shape} and {cd.shape}"
+            )
+        duals = np.concatenate([[np.inf], sd, cd[R]])
+        act_ineq = active.copy()
+        act_ineq[0] = False
+        strict = bool(np.all(np.abs(duals[act_ineq]) > dual_tol))
+        if is_basis and not strict:
+            reason = "an active inequality has a zero dual (no strict complementarity)"
+    nondeg = strict if is_basis else False
+    return strict, nondeg, reason
 
 
 def lp_basis(
@@ -407,8 +447,8 @@ def lp_basis(
     if abs(mu.sum() - 1.0) > max(feas_tol, 1e-12):
         raise ValueError(f"weights must sum to 1 (LP equality); they sum to {float(mu.sum())!r}")
     if np.any(mu < -feas_tol):
-        j = int(np.argmin(mu))
-        raise ValueError(f"weights must be >= 0 (LP sign constraints); weights[{j}] = {mu[j]!r}")
+        low = int(np.argmin(mu))
+        raise ValueError(f"weights must be >= 0 (LP sign constraints); weights[{low}] = {mu[low]!r}")
     slack = M @ mu - b
     slack[0] = 0.0
     con = slack[1 + m :]
@@ -433,39 +473,21 @@ def lp_basis(
     elif rank != m:
         reason = f"active rows are linearly dependent (rank {rank} < m={m})"
 
-    strict: bool | None = None
     if (sign_duals is None) != (constraint_duals is None):
         raise ValueError(
             "give both sign_duals and constraint_duals or neither; got "
             f"sign_duals={'None' if sign_duals is None else 'array'}, "
             f"constraint_duals={'None' if constraint_duals is None else 'array'}"
         )
-    if sign_duals is not None:
-        sd = _arr(sign_duals, "sign_duals", ndim=1)
-        cd = _arr(constraint_duals, "constraint_duals", ndim=1)
-        if sd.shape != (m,) or cd.shape != (m,):
-            raise ValueError(
-                f"sign_duals and constraint_duals must have shape ({m},); got {sd.shape} and {cd.shape}"
-            )
-        duals = np.concatenate([[np.inf], sd, cd[R]])
-        act_ineq = active.copy()
-        act_ineq[0] = False
-        strict = bool(np.all(np.abs(duals[act_ineq]) > dual_tol))
-        if is_basis and not strict:
-            reason = "an active inequality has a zero dual (no strict complementarity)"
-    nondeg: bool | None
-    if not is_basis:
-        nondeg = False
-    else:
-        nondeg = strict
+    strict, nondeg, reason = _complementarity(active, R, is_basis, reason, sign_duals, constraint_duals, dual_tol)
 
+    basis_rows: np.ndarray | None = None
+    M_B = b_B = b0_B = S_B = None
+    kappa = None
     if is_basis:
         basis_rows = np.flatnonzero(active)
         M_B, b_B, b0_B, S_B = M[basis_rows], b[basis_rows], b_const[basis_rows], S[basis_rows]
         kappa = float(lp_sensitivity(M_B, C))
-    else:
-        basis_rows = M_B = b_B = b0_B = S_B = None
-        kappa = None
 
     def ro(a):
         if a is None:
@@ -494,20 +516,21 @@ def basis_duals(info: LPBasis) -> tuple[np.ndarray, np.ndarray, bool, float]:
     Returns ``(sign_duals (m,), constraint_duals (m,), dual_feasible, min |dual| over active inequalities)``,
     in the indexing :func:`lp_basis` expects (``constraint_duals[j]`` for row ``(Cμ)_j ≥ rhs_j``).
     """
+    basis_rows, M_B, _, _ = info.basis("compute duals at")
     m = info.adjustment.shape[0]
-    y = np.linalg.solve(info.M_B.T, info.CA)
+    y = np.linalg.solve(M_B.T, info.CA)
     sign = np.zeros(m)
     con = np.zeros(m)
-    ineq = []
-    for r_idx, y_r in zip(info.basis_rows, y, strict=True):
+    duals = []
+    for r_idx, y_r in zip(basis_rows, y, strict=True):
         kind, j = info.rows[int(r_idx)]
         if kind == "sign":
             sign[j] = y_r
-            ineq.append(y_r)
+            duals.append(y_r)
         elif kind == "con":
             con[j] = y_r
-            ineq.append(y_r)
-    ineq = np.asarray(ineq)
+            duals.append(y_r)
+    ineq = np.asarray(duals)
     scale = max(1.0, float(np.abs(info.CA).max()))
     feasible = bool(np.all(ineq <= 1e-12 * scale)) if ineq.size else True
     min_abs = float(np.abs(ineq).min()) if ineq.size else np.inf
@@ -533,7 +556,7 @@ class ClientBasis:
         """Identity of the basis: the index sets and the labels of the basis rows."""
         if self.info is None or not self.info.is_basis:
             return None
-        rows = tuple(self.info.rows[int(r)] for r in self.info.basis_rows)
+        rows = tuple(self.info.rows[int(r)] for r in self.info.basis()[0])
         return (tuple(self.info.J.tolist()), tuple(self.info.J_star.tolist()), rows)
 
     @property
@@ -543,14 +566,14 @@ class ClientBasis:
 
 
 def client_basis(losses, pref, gram, weights, mode: str, *, dual_tol: float = 1e-10) -> ClientBasis:
-    """Classify one client's LP solution (two passes of :func:`lp_basis`: rows, then duals)."""
+    """Classify one client's LP solution (:func:`lp_basis`, then :meth:`LPBasis.with_duals` with its duals)."""
     if mode != "balance":
         return ClientBasis(None, False, 0.0)
     info = lp_basis(losses, pref, gram, weights)
     if not info.is_basis:
         return ClientBasis(info, False, 0.0)
     sd, cd, feas, min_abs = basis_duals(info)
-    info = lp_basis(losses, pref, gram, weights, sign_duals=sd, constraint_duals=cd, dual_tol=dual_tol)
+    info = info.with_duals(sd, cd, dual_tol)
     return ClientBasis(info, feas, min_abs)
 
 

@@ -163,8 +163,8 @@ def _enumerate(K: np.ndarray, mask: np.ndarray, V: np.ndarray | None, max_size: 
     best = np.full(b, np.inf)
     best_u = np.zeros((b, k))
     for size in range(1, max_size + 1):
-        for S in combinations(range(k), size):
-            S = list(S)
+        for support in combinations(range(k), size):
+            S = np.array(support, dtype=np.intp)
             rows = np.flatnonzero(mask[:, S].all(axis=1))
             if rows.size == 0:
                 continue

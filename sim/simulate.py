@@ -49,7 +49,7 @@ from sim.algorithm import (
 )
 
 __all__ = ["ProblemSpec", "Preset", "PRESETS", "build_problem", "preset_variant", "preference_spread", "simulate",
-           "main"]
+           "build_parser", "main"]
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,8 @@ def preset_variant(preset: Preset, *, K: int | None = None, S: int | None = None
                    spread: float | None = None) -> Preset:
     """``preset`` with the new clients' budget ``K`` steps of ``S`` samples (Pipeline 1, and its AdamW run) and the
     planted preference spread ``spread`` (the mixing spread ``s_u`` of :func:`build_problem`) replaced where given."""
-    adapt = replace(preset.config.adapt, **({"K": K} if K is not None else {}), **({"S": S} if S is not None else {}))
+    budget: dict[str, int] = {k: v for k, v in (("K", K), ("S", S)) if v is not None}
+    adapt = replace(preset.config.adapt, **budget)  # type: ignore[arg-type]  # K and S are the int fields
     adamw = preset.config.adamw
     if adamw is not None:
         adamw = replace(adamw, K=adapt.K, S=adapt.S)
@@ -167,8 +168,9 @@ def _screen(summary: dict, out: Path, seconds: float) -> str:
     return "\n".join(lines)
 
 
-def _parser() -> cli.ArgumentParser:
-    ap = cli.ArgumentParser(prog="python -m sim.simulate", description=__doc__.split("\n\n")[0])
+def build_parser(prog: str = "python -m sim.simulate") -> cli.ArgumentParser:
+    """The parser of this command line (``prog``: the name its messages give it, e.g. ``prefalign simulate``)."""
+    ap = cli.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0], epilog=cli.exit_status_help())
     ap.add_argument("--preset", choices=sorted(PRESETS), default="smoke")
     ap.add_argument("--out", required=True, type=Path, help="output directory (created if missing)")
     ap.add_argument("--seed", type=cli.seed, default=0, help="RNG seed, an integer >= 0 (default %(default)s)")
@@ -190,9 +192,10 @@ def _with_clients(preset: Preset, clients: int | None) -> Preset:
     return replace(preset, problem=replace(preset.problem, n_train=clients // groups))
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the command line; returns the exit status (2 on a usage error, found before any work)."""
-    ap = _parser()
+def main(argv: list[str] | None = None, prog: str = "python -m sim.simulate") -> int:
+    """Run the command line on ``argv`` (default ``sys.argv[1:]``; ``prog``: the name its messages give it); returns
+    the exit status: 0, 2 on a usage error (found before any work), 130 when interrupted (nothing is written)."""
+    ap = build_parser(prog)
     try:
         args = ap.parse_args(argv)
         preset = _with_clients(PRESETS[args.preset], args.clients)
@@ -204,13 +207,17 @@ def main(argv: list[str] | None = None) -> int:
     if not args.quiet:
         print(f"preset {args.preset}, seed {args.seed}: {spec.n_groups * spec.n_train} training and "
               f"{spec.n_groups * spec.n_new} new clients, m={spec.m}, n_w={spec.n_w}", file=sys.stderr, flush=True)
-    res, summary = simulate(preset, args.seed, progress=_Progress(args.quiet))
+    try:
+        res, summary = simulate(preset, args.seed, progress=_Progress(args.quiet))
+    except KeyboardInterrupt:
+        print(f"interrupted: nothing was written to {args.out}", file=sys.stderr, flush=True)
+        return cli.EXIT_INTERRUPTED
     seconds = time.perf_counter() - t0
     cli.atomic_write_text(args.out / "trajectory.csv", res.records.to_csv(index=False))
     summary.update(preset=args.preset, seed=args.seed, seconds=seconds)
     cli.atomic_write_text(args.out / "summary.json", json.dumps(summary, indent=2))
     print(_screen(summary, args.out, seconds))
-    return 0
+    return cli.EXIT_OK
 
 
 if __name__ == "__main__":

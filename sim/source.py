@@ -132,19 +132,26 @@ def device(x):
 
 @runtime_checkable
 class Evaluation(Protocol):
-    """Losses, Gram matrices and the combine ``d = G μ`` of ``n`` clients (see the module docstring)."""
+    """Losses, Gram matrices and the combine ``d = G μ`` of ``n`` clients (see the module docstring). The members
+    are read-only: a frozen dataclass such as :class:`GradientEvaluation` implements them."""
 
-    losses: np.ndarray
-    gram: np.ndarray
+    @property
+    def losses(self) -> np.ndarray: ...
+
+    @property
+    def gram(self) -> np.ndarray: ...
 
     def combine(self, weights: np.ndarray) -> Any: ...
 
 
 class _Clients(Protocol):
-    """Members shared by :class:`Source` and :class:`ClientProblem`: preferences, optima and sizes."""
+    """Members shared by :class:`Source` and :class:`ClientProblem`: preferences, optima and sizes (read-only)."""
 
-    prefs: np.ndarray
-    psi_star: np.ndarray
+    @property
+    def prefs(self) -> np.ndarray: ...
+
+    @property
+    def psi_star(self) -> np.ndarray: ...
 
     @property
     def n_clients(self) -> int: ...
@@ -219,7 +226,8 @@ class SampleData(Protocol):
     loss. ``sample_losses(w, i, idx)`` ``-> (m,)`` and ``sample_grads(w, i, idx)`` ``-> (n_w, m)`` are the means over
     the samples ``idx`` of client ``i``; ``n_samples`` ``(N,)``; ``episode(rng, i, S)`` draws ``S`` distinct indices."""
 
-    problem: Any
+    @property
+    def problem(self) -> Any: ...
 
     @property
     def n_samples(self) -> np.ndarray: ...
@@ -415,17 +423,17 @@ def check_source(source: Source, w, clients, rng: np.random.Generator, *, batch_
     l = source.losses(W, clients)
     need(isinstance(l, np.ndarray) and l.dtype == np.float64 and l.shape == (n, m),
          f"losses must return float64 numpy (n, m) = ({n}, {m})")
-    batch_sets = [None]
+    batch_sets: list[list[np.ndarray] | None] = [None]
     if batch_size is not None:
         counts = sample_counts(source, "check_source(batch_size=...)")
-        batches = []
+        episodes = []
         for i in clients:
             idx = np.asarray(source.episode(rng, int(i), batch_size))
             need(idx.shape == (batch_size,) and idx.dtype.kind in "iu", f"episode must return {batch_size} integers")
             need(np.unique(idx).size == batch_size and idx.min() >= 0 and idx.max() < counts[i],
                  f"episode of client {int(i)} must hold distinct indices in [0, {int(counts[i]) - 1}]")
-            batches.append(idx)
-        batch_sets.append(batches)
+            episodes.append(idx)
+        batch_sets.append(episodes)
     for batches in batch_sets:
         what = "population" if batches is None else "minibatch"
         ev = source.evaluate(W, clients, batches)

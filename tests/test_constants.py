@@ -162,8 +162,12 @@ def test_lp_basis_classification_without_duals_and_degenerate():
     assert loose.n_active == loose.M.shape[0] > m
     assert not loose.is_basis and loose.nondegenerate is False and "degenerate" in loose.reason
     assert loose.M_B is None and loose.kappa_lp is None
-    with pytest.raises(ValueError, match="no basis"):
+    with pytest.raises(ValueError, match="no basis to solve eq 8 on: .*degenerate"):
         loose.solve()
+    with pytest.raises(ValueError, match="no basis to evaluate b_B on"):
+        loose.rhs_B(loose.adjustment)
+    with pytest.raises(ValueError, match="no basis to compute duals at"):
+        K.basis_duals(loose)
 
 
 def test_lp_basis_rejects_dom_mode_and_infeasible_weights():
@@ -404,3 +408,43 @@ _BAD = [
 def test_bad_inputs_raise_naming_the_argument(fn, args, kwargs, argname):
     with pytest.raises(ValueError, match=argname):
         fn(*args, **kwargs)
+
+
+def test_with_duals_equals_the_second_lp_basis_pass():
+    """LPBasis.with_duals gives what lp_basis computes from scratch with the duals (every field), on balancing
+    instances with and without a basis, strict and non-strict complementarity."""
+    import dataclasses
+
+    from sim.constants import basis_duals, lp_basis
+    from sim.direction import lp_direction
+
+    rng = np.random.default_rng(11)
+    seen = {"basis": 0, "no basis": 0, "strict": 0, "not strict": 0}
+    for _ in range(300):
+        m = int(rng.integers(2, 5))
+        G = rng.standard_normal((m + 1, m))
+        l = rng.uniform(0.2, 2.0, m)
+        lam = rng.dirichlet(np.ones(m))
+        if rng.random() < 0.3:  # two identical objectives: degenerate vertices, dependent active rows
+            G[:, 1], l[1], lam[:2] = G[:, 0], l[0], lam[:2].sum() / 2
+        C = G.T @ G
+        res = lp_direction(l, lam, C, eps_mode=0.0)
+        if str(res.mode) != "balance" or str(res.status) != "optimal":
+            continue
+        info = lp_basis(l, lam, C, res.weights)
+        if info.is_basis:
+            sd, cd, _, _ = basis_duals(info)
+            dual_tol = 1e-10 if rng.random() < 0.8 else 1e3  # a huge tolerance: no strict complementarity
+        else:
+            sd, cd, dual_tol = rng.standard_normal(m), rng.standard_normal(m), 1e-10
+        want = lp_basis(l, lam, C, res.weights, sign_duals=sd, constraint_duals=cd, dual_tol=dual_tol)
+        got = info.with_duals(sd, cd, dual_tol)
+        for f in dataclasses.fields(want):
+            a, b = getattr(want, f.name), getattr(got, f.name)
+            if isinstance(a, np.ndarray):
+                np.testing.assert_array_equal(a, b, err_msg=f.name)
+            else:
+                assert a == b, f.name
+        seen["basis" if info.is_basis else "no basis"] += 1
+        seen["strict" if want.strictly_complementary else "not strict"] += 1
+    assert min(seen.values()) > 0, seen

@@ -12,14 +12,13 @@ import os
 import signal
 import socket
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy import stats
 
 from sim.simulate import PRESETS, preset_variant, simulate
-from verification import dask_engine, registry, sweep
+from verification import dask_engine, registry, regression, sweep
 from verification.__main__ import main as cli_main
 from verification.dask_engine import WORKER_ENV, dask_client, run_cells
 
@@ -220,7 +219,7 @@ def test_monte_carlo_assertions_from_conclusions():
 
 
 def test_monte_carlo_statements_are_those_whose_rows_carry_assertions():
-    baseline = json.loads((Path(__file__).parent / "data" / "baseline_results.json").read_text())
+    baseline = json.loads(regression.shipped_baseline().read_text())
     with_mc = [r["id"] for r in baseline if sweep.monte_carlo_assertions(r) is not None]
     assert [s.id for s in sweep.monte_carlo_statements()] == with_mc == ["H.17", "H.39-41", "H.43", "H.44", "H.45", "ThmA"]
 
@@ -231,7 +230,8 @@ def test_report_sweep_section(swept, tmp_path, capsys):
     md = (out / "README.md").read_text()
     assert "## Sweep over seeds" in md and "| H.9 | 2 | holds 2 |" in md
     assert (out / "figures" / "sweep_tightness.png").stat().st_size > 0
-    assert "Sweep over seeds" in (out / "index.html").read_text()
+    page = (out / "index.html").read_text()
+    assert "Sweep over seeds" in page and "<i>confirmed</i>" in page and "`" not in page  # Markdown written as HTML
     capsys.readouterr()
     assert cli_main(["report", "S4", "--sweep", str(tmp_path), "--out", str(out)]) == 2
     assert "argument --sweep:" in capsys.readouterr().err

@@ -51,7 +51,24 @@ from sim.cli import UsageError
 
 from . import registry, regression, resultlog
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, cli.EXIT_USAGE, 130
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = cli.EXIT_OK, cli.EXIT_FAIL, cli.EXIT_USAGE, cli.EXIT_INTERRUPTED
+
+#: When each sub-command exits 1 (its ``--help`` lists every exit status, :func:`sim.cli.exit_status_help`).
+FAIL_WHEN = {
+    "list": None,
+    "run": "a verdict is violated, vacuous or error, a negative control is missed, or (--baseline) a bound "
+           "regressed",
+    "report": "a verdict is violated, vacuous or error, or a negative control is missed",
+    "power": "a weak conclusion has no stated reason, or the plain run's prediction disagrees with the re-run",
+    "sweep": "a cell failed, a verdict is violated, vacuous or error, or a negative control is missed at any seed",
+    "grid": "a cell raised or the grid is incomplete",
+}
+
+
+def _epilog(command: str | None = None) -> str:
+    if command is None:
+        return cli.exit_status_help("a check failed: see each command's --help")
+    return cli.exit_status_help(FAIL_WHEN[command])
 
 
 def _fmt_tightness(t) -> str:
@@ -111,15 +128,26 @@ def _run_row(stmt: registry.Statement, seed: int, jitter: float = 0.0, jitter_se
                                       on_error=registry.print_traceback)[1]
 
 
+#: The ``--baseline`` value that ``--shipped-baseline`` stores; resolved to the package's file when the run starts.
+_SHIPPED = object()
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     # every usage error is found here, before the first statement runs
+    args.baseline_is_shipped = args.baseline is _SHIPPED
+    if args.baseline_is_shipped:
+        try:
+            args.baseline = str(regression.shipped_baseline())
+        except FileNotFoundError as exc:
+            raise UsageError(f"argument --shipped-baseline: {exc}") from None
     if args.resume and not args.json:
         raise UsageError("argument --resume: needs --json PATH (the results log to resume is PATH.jsonl)")
     stmts = _resolve(args.ids)
     try:
         baseline = regression.load_results(args.baseline) if args.baseline else None
     except ValueError as exc:
-        raise UsageError(f"argument --baseline: {exc}") from None
+        option = "--shipped-baseline" if args.baseline_is_shipped else "--baseline"
+        raise UsageError(f"argument {option}: {exc}") from None
     header = resultlog.log_header("run", args, [s.id for s in stmts])
     log, done = None, {}
     if args.json:
@@ -140,7 +168,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
                 took = f"{row['seconds']:.2f} s"
                 if log is not None:
                     log.append({"id": s.id, "row": row})
-            else:
+            else:  # kept from the log of an earlier run (--resume)
+                assert log is not None
                 took = f"from {log.path}"
             rows.append(row)
             _note(f"[{k}/{n}] {s.id}: {row['verdict']} (negative control: {row['negative_control']}, {took})")
@@ -171,7 +200,7 @@ def _jitter_value(text: str) -> float:
 
 
 def _add_list(sub) -> None:
-    p = sub.add_parser("list", help="list the statements: id, number, name")
+    p = sub.add_parser("list", help="list the statements: id, number, name", epilog=_epilog("list"))
     p.set_defaults(func=_cmd_list)
 
 
@@ -181,15 +210,19 @@ def _add_seed(p) -> None:
 
 
 def _add_run(sub) -> None:
-    p = sub.add_parser("run", help="run checks and negative controls")
+    p = sub.add_parser("run", help="run checks and negative controls", epilog=_epilog("run"))
     p.add_argument("ids", nargs="*", metavar="ID", help="statement ids (default: all)")
     p.add_argument("--json", metavar="PATH",
                    help="write the results as a JSON list to PATH at the end, and each statement's result to the "
                         "results log PATH.jsonl as it finishes")
     _add_seed(p)
-    p.add_argument("--baseline", metavar="PATH",
-                   help="compare with an earlier results.json; exit 1 if a verdict regresses from holds, a negative "
-                        "control stops being detected, or a tightness moves past the tolerance")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--baseline", metavar="PATH",
+                       help="compare with an earlier results.json; exit 1 if a verdict regresses from holds, a "
+                            "negative control stops being detected, or a tightness moves past the tolerance")
+    which.add_argument("--shipped-baseline", dest="baseline", action="store_const", const=_SHIPPED,
+                       help="compare with the baseline shipped in the package (the default run of every statement, "
+                            "seed 0, at the pinned versions), e.g. to check that an installation reproduces it")
     p.add_argument("--tightness-rtol", type=cli.nonnegative_float, default=regression.TIGHTNESS_RTOL,
                    help="relative tolerance on tightness changes against the baseline, a finite number >= 0 "
                         "(default %(default)s)")
@@ -233,7 +266,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _add_report(sub) -> None:
-    p = sub.add_parser("report", help="run the checks and the studies; write the dashboard and figures")
+    p = sub.add_parser("report", help="run the checks and the studies; write the dashboard and figures",
+                       epilog=_epilog("report"))
     p.add_argument("ids", nargs="*", metavar="ID", help="statement ids (default: all)")
     p.add_argument("--out", default="reports", metavar="DIR", help="output folder (default %(default)s)")
     p.add_argument("--scale", choices=registry.SCALES, default="default",
@@ -324,7 +358,8 @@ def _add_dask_options(p, what: str) -> None:
 
 
 def _add_sweep(sub) -> None:
-    p = sub.add_parser("sweep", help="run statements x seeds as Dask tasks; one result file per cell, a summary")
+    p = sub.add_parser("sweep", help="run statements x seeds as Dask tasks; one result file per cell, a summary",
+                       epilog=_epilog("sweep"))
     p.add_argument("ids", nargs="*", metavar="ID", help="statement ids (default: all)")
     p.add_argument("--mc", action="store_true",
                    help="sweep the statements with Monte Carlo assertions (instead of IDs)")
@@ -371,7 +406,7 @@ def _add_grid(sub) -> None:
     from .grid import AXES
 
     p = sub.add_parser("grid", help="Algorithm 1 over a grid of K, S and preference spread x seeds, as Dask tasks: "
-                                    "the Pipeline 1 vs Pipeline 2 gap with confidence bands")
+                                    "the Pipeline 1 vs Pipeline 2 gap with confidence bands", epilog=_epilog("grid"))
     p.add_argument("axes", nargs="*", metavar="AXIS=VALUES",
                    help="grid axes, e.g. K=1,4,16,64 S=4,16,64 delta_lambda=0.02,0.05,0.2 ("
                         + "; ".join(f"{a}: {d}" for a, d in AXES.items()) + "); an axis left out keeps the preset's "
@@ -414,7 +449,7 @@ def _add_power(sub) -> None:
     from .search import BUDGETS
 
     p = sub.add_parser("power", help="re-run the checks with every numeric bound weakened; report per conclusion "
-                                     "whether that is detected")
+                                     "whether that is detected", epilog=_epilog("power"))
     p.add_argument("ids", nargs="*", metavar="ID", help="statement ids (default: all)")
     p.add_argument("--factor", type=_factor, default=0.5,
                    help="bounds become rhs - (1 - f)|rhs| (default %(default)s: a bound too small by half)")
@@ -428,16 +463,18 @@ def _add_power(sub) -> None:
 _SUBCOMMANDS = [_add_list, _add_run, _add_report, _add_power, _add_sweep, _add_grid]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = cli.ArgumentParser(prog="python -m verification", description=__doc__.split("\n\n")[0])
+def build_parser(prog: str = "python -m verification") -> argparse.ArgumentParser:
+    """The parser of this command line (``prog``: the name its messages give it, e.g. ``prefalign verify``)."""
+    parser = cli.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0], epilog=_epilog())
     sub = parser.add_subparsers(dest="command", required=True)
     for add in _SUBCOMMANDS:
         add(sub)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+def main(argv: list[str] | None = None, prog: str = "python -m verification") -> int:
+    """Run the command line on ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+    parser = build_parser(prog)
     args = None
     try:
         args = parser.parse_args(argv)

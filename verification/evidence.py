@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 __all__ = [
     "ATOL",
@@ -128,7 +129,7 @@ KIND_LABELS = {"bound": "numeric bound", "identity": "identity residual", "boole
 # --------------------------------------------------------------------------------------------------------------
 
 
-def check_inequality(lhs, rhs, atol: float = ATOL, rtol: float = RTOL) -> np.ndarray:
+def check_inequality(lhs, rhs, atol: float = ATOL, rtol: float = RTOL) -> npt.NDArray[np.bool_]:
     """Elementwise ``lhs ≤ rhs + atol + rtol·|rhs|`` (broadcast); NaN on either side counts as *failed*."""
     lhs = np.asarray(lhs, dtype=np.float64)
     rhs = np.asarray(rhs, dtype=np.float64)
@@ -224,7 +225,7 @@ def to_jsonable(obj: Any) -> Any:
     if isinstance(obj, (int, np.integer)):
         return int(obj)
     if isinstance(obj, (float, np.floating)):
-        return _json_float(obj)
+        return _json_float(float(obj))
     if isinstance(obj, np.ndarray):
         return [to_jsonable(v) for v in obj.tolist()] if obj.ndim else to_jsonable(obj.item())
     if isinstance(obj, Mapping):
@@ -651,7 +652,7 @@ class Evidence:
     excluded: int = 0
     exclusion_reasons: dict[str, int] = field(default_factory=dict)
     counterexamples: list[dict[str, Any]] = field(default_factory=list)
-    n_counterexamples: int | None = None
+    n_counterexamples: int = None  # type: ignore[assignment]  # None: len(counterexamples), set in __post_init__
     details: dict[str, Any] = field(default_factory=dict)
     negative_control: str = "none"
     control_detected: bool | None = None
@@ -740,7 +741,7 @@ class Evidence:
             raise ValueError(f"Evidence {id!r}: give lhs and rhs, or ok")
         if (lhs is None) != (rhs is None):
             raise ValueError(f"Evidence {id!r}: lhs and rhs must be given together")
-        arrays = {}
+        arrays: dict[str, np.ndarray] = {}
         if lhs is not None:
             arrays["lhs"] = np.atleast_1d(np.asarray(lhs, dtype=np.float64))
             arrays["rhs"] = np.atleast_1d(np.asarray(rhs, dtype=np.float64))
@@ -833,6 +834,7 @@ class Evidence:
                 for x in dict.fromkeys(names[soft_bad].tolist())}
         if tightness == "auto":
             tightness = _headline(conclusions) if lhs_h.size else None
+        assert not isinstance(tightness, str), f"tightness must be a number, None or 'auto'; got {tightness!r}"
         return cls(
             id=id,
             name=name,
@@ -1081,7 +1083,7 @@ class Evidence:
         when non-empty.
 
         ``details["figure_data"]`` (tables for the report's figures) is left out: the report writes it as CSV."""
-        out = {
+        out: dict[str, Any] = {
             "id": self.id,
             "name": self.name,
             "verdict": self.verdict,

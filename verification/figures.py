@@ -17,7 +17,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-__all__ = ["MissingData", "FIGURES", "SWEEP_FIGURES", "GRID_FIGURES", "draw_all"]
+__all__ = ["MissingData", "FIGURES", "FIGURE_STATEMENTS", "SWEEP_FIGURES", "GRID_FIGURES", "draw_all"]
 
 VERDICT_COLORS = {"holds": "#2e7d32", "finding": "#ef6c00", "violated": "#c62828", "vacuous": "#6a1b9a",
                   "error": "#424242"}
@@ -260,6 +260,19 @@ FIGURES = {
     "dispersion_scaling.png": fig_dispersion_scaling,
     "h20_ratio_distribution.png": fig_h20_ratio,
     "adaptation_gap.png": fig_adaptation_gap,
+}
+
+#: The statements each figure of :data:`FIGURES` illustrates (their documentation pages show it): the statement whose
+#: figure data it draws, or for a study's figure the statements the study is about.
+FIGURE_STATEMENTS: dict[str, tuple[str, ...]] = {
+    "contraction.png": ("H.29",),
+    "nesting.png": ("H.29",),
+    "double_well_control.png": ("H.29",),
+    "tightness_overview.png": (),
+    "mixed_cluster_penalty.png": ("H.16",),
+    "dispersion_scaling.png": ("H.11",),
+    "h20_ratio_distribution.png": ("H.20",),
+    "adaptation_gap.png": ("H.42", "H.44"),
 }
 
 

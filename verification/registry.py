@@ -12,7 +12,13 @@ Statements come from two sources:
   falsification search found the bound approached: the check runs there too (the search's ``Config`` at each
   point, the same seed) and the instances join the statement's evidence (:meth:`Evidence.merged`). A module may
   instead expose ``STATEMENTS``, a list of :class:`Statement`;
-* explicit registrations with :func:`register` (the symbolic identities S1–S26 of :mod:`verification.symbolic`).
+* explicit registrations with :func:`register` (the symbolic identities S1–S26 of :mod:`verification.symbolic`),
+  and modules of the statement-module contract registered with :func:`register_module`;
+* statements of other packages: every module named by an entry point of the group ``prefalign.statements`` (a
+  package's ``[project.entry-points."prefalign.statements"]``) or listed in the environment variable
+  ``PREFALIGN_STATEMENTS`` (comma-separated module names) is imported by :func:`discover`; a module that follows
+  the statement-module contract is registered as above, one that calls :func:`register` when imported registers
+  itself. So ``prefalign verify run MY.1`` runs a statement of yours (docs: "Write your own statement").
 
 :func:`run_statement` runs a check and its negative control, each with a fresh
 ``numpy.random.default_rng(seed)``, and records the wall time.
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import os
 import pkgutil
 import re
 import sys
@@ -29,6 +36,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -44,7 +52,10 @@ __all__ = [
     "UnknownStatementError",
     "StatementImportError",
     "register",
+    "register_module",
     "discover",
+    "ENTRY_POINT_GROUP",
+    "STATEMENTS_ENV",
     "all_statements",
     "get_statement",
     "resolve",
@@ -65,6 +76,10 @@ SCALES = ("default", "paper")
 
 STATEMENTS_PACKAGE = "verification.statements"
 SYMBOLIC_MODULE = "verification.symbolic"
+#: Entry-point group of statement modules of other packages.
+ENTRY_POINT_GROUP = "prefalign.statements"
+#: Environment variable: comma-separated names of statement modules to import.
+STATEMENTS_ENV = "PREFALIGN_STATEMENTS"
 
 
 class UnknownStatementError(ValueError):
@@ -126,9 +141,15 @@ def register(
     negative_control: Callable[[Any, np.random.Generator], Evidence] | None = None,
     config_factory: Callable[[], Any] | None = None,
 ) -> Callable:
-    """Decorator registering ``run(config, rng) -> Evidence`` as statement ``id``; returns the function."""
+    """Decorator registering ``run(config, rng) -> Evidence`` as statement ``id``; returns the function.
+
+    ``negative_control(config, rng) -> Evidence`` breaks a hypothesis on purpose; ``config_factory()`` builds the
+    Config both receive (None: they receive ``config=None``). The statement is listed by :func:`all_statements`
+    from then on."""
 
     def deco(fn: Callable) -> Callable:
+        global _CACHE
+        _CACHE = None
         _EXPLICIT.append(
             Statement(
                 id=id,
@@ -145,7 +166,7 @@ def register(
     return deco
 
 
-def _from_module(mod) -> list[Statement]:
+def _from_module(mod: ModuleType) -> list[Statement]:
     if hasattr(mod, "STATEMENTS"):
         stmts = list(mod.STATEMENTS)
         for s in stmts:
@@ -172,10 +193,52 @@ def _from_module(mod) -> list[Statement]:
     ]
 
 
+def register_module(module: ModuleType | str) -> list[Statement]:
+    """Register the statement(s) of ``module`` (a module object or its importable name) that follows the
+    statement-module contract: ``STATEMENT_ID``, ``NAME``, ``run(config, rng) -> Evidence`` and optionally
+    ``negative_control``, ``Config``, ``NUMBER``, ``SEARCH``, ``REASONS``, ``TIGHT_POINTS`` (or ``STATEMENTS``, a
+    list of :class:`Statement`), exactly as a module of :mod:`verification.statements`. Returns the statements.
+
+    Raises :class:`StatementImportError` when the module cannot be imported or lacks the required names."""
+    global _CACHE
+    if isinstance(module, str):
+        module = _import_statement_module(module)
+    stmts = _from_module(module)
+    _EXPLICIT.extend(s for s in stmts if s not in _EXPLICIT)
+    _CACHE = None
+    return stmts
+
+
+def _import_statement_module(name: str) -> ModuleType:
+    try:
+        return importlib.import_module(name)
+    except Exception as exc:  # noqa: BLE001 - re-raised with the module named
+        raise StatementImportError(f"cannot import statement module {name}: {exc!r}") from exc
+
+
+def _plugin_modules() -> list[str]:
+    """Names of the statement modules of other packages: entry points of :data:`ENTRY_POINT_GROUP`, then the
+    modules listed in :data:`STATEMENTS_ENV`."""
+    from importlib.metadata import entry_points
+
+    names = [ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)]
+    names += [n.strip() for n in os.environ.get(STATEMENTS_ENV, "").split(",") if n.strip()]
+    return list(dict.fromkeys(names))
+
+
+def _load_plugins() -> None:
+    for name in _plugin_modules():
+        mod = _import_statement_module(name)  # a module that calls @register registers itself on import
+        if not any(s.module == mod.__name__ for s in _EXPLICIT):
+            register_module(mod)  # raises StatementImportError when the module lacks the contract
+
+
 def discover() -> list[Statement]:
-    """Import every module of :mod:`verification.statements` and the symbolic identities; return all
-    statements sorted by :attr:`Statement.sort_key`. Raises on an import error or a duplicate id."""
+    """Import every module of :mod:`verification.statements`, the symbolic identities and the statement modules of
+    other packages (entry points of :data:`ENTRY_POINT_GROUP`, :data:`STATEMENTS_ENV`); return all statements
+    sorted by :attr:`Statement.sort_key`. Raises on an import error or a duplicate id."""
     importlib.import_module(SYMBOLIC_MODULE)  # registers S1..S26 via @register
+    _load_plugins()
     pkg = importlib.import_module(STATEMENTS_PACKAGE)
     found: list[Statement] = list(_EXPLICIT)
     for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
@@ -287,7 +350,7 @@ def run_statement(stmt: Statement, seed: int = DEFAULT_SEED, config: Any = None,
     return dataclasses.replace(ev, negative_control=state, control=control, seconds=seconds)
 
 
-def statement_config(stmt: Statement, scale: str = "default"):
+def statement_config(stmt: Statement, scale: str = "default") -> Any:
     """The Config of ``stmt`` at ``scale``: the default Config, or its ``paper()`` preset where one exists."""
     if scale not in SCALES:
         raise ValueError(f"scale must be one of {SCALES}; got {scale!r}")
@@ -339,7 +402,7 @@ def run_statement_row(stmt: Statement, seed: int = DEFAULT_SEED, *, scale: str =
 
 
 def search_statement(stmt: Statement, budget: str = "default", seed: int = DEFAULT_SEED,
-                     progress: Callable[[str], None] | None = None):
+                     progress: Callable[[str], None] | None = None) -> Any:
     """The falsification search of ``stmt`` over its declared family box (:func:`verification.search.falsify`);
     ``None`` for a statement without a ``SEARCH`` space."""
     if stmt.search is None:

@@ -19,6 +19,10 @@ detected), ``counterexamples`` (exactly), ``tightness`` (relative tolerance, or 
 
 Statements only in the current run are reported as new; statements only in the baseline are reported as not
 run (a subset run is allowed). Neither fails the comparison.
+
+The package ships the baseline of the default run (every statement, seed 0, the versions of ``constraints.txt``)
+as :func:`shipped_baseline`; ``run --shipped-baseline`` compares with it, so an installation can check that it
+reproduces the project's numbers.
 """
 
 from __future__ import annotations
@@ -26,12 +30,28 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from .evidence import NEGATIVE_CONTROL_STATES, VERDICTS
 
-__all__ = ["TIGHTNESS_RTOL", "TIGHTNESS_ATOL", "Regression", "compare", "load_results", "check_rows"]
+__all__ = ["TIGHTNESS_RTOL", "TIGHTNESS_ATOL", "Regression", "compare", "load_results", "check_rows",
+           "shipped_baseline", "SHIPPED_BASELINE"]
+
+#: Where the shipped baseline lives inside the package (``verification/data/``).
+SHIPPED_BASELINE = "data/baseline_results.json"
+
+
+def shipped_baseline() -> Path:
+    """The path of the baseline shipped with the package: the results of the default run of every statement
+    (``prefalign verify run --json``, seed 0) at the pinned versions of ``constraints.txt``, read from the installed
+    package (``importlib.resources``), not from a checkout."""
+    path = resources.files("verification").joinpath(SHIPPED_BASELINE)
+    if not path.is_file():
+        raise FileNotFoundError(f"the shipped baseline {SHIPPED_BASELINE!r} is missing from the verification "
+                                "package: reinstall prefalign-verify")
+    return Path(str(path))
 
 TIGHTNESS_RTOL = 1e-3
 TIGHTNESS_ATOL = 1e-9
@@ -172,7 +192,7 @@ def compare(current: list[dict[str, Any]], baseline: list[dict[str, Any]], *,
             elif t1 != t0:
                 out.notes.append(f"{sid}: tightness {t0:.3g} -> {t1:.3g} (both below the roundoff floor {floor:.3g})")
             continue
-        if (t0 is None) != (t1 is None):
+        if t0 is None or t1 is None:  # one row has a tightness, the other has none
             out.failures.append(f"{sid}: tightness {t0} -> {t1}")
             continue
         if not (math.isfinite(t0) and math.isfinite(t1)):

@@ -107,7 +107,8 @@ def chebyshev_optimum(
 
     obj_grad = np.zeros(n_w + 1)
     obj_grad[-1] = 1.0
-    best_w, best_psi, start_psi, n_success = None, np.inf, [], 0
+    best_w: np.ndarray | None = None
+    best_psi, start_psi, n_success = np.inf, [], 0
     for w0 in W0:
         x0 = np.append(w0, _weighted(losses_fn, lam, ref, w0).max())
         res = minimize(lambda x: x[-1], x0, jac=lambda x: obj_grad, method="SLSQP",
@@ -119,6 +120,8 @@ def chebyshev_optimum(
         start_psi.append(psi)
         if psi < best_psi:
             best_w, best_psi = w, psi
+    if best_w is None:
+        raise ValueError(f"no start of w0s reached a finite Chebyshev value (values {start_psi})")
     def certificate(w, psi):
         active = _weighted(losses_fn, lam, ref, w) >= psi - active_tol
         mn = min_norm_element(np.asarray(grads_fn(w), dtype=np.float64) * lam, active)

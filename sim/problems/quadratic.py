@@ -467,10 +467,10 @@ class ClientSamples:
             raise ValueError(f"problem must be a PlantedQuadraticCluster or PerturbedClients; got {type(problem)}")
         N, m, n_w = problem.n_clients, problem.n_objectives, problem.n_params
         try:
-            counts = np.broadcast_to(np.asarray(n_samples), (N,))
+            given = np.broadcast_to(np.asarray(n_samples), (N,))
         except ValueError as exc:
             raise ValueError(f"n_samples must be an int or have length N={N}; got {n_samples!r}") from exc
-        counts = [check_int(c.item() if isinstance(c, np.generic) else c, "n_samples", 2) for c in counts]
+        counts = [check_int(c.item() if isinstance(c, np.generic) else c, "n_samples", 2) for c in given]
         s = check_nonneg(noise_scale, "noise_scale")
         noise, kappa = [], np.empty((N, m))
         for i, n_i in enumerate(counts):

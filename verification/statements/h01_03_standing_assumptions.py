@@ -11,7 +11,7 @@ Hypotheses (the bundle H.1–H.3 as reconstructed, O-1; monitored at the points 
                   (exact for the quadratic families, :attr:`PlantedQuadraticCluster.L0`);
     (bounded)     ``‖g_i^{(j)}(w)‖ ≤ B`` on Ω, ``B = max_{i,j} ‖Q_j‖(R + ‖w̄ − c_ij‖)`` on the ball
                   ``‖w − w̄‖ ≤ R`` (``w̄ = w^0``, ``R`` = the largest distance of a used point from ``w^0``;
-                  :meth:`gradient_bound`, an exact upper bound).
+                  :meth:`PlantedQuadraticCluster.gradient_bound`, an exact upper bound).
 
 Guarantee (the consequences §1.4 that every later statement uses)
     The preference functions and the EPO LP are well defined at every used point (finite ``β``, ``A``, solved

@@ -155,8 +155,8 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
         "sets": {"random": f"{cfg.n_random} clusters, N={N}, R^{cfg.dim}, rho ~ Dirichlet({cfg.rho_alpha})",
                  "lp": f"{cfg.n_lp_clusters} F1 clusters, EPO LP directions, rho ~ Dirichlet({cfg.rho_alpha})"},
         "tightness_rho_min": float(np.max(lhs[pos] / rhs_min[pos])) if pos.any() else None,
-        "tightness_by_set": {s: float(np.max((lhs / rhs)[held & (a["set"] == s) & (rhs > 0)]))
-                             for s in ("random", "lp")},
+        "tightness_by_set": {s: float(np.max(lhs[m] / rhs[m]))
+                             for s in ("random", "lp") for m in [held & (a["set"] == s) & (rhs > 0)]},
         "sufficient_condition_held": int((a["cond14"] & held).sum()),
         "eq23_held_lp_clients": int((a["rc23"] & held).sum()),
         "constants": {"L0": "max_j ||Q_j|| (exact)", "B": "max gradient norm at w0", "tau": 1,

@@ -13,7 +13,7 @@ Hypotheses / statements monitored (THEOREMS.md §2)
     * H.41 (eq 88): (a) ``P_k`` is 𝓕_k-measurable; (b) ``P_k`` symmetric, ``p₋I ⪯ P_k ⪯ p₊I``; (c) no momentum;
       (d) no weight decay.
 
-Guarantee checked (an implication "construction ⇒ assumption holds on the instances")
+What is checked (an implication "construction ⇒ assumption holds on the instances")
     On family F3 (§3.0, reference instance; ``μ_PL = λ_{j*}λ_min(Q)``, ``L₀ = λ_{j*}‖Q‖``, ``σ₀² = λ_{j*}² tr Σ_ξ``
     exact) with the suite's direction model and preconditioners (identity; fixed ``U diag(linspace(p₋, p₊))Uᵀ``;
     lagged RMSprop clipped to ``[p₋, p₊] = [0.5, 2]``), each item holds where it is monitored:

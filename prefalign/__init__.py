@@ -1,0 +1,17 @@
+"""``prefalign``: one command for the simulation kernels, the executable statements and the LLM runs.
+
+.. code-block:: text
+
+    prefalign verify list|run|report|power|sweep|grid ...   (python -m verification)
+    prefalign simulate ...                                  (python -m sim.simulate)
+    prefalign llm ACTION ...                                (python -m llm_runs)
+
+Each sub-command is the command line of its package, under another name: ``prefalign verify run H.9 --json
+out.json`` is ``python -m verification run H.9 --json out.json``, with the same options, messages and exit status
+(:mod:`prefalign.__main__`); ``prefalign --help`` lists the actions each package's parser defines. The package's
+version is :data:`sim.__version__`.
+"""
+
+from sim import __version__
+
+__all__ = ["__version__"]

@@ -1,0 +1,166 @@
+"""The documentation: every statement module meets the docstring contract its page is written from, the worked
+example of "Write your own statement" runs as documented, docstring roles resolve, and (marker ``docs``) the site
+builds with ``mkdocs build --strict`` with one page per statement."""
+
+from __future__ import annotations
+
+import html
+import importlib
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from verification import registry
+from verification.docsections import REQUIRED, missing_sections, statement_sections
+from verification.figures import FIGURE_STATEMENTS, FIGURES
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "docs" / "examples"
+sys.path.insert(0, str(ROOT / "tools"))
+import docs_hooks  # noqa: E402
+
+NUMERIC = [s for s in registry.all_statements() if s.module != registry.SYMBOLIC_MODULE]
+
+
+@pytest.mark.parametrize("stmt", NUMERIC, ids=lambda s: s.id)
+def test_statement_docstring_has_every_section(stmt):
+    doc = importlib.import_module(stmt.module).__doc__
+    assert missing_sections(doc) == [], f"{stmt.module}: the docstring lacks {missing_sections(doc)}"
+
+
+def test_section_parser_reads_headings_with_qualifiers_and_inline_references():
+    doc = ("X.1 — a title\nthat goes on.\n\nSetting\n    the setting\n\n    more\n\nAssumption (eq 51)\n    ``a``::\n\n"
+           "        code\n\nHow it is checked (T-X1)\n    rows\n\nNegative controls (each)\n    broken\n\n"
+           "Figure data\n    tables\n\nReference: THEOREMS.md §2 X.1.\n")
+    parsed = statement_sections(doc)
+    assert parsed.title == "X.1 — a title that goes on."
+    assert [(s.name, s.heading) for s in parsed.sections] == [
+        ("Setting", "Setting"), ("Hypotheses", "Assumption (eq 51)"), ("What is checked", "How it is checked (T-X1)"),
+        ("Negative control", "Negative controls (each)"), (None, "Figure data"), ("Reference", "Reference")]
+    assert parsed.get("Setting")[0].text == "the setting\n\nmore"
+    assert parsed.get("Reference")[0].text == "THEOREMS.md §2 X.1."
+    assert missing_sections(doc) == []  # an assumption is all hypotheses: no Guarantee needed
+    assert missing_sections(doc.replace("Negative controls (each)", "Controls")) == ["Negative control"]
+    assert missing_sections(None) == ["docstring"]
+    assert len(REQUIRED) == 5
+
+
+@pytest.fixture
+def example_module(monkeypatch):
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    mod = importlib.import_module("chebyshev_lipschitz")
+    yield mod
+    registry._EXPLICIT[:] = [s for s in registry._EXPLICIT if s.module != mod.__name__]
+    registry.all_statements(refresh=True)
+
+
+def test_worked_example_runs_as_documented(example_module):
+    assert missing_sections(example_module.__doc__) == []
+    (stmt,) = registry.register_module(example_module)
+    assert registry.get_statement("EX.1") is stmt and stmt in registry.all_statements()
+    ev = registry.run_statement(stmt, seed=0)
+    assert ev.verdict == "holds" and ev.negative_control == "detected"
+    assert 1.0 - 1e-6 < ev.tightness <= 1.0 + 1e-8  # the bound is attained (to the rounding of |psi - psi'|)
+    assert ev.control.verdict == "violated"  # the control sees the claimed bound fail where it flagged
+
+
+def test_worked_example_from_the_command_line(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(EXAMPLES), registry.STATEMENTS_ENV: "chebyshev_lipschitz"}
+    exe = shutil.which("prefalign", path=str(Path(sys.executable).parent))
+    proc = subprocess.run([exe, "verify", "run", "EX.1", "--json", "out.json"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads((tmp_path / "out.json").read_text())
+    assert row["id"] == "EX.1" and row["verdict"] == "holds" and row["negative_control"] == "detected"
+
+
+def test_a_statement_module_without_the_contract_is_refused(tmp_path, monkeypatch):
+    (tmp_path / "not_a_statement.py").write_text("NAME = 'no id, no run'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(registry.StatementImportError, match="lacks STATEMENT_ID, run"):
+        registry.register_module("not_a_statement")
+    with pytest.raises(registry.StatementImportError, match="cannot import statement module no_such_module"):
+        registry.register_module("no_such_module")
+
+
+def test_roles_resolve_relative_to_module_and_class(caplog):
+    assert docs_hooks.resolve("lp_direction", "sim.direction") == "sim.direction.lp_direction"
+    assert docs_hooks.resolve("near_active_set", "sim.algorithm") == "sim.hull.near_active_set"  # imported there
+    assert docs_hooks.resolve("minibatch", "sim.source", "sim.source.ClientSource") == \
+        "sim.source.ClientSource.minibatch"
+    assert docs_hooks.resolve("sim.problems.ClientSamples", "sim.cluster") == "sim.problems.quadratic.ClientSamples"
+    assert docs_hooks.resolve("ValueError", "sim.cli") == "builtins.ValueError"
+    assert docs_hooks.resolve("no_such_thing", "sim.direction") is None
+    with caplog.at_level(logging.WARNING, logger="mkdocs.plugins.prefalign"):
+        text = docs_hooks.convert_roles("see :func:`~sim.direction.lp_direction`, :class:`ValueError` and "
+                                        ":func:`sim.direction.\n    lp_direktion`::", "sim.hull")
+    assert '<autoref identifier="sim.direction.lp_direction" optional><code>lp_direction</code></autoref>' in text
+    assert "`ValueError`" in text and text.endswith(":")
+    assert [r.getMessage() for r in caplog.records] == [
+        "broken reference :func:`sim.direction.lp_direktion` in the docstring of sim.hull"]
+
+
+def test_llm_page_lists_the_actions_of_the_llm_parser():
+    """The LLM runs page lists the actions of ``prefalign llm`` from its parser (an action added to ``python -m
+    llm_runs`` appears there by itself), each linked to its options on the command-line page."""
+    from llm_runs.__main__ import build_parser
+
+    assert "{{ actions llm }}" in (ROOT / "docs" / "llm-runs.md").read_text()
+    leaves = [" ".join(w) for w, _, _ in docs_hooks._leaf_actions(build_parser())]
+    assert {"data build", "data stats", "probe dpo"} <= set(leaves)
+    table = docs_hooks.actions_table("llm").splitlines()
+    assert len(table) == 2 + len(leaves)
+    for row, leaf in zip(table[2:], leaves, strict=True):
+        title = f"prefalign llm {leaf}"
+        assert row.startswith(f"| [`{title}`](cli.md#{docs_hooks.slug(title)}) | ")
+    assert f"## `prefalign llm {leaves[-1]}`" in docs_hooks.cli_page()
+
+
+@pytest.mark.parametrize("text", ["eq48|J\\J*=0", "|log(m lhat) - beta| <= log(m/c)", "a `b` c"])
+def test_code_cells_show_their_text_unchanged(text):
+    """A conclusion name in a table cell shows as written: its pipes stay inside the code span, no backslash."""
+    import markdown
+
+    page = markdown.markdown(f"| x | y |\n|---|---|\n| {docs_hooks.code_cell(text)} | 1 |\n", extensions=["tables"])
+    cell = page.split("<td>")[1].split("</td>")[0]
+    assert cell == f"<code>{html.escape(text, quote=False)}</code>"
+
+
+def test_every_figure_names_the_statements_it_illustrates():
+    assert set(FIGURE_STATEMENTS) == set(FIGURES)
+    ids = {s.id for s in registry.all_statements()}
+    assert all(set(v) <= ids for v in FIGURE_STATEMENTS.values())
+
+
+def test_readme_points_at_the_docs():
+    readme = (ROOT / "README.md").read_text()
+    intro = readme.split("\n## ", 2)[:2]  # the introduction and the first section
+    assert any("make docs" in part for part in intro) and "docs/" in readme
+
+
+@pytest.mark.docs
+def test_site_builds_strictly_with_a_page_per_statement(tmp_path):
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "PREFALIGN_DOCS_REPORT": str(tmp_path / "no-report")}
+    site = tmp_path / "site"
+    proc = subprocess.run([str(Path(sys.executable).parent / "mkdocs"), "build", "--strict", "--site-dir",
+                           str(site)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    for s in registry.all_statements():
+        sub = "statements/symbolic" if s.module == registry.SYMBOLIC_MODULE else "statements"
+        page = site / sub / docs_hooks.slug(s.id) / "index.html"
+        assert page.is_file(), f"no page for {s.id}"
+        assert "Verdict:" in page.read_text(encoding="utf-8")
+    h16 = (site / "statements" / "h-16" / "index.html").read_text(encoding="utf-8")
+    for section in ("Setting", "Hypotheses", "Guarantee", "What is checked", "Negative control", "Reference"):
+        assert f">{section}<" in h16 or f'id="{section.lower().replace(" ", "-")}"' in h16
+    assert "FINDING" in h16 and r"<code>eq48|J\J*=0</code>" in h16
+    cli = (site / "cli" / "index.html").read_text(encoding="utf-8")
+    assert "prefalign verify run" in cli and "exit status:" in cli
+    assert 'href="../cli/#prefalign-llm-data-stats"' in (site / "llm-runs" / "index.html").read_text(encoding="utf-8")
+    assert (site / "api" / "direction" / "index.html").read_text(encoding="utf-8").count("lp_direction") > 3
