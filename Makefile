@@ -12,7 +12,9 @@ SEED   ?= 0
 # (e.g. a cpu-preset run) instead of running the smoke preset; LLM_RUN=none skips the section
 LLM_RUN ?=
 # mutation testing (outside the default tier): files, sample size per file (0 = every mutant), parallel jobs
-MUTATION_FILES ?= sim/preference.py sim/direction.py sim/cluster.py sim/hull.py
+# (SRC=TESTS names a file's test files, comma-separated; sim/direction.py has two: README, "Mutation testing")
+MUTATION_FILES ?= sim/preference.py sim/direction.py=tests/test_direction.py,tests/test_direction_twin.py \
+                  sim/cluster.py sim/hull.py
 MUTATION_N     ?= 60
 JOBS           ?= 1
 

@@ -30,6 +30,9 @@ MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "100000000000"}
 #: OpenMP threads that wait passively: with torch's two threads on a CPU shared with other jobs, spinning threads
 #: made a forward pass of SmolLM2 take 20-40 times the CPU time (2-6 s instead of 0.1-0.2 s). Kept if set.
 OMP_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
+#: The sizes of ``random-model`` (the keys of :data:`llm_runs.models.RANDOM_LLAMA_SIZES`, written out so that the
+#: parser imports no torch; a test holds them equal).
+RANDOM_MODEL_SIZES = ("tiny", "0.5b", "1b")
 
 
 def _ensure_malloc_env(argv: list[str], prog: str = "python -m llm_runs") -> None:
@@ -143,7 +146,6 @@ def build_parser(prog: str = "python -m llm_runs") -> argparse.ArgumentParser:
     dp.add_argument("--lr", type=_positive_float, default=5e-4)
     dp.add_argument("--eval-every", type=_positive_int, default=5)
 
-    from llm_runs.model_sizes import RANDOM_LLAMA_SIZES
     from llm_runs.run import PRESETS
 
     r = sub.add_parser("run", help="Algorithm 1 on LoRA fine-tuning of the model (trajectory.csv, summary.json)")
@@ -164,7 +166,8 @@ def build_parser(prog: str = "python -m llm_runs") -> argparse.ArgumentParser:
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     rm = sub.add_parser("random-model", help="save a randomly initialised Llama with the SmolLM2 tokenizer")
-    rm.add_argument("--size", choices=sorted(RANDOM_LLAMA_SIZES), default="0.5b")
+    rm.add_argument("--size", choices=RANDOM_MODEL_SIZES, default="0.5b",
+                    help="tiny: about 3.2 M parameters; 0.5b: about 0.48 B; 1b: about 1.07 B (default %(default)s)")
     rm.add_argument("--out", required=True, help="model directory to write")
     rm.add_argument("--seed", type=cli.seed, default=0)
     rm.add_argument("--dtype", choices=("float32", "bfloat16"), default="bfloat16",

@@ -35,8 +35,6 @@ from pathlib import Path
 
 import torch
 
-from llm_runs.model_sizes import RANDOM_LLAMA_SIZES  # apart: the command line lists them without torch
-
 __all__ = [
     "CACHE_ENV",
     "DEFAULT_MODEL_NAME",
@@ -300,6 +298,13 @@ def tiny_llama(
     return model, tok
 
 
+#: Shapes of the random Llamas of :func:`save_random_llama` (with the SmolLM2 vocabulary of 49,152 tokens, tied
+#: embeddings): ``tiny`` (about 3.2 M parameters, for tests), ``0.5b`` (about 0.48 B) and ``1b`` (about 1.07 B).
+RANDOM_LLAMA_SIZES: dict[str, dict] = {
+    "tiny": dict(hidden_size=64, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=128),
+    "0.5b": dict(hidden_size=1536, num_layers=16, num_heads=24, num_kv_heads=8, intermediate_size=4096),
+    "1b": dict(hidden_size=2048, num_layers=22, num_heads=32, num_kv_heads=4, intermediate_size=5632),
+}
 
 
 def save_random_llama(out: str | os.PathLike, size: str = "0.5b", *, seed: int = 0, dtype: str = "bfloat16"

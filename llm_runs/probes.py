@@ -66,9 +66,11 @@ def gradient_conflict(pm, clients, *, layout: str | None = None, progress=None) 
     for i, batches in enumerate(clients):
         t0 = time.perf_counter()
         res = objective_gradients(pm, batches, layout=layout or DEFAULT_LAYOUT)
-        assert res.gram is not None  # objective_gradients forms the Gram unless asked not to
-        norms = np.sqrt(np.diag(res.gram))
-        cos = res.gram / np.outer(norms, norms)
+        C = res.gram
+        if C is None:  # pragma: no cover - objective_gradients forms the Gram unless told not to
+            raise AssertionError("objective_gradients returned no Gram")
+        norms = np.sqrt(np.diag(C))
+        cos = C / np.outer(norms, norms)
         out.append({
             "client": i,
             "objectives": list(res.objectives),

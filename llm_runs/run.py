@@ -48,7 +48,6 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -343,8 +342,8 @@ def _diagnostics(records: pd.DataFrame) -> dict:
     out = {}
     for phase, g in records.groupby("phase", sort=False):
         steps = g[g["lp_status"] != "none"]
-        d: dict[str, Any] = {"rows": int(len(g)), "beta_max": float(g["beta"].max()),
-                             "beta_median": float(g["beta"].median())}
+        d: dict[str, object] = {"rows": int(len(g)), "beta_max": float(g["beta"].max()),
+                                "beta_median": float(g["beta"].median())}
         for col in ("margin_Jstar", "margin_Jeps"):
             v = steps[col].dropna()
             if len(v):

@@ -11,8 +11,8 @@ This module mirrors, instance by instance, what the numpy reference does on a wh
   and ``A``) and the LP data builder ``sim.direction._build`` with the resolution rules (R1)-(R5), as stated in
   the docstring of :mod:`sim.direction`;
 * the row scaling, the dual simplex (same start vertex, same Dantzig/Bland pivot rules, same tie breaking, same
-  tolerances, so the same pivot sequence), the recovery of the weights with their certificate, the re-solve of an
-  uncertified basis from the data, and the ``on_infeasible`` policy.
+  tolerances, same proof of infeasibility, so the same pivot sequence and verdict), the recovery of the weights
+  with their certificate, the re-solve of an uncertified basis from the data, and the ``on_infeasible`` policy.
 
 The simplex is bit-identical to the numpy reference on the same LP data (the tableau update is the same sequence
 of rounded operations). The builder is equal to roundoff: sums over the objective axis follow numpy's pairwise
@@ -247,7 +247,7 @@ def _preference_parts(l, lam, P, w):
         t1[j] = 1.0 + t1[j]  # ed
     den = m * (1.0 + S)
     for j in range(m):
-        lhat[j] = t1[j] / den
+        lhat[j] = math.exp(t0[j]) / den  # e^d, as sim.preference: small entries keep their relative accuracy
         x[j] = t0[j] - Lg
         t2[j] = t1[j] * t0[j]
     first = (_np_sum(t2) / m) / (1.0 + S)
@@ -429,8 +429,12 @@ def _dual_simplex(c, D, e, max_iter, bland_after, P, T, basis, prow, f):
             if T[r, j] < -pivtol:
                 anycand = True
                 break
-        if done or not anycand:
-            return (0 if done else 1), it
+        if done:
+            return 0, it
+        if not anycand:  # a proof of infeasibility, or a violation below the resolution: choose again
+            r, rc = _reselect(T, basis, D, e, it >= bland_after, P, f, prow)
+            if rc >= 0:
+                return rc, it
         rmin = _INF
         for j in range(n):
             if T[r, j] < -pivtol:
@@ -454,6 +458,61 @@ def _dual_simplex(c, D, e, max_iter, bland_after, P, T, basis, prow, f):
         basis[r] = q
         it += 1
     return 2, it
+
+
+@njit(cache=True, error_model="numpy")
+def _row_state(T, i, U, m, n, ptol, pivtol, tmp):
+    """Row ``i`` of the tableau for ``sim.direction._reselect``: 0 feasible, 1 infeasible with a pivot entry,
+    2 a proof of infeasibility, 3 infeasible within the resolution (no pivot, no proof)."""
+    if not (T[i, n] < -ptol):
+        return 0
+    for j in range(n):
+        if T[i, j] < -pivtol:
+            return 1
+    for j in range(n):
+        tmp[j] = _nmax(-T[i, j], 0.0) * (1.0 if j < m else U[j - m])
+    return 2 if T[i, n] + _pairwise_sum(tmp, 0, n) < -ptol else 3
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _eligible(T, i, U, m, n, ptol, pivtol, tmp):
+    """Row ``i`` may leave: infeasible with a pivot entry, or a proof of infeasibility."""
+    st = _row_state(T, i, U, m, n, ptol, pivtol, tmp)
+    return st == 1 or st == 2
+
+
+@njit(cache=True, error_model="numpy")
+def _reselect(T, basis, D, e, bland, P, U, tmp):
+    """``sim.direction._reselect`` for one instance: ``(row, code)`` with code 1 (infeasible), 0 (no infeasible row
+    can pivot) or -1 (continue with ``row``); ``U`` (k) and ``tmp`` (n) are scratch."""
+    k, m = D.shape
+    n, p = m + k, k + 1
+    ptol, pivtol = P[P_PRIMAL], P[P_PIVOT]
+    for i in range(k):  # upper bounds of the slacks: s_i <= max_j D_ij - e_i
+        dmax = -_INF
+        for j in range(m):
+            dmax = max(dmax, D[i, j])
+        U[i] = _nmax(dmax - e[i], 0.0)
+    r = -1
+    if bland:  # the eligible row whose basic variable has the smallest index
+        best = n + 1
+        for i in range(p):
+            if _eligible(T, i, U, m, n, ptol, pivtol, tmp) and basis[i] < best:
+                best = basis[i]
+                r = i
+    else:  # Dantzig among the eligible rows (ties within TIE_RTOL: the first row)
+        vmin = _INF
+        for i in range(p):
+            if _eligible(T, i, U, m, n, ptol, pivtol, tmp):
+                vmin = min(vmin, T[i, n])
+        thr = -vmin - P[P_TIE]
+        for i in range(p):
+            if -T[i, n] >= thr and _eligible(T, i, U, m, n, ptol, pivtol, tmp):
+                r = i
+                break
+    if r < 0:
+        return 0, 0
+    return r, (1 if _row_state(T, r, U, m, n, ptol, pivtol, tmp) == 2 else -1)
 
 
 @njit(cache=True, error_model="numpy")
@@ -581,7 +640,7 @@ def _solve_lp(c, D, e, max_iter, P, T, basis, prow, f, y, xB, xr, B, tmp, mu):
     if kkt > P[P_CERT]:
         if _resolve_basis(D, e, basis, B, xr):  # an exactly singular basis keeps the tableau's weights
             _weights_from(xr, basis, m, mu)
-            kkt = _certificate(c, D, e, mu, y, tmp)
+            kkt = _nmax(_certificate(c, D, e, mu, y, tmp), _feasibility(D, e, mu, tmp))
     unique = True
     for j in range(n):
         basic = False

@@ -726,9 +726,9 @@ class _Recorder:
         self.sink = sink
 
     def add(self, extra: dict | None = None, **cols) -> None:
-        n = next((v.shape[0] for v in cols.values() if isinstance(v, np.ndarray) and v.ndim == 1), None)
+        n = next((int(v.shape[0]) for v in cols.values() if isinstance(v, np.ndarray) and v.ndim == 1), None)
         if n is None:
-            raise ValueError("a record row needs at least one per-client column")
+            raise ValueError(f"a record row needs a per-client column; got {sorted(cols)}")
         part = {k: (v if isinstance(v, np.ndarray) and v.ndim == 1 else np.full(n, v)) for k, v in cols.items()}
         for k, v in (extra or {}).items():
             part[k] = np.broadcast_to(np.asarray(v), (n,))

@@ -59,7 +59,13 @@ Write the LP as ``max cᵀμ`` over the simplex with rows ``Dμ >= e`` and slack
 ``{μ_k} ∪ {all slacks}`` with ``k = argmax_j c_j`` is dual feasible (the reduced costs are ``c_j - c_k <= 0``), so
 no phase 1 is needed: the dual simplex restores primal feasibility, pivoting on the most negative basic
 variable (Dantzig) and switching to Bland's rule after a few iterations, which rules out cycling. Rows are
-scaled to unit max-norm first. Each result is certified on the data: the duals are read off the final
+scaled to unit max-norm first. Infeasibility is declared only with a proof: a leaving row without a pivot entry
+below ``-1e-11`` proves it where its basic value stays below ``-1e-12`` however the nonbasic variables move within
+their bounds (``μ_j <= 1``, slack ``s_i <= max_j D_ij - e_i``), entries below the pivot tolerance included. A row
+without a pivot and without that proof (data of mixed magnitude: its violation, at most ``1e-12 + 1e-11·(m + 2k)``
+in row-scaled units for ``k`` rows, could only be repaired by pivots below the tolerance) is left as it is and the
+leaving row is chosen among the other infeasible rows; where none is left, the basis is accepted and its violation
+is reported by the certificate (``feasibility_residual``, ``kkt_residual``). Each result is certified on the data: the duals are read off the final
 reduced costs and the primal infeasibility, dual infeasibility and duality gap are recomputed from ``c, D, e``;
 a basis whose certificate exceeds 1e-13 has its weights re-solved from the data (``B x_B = b``, Gaussian elimination
 with partial pivoting; where ``B`` is exactly singular in the data the tableau's weights are kept and their
@@ -307,6 +313,7 @@ def _build(l, lam, C, eps_mode, descent, tol_Jstar):
 # --------------------------------------------------------------------------------------------------------
 
 _OPTIMAL, _INFEASIBLE, _ITERLIMIT = 0, 1, 2  # solver codes; 3 = solver error
+_CONTINUE = -1  # inside the simplex loop: the instance pivots again
 _CODE_NAMES = np.array(["optimal", "infeasible", "iteration_limit", "solver_error"], dtype="<U15")
 _MODE_NAMES = np.array(["descent", "balance"])
 
@@ -350,6 +357,8 @@ def _dual_simplex(c, D, e, max_iter: int, bland_after: int):
     iters = np.zeros(N, dtype=np.intp)
     zfin = np.zeros((N, n))
     xfin = np.zeros((N, p))
+    # Upper bounds of the variables over the feasible set: μ_j <= 1 and s_i = D_i μ - e_i <= max_j D_ij - e_i.
+    U = np.concatenate([np.ones((N, m)), np.maximum(D.max(axis=2) - e, 0.0)], axis=1)
     idx = np.arange(N)  # instances still running, and their tableaux and bases
     Tw, bw = T, basis.copy()
     for it in range(max_iter):
@@ -363,10 +372,17 @@ def _dual_simplex(c, D, e, max_iter: int, bland_after: int):
             r = first_min(vals, TIE_RTOL)
         row = Tw[wa, r, :n]
         cand = row < -_PIVOT_TOL
-        finished = done | ~cand.any(axis=1)
+        fcode = np.where(done, _OPTIMAL, _CONTINUE)
+        stuck = ~done & ~cand.any(axis=1)
+        if stuck.any():  # the leaving row has no pivot: a proof of infeasibility, or a violation below resolution
+            s = np.flatnonzero(stuck)
+            r[s], fcode[s] = _reselect(Tw[s], bw[s], U[idx[s]], p, n, bland)
+            row[s] = Tw[s, r[s], :n]
+            cand[s] = row[s] < -_PIVOT_TOL
+        finished = fcode != _CONTINUE
         if finished.any():
             fi = idx[finished]
-            code[fi] = np.where(done[finished], _OPTIMAL, _INFEASIBLE)
+            code[fi] = fcode[finished]
             basis[fi] = bw[finished]
             zfin[fi] = Tw[finished, p, :n]
             xfin[fi] = Tw[finished, :p, n]
@@ -391,6 +407,33 @@ def _dual_simplex(c, D, e, max_iter: int, bland_after: int):
         zfin[idx] = Tw[:, p, :n]
         xfin[idx] = Tw[:, :p, n]
     return basis, code, iters, zfin, xfin
+
+
+def _reselect(T, basis, U, p, n, bland):
+    """Leaving row of the running instances whose chosen row has no pivot entry below ``-_PIVOT_TOL``.
+
+    A basic variable ``x_i = b_i - Σ_j T_ij x_j`` (nonbasic ``0 <= x_j <= U_j``) is at most
+    ``b_i + Σ_j max(-T_ij, 0) U_j``: where that bound is below ``-_PRIMAL_TOL`` the row proves the LP infeasible
+    (a Farkas certificate that counts the entries below the pivot tolerance). A row without a pivot whose bound is not
+    below ``-_PRIMAL_TOL`` proves nothing: its violation is within what pivots below the tolerance could repair, so it
+    is left as it is (feasible to within the resolution; the certificate reports it). The leaving row is chosen
+    among the other infeasible rows by the same rule (Dantzig or Bland); returns ``(rows, codes)``, code
+    ``_INFEASIBLE`` where the chosen row proves infeasibility, ``_OPTIMAL`` where no infeasible row can pivot or
+    prove anything, else ``_CONTINUE``.
+    """
+    vals = T[:, :p, n]
+    pivots = (T[:, :p, :n] < -_PIVOT_TOL).any(axis=2)
+    reach = vals + (np.maximum(-T[:, :p, :n], 0.0) * U[:, None, :]).sum(axis=2)
+    infeasible = vals < -_PRIMAL_TOL
+    proof = infeasible & ~pivots & (reach < -_PRIMAL_TOL)
+    eligible = infeasible & (pivots | proof)
+    if bland:
+        r = np.argmin(np.where(eligible, basis, n + 1), axis=1)
+    else:
+        r = first_min(np.where(eligible, vals, np.inf), TIE_RTOL)
+    ar = np.arange(len(r))
+    code = np.where(~eligible.any(axis=1), _OPTIMAL, np.where(proof[ar, r], _INFEASIBLE, _CONTINUE))
+    return r, code
 
 
 #: A nonbasic reduced cost above ``-_UNIQUE_TOL`` (row-scaled units) means the optimal vertex may not be unique.
@@ -486,7 +529,8 @@ def _recover(c, D, e, basis, reduced, xB):
         if redo.any():
             mu_r = _weights(xB_r[~singular], basis[redo], m)
             mu[redo] = mu_r
-            kkt[redo] = _certificate(c[redo], D[redo], e[redo], mu_r, y[redo])
+            kkt[redo] = np.maximum(_certificate(c[redo], D[redo], e[redo], mu_r, y[redo]),
+                                   _feasibility_residual(D[redo], e[redo], mu_r))
     nonbasic = np.ones(reduced.shape, dtype=bool)
     np.put_along_axis(nonbasic, basis, False, axis=1)
     unique = np.all(~nonbasic | (reduced < -_UNIQUE_TOL), axis=1)

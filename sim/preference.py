@@ -286,7 +286,7 @@ class PreferenceParts:
         S = u.mean(axis=-1, keepdims=True)  # (1/m) Σ e^d - 1
         L = np.log1p(S)  # log((1/m) Σ e^d)
         ed = 1.0 + u
-        self.lhat = ed / (m * (1.0 + S))
+        self.lhat = np.exp(d) / (m * (1.0 + S))  # e^d, not 1 + expm1(d): small entries keep their relative accuracy
         self.x = d - L
         first = (ed * d).mean(axis=-1) / (1.0 + S[..., 0])
         # β = Σ ĺ_j d_j - log((1/m) Σ e^{d_j}) >= 0 (a KL divergence); clip the last-ulp roundoff below 0.
@@ -425,10 +425,11 @@ def ray_point(psi, prefs, *, validate: bool = True) -> np.ndarray:
     lam = check_preferences(prefs) if validate else np.asarray(prefs, dtype=np.float64)
     psi = np.asarray(psi, dtype=np.float64)
     if validate:
-        if not np.all(np.isfinite(psi)):
-            raise ValueError(f"psi must be finite; got {psi!r}")
-        if np.any(psi <= 0):
-            raise ValueError(f"psi must be strictly positive; got {psi!r}")
+        for bad, what in ((~np.isfinite(psi), "finite"), (psi <= 0, "strictly positive")):
+            if bad.any():
+                at = _first_bad(bad)
+                where = f"entry {at} is" if at else "got"
+                raise ValueError(f"psi must be {what}; {where} {float(psi[at])!r}")
     with np.errstate(over="ignore"):
         q = psi[..., None] / lam
     if validate and not np.all(np.isfinite(q)):

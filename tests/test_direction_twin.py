@@ -105,6 +105,27 @@ def test_backend_names_are_checked():
         lp_direction([1.0, 2.0], [0.5, 0.5], np.eye(2), backend="numba")
 
 
+def test_resolve_backend_names_the_backend_that_runs(monkeypatch):
+    """``resolve_backend`` returns ``"numpy"`` or ``"compiled"``, never anything else: ``numpy`` always, ``compiled``
+    and ``auto`` where numba can be imported, ``auto`` without numba: ``numpy``."""
+    assert resolve_backend("numpy") == "numpy"
+    if HAVE_NUMBA:
+        assert resolve_backend("compiled") == "compiled" and resolve_backend("auto") == "compiled"
+    monkeypatch.setattr(sd, "_load_compiled", lambda: (None, "numba is not installed"))
+    assert resolve_backend("numpy") == "numpy" and resolve_backend("auto") == "numpy"
+
+
+@needs_numba
+def test_policy_codes_are_the_kernels():
+    """The ``on_infeasible`` names map onto the compiled kernel's policy constants (defined there, numba freezes
+    module globals), one code per policy."""
+    from sim import _lp_compiled as kern
+
+    assert sd._POLICIES == {"relaxed": kern.POLICY_RELAXED, "fallback_preference": kern.POLICY_FALLBACK,
+                            "raise": kern.POLICY_RAISE}
+    assert len(set(sd._POLICIES.values())) == 3
+
+
 # ------------------------------------------------------------------------------------------------ solver twin
 
 
@@ -150,6 +171,42 @@ def test_solver_twin_iteration_limit_and_infeasible_codes():
         np.testing.assert_array_equal(iters2, iters)
         np.testing.assert_array_equal(basis2, basis)
     assert {0, 1, 2} <= set(code2.tolist()) | set(kern.solve_lps(c, D, e, -1, sd._compiled_params())[1].tolist())
+
+
+@needs_numba
+@pytest.mark.parametrize("bland", [False, True])
+def test_solver_twin_takes_the_same_infeasibility_decisions(bland):
+    """Rows without a pivot (a proof of infeasibility, or a violation that proves nothing and leaves the choice to the
+    other rows) under Dantzig's and Bland's rule: the same codes, iterations, bases and tableaux, on mixed-magnitude
+    LPs (m = 12, where such rows occur) and on LPs built so that a row proves nothing while another pivots."""
+    from sim import _lp_compiled as kern
+
+    m = 12
+    *_, built = _numpy_lp(*_instances("mixed_magnitude", m, seed=1), 10.0, "relaxed")
+    c, D, e = sd._scale_lp(built[0])
+    hand = [([1.0, 0.5, 0.0], [[-3e-12, 0.0, -1.0], [-2e-12, 1.0, 0.0]], [0.0, 0.0]),
+            ([1.0, 0.5, 0.0], [[-5e-12, -4.5e-12, -1.0], [-2e-12, 1.0, 0.0]], [0.0, 0.0]),
+            ([0.0, 1.0, -1.0], [[0.0, -1.2e-11, -1.0], [1.0, -0.5, 0.0]], [0.0, 0.8]),  # slack bounds count
+            ([0.0, 1.0, -1.0], [[-2e-12, -4.5e-12, -1.0], [1.0, -0.5, 0.0]], [0.0, 0.8])]
+    lps = [(c, D, e)] + [tuple(np.array([a], dtype=float) for a in lp) for lp in hand]
+    P = sd._compiled_params()
+    codes, accepted = set(), 0
+    for c, D, e in lps:
+        N, k, m = D.shape
+        n, p = m + k, k + 1
+        after = 0 if bland else 4 * p
+        basis, code, iters, reduced, xB = sd._dual_simplex(c, D, e, max_iter=50 * (m + p), bland_after=after)
+        T, b2, prow, f = np.empty((p + 1, n + 1)), np.empty(p, dtype=np.int64), np.empty(n + 1), np.empty(p + 1)
+        for t in range(N):
+            code2, iters2 = kern._dual_simplex(c[t], D[t], e[t], 50 * (m + p), after, P, T, b2, prow, f)
+            assert (code2, iters2) == (code[t], iters[t]), t
+            np.testing.assert_array_equal(b2, basis[t])
+            np.testing.assert_array_equal(T[:p, n], xB[t])
+            np.testing.assert_array_equal(T[p, :n], reduced[t])
+        codes |= set(code.tolist())
+        accepted += np.count_nonzero((code == 0) & (xB.min(axis=1) < -1e-12))  # a row that proved nothing
+    assert codes == {0, 1}
+    assert accepted >= 4
 
 
 def test_lu_solve_matches_lapack_and_flags_exactly_singular_bases():

@@ -104,6 +104,18 @@ def test_wolfe_agrees_with_enumeration():
         np.testing.assert_allclose(a.point, b.point, atol=1e-10)
 
 
+def test_wolfe_drops_a_generator_whose_affine_weight_is_zero():
+    """v3 = (-1, 0) is the shortest generator and Wolfe's start; v1 = (2, -2) and then v2 = (-2, 2) enter, and the
+    affine minimiser of the three (the origin, the midpoint of v1 and v2) gives v3 the weight 0 exactly. A corral
+    keeps only strictly positive weights: v3 leaves and the weights are renormalised, so Wolfe's result is the
+    enumeration's, (0.5, 0.5, 0) bit for bit, without a negative zero."""
+    V = np.array([[2.0, -2.0, -1.0], [-2.0, 2.0, 0.0]])
+    u = min_norm_element(V, method="wolfe").weights
+    np.testing.assert_array_equal(u, min_norm_element(V, method="enumerate").weights)
+    np.testing.assert_array_equal(u, [0.5, 0.5, 0.0])
+    assert not np.signbit(u).any()
+
+
 def test_gram_version_matches_vector_version():
     rng = np.random.default_rng(4)
     V = rng.standard_normal((500, 5, 7))

@@ -186,7 +186,7 @@ class TorchQuadratic:
     written in torch (float64); gradients by autograd, one objective at a time."""
 
     def __init__(self, problem, samples):
-        t = lambda a: torch.as_tensor(np.asarray(a), dtype=torch.float64)  # noqa: E731
+        t = lambda a: torch.as_tensor(np.array(a, dtype=np.float64))  # noqa: E731
         self.c, self.Q, self.b = t(problem._centres_all()), t(problem.hessians), t(problem.offsets)
         self.xi = [t(x) for x in samples.noise]
         self.kappa = t(samples.kappa)
@@ -523,6 +523,13 @@ def test_usage_errors_exit_2_with_one_line_before_any_work(tmp_path, capsys, arg
     code, lines = _main(capsys, "run", "--out", str(out), *args)
     assert code == 2 and len(lines) == 1 and match in lines[0], lines
     assert not (out / "summary.json").exists()
+
+
+def test_random_model_sizes_of_the_parser_are_the_model_shapes():
+    from llm_runs.__main__ import RANDOM_MODEL_SIZES
+    from llm_runs.models import RANDOM_LLAMA_SIZES
+
+    assert sorted(RANDOM_MODEL_SIZES) == sorted(RANDOM_LLAMA_SIZES)
 
 
 def test_bad_model_dir_corrupt_data_and_missing_cuda_are_usage_errors(tmp_path, capsys):

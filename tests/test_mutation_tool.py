@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -122,3 +123,15 @@ def test_end_to_end_run_kills_and_reports(tmp_path):
     (f,) = rep["files"]
     assert f["sampled"] == 3 and sum(f["counts"].values()) == 3
     assert {r["status"] for r in f["results"]} <= {"killed", "survived", "timeout", "equivalent"}
+
+
+def test_a_file_may_name_several_test_files():
+    pairs = mt._parse_files(["sim/hull.py", "sim/direction.py=tests/test_direction.py, tests/test_direction_twin.py"])
+    assert pairs == [("sim/hull.py", "tests/test_hull.py"),
+                     ("sim/direction.py", "tests/test_direction.py,tests/test_direction_twin.py")]
+    assert ("sim/direction.py", "tests/test_direction.py,tests/test_direction_twin.py") in mt._parse_files(
+        list(mt.DEFAULT_FILES))
+    for spec, named in (("sim/direction.py=tests/test_direction.py,tests/nope.py", "tests/nope.py"),
+                        ("sim/direction.py=tests/test_direction.py,", "''")):
+        with pytest.raises(ValueError, match=re.escape(named)):
+            mt._parse_files([spec])

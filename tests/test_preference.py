@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from error_patterns import float_value, names
@@ -13,15 +15,20 @@ from sim.preference import (
     bottleneck_set,
     chebyshev,
     check_gram,
+    check_losses,
     check_preferences,
+    check_shapes,
+    jstar_log_tolerance,
+    log_ratios,
     log_spread,
     normalized_losses,
     normalizer,
+    preference_parts,
     preference_uniformity,
     ray_point,
     uniformity_and_adjustment,
 )
-from sim.roundoff import EPS
+from sim.roundoff import EPS, TIE_RTOL
 
 FD_STEP_LOSS = 1e-6
 FD_RTOL = 1e-5
@@ -213,12 +220,12 @@ def test_one_bad_row_in_a_good_batch_is_named(fn, case):
 
 def test_one_bad_ray_level_in_a_good_batch_raises():
     prefs = np.array([0.2, 0.3, 0.5])
-    for psi, value in (([1.0, 2.0, -1.0, 3.0], "-1"), ([1.0, 2.0, np.nan, 3.0], "nan")):
-        with pytest.raises(ValueError, match=names(r"\bpsi\b", value)):
+    for psi, what, value in (([1.0, 2.0, -1.0, 3.0], "strictly positive", "-1"),
+                             ([1.0, 2.0, np.nan, 3.0], "finite", "nan"), (0.0, "strictly positive", r"got 0\.0")):
+        with pytest.raises(ValueError, match=names(rf"\bpsi must be {what};", value)):
             ray_point(psi, prefs)
 
 
-@pytest.mark.xfail(strict=True, reason="the psi checks of ray_point print the whole array, not the bad entry's index")
 def test_one_bad_ray_level_in_a_good_batch_is_named_by_index():
     with pytest.raises(ValueError, match=names(r"\bpsi\b", r"(?:\(2,\)|\[2\]|index 2\b|entry 2\b)", "-1")):
         ray_point([1.0, 2.5, -1.0, 3.0], np.array([0.2, 0.3, 0.5]))
@@ -335,3 +342,339 @@ def test_gradient_in_parameters_I3_and_directional_derivative_I4(family, m):
         v = rng.normal(size=n_w)
         dd = (preference_uniformity(loss(w - h * v), lam) - preference_uniformity(loss(w + h * v), lam)) / (2 * h)
         assert abs(dd + v @ exact) <= FD_RTOL * abs(v @ exact)
+
+
+# ------------------------------------------------- golden values, batches, resolutions (mutation-tested gaps)
+
+# λ ⊙ l = (1/2, 1/2, 1)/1: Z = 2, ĺ = (1/4, 1/4, 1/2), x = log(3ĺ), β = ½ log(9/8), spread = log 2, ψ = 1
+GOLD_L = np.array([1.0, 2.0, 4.0])
+GOLD_LAM = np.array([0.5, 0.25, 0.25])
+GOLD_LHAT = np.array([0.25, 0.25, 0.5])
+GOLD_X = np.log(3.0 * GOLD_LHAT)
+GOLD_BETA = 0.5 * np.log(9.0 / 8.0)
+
+
+def test_golden_values_of_every_preference_function():
+    """Closed-form values on one instance, to a few ulps (rtol 1e-14 / atol 1e-15)."""
+    tol = dict(rtol=1e-14, atol=1e-15)
+    np.testing.assert_allclose(normalizer(GOLD_L, GOLD_LAM), 2.0, **tol)
+    np.testing.assert_allclose(normalized_losses(GOLD_L, GOLD_LAM), GOLD_LHAT, **tol)
+    np.testing.assert_allclose(log_ratios(GOLD_L, GOLD_LAM), GOLD_X, **tol)
+    np.testing.assert_allclose(log_spread(GOLD_L, GOLD_LAM), np.log(2.0), **tol)
+    np.testing.assert_allclose(preference_uniformity(GOLD_L, GOLD_LAM), GOLD_BETA, **tol)
+    np.testing.assert_allclose(adjustment(GOLD_L, GOLD_LAM), GOLD_LAM * (GOLD_X - GOLD_BETA), **tol)
+    np.testing.assert_allclose(chebyshev(GOLD_L, GOLD_LAM), 1.0, **tol)
+    np.testing.assert_allclose(ray_point(1.0, GOLD_LAM), [2.0, 4.0, 4.0], **tol)
+    np.testing.assert_array_equal(bottleneck_set(GOLD_L, GOLD_LAM), [False, False, True])
+    parts = preference_parts(GOLD_L, GOLD_LAM)
+    np.testing.assert_allclose(parts.lhat, GOLD_LHAT, **tol)
+    np.testing.assert_allclose(parts.x, GOLD_X, **tol)
+    np.testing.assert_allclose(parts.beta, GOLD_BETA, **tol)
+    np.testing.assert_allclose(parts.spread, np.log(2.0), **tol)
+    np.testing.assert_allclose(parts.adjustment, GOLD_LAM * (GOLD_X - GOLD_BETA), **tol)
+
+
+_ROW_FUNCTIONS = [normalizer, normalized_losses, log_ratios, log_spread, preference_uniformity, adjustment,
+                  chebyshev, bottleneck_set]
+
+
+@pytest.mark.parametrize("fn", _ROW_FUNCTIONS, ids=lambda f: f.__name__)
+def test_a_batch_is_its_rows(fn):
+    """Every function of a (4, 5, m) batch equals the function of each row, bit for bit: no reduction runs over a
+    batch axis. Rows of very different spreads (1e-13 .. 3) so that batch-wide reductions would show."""
+    rng = np.random.default_rng(21)
+    m = 4
+    lam = check_preferences(0.9 * rng.dirichlet(np.ones(m), size=(4, 5)) + 0.1 / m)
+    spread = 10.0 ** rng.uniform(-13, 0.5, size=(4, 5, 1))
+    l = np.exp(spread * rng.uniform(-1, 1, (4, 5, m))) / lam * 10.0 ** rng.uniform(-5, 5, (4, 5, 1))
+    out = fn(l, lam)
+    for i in range(4):
+        for j in range(5):
+            np.testing.assert_array_equal(out[i, j], fn(l[i, j], lam[i, j]))
+
+
+def test_validate_false_computes_in_float64_on_the_values_given():
+    """``validate=False`` skips the checks, not the conversion: float32 inputs are computed in float64."""
+    rng = np.random.default_rng(22)
+    l, lam = random_instance(rng, 5, (50,))
+    l32, lam32 = l.astype(np.float32), lam.astype(np.float32)
+    for fn in _ROW_FUNCTIONS:
+        np.testing.assert_array_equal(fn(l32, lam32, validate=False),
+                                      fn(l32.astype(np.float64), lam32.astype(np.float64), validate=False))
+    np.testing.assert_array_equal(ray_point(np.float32(0.3), lam32, validate=False),
+                                  np.float64(np.float32(0.3)) / lam32.astype(np.float64))
+
+
+def test_validate_false_converts_object_arrays():
+    """Numbers numpy keeps as objects (Python integers beyond int64, mpmath numbers) are converted to float64 with
+    or without validation, for losses and preferences alike."""
+    import mpmath as mp
+
+    l_obj, lam_obj = [10**20, 3 * 10**19, 10**19], [mp.mpf(1) / 5, mp.mpf(3) / 10, mp.mpf(1) / 2]
+    l, lam = np.array([1e20, 3e19, 1e19]), np.array([0.2, 0.3, 0.5])
+    for fn in _ROW_FUNCTIONS:
+        want = fn(l, lam)
+        np.testing.assert_array_equal(fn(l_obj, lam, validate=False), want)
+        np.testing.assert_array_equal(fn(l, lam_obj, validate=False), want)
+        np.testing.assert_array_equal(fn(l_obj, lam_obj), want)
+
+
+def test_resolutions_follow_their_stated_formulas():
+    """PreferenceParts.beta_resolution and adjustment_resolution, recomputed from their docstring formulas (rtol
+    1e-12): ``TIE_RTOL·Σ_k ĺ_k |x_k - β| + 8mε·β`` and ``λ_j (2·TIE_RTOL((1 - ĺ_j) + Σ_k ĺ_k |y_j - y_k|) +
+    4mε Σ_{k≠j} ĺ_k (|y_j| + |y_k| + |y_j - y_k|))``. The data have l_j in [1/2, 1) and λ_0 >= 1/2, so the per-row
+    power-of-two shift of the logarithms is 0 and ``y_j = log(λ_j l_j)``; one instance alone and a (7, 3) batch."""
+    rng = np.random.default_rng(23)
+    m = 4
+    lam = rng.dirichlet(np.ones(m), size=(7, 3))
+    lam[..., 0] = 0.5 + 0.4 * rng.uniform(size=(7, 3))
+    lam[..., 1:] *= (1.0 - lam[..., :1]) / lam[..., 1:].sum(axis=-1, keepdims=True)
+    l = rng.uniform(0.5, 1.0, size=(7, 3, m))
+    y = np.log(lam * l)
+    lhat = lam * l / (lam * l).sum(axis=-1, keepdims=True)
+    x = np.log(m * lhat)
+    beta = (lhat * x).sum(axis=-1)
+    res_beta = TIE_RTOL * (lhat * np.abs(x - beta[..., None])).sum(axis=-1) + 8 * m * EPS * beta
+    P = y[..., :, None] - y[..., None, :]
+    off = 1.0 - np.eye(m)
+    rnd = ((np.abs(y)[..., :, None] + np.abs(y)[..., None, :] + np.abs(P)) * off * lhat[..., None, :]).sum(axis=-1)
+    res_A = lam * (2 * TIE_RTOL * ((1.0 - lhat) + (np.abs(P) * lhat[..., None, :]).sum(axis=-1))
+                   + 4 * m * EPS * rnd)
+    for idx in ((0, 0), (6, 2), Ellipsis):  # single instances (1-D inputs) and the whole batch
+        parts = preference_parts(l[idx], lam[idx])
+        np.testing.assert_allclose(parts.beta_resolution, res_beta[idx], rtol=1e-12, atol=0)
+        np.testing.assert_allclose(parts.adjustment_resolution, res_A[idx], rtol=1e-12, atol=0)
+
+
+def test_resolutions_bound_the_change_under_perturbations_at_the_resolution():
+    """What the resolutions are for: relative perturbations of the weighted losses of size TIE_RTOL change β and A
+    by at most their resolution, up to the roundoff of computing β twice (2ε(β + √β + spread), the module's error
+    bound); the worst sign pattern for β reaches at least half of it: the bound is not loose."""
+    rng = np.random.default_rng(24)
+    for m in (2, 3, 6):
+        l, lam = random_instance(rng, m, (300,))
+        parts = preference_parts(l, lam)
+        roundoff = 2 * EPS * (parts.beta + np.sqrt(parts.beta) + parts.spread)
+        for _ in range(5):
+            lp = l * (1.0 + TIE_RTOL * rng.choice([-1.0, 1.0], size=l.shape))
+            beta, A = uniformity_and_adjustment(lp, lam)
+            assert np.all(np.abs(beta - parts.beta) <= parts.beta_resolution + roundoff)
+            assert np.all(np.abs(A - parts.adjustment) <= parts.adjustment_resolution)
+        worst = l * (1.0 + TIE_RTOL * np.sign(parts.lhat * (parts.x - parts.beta[:, None])))
+        change = np.abs(preference_uniformity(worst, lam) - parts.beta)
+        assert np.all(change >= 0.5 * parts.beta_resolution)
+
+
+@pytest.mark.parametrize(
+    "tol, expected",
+    [
+        (0.0, [True, False, False, False]),
+        (0.04, [True, False, False, False]),
+        (0.06, [True, True, False, False]),
+        (0.55, [True, True, True, False]),
+        (0.9, [True, True, True, True]),
+        (1.0, [True, True, True, True]),
+        (3, [True, True, True, True]),
+    ],
+)
+def test_bottleneck_set_tolerance_golden(tol, expected):
+    """J* = {j : λ_j l_j >= ψ - tol·ψ} with weighted losses (1, 0.95, 0.5, 0.2)·1/4."""
+    lam = np.full(4, 0.25)
+    l = np.array([1.0, 0.95, 0.5, 0.2])
+    np.testing.assert_array_equal(bottleneck_set(l, lam, tol=tol), expected)
+    if tol == 0.0:
+        np.testing.assert_array_equal(bottleneck_set(l, lam), expected)  # the default is exact maximisers
+
+
+def test_bottleneck_ties_within_the_resolution():
+    lam = np.array([0.5, 0.5])
+    assert bottleneck_set([1.0, 1.0 - 0.5 * TIE_RTOL], lam).tolist() == [True, True]
+    assert bottleneck_set([1.0 - 0.5 * TIE_RTOL, 1.0], lam).tolist() == [True, True]
+    assert bottleneck_set([1.0, 1.0 - 5.0 * TIE_RTOL], lam).tolist() == [True, False]
+
+
+def test_jstar_log_tolerance_values_and_dtype():
+    """``-log(1 - tol)`` widened to TIE_RTOL, ``inf`` from tol = 1, elementwise, always float64."""
+    out = jstar_log_tolerance([0.0, 1e-15, 0.1, 0.5, 1.0, 2.0])
+    np.testing.assert_allclose(out, [TIE_RTOL, TIE_RTOL, -np.log(0.9), np.log(2.0), np.inf, np.inf], rtol=1e-15)
+    for tol in (np.float32(0.1), np.float16(0.25), 0, 1):
+        t = jstar_log_tolerance(tol)
+        assert t.dtype == np.float64
+        want = -np.log1p(-float(tol)) if float(tol) < 1 else np.inf
+        assert float(t) == max(want, TIE_RTOL)
+
+
+def test_scalar_and_empty_inputs_are_refused_naming_the_shape():
+    with pytest.raises(ValueError, match=names(r"\blosses\b", "at least 1 dimension", r"\(\)")):
+        preference_uniformity(2.0, [1.0])
+    with pytest.raises(ValueError, match=names(r"\bgram\b", "at least 2 dimension", r"\(3,\)")):
+        check_gram(np.ones(3))
+    with pytest.raises(ValueError, match=names(r"\blosses\b", "empty objective axis", r"\(3, 0\)")):
+        preference_uniformity(np.ones((3, 0)), np.ones((3, 0)))
+    with pytest.raises(ValueError, match=names(r"\bprefs\b", "empty objective axis", r"\(2, 0\)")):
+        check_preferences(np.ones((2, 0)))
+
+
+def _grams(rng, n, m, scale=1.0):
+    G = rng.normal(size=(n, m + 2, m)) * scale
+    C = np.swapaxes(G, -1, -2) @ G
+    return 0.5 * (C + np.swapaxes(C, -1, -2))
+
+
+def test_check_gram_on_batches_names_the_instance():
+    """A batch (N = 5 instances of m = 3) passes unchanged; one asymmetric or one indefinite instance is named."""
+    rng = np.random.default_rng(25)
+    C = _grams(rng, 5, 3)
+    np.testing.assert_array_equal(check_gram(C), C)
+    np.testing.assert_array_equal(check_gram(C.reshape(5, 1, 3, 3)), C.reshape(5, 1, 3, 3))
+    bad = C.copy()
+    bad[2, 0, 1] += 1e-3
+    with pytest.raises(ValueError, match=names(r"\bgram\b", "symmetric", r"\(2,\)", r"1\.000e-03")):
+        check_gram(bad)
+    bad = C.copy()
+    bad[3] = [[1.0, 2.0, 0.0], [2.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
+    with pytest.raises(ValueError, match=names(r"\bgram\b", "positive semi-definite", r"\(3,\)", r"-1\.000e\+00")):
+        check_gram(bad)
+
+
+def test_check_gram_on_two_batch_axes_has_a_tolerance_per_instance():
+    """Two leading axes (2 × 4 instances of m = 3): the batch passes unchanged; the semi-definiteness tolerance is each
+    instance's own (1e-10·max(1, ‖C‖_∞)): an instance of scale 1e8 with an eigenvalue of -1e-4 passes among unit-scale
+    ones, and an indefinite unit-scale instance is named by both indices."""
+    rng = np.random.default_rng(27)
+    C = _grams(rng, 8, 3).reshape(2, 4, 3, 3)
+    C /= np.abs(C).max(axis=(-2, -1), keepdims=True)
+    w, V = np.linalg.eigh(C[1, 2])
+    w[0] = -1e-4 / 1e8
+    C[1, 2] = 1e8 * (V * w) @ V.T
+    C[1, 2] = 0.5 * (C[1, 2] + C[1, 2].T)
+    np.testing.assert_array_equal(check_gram(C), C)
+    bad = C.copy()
+    w, V = np.linalg.eigh(C[0, 3])
+    w[0] = -1e-8
+    bad[0, 3] = (V * w) @ V.T
+    bad[0, 3] = 0.5 * (bad[0, 3] + bad[0, 3].T)
+    with pytest.raises(ValueError, match=names(r"\bgram\b", "positive semi-definite", r"\(0, 3\)", r"-1\.000e-08")):
+        check_gram(bad)
+
+
+def test_check_gram_tolerances_scale_with_the_matrix():
+    """Symmetry within 1e-10·max(1, max|C|) and λ_min >= -1e-10·max(1, ‖C‖_∞): a Gram matrix of scale 1e8 with
+    a relative asymmetry of 1e-13 and an eigenvalue of -1e-4 (roundoff at that scale) passes; at scale 1 an
+    asymmetry of 1e-9 or an eigenvalue of -1e-8 does not."""
+    rng = np.random.default_rng(26)
+    C = _grams(rng, 1, 3)[0]
+    C /= np.abs(C).max()  # max|C| = 1: tolerances 1e-10 (symmetry) and <= 3e-10 (eigenvalues)
+    big = 1e8 * C
+    big[0, 1] *= 1.0 + 1e-13
+    check_gram(big)
+    w, V = np.linalg.eigh(C)
+    w[0] = -1e-4 / 1e8
+    check_gram(1e8 * (V * w) @ V.T)
+    asym = C.copy()
+    asym[0, 1] += 1e-9
+    with pytest.raises(ValueError, match=names(r"\bgram\b", "symmetric")):
+        check_gram(asym)
+    w[0] = -1e-8
+    with pytest.raises(ValueError, match=names(r"\bgram\b", "positive semi-definite", r"-1\.000e-08")):
+        check_gram((V * w) @ V.T)
+
+
+def test_check_shapes_with_batched_gram():
+    rng = np.random.default_rng(27)
+    l, lam = random_instance(rng, 3, (4,))
+    check_shapes(l, lam, _grams(rng, 4, 3))
+    check_shapes(l, lam, np.eye(3))  # one Gram matrix for the whole batch
+    with pytest.raises(ValueError, match=names(r"\bgram\b", r"batch shape \(5,\)", r"\(4,\)")):
+        check_shapes(l, lam, _grams(rng, 5, 3))
+    with pytest.raises(ValueError, match=names(r"\bgram\b", r"\(\.\.\., 3, 3\)", r"\(4, 2, 2\)")):
+        check_shapes(l, lam, _grams(rng, 4, 2))
+    with pytest.raises(ValueError, match=names(r"\blosses shape \(4, 3\)", r"prefs shape \(2, 3\)", "broadcast")):
+        check_shapes(l, lam[:2])
+
+
+def test_ray_point_overflow_names_the_entry_without_a_warning():
+    """An overflow of ψ/λ is an error naming the entry, not an inf with a RuntimeWarning (warnings are errors here)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match=names("ray_point overflows", r"index \(1, 0\)", r"psi = 1e\+308",
+                                                   r"prefs entry 0\.001")):
+            ray_point([1.0, 1e308], [0.001, 0.999])
+
+
+def test_preference_dtype_tolerance_and_renormalisation():
+    """Rows must sum to 1 within max(SIMPLEX_ATOL, 2·m·ε_dtype) of the input dtype; accepted rows come back as
+    float64 λ/Σλ."""
+    from sim.preference import SIMPLEX_ATOL, simplex_tolerance
+
+    assert simplex_tolerance(np.float64, 3) == SIMPLEX_ATOL == 1e-9
+    assert simplex_tolerance(np.float32, 3) == 6 * float(np.finfo(np.float32).eps)
+    assert simplex_tolerance(np.float16, 2) == 4 * float(np.finfo(np.float16).eps)
+    assert simplex_tolerance(np.int64, 3) == simplex_tolerance(np.dtype(object), 50) == SIMPLEX_ATOL
+    assert simplex_tolerance(np.float64, 10**8) == 2e8 * EPS  # many objectives: m·ε beats 1e-9
+    lam32 = np.array([[0.2, 0.3, 0.5], [0.1, 0.1, 0.8]], dtype=np.float32)
+    out = check_preferences(lam32)
+    assert out.dtype == np.float64
+    np.testing.assert_array_equal(out, lam32.astype(np.float64) / lam32.astype(np.float64).sum(axis=1, keepdims=True))
+    near = np.array([0.2, 0.3, 0.5 + 5e-10])  # within 1e-9: accepted, renormalised
+    np.testing.assert_array_equal(check_preferences(near), near / near.sum())
+    with pytest.raises(ValueError, match=names(r"\bprefs\b", r"tolerance 7\.2e-07 for float32", r"row \(1,\)")):
+        check_preferences(np.array([[0.2, 0.3, 0.5], [0.2, 0.31, 0.5]], dtype=np.float32))
+    with pytest.raises(ValueError, match=names(r"\bweights\b", r"tolerance 1\.0e-09 for float64", "sums to 1.000000002")):
+        check_preferences([0.2, 0.3, 0.5 + 2e-9], name="weights")
+
+
+@pytest.mark.parametrize(
+    "value, pattern",
+    [
+        (np.array([1.0 + 1j, 2.0]), names(r"\bvals\b", "must be real", "complex")),
+        (np.array([True, False]), names(r"\bvals\b", "not booleans")),
+        (["a", "b"], names(r"\bvals\b", "numeric array", "'a'")),
+        ([[1.0, 2.0], [3.0]], names(r"\bvals\b", "numeric array")),
+    ],
+)
+def test_non_real_inputs_are_refused_naming_the_argument(value, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        check_losses(value, name="vals")
+    with pytest.raises(ValueError, match=pattern):
+        check_preferences(value, name="vals")
+
+
+@pytest.mark.parametrize("tol", [-0.1, float("nan"), "0.1x", None])
+def test_bottleneck_set_refuses_a_bad_tolerance(tol):
+    with pytest.raises(ValueError, match=names(r"\btol\b", ">= 0", re.escape(repr(tol)))):
+        bottleneck_set(GOLD_L, GOLD_LAM, tol=tol)
+
+
+def test_centring_of_the_logarithms_does_not_change_the_values():
+    """Spreads just below and above the switch from mean- to max-centred logarithms (50 in log units), and far
+    beyond it (1500: e^d would overflow if centred on the mean): β and ĺ against 60-digit arithmetic, ĺ to 1e-13
+    relative in every entry (computed as 1 + expm1(d), an entry of 1.7e-22 came out as 0 at spread 50.1, and one of
+    1.3e-11 with a relative error of 3e-6)."""
+    import mpmath as mp
+
+    lam = np.array([0.25, 0.25, 0.5])
+    for spread in (49.9, 50.1, 700.0, 1500.0):
+        l = np.array([np.exp(spread / 2) if spread < 1400 else 1e300, 1.0, 1.0]) / lam
+        l[1] = l[0] * np.exp(-spread) if spread < 1400 else 1e-300 / lam[1]
+        w = [mp.mpf(float(a)) * mp.mpf(float(b)) for a, b in zip(l, lam, strict=True)]
+        with mp.workdps(60):
+            Z = mp.fsum(w)
+            lhat = [x / Z for x in w]
+            beta = float(mp.fsum(p * mp.log(3 * p) for p in lhat))
+            lhat = np.array([float(p) for p in lhat])
+        b, A = uniformity_and_adjustment(l, lam)
+        assert b == pytest.approx(beta, rel=1e-14)
+        np.testing.assert_allclose(normalized_losses(l, lam), lhat, rtol=1e-13, atol=1e-300)
+        assert np.all(np.isfinite(A)) and abs(A @ (l / l.max())) <= 1e-13 * np.abs(A).max()
+
+
+def test_bottleneck_from_log_ratios_takes_array_likes_and_includes_the_band_edge():
+    """x_j >= max x - t: an entry exactly at the edge of the band (t = TIE_RTOL for tol = 0) is in J*; lists work."""
+    from sim.preference import bottleneck_from_log_ratios
+
+    assert bottleneck_from_log_ratios([0.0, -TIE_RTOL, -2 * TIE_RTOL]).tolist() == [True, True, False]
+    assert bottleneck_from_log_ratios([[1.0, 0.5], [0.0, 0.0]], tol=[0.0, 0.0]).tolist() == [[True, False],
+                                                                                           [True, True]]

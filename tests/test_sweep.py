@@ -322,3 +322,27 @@ def test_worker_killed_mid_sweep_loses_and_duplicates_no_cell(client, tmp_path):
     for s in seeds:  # the cells re-run after the kill hold the same rows as a serial run
         serial = registry.run_statement_row(stmt, s)[1]
         assert _without_seconds(json.loads(sweep.cell_path(tmp_path, "H.9", s).read_text())) == _without_seconds(serial)
+
+
+def test_monte_carlo_budget_counts_tests_not_conclusions():
+    """A statement's "any" budget is δ times the tests the budget table gives it, however many conclusions carry
+    them (H.17: 12 tests in 2 conclusions; H.44: 5 tests, each also read as a [soft] conclusion), so the Monte
+    Carlo statements together spend the family-wise budget the dashboard states."""
+    from verification import montecarlo
+    from verification.sweep import _mc_summary, mc_budget
+
+    budget = mc_budget()
+
+    def rows(names, failed_at=()):
+        return {seed: {"conclusions": [{"name": n, "kind": "monte_carlo", "counterexamples": int(seed in failed_at)}
+                                       for n in names]} for seed in range(3)}
+
+    h17 = _mc_summary("H.17", rows(["gamma", "d_bal"]), budget)
+    assert h17["tests"] == 12 and h17["any"]["budget"] == pytest.approx(12 * budget["delta"])
+    h44 = _mc_summary("H.44", rows([f"c{k}" for k in range(5)] + [f"c{k} [soft]" for k in range(5)], {1}), budget)
+    assert h44["tests"] == 5 and h44["any"]["budget"] == pytest.approx(5 * budget["delta"])
+    assert h44["any"]["failures"] == 1 and len(h44["assertions"]) == 10
+    total = sum(_mc_summary(sid, rows(["a"]), budget)["any"]["budget"] for sid in montecarlo.ASSERTIONS)
+    assert total == pytest.approx(budget["family_wise"])
+    other = _mc_summary("X.1", rows(["a", "b"]), budget)  # outside the table: the conclusions' own levels
+    assert other["tests"] == 2 and other["any"]["budget"] == pytest.approx(2 * budget["delta"])

@@ -7,9 +7,9 @@ For every source file (``sim/cluster.py`` …) the runner
    standard operators below;
 2. samples ``--n`` of them with a seeded :class:`random.Random` (``--n 0``: all of them), so the same seed and the
    same source give the same sample;
-3. runs the file's own test file (``tests/test_<name>.py``) against each mutant with
-   ``pytest -x -q -p no:cacheprovider`` and a timeout, in a private copy of the tree (one per job; the working
-   tree is never written), and classifies the mutant:
+3. runs the file's own test file (``tests/test_<name>.py``, or the files named with ``SRC=TESTS``) against each
+   mutant with ``pytest -x -q -p no:cacheprovider`` and a timeout, in a private copy of the tree (one per job; the
+   working tree is never written), and classifies the mutant:
 
    * ``killed``   the tests failed (or could not import the mutated module);
    * ``survived`` the tests passed: a test gap, unless the mutant is *equivalent*;
@@ -53,7 +53,8 @@ Usage::
     python tools/mutation.py --files sim/cluster.py sim/hull.py --n 60 --seed 0 --jobs 2 \
         --json reports/mutation.json
 
-A file may name its test file explicitly as ``SRC=TESTS`` (``sim/cluster.py=tests/test_cluster.py``).
+A file may name its test files explicitly as ``SRC=TESTS``, one or several separated by commas
+(``sim/direction.py=tests/test_direction.py,tests/test_direction_twin.py``): they run together in one pytest call.
 Exit status: 0, or 1 when ``--fail-under`` is given and a file's kill rate is below it; 2 on a usage error.
 """
 
@@ -83,7 +84,11 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULT_FILES = ("sim/preference.py", "sim/direction.py", "sim/cluster.py", "sim/hull.py")
+#: The kernels and their test files. sim/direction.py holds the numpy reference of the LP kernel *and* the backend
+#: registry of its compiled twin; the registry's tests and the reference-against-twin equality are in
+#: tests/test_direction_twin.py, so both test files are its own.
+DEFAULT_FILES = ("sim/preference.py", "sim/direction.py=tests/test_direction.py,tests/test_direction_twin.py",
+                 "sim/cluster.py", "sim/hull.py")
 DEFAULT_EQUIVALENTS = REPO / "tools" / "mutation_equivalents.toml"
 PYTEST_ARGS = ("-x", "-q", "-p", "no:cacheprovider")
 
@@ -568,7 +573,7 @@ class SubprocessRunner:
         t0 = time.perf_counter()
         try:
             proc = subprocess.run(
-                [sys.executable, "-m", "pytest", *PYTEST_ARGS, test_file],
+                [sys.executable, "-m", "pytest", *PYTEST_ARGS, *test_file.split(",")],
                 cwd=self.tree,
                 env=_env(self.tree),
                 stdout=subprocess.PIPE,
@@ -668,7 +673,7 @@ def _serve(tree: str, preload: list[str]) -> int:
                     os.dup2(log.fileno(), 2)
                     import pytest
 
-                    rc = int(pytest.main([*PYTEST_ARGS, req["test"]]))
+                    rc = int(pytest.main([*PYTEST_ARGS, *req["test"].split(",")]))
                     sys.stdout.flush()
                     sys.stderr.flush()
                 finally:
@@ -751,11 +756,11 @@ def _parse_files(specs: list[str]) -> list[tuple[str, str]]:
         src = src.strip()
         if not src.endswith(".py"):
             raise ValueError(f"--files: {spec!r} is not a Python source file")
-        tests = tests.strip() or f"tests/test_{Path(src).stem}.py"
-        for p in (src, tests):
-            if not (REPO / p).is_file():
+        test_files = [t.strip() for t in tests.split(",")] if tests.strip() else [f"tests/test_{Path(src).stem}.py"]
+        for p in (src, *test_files):
+            if not p or not (REPO / p).is_file():
                 raise ValueError(f"--files: {p!r} does not exist (relative to {REPO.name}/)")
-        pairs.append((src, tests))
+        pairs.append((src, ",".join(test_files)))
     return pairs
 
 
@@ -766,7 +771,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--files", nargs="+", default=list(DEFAULT_FILES), metavar="SRC[=TESTS]",
                    help="source files relative to the repository root (default: %(default)s); the test file is "
-                        "tests/test_<name>.py unless given as SRC=TESTS")
+                        "tests/test_<name>.py unless given as SRC=TESTS (several test files separated by commas)")
     p.add_argument("--n", type=int, default=60, help="mutants sampled per file; 0 for all (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default: %(default)s)")
     p.add_argument("--jobs", type=int, default=1, help="parallel test runs, each in its own copy (default: 1)")
@@ -847,7 +852,7 @@ def main(argv: list[str] | None = None) -> int:
             _copy_tree(REPO, files, t)
             trees.append(t)
         _check_imports_from(trees[0], [src for src, *_ in plans])
-        preload = _preload_modules([REPO / p for src, tests, *_ in plans for p in (src, tests)])
+        preload = _preload_modules([REPO / p for src, tests, *_ in plans for p in (src, *tests.split(","))])
         runners = []
         try:
             for t in trees:

@@ -214,7 +214,12 @@ def budget_status(k: int, n: int, budget: float, alpha: float = CP_ALPHA) -> dic
             "seeds_to_confirm": math.ceil(math.log(alpha) / math.log1p(-budget)) if 0 < budget < 1 else None}
 
 
-def _mc_summary(rows: dict[int, dict[str, Any]], budget: dict[str, float]) -> dict[str, Any] | None:
+def _mc_summary(stmt_id: str, rows: dict[int, dict[str, Any]], budget: dict[str, float]) -> dict[str, Any] | None:
+    """Failure counts of the Monte Carlo conclusions of one statement over its seeds, each against the level it was
+    tested at, and of "any of them" against the statement's share of the family-wise budget: ``δ`` times the
+    number of confidence-level tests :data:`verification.montecarlo.ASSERTIONS` budgets for it (a conclusion may
+    hold several tests, e.g. H.17's six problems, or restate one, e.g. a ``[soft]`` reading; the budget counts
+    tests), or the sum of the conclusions' levels for a statement outside the table."""
     per_seed = {seed: monte_carlo_assertions(row) for seed, row in rows.items()}
     per_seed = {seed: a for seed, a in per_seed.items() if a is not None}
     if not per_seed:
@@ -228,8 +233,9 @@ def _mc_summary(rows: dict[int, dict[str, Any]], budget: dict[str, float]) -> di
         assertions.append({"name": name, **budget_status(len(fails), len(seen), float(delta)),
                            "failure_seeds": fails})
     any_fail = sorted(seed for seed, lst in per_seed.items() if any(a["failed"] for a in lst))
-    total_delta = float(sum(a["budget"] for a in assertions))
-    return {"assertions": assertions,
+    n_tests = montecarlo.ASSERTIONS.get(stmt_id)
+    total_delta = float(n_tests * budget["delta"]) if n_tests else float(sum(a["budget"] for a in assertions))
+    return {"assertions": assertions, "tests": n_tests if n_tests else len(assertions),
             "any": {**budget_status(len(any_fail), len(per_seed), min(total_delta, 1.0)),
                     "failure_seeds": any_fail}}
 
@@ -266,7 +272,7 @@ def _statement_summary(stmt: registry.Statement, rows: dict[int, dict[str, Any]]
         "by_seed": {"seed": seeds, "verdict": [r["verdict"] for r in ordered], "tightness": tight,
                     "negative_control": [r["negative_control"] for r in ordered]},
     }
-    mc = _mc_summary(rows, budget)
+    mc = _mc_summary(stmt.id, rows, budget)
     if mc is not None:
         out["monte_carlo"] = mc
     return out
@@ -294,11 +300,13 @@ def summarize(stmts: Sequence[registry.Statement], seeds: Sequence[int],
         common = sorted(set.intersection(*(set(rows[i]) for i in mc_ids)))
         fails = [seed for seed in common if any(a["failed"] for i in mc_ids
                                                 for a in (monte_carlo_assertions(rows[i][seed]) or []))]
-        total_delta = sum(a["budget"] for p in per if "monte_carlo" in p for a in p["monte_carlo"]["assertions"])
+        total_delta = sum(p["monte_carlo"]["any"]["budget"] for p in per if "monte_carlo" in p)
         if common:
             summary["monte_carlo"] = {"statements": mc_ids,
-                                      "assertions": sum(len(p["monte_carlo"]["assertions"]) for p in per
+                                      "assertions": sum(p["monte_carlo"]["tests"] for p in per
                                                         if "monte_carlo" in p),
+                                      "conclusions": sum(len(p["monte_carlo"]["assertions"]) for p in per
+                                                         if "monte_carlo" in p),
                                       **budget_status(len(fails), len(common), min(float(total_delta), 1.0)),
                                       "failure_seeds": fails,
                                       "family_wise_budget_of_the_default_run": budget["family_wise"]}
@@ -327,7 +335,7 @@ def csv_rows(summary: dict[str, Any]) -> list[dict[str, Any]]:
                "control_detected": p["negative_control"]["detected"], "control_missed": p["negative_control"]["missed"],
                "control_none": p["negative_control"]["none"], "seconds_total": p["seconds"]["total"],
                "seconds_median": p["seconds"]["median"],
-               "mc_assertions": len(mc["assertions"]) if mc else "", "mc_seeds": mc["any"]["seeds"] if mc else "",
+               "mc_assertions": mc["tests"] if mc else "", "mc_seeds": mc["any"]["seeds"] if mc else "",
                "mc_failures": mc["any"]["failures"] if mc else "",
                "mc_failure_seeds": " ".join(map(str, mc["any"]["failure_seeds"])) if mc else "",
                "mc_cp_upper": mc["any"]["cp_upper"] if mc else "", "mc_budget": mc["any"]["budget"] if mc else "",
