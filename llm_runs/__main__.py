@@ -25,6 +25,7 @@ import os
 import sys
 
 from sim import cli
+from sim.cli import positive_float, positive_int
 
 MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "100000000000"}
 #: OpenMP threads that wait passively: with torch's two threads on a CPU shared with other jobs, spinning threads
@@ -44,26 +45,6 @@ def _ensure_malloc_env(argv: list[str], prog: str = "python -m llm_runs") -> Non
     sys.stderr.flush()
     command = ["-m", "prefalign", "llm"] if prog.startswith("prefalign") else ["-m", "llm_runs"]
     os.execve(sys.executable, [sys.executable, *command, *argv], env)
-
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return v
-
-
-def _positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return v
 
 
 def _shard(text: str) -> tuple[int, int]:
@@ -92,16 +73,16 @@ def build_parser(prog: str = "python -m llm_runs") -> argparse.ArgumentParser:
     b.add_argument("--out", default=str(DEFAULT_DATA_FILE), help="data file to write (default: the shipped file)")
     b.add_argument("--work", default="runs/data-build",
                    help="directory of the resumable generation file (default: runs/data-build)")
-    b.add_argument("--prompts", type=_positive_int, default=None, help="use the first N prompts (default: all)")
-    b.add_argument("--responses", type=_positive_int, default=d.responses_per_prompt, help="responses per prompt")
-    b.add_argument("--max-new-tokens", type=_positive_int, default=d.max_new_tokens)
-    b.add_argument("--temperature", type=_positive_float, default=d.temperature)
-    b.add_argument("--top-p", type=_positive_float, default=d.top_p)
+    b.add_argument("--prompts", type=positive_int, default=None, help="use the first N prompts (default: all)")
+    b.add_argument("--responses", type=positive_int, default=d.responses_per_prompt, help="responses per prompt")
+    b.add_argument("--max-new-tokens", type=positive_int, default=d.max_new_tokens)
+    b.add_argument("--temperature", type=positive_float, default=d.temperature)
+    b.add_argument("--top-p", type=positive_float, default=d.top_p)
     b.add_argument("--seed", type=int, default=d.seed)
-    b.add_argument("--timeout", type=_positive_float, default=d.timeout_s,
+    b.add_argument("--timeout", type=positive_float, default=d.timeout_s,
                    help="wall-clock limit of one generate call in seconds; its responses are then marked cut off")
-    b.add_argument("--prompts-per-call", type=_positive_int, default=d.prompts_per_call)
-    b.add_argument("--threads", type=_positive_int, default=1, help="torch threads (default 1)")
+    b.add_argument("--prompts-per-call", type=positive_int, default=d.prompts_per_call)
+    b.add_argument("--threads", type=positive_int, default=1, help="torch threads (default 1)")
     b.add_argument("--shard", type=_shard, default=(0, 1), metavar="I/N",
                    help="generate only call groups g with g %% N == I-1 (run N processes with I = 1..N, one "
                         "thread each); scoring and the data file are left to a run without --shard")
@@ -127,24 +108,24 @@ def build_parser(prog: str = "python -m llm_runs") -> argparse.ArgumentParser:
     common.add_argument("--model", default=None, help="a local Hugging Face causal-LM directory (default: SmolLM2)")
     common.add_argument("--cache-dir", default=None, help="cache of the converted default model")
     common.add_argument("--seed", type=int, default=0)
-    common.add_argument("--threads", type=_positive_int, default=None, help="torch threads (default: torch's)")
-    common.add_argument("--beta", type=_positive_float, default=1.0, help="DPO beta")
+    common.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: torch's)")
+    common.add_argument("--beta", type=positive_float, default=1.0, help="DPO beta")
     common.add_argument("--label-smoothing", type=float, default=0.1, help="DPO label smoothing eps (floor H(eps))")
-    common.add_argument("--max-response-tokens", type=_positive_int, default=256)
+    common.add_argument("--max-response-tokens", type=positive_int, default=256)
     common.add_argument("--json", default=None, help="also write the results to this JSON file")
     c = psub.add_parser("conflict", parents=[common],
                         help="per-objective gradient cosines at the base model for synthetic clients")
-    c.add_argument("--clients", type=_positive_int, default=3)
-    c.add_argument("--prompts-per-client", type=_positive_int, default=2)
-    c.add_argument("--pairs", type=_positive_int, default=4, help="pairs per objective and client")
+    c.add_argument("--clients", type=positive_int, default=3)
+    c.add_argument("--prompts-per-client", type=positive_int, default=2)
+    c.add_argument("--pairs", type=positive_int, default=4, help="pairs per objective and client")
     c.add_argument("--layout", default=None, help="separate | shared | shared_loop (default: the library's)")
     dp = psub.add_parser("dpo", parents=[common], help="a short single-objective conservative-DPO run")
     dp.add_argument("--objective", required=True)
-    dp.add_argument("--pairs", type=_positive_int, default=8, help="training pairs")
-    dp.add_argument("--heldout-pairs", type=_positive_int, default=8, help="held-out pairs per objective")
-    dp.add_argument("--steps", type=_positive_int, default=20)
-    dp.add_argument("--lr", type=_positive_float, default=5e-4)
-    dp.add_argument("--eval-every", type=_positive_int, default=5)
+    dp.add_argument("--pairs", type=positive_int, default=8, help="training pairs")
+    dp.add_argument("--heldout-pairs", type=positive_int, default=8, help="held-out pairs per objective")
+    dp.add_argument("--steps", type=positive_int, default=20)
+    dp.add_argument("--lr", type=positive_float, default=5e-4)
+    dp.add_argument("--eval-every", type=positive_int, default=5)
 
     from llm_runs.run import PRESETS
 
@@ -160,7 +141,7 @@ def build_parser(prog: str = "python -m llm_runs") -> argparse.ArgumentParser:
     r.add_argument("--seed", type=cli.seed, default=0, help="RNG seed, an integer >= 0 (default %(default)s)")
     r.add_argument("--data", default=str(DEFAULT_DATA_FILE), help="data file (default: the shipped file)")
     r.add_argument("--cache-dir", default=None, help="cache of the converted default model")
-    r.add_argument("--threads", type=_positive_int, default=None, help="torch threads (default: torch's)")
+    r.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: torch's)")
     r.add_argument("--quick", action="store_true",
                    help="the preset's sizes with one round of each phase and one adaptation step (a speed check)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -361,7 +361,7 @@ def test_cli_stats_and_errors(data_file, tmp_path):
     missing = _cli("data", "stats", "--data", str(tmp_path / "none.jsonl.gz"))
     assert missing.returncode == 2 and "none.jsonl.gz does not exist" in missing.stderr
     bad = _cli("data", "build", "--responses", "0")
-    assert bad.returncode == 2 and "positive integer" in bad.stderr
+    assert bad.returncode == 2 and "--responses: must be an integer >= 1; got '0'" in bad.stderr
     bad = _cli("data", "build", "--shard", "3/2")
     assert bad.returncode == 2 and "1 <= I <= N" in bad.stderr
 

@@ -182,9 +182,12 @@ def dask_client(workers: int | None = None, scheduler: str | None = None, *,
 
 
 def read_cell(path: Path) -> Any:
-    """The result stored in cell file ``path`` (raises ``OSError`` / ``ValueError`` when it cannot be read)."""
-    with open(path, encoding="utf-8") as fh:
-        return json.load(fh)
+    """The result stored in cell file ``path``; :class:`CellFolderError` naming the file when it cannot be read."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise CellFolderError(f"cannot read {str(path)!r} ({exc}): remove it to compute the cell again") from None
 
 
 def _remove_stale_temporaries(cells: Sequence[Cell]) -> None:

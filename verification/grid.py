@@ -177,10 +177,7 @@ def read_grid_cells(out: str | Path, points: list[GridPoint], seeds) -> dict[Gri
             p = _cell_path(out, pt, seed)
             if not p.is_file():
                 continue
-            try:
-                rec = read_cell(p)
-            except (OSError, ValueError) as exc:
-                raise CellFolderError(f"cannot read {str(p)!r} ({exc}): remove it to compute the cell again") from None
+            rec = read_cell(p)
             if not isinstance(rec, dict) or rec.get("grid") != {"K": pt.K, "S": pt.S, "delta_lambda": pt.delta_lambda}:
                 raise CellFolderError(f"{str(p)!r} is not a result of the grid point {pt.name}: remove it to compute "
                                       "the cell again")

@@ -127,10 +127,7 @@ def read_cells(out: str | Path, stmt_ids: Sequence[str], seeds: Sequence[int]
             p = cell_path(out, sid, seed)
             if not p.is_file():
                 continue
-            try:
-                row = read_cell(p)
-            except (OSError, ValueError) as exc:
-                raise CellFolderError(f"cannot read {str(p)!r} ({exc}): remove it to compute the cell again") from None
+            row = read_cell(p)
             found[sid][int(seed)] = _check_row(row, p, sid)
     return found
 
