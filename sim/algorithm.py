@@ -49,6 +49,25 @@ optional heavy-ball momentum; with both 0 it is exactly ``identity``). Pipeline 
 returned). Baselines: local-only training from
 ``w_ref`` on the same ``S·K`` samples, and FedAvg with linear scalarisation (weights ``λ_i``) instead of the LP.
 
+**Lagged RMSprop, relative to the gradient's own scale.** With ``v_k = β₂v_{k-1} + (1-β₂)d̃_k²`` (per coordinate,
+``v_{-1} = 0``), ``r_{k-1,j} = √v_{k-1,j}`` and the row's scale ``s_{k-1} = (1/n_w) Σ_j r_{k-1,j}`` (the mean
+per-coordinate RMS of the directions so far), the preconditioner of step ``k ≥ 1`` is
+
+    P_k = diag( clip( 1 / (r_{k-1,j}/s_{k-1} + eps), p_-, p_+ ) )   =  diag( clip( s/(r_j + eps·s), p_-, p_+ ) ),
+
+``P_0 = clip(1, p_-, p_+)·I``. It is RMSprop's ``1/(√v̂ + eps)`` applied to the directions rescaled to unit mean
+RMS: multiplying every direction by ``c ≠ 0`` leaves ``P_k`` unchanged (``v → c²v``, ``r/s`` invariant; ``eps``
+is relative to ``s``), and so does the bias correction ``v̂ = v/(1-β₂^k)``, which cancels in ``r/s``. So ``P_k``
+spreads its coordinates around the row's typical scale (a coordinate at the mean RMS gets ``1``, one at twice
+it ``½``) instead of sitting at a clip whenever the directions are small or large in absolute terms (LoRA
+gradients of size ``1e-3`` would give ``1/√v̂ ≈ 1e3``, i.e. ``P = p_+`` everywhere). A coordinate whose
+``v_{k-1,j} = 0`` (no nonzero direction yet) gets ``1/eps``, clipped: ``p_+``; a row whose ``v_{k-1} = 0``
+(every direction so far zero, so ``s = 0``) gets ``clip(1)·I``, as at ``k = 0``. ``rmsprop_current`` (the
+negative control of H.41(a)) is the same rule built from ``v_k``, which includes the current ``d̃_k``. The
+records carry ``p_min``, ``p_max`` (extreme diagonal entries; for ``fixed``, eigenvalues) and ``p_at_lower``,
+``p_at_upper``: the share of coordinates with ``P_k,jj == p_-`` and ``== p_+`` (NaN for a row without a step and
+for the preconditioners without clips).
+
 **Records.** Every phase returns a tidy :class:`pandas.DataFrame` with one row per (phase, round, client); see
 :data:`RECORD_COLUMNS`. Training rows hold *population* diagnostics at the round's start ``w_r`` (the final row
 ``round = R`` holds the phase output, and no step): ``ψ_i``, ``r_i = ψ_i - ψ_i*`` (``gap``), ``β_i``, the LP
@@ -150,6 +169,9 @@ __all__ = [
     "local_only",
     "draw_batches",
     "PreconditionerState",
+    "CLIPPED_PRECONDITIONERS",
+    "rmsprop_diagonal",
+    "clip_shares",
     "preconditioned_step",
     "run_algorithm",
 ]
@@ -163,6 +185,8 @@ _ON_INFEASIBLE = ("relaxed", "fallback_preference", "raise")
 _TRAIN_DIRECTIONS = ("lp", "linear")
 _ADAPT_DIRECTIONS = ("lp", "chebyshev", "linear")
 _PRECONDITIONERS = ("identity", "fixed", "rmsprop_lagged", "rmsprop_current", "adamw", "sgd")
+#: The preconditioners whose diagonal is clipped to ``[p_minus, p_plus]`` (records: ``p_at_lower``, ``p_at_upper``).
+CLIPPED_PRECONDITIONERS = ("rmsprop_lagged", "rmsprop_current")
 _FAILED = ("infeasible", "iteration_limit", "solver_error")
 
 #: Columns of every record DataFrame, in order.
@@ -173,7 +197,7 @@ RECORD_COLUMNS = (
     "n_lp_steps", "n_optimal", "n_relaxed", "n_fallback", "n_infeasible", "n_iteration_limit",
     "n_solver_error", "n_descent_steps",
     "local_steps", "batch_size", "eta_local", "eta_meta_inner", "alpha_server", "eta_eff", "alpha_adapt",
-    "preconditioner", "p_min", "p_max",
+    "preconditioner", "p_min", "p_max", "p_at_lower", "p_at_upper",
 )
 _COUNT_COLUMNS = tuple(f"n_{s}" for s in STATUSES)
 
@@ -334,11 +358,17 @@ class Phase2Config:
 class AdaptConfig:
     """New-client Pipeline 1: ``K`` steps with fresh batches of ``S`` samples, step ``alpha_adapt`` (eq 88).
 
-    ``preconditioner``: ``"identity"``, ``"fixed"`` (SPD ``P``), ``"rmsprop_lagged"`` (``P_k = diag(clip(1/(√v̂_{k-1}
-    + eps), p_minus, p_plus))``, ``v_k = beta2 v_{k-1} + (1-beta2) d̃_k²``, bias-corrected; ``P_0 = clip(1)·I``),
+    ``preconditioner``: ``"identity"``, ``"fixed"`` (SPD ``P``), ``"rmsprop_lagged"`` (lagged RMSprop relative to
+    the directions' own scale, :func:`rmsprop_diagonal`: ``P_k = diag(clip(1/(r_j/s + eps), p_minus, p_plus))`` with
+    ``r_j = √v_{k-1,j}``, ``s = mean_j r_j``, ``v_k = beta2 v_{k-1} + (1-beta2) d̃_k²``; ``P_0 = clip(1)·I``;
+    unchanged when every direction is multiplied by a constant; ``p_plus`` on a coordinate with ``v_{k-1,j} = 0``,
+    ``clip(1)`` on a row with ``v_{k-1} = 0``; ``eps`` is relative to ``s`` here), ``"rmsprop_current"`` (the same
+    rule from ``v_k``, which includes the current direction: not 𝓕_k-measurable, a negative control of H.41(a)),
     ``"adamw"`` (``beta1``, ``beta2``, ``eps``, decoupled ``weight_decay``; bias-corrected, as torch.optim.AdamW)
-    or ``"sgd"`` (torch.optim.SGD: coupled ``weight_decay``, heavy-ball ``momentum``). ``direction``: ``"lp"``,
-    ``"chebyshev"`` or ``"linear"``. ``P`` is excluded from equality comparisons."""
+    or ``"sgd"`` (torch.optim.SGD: coupled ``weight_decay``, heavy-ball ``momentum``). ``p_minus``, ``p_plus``: the
+    clip ``[p_-, p_+]`` of the RMSprop rules, hence H.41(b)'s spectrum bounds (the step condition of H.43 reads
+    ``alpha_adapt ≤ p_-/(L₀p_+²)``). ``direction``: ``"lp"``, ``"chebyshev"`` or ``"linear"``. ``P`` is excluded
+    from equality comparisons."""
 
     K: int = 20
     S: int = 8
@@ -761,7 +791,7 @@ def _record_metrics(src: Source, W, clients: np.ndarray, losses: np.ndarray) -> 
 _NAN_COLS = dict(deviation=np.nan, dispersion=np.nan, margin_Jstar=np.nan, margin_Jeps=np.nan, dM_norm=np.nan,
                  eps_act=np.nan, grad_bound=np.nan, n_Jeps=np.nan, rho=np.nan, eta_local=np.nan, eta_meta_inner=np.nan,
                  alpha_server=np.nan, eta_eff=np.nan, alpha_adapt=np.nan, preconditioner="none", p_min=np.nan,
-                 p_max=np.nan, local_steps=np.nan, batch_size=np.nan)
+                 p_max=np.nan, p_at_lower=np.nan, p_at_upper=np.nan, local_steps=np.nan, batch_size=np.nan)
 
 
 
@@ -962,7 +992,8 @@ def _federated(src: Source, clients, w0, rho, rng, *, phase: str, rounds: int, l
                 n_lp_steps=sum(counts[s] for s in STATUSES), **{f"n_{s}": counts[s] for s in STATUSES},
                 n_descent_steps=n_desc, local_steps=0 if final else local_steps,
                 batch_size=np.nan if batch is None else float(batch), eta_eff=eta_eff, alpha_server=alpha_server,
-                alpha_adapt=np.nan, preconditioner="none", p_min=np.nan, p_max=np.nan, **step_cols)
+                alpha_adapt=np.nan, preconditioner="none", p_min=np.nan, p_max=np.nan, p_at_lower=np.nan,
+                p_at_upper=np.nan, **step_cols)
         if progress is not None:
             progress(f"{phase} cluster {cluster}", r, rounds)
     return PhaseResult(w=w, trajectory=None if traj is None else array_namespace(w).stack(traj),
@@ -1080,6 +1111,42 @@ class PreconditionerState:
         return cls(*(xp.zeros(tuple(W.shape), dtype=W.dtype, device=device(W)) for _ in range(2)))
 
 
+def rmsprop_diagonal(v, p_minus: float, p_plus: float, eps: float = 1e-8):
+    r"""Diagonal of the RMSprop preconditioner from the second moments ``v`` (n, n_w), per row, relative to the
+    row's own scale (the rule of ``rmsprop_lagged`` and ``rmsprop_current``):
+
+    .. math::
+
+        r_j = \sqrt{v_j},\qquad s = \frac{1}{n_w}\sum_j r_j,\qquad
+        P_{jj} = \operatorname{clip}\Big(\frac{1}{r_j/s + \varepsilon},\ p_-,\ p_+\Big)
+              = \operatorname{clip}\Big(\frac{s}{r_j + \varepsilon s},\ p_-,\ p_+\Big).
+
+    ``P`` depends on ``v`` only through the ratios ``r_j/s``, so it is unchanged when ``v`` is multiplied by a
+    constant ``c² > 0`` (directions ``× c``), e.g. by the bias correction ``v̂ = v/(1 − β₂^k)``. Zero
+    coordinates: ``v_j = 0`` in a row with ``s > 0`` gives ``1/ε``, clipped to ``p_+`` (the limit ``r_j → 0``); a
+    row with ``v = 0`` (``s = 0``) gets ``clip(1, p_-, p_+)`` on every coordinate (no information: the ``P_0`` of
+    the lagged rule). Every entry lies in ``[p_-, p_+]``. Arrays of any array API namespace; returns one of
+    ``v``'s shape and namespace."""
+    xp = array_namespace(v)
+    r = xp.sqrt(v)
+    s = xp.mean(r, axis=1, keepdims=True)
+    pos = s > 0.0
+    one = xp.ones_like(s)
+    u = r / xp.where(pos, s, one)  # r_j / s in [0, n_w]: finite, no division by zero
+    p = xp.where(pos, 1.0 / (u + float(eps)), xp.ones_like(u))
+    return xp.clip(p, float(p_minus), float(p_plus))
+
+
+def clip_shares(pdiag, p_minus: float, p_plus: float):
+    """Per row of the diagonal ``pdiag`` (n, n_w): the shares of coordinates at the lower and at the upper clip,
+    ``(mean_j [P_jj == p_-], mean_j [P_jj == p_+])``, each (n,) in ``[0, 1]`` in ``pdiag``'s namespace (with
+    ``p_- = p_+`` every coordinate counts at both). Exact comparisons: a clipped entry *is* the bound."""
+    xp = array_namespace(pdiag)
+    lo = xp.mean(xp.astype(pdiag == float(p_minus), pdiag.dtype), axis=1)
+    hi = xp.mean(xp.astype(pdiag == float(p_plus), pdiag.dtype), axis=1)
+    return lo, hi
+
+
 def preconditioned_step(W, g, k: int, state: PreconditionerState, *, preconditioner: str, alpha: float,
                         P=None, p_minus: float = 0.5, p_plus: float = 2.0, beta1: float = 0.9,
                         beta2: float = 0.999, eps: float = 1e-8, weight_decay: float = 0.0,
@@ -1090,16 +1157,22 @@ def preconditioned_step(W, g, k: int, state: PreconditionerState, *, preconditio
     step index (0-based); ``state`` holds the optimiser buffers and is updated in place. Rules:
 
     * ``identity``: ``P_k = I``; ``fixed``: the SPD matrix ``P`` (host, ``(n_w, n_w)``);
-    * ``rmsprop_lagged``: ``P_k = diag(clip(1/(√v̂_{k-1} + eps), p_-, p_+))`` (``P_0 = clip(1)``), built from
-      ``v_{k-1}`` only, hence 𝓕_k-measurable (H.41(a)); ``v`` is updated with ``d̃_k`` after the step is formed;
-    * ``rmsprop_current``: the same clipped rule built from ``v_k``, which includes the current ``d̃_k``: not
+    * ``rmsprop_lagged``: ``P_k = diag(clip(1/(r_j/s + eps), p_-, p_+))`` with ``r_j = √v_{k-1,j}`` and the row's
+      scale ``s = mean_j r_j`` (:func:`rmsprop_diagonal`; ``v_k = β₂v_{k-1} + (1-β₂)d̃_k²``), ``P_0 = clip(1)``:
+      built from ``v_{k-1}`` only, hence 𝓕_k-measurable (H.41(a)), every entry in ``[p_-, p_+]`` (H.41(b));
+      ``v`` is updated with ``d̃_k`` after the step is formed. Scale-invariant: directions ``× c`` give the same
+      ``P_k`` (``eps`` is relative to ``s``; the bias correction of ``v`` cancels). A coordinate with
+      ``v_{k-1,j} = 0`` gets ``p_+``; a row with ``v_{k-1} = 0`` gets ``clip(1)`` (as ``P_0``);
+    * ``rmsprop_current``: the same rule built from ``v_k``, which includes the current ``d̃_k``: not
       𝓕_k-measurable (breaks H.41(a); a negative control);
     * ``adamw``: torch.optim.AdamW: bias-corrected moments, ``v_k`` includes the current ``d̃_k`` (not
-      measurable), decoupled weight decay ``w ← w(1 − α·weight_decay)`` (Remark H.42);
+      measurable), ``P = 1/(√v̂_k + eps)`` with an absolute ``eps``, decoupled weight decay
+      ``w ← w(1 − α·weight_decay)`` (Remark H.42);
     * ``sgd``: torch.optim.SGD (L2 weight decay added to the direction, momentum with dampening 0).
 
     Returns the new rows and the diagonal of ``P_k`` per row (for ``fixed``, its extreme eigenvalues), in the
-    namespace of ``W``.
+    namespace of ``W`` (for the clipped rules, :func:`clip_shares` of it gives the records' ``p_at_lower``,
+    ``p_at_upper``).
     """
     xp = array_namespace(W, g)
     n, n_w = W.shape
@@ -1114,13 +1187,12 @@ def preconditioned_step(W, g, k: int, state: PreconditionerState, *, preconditio
         if k == 0:
             pdiag = xp.full((n, n_w), float(np.clip(1.0, p_minus, p_plus)), dtype=W.dtype, device=device(W))
         else:
-            vhat = state.v / (1.0 - beta2**k)
-            pdiag = xp.clip(1.0 / (xp.sqrt(vhat) + eps), float(p_minus), float(p_plus))
+            pdiag = rmsprop_diagonal(state.v, p_minus, p_plus, eps)  # v_{k-1}: before this step's direction
         state.v = beta2 * state.v + (1.0 - beta2) * g**2
         return W - alpha * (pdiag * g), pdiag
     if preconditioner == "rmsprop_current":
         state.v = beta2 * state.v + (1.0 - beta2) * g**2  # includes the current sample
-        pdiag = xp.clip(1.0 / (xp.sqrt(state.v / (1.0 - beta2 ** (k + 1))) + eps), float(p_minus), float(p_plus))
+        pdiag = rmsprop_diagonal(state.v, p_minus, p_plus, eps)
         return W - alpha * (pdiag * g), pdiag
     if preconditioner == "adamw":
         state.m1 = beta1 * state.m1 + (1.0 - beta1) * g
@@ -1192,10 +1264,14 @@ def pipeline1(source, clients, w0, config: AdaptConfig, rng: np.random.Generator
             p_plus=config.p_plus, beta1=config.beta1, beta2=config.beta2, eps=config.eps,
             weight_decay=config.weight_decay, momentum=config.momentum,
         )
+        if pre in CLIPPED_PRECONDITIONERS:
+            at_lo, at_hi = (src.to_host(x) for x in clip_shares(pdiag, config.p_minus, config.p_plus))
+        else:
+            at_lo = at_hi = np.full(n, np.nan)
         _adapt_records(rec, phase, k, clients, psi, psi_star, beta, dr, counts, n_desc, cluster,
                        d_norm=_row_norms(src, dr.d), alpha_adapt=a, preconditioner=pre,
                        p_min=src.to_host(xp.min(pdiag, axis=1)), p_max=src.to_host(xp.max(pdiag, axis=1)),
-                       batch_size=float(S), local_steps=1, extra=extra)
+                       p_at_lower=at_lo, p_at_upper=at_hi, batch_size=float(S), local_steps=1, extra=extra)
         if traj is not None:
             traj.append(W)
     params = dict(phase=phase, clients=clients.tolist(), **_cfg_dict(config))

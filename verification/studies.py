@@ -576,8 +576,8 @@ def adaptation_runs(w0: np.ndarray, K: int, alpha: float, direction: Callable[[i
     """``K`` Pipeline-1 steps ``w_{k+1} = w_k − α P_k d̃_k`` of every row of ``w0`` ``(n, n_w)``, vectorised.
 
     ``direction(k, W)`` returns the stochastic direction ``d̃_k`` ``(n, n_w)`` at ``W``. ``method``: ``"identity"``,
-    ``"fixed"`` (SPD ``P``), ``"rmsprop_lagged"`` (``P_k = diag(clip(1/(√v̂_{k−1} + eps), p_clip))``, ``P_0 =
-    clip(1)``) or ``"adamw"`` (torch.optim.AdamW: bias-corrected moments, ``v_k`` includes ``d̃_k``, decoupled weight
+    ``"fixed"`` (SPD ``P``), ``"rmsprop_lagged"`` (``P_k = diag(clip(1/(r_j/s + eps), p_clip))``, ``r_j =
+    √v_{k−1,j}``, ``s = mean_j r_j``: :func:`sim.algorithm.rmsprop_diagonal`; ``P_0 = clip(1)``) or ``"adamw"`` (torch.optim.AdamW: bias-corrected moments, ``v_k`` includes ``d̃_k``, decoupled weight
     decay ``w ← w(1 − α·weight_decay)``): one call of :func:`sim.algorithm.preconditioned_step` per step, the
     update :func:`sim.algorithm.pipeline1` uses. Returns ``(trajectory (K+1, n, n_w), p_min (K,), p_max (K,))``: the
     smallest and largest diagonal entry (eigenvalue for ``fixed``) of ``P_k`` over the rows at each step.

@@ -10,7 +10,8 @@ Everything here is built on :class:`sim.problems.CommonMinimizer` (family F3: ``
 * a run engine vectorised over Monte Carlo runs (:func:`run_adaptation`) for ``P_k ∈`` {identity, fixed,
   lagged RMSprop (``P_k`` from ``v_{k−1}``: 𝓕_k-measurable), RMSprop from the current sample (AdamW-style: not
   measurable)}. The lagged RMSprop is the formula of :func:`sim.algorithm.pipeline1`
-  (``preconditioner="rmsprop_lagged"``); :func:`pipeline1_crosscheck` runs ``pipeline1`` itself on the same
+  (``preconditioner="rmsprop_lagged"``, :func:`sim.algorithm.rmsprop_diagonal`: relative to the directions' own
+  scale, clipped to ``[p₋, p₊]``); :func:`pipeline1_crosscheck` runs ``pipeline1`` itself on the same
   noise through a small adapter (:class:`F3Runs`, :class:`F3Batches`) and compares the trajectories;
 * the non-measurable adversarial preconditioner of T-H43(e)(2) on the 1-D instance (:func:`run_adversarial_1d`);
 * the F3-compatible F1-type cluster of T-H44(a) and its Phase-1/Phase-2 outputs ``w_I``, ``w_II`` from
@@ -27,11 +28,13 @@ import numpy as np
 from scipy import stats
 
 from sim.algorithm import (
+    CLIPPED_PRECONDITIONERS,
     AdaptConfig,
     ClientSource,
     Phase1Config,
     Phase2Config,
     PreconditionerState,
+    clip_shares,
     phase1,
     phase2,
     pipeline1,
@@ -179,7 +182,9 @@ def gaussian_endpoint_samples(prob: CommonMinimizer, rng, alpha: float, S: int, 
 class AdaptRuns:
     """Vectorised Pipeline-1 runs: iterates ``W`` ``(K+1, N, n)``, gaps ``ψ_new(w_k) − ψ*`` ``(K+1, N)``,
     spectrum bounds of ``P_k`` ``p_min``, ``p_max`` ``(K, N)``; ``kind``, ``alpha``, ``S``; ``P_last``: the
-    diagonal ``P_k`` of the last step (RMSprop kinds) ``(N, n)``."""
+    diagonal ``P_k`` of the last step (RMSprop kinds) ``(N, n)``; ``p_at_lower``, ``p_at_upper`` ``(K, N)``: the
+    share of coordinates of ``P_k`` at ``p₋`` / ``p₊`` (:func:`sim.algorithm.clip_shares`, as ``pipeline1``'s
+    records; NaN for the kinds without clips)."""
 
     W: np.ndarray
     gaps: np.ndarray
@@ -189,6 +194,8 @@ class AdaptRuns:
     alpha: float
     S: int
     P_last: np.ndarray | None
+    p_at_lower: np.ndarray | None = None
+    p_at_upper: np.ndarray | None = None
 
     @property
     def w_K(self) -> np.ndarray:
@@ -202,11 +209,12 @@ def run_adaptation(prob: CommonMinimizer, rng, *, alpha: float, S: int, K: int, 
 
     ``d̃ = λ_{j*}(Q(w − c) + ξ̄_S)`` from :meth:`CommonMinimizer.sample_direction` (fresh batch each step), plus
     ``bias`` if given; ``noise`` ``(K, N, n)`` supplies ``ξ̄_S`` explicitly (cross-check with ``pipeline1``).
-    ``kind``: ``identity``; ``fixed`` (``P``); ``rmsprop_lagged`` — ``P_k = diag(clip(1/(√v̂_{k−1} + eps), p₋, p₊))``,
-    ``v_k = β₂v_{k−1} + (1−β₂)d̃_k²`` bias-corrected, ``P_0 = clip(1)·I``: the formula of
-    :func:`sim.algorithm.pipeline1`, computed *before* the step's batch is drawn; ``rmsprop_current`` — the same
-    with ``v_k`` (current sample included, as AdamW): not 𝓕_k-measurable. Each step is one call of
-    :func:`sim.algorithm.preconditioned_step`. ``beta2``/``eps`` default to :class:`sim.algorithm.AdaptConfig`'s."""
+    ``kind``: ``identity``; ``fixed`` (``P``); ``rmsprop_lagged`` — ``P_k = diag(clip(1/(r_j/s + eps), p₋, p₊))``
+    with ``r_j = √v_{k−1,j}``, ``s = mean_j r_j`` (:func:`sim.algorithm.rmsprop_diagonal`: scale-invariant),
+    ``v_k = β₂v_{k−1} + (1−β₂)d̃_k²``, ``P_0 = clip(1)·I``: the formula of :func:`sim.algorithm.pipeline1`, computed
+    *before* the step's batch is drawn; ``rmsprop_current`` — the same with ``v_k`` (current sample included, as
+    AdamW): not 𝓕_k-measurable. Each step is one call of :func:`sim.algorithm.preconditioned_step`.
+    ``beta2``/``eps`` default to :class:`sim.algorithm.AdaptConfig`'s."""
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}; got {kind!r}")
     dflt = AdaptConfig()
@@ -218,6 +226,8 @@ def run_adaptation(prob: CommonMinimizer, rng, *, alpha: float, S: int, K: int, 
     W[0] = w
     pmin = np.empty((K, n_runs))
     pmax = np.empty((K, n_runs))
+    at_lo = np.full((K, n_runs), np.nan)
+    at_hi = np.full((K, n_runs), np.nan)
     lam, c, Q = prob.lam_star, prob.centre, prob.hessian
     if kind == "fixed":
         if P is None:
@@ -235,11 +245,12 @@ def run_adaptation(prob: CommonMinimizer, rng, *, alpha: float, S: int, K: int, 
         w, pd_ = preconditioned_step(w, d, k, state, preconditioner=kind, alpha=alpha, P=P, p_minus=p_minus,
                                      p_plus=p_plus, beta2=b2, eps=ep)
         pmin[k], pmax[k] = pd_.min(axis=1), pd_.max(axis=1)
-        if kind.startswith("rmsprop"):
+        if kind in CLIPPED_PRECONDITIONERS:
             pdiag = pd_
+            at_lo[k], at_hi[k] = clip_shares(pd_, p_minus, p_plus)
         W[k + 1] = w
     return AdaptRuns(W=W, gaps=gap_of(prob, W), p_min=pmin, p_max=pmax, kind=kind, alpha=float(alpha), S=int(S),
-                     P_last=None if pdiag is None else pdiag.copy())
+                     P_last=None if pdiag is None else pdiag.copy(), p_at_lower=at_lo, p_at_upper=at_hi)
 
 
 def run_adversarial_1d(rng, *, n_runs: int, K: int, w0: float, alpha: float, p_minus: float, p_plus: float,
@@ -333,7 +344,8 @@ def pipeline1_crosscheck(prob: CommonMinimizer, rng, *, alpha: float, S: int, K:
                          p_minus: float, p_plus: float, P=None) -> dict:
     """Run :func:`sim.algorithm.pipeline1` (``direction="chebyshev"``, preconditioner ``kind``) and
     :func:`run_adaptation` on the same noise; return the largest trajectory difference and ``pipeline1``'s
-    recorded spectrum bounds ``p_min``, ``p_max`` of ``P_k`` ``(K, N)``."""
+    recorded spectrum bounds ``p_min``, ``p_max`` of ``P_k`` ``(K, N)`` and the largest difference between the
+    recorded clip shares ``p_at_lower``, ``p_at_upper`` and those of the vectorised runs (0 where both are NaN)."""
     ev, U = np.linalg.eigh(prob.noise_cov)
     xi = rng.standard_normal((n_runs, K * S, prob.n_params)) @ (U * np.sqrt(np.maximum(ev, 0.0))).T
     runs = F3Runs(prob, n_runs)
@@ -347,11 +359,19 @@ def pipeline1_crosscheck(prob: CommonMinimizer, rng, *, alpha: float, S: int, K:
                           p_plus=p_plus, P=P, noise=noise)
     rec = res.records[res.records["local_steps"] == 1].sort_values(["round", "client"])
     scale = max(1.0, float(np.abs(mine.W).max()))
+    shares = []
+    for col, arr in (("p_at_lower", mine.p_at_lower), ("p_at_upper", mine.p_at_upper)):
+        a, b = rec[col].to_numpy(np.float64).reshape(K, n_runs), arr
+        diff = np.where(np.isnan(a) & np.isnan(b), 0.0, np.abs(a - b))
+        shares.append(float(np.max(np.where(np.isnan(diff), np.inf, diff), initial=0.0)))  # NaN on one side: inf
     return {
         "max_abs_diff": float(np.abs(res.trajectory - mine.W).max()),
         "scale": scale,
         "p_min": rec["p_min"].to_numpy().reshape(K, n_runs),
         "p_max": rec["p_max"].to_numpy().reshape(K, n_runs),
+        "clip_share_diff": max(shares),
+        "p_at_lower": rec["p_at_lower"].to_numpy(np.float64).reshape(K, n_runs),
+        "p_at_upper": rec["p_at_upper"].to_numpy(np.float64).reshape(K, n_runs),
     }
 
 

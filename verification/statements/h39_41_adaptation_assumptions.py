@@ -16,7 +16,8 @@ Hypotheses / statements monitored (THEOREMS.md §2)
 What is checked (an implication "construction ⇒ assumption holds on the instances")
     On family F3 (§3.0, reference instance; ``μ_PL = λ_{j*}λ_min(Q)``, ``L₀ = λ_{j*}‖Q‖``, ``σ₀² = λ_{j*}² tr Σ_ξ``
     exact) with the suite's direction model and preconditioners (identity; fixed ``U diag(linspace(p₋, p₊))Uᵀ``;
-    lagged RMSprop clipped to ``[p₋, p₊] = [0.5, 2]``), each item holds where it is monitored:
+    lagged RMSprop relative to the directions' own scale, clipped to ``[p₋, p₊] = [0.5, 2]``:
+    :func:`sim.algorithm.rmsprop_diagonal`), each item holds where it is monitored:
 
     * H.39: along 400 runs × ``K = 60`` steps per preconditioner: bottleneck ``= j*`` at every iterate, and
       ``2μ_PL(ψ − ψ*) ≤ ‖∇ψ‖²`` (rows ``lhs ≤ rhs``); ``μ_PL ≤ L₀``. (iii) holds since F3's ``𝒰 = R^{n_w}``.
@@ -25,7 +26,8 @@ What is checked (an implication "construction ⇒ assumption holds on the instan
       rule of §3.0 for ``E‖d̃ − ∇ψ‖² ≤ σ₀²/S`` (cap ``5b``).
     * H.41(b): the spectrum of every ``P_k`` used, in ``[p₋, p₊]``, both in the vectorised runs and in
       :func:`sim.algorithm.pipeline1`'s records; the vectorised runs reproduce ``pipeline1``'s trajectories on the
-      same noise (``direction="chebyshev"``), so the preconditioners verified are sim.algorithm's.
+      same noise (``direction="chebyshev"``), so the preconditioners verified are sim.algorithm's. The details
+      report the mean share of coordinates of ``P_k`` at each clip (the records' ``p_at_lower``/``p_at_upper``).
     * H.41(a): measurability by construction (``P_k`` computed before the step's batch), checked empirically:
       with a shared history up to step 5 and ``10⁴`` independent current batches, ``P_5`` (lagged RMSprop) is
       identical across replicates and ``E[P_k(d̃_k − ∇ψ) | 𝓕_k] = 0`` (Hotelling) — the consequence of (a) that
@@ -38,9 +40,10 @@ What is checked (an implication "construction ⇒ assumption holds on the instan
 
 Negative controls (T-H39/H.40/H.41 (e)), each must be detected
     1. biased direction ``d̃ + b`` (``‖b‖ = 0.5``): the construction flag of H.40 fails and the mean test rejects;
-    2. AdamW-style ``P_k`` from the current sample (``v_k`` including ``d̃_k``, clipped to ``[p₋, p₊]`` so only
-       (a) is broken; first step, ``S = 1``): flagged by construction and by ``P_0`` varying across replicates
-       sharing ``𝓕_0``; ``E[P_0(d̃_0 − ∇ψ) | 𝓕_0] ≠ 0`` (Hotelling rejects);
+    2. AdamW-style ``P_k`` from the current sample (``rmsprop_current``: the same scale-relative rule from ``v_k``,
+       which includes ``d̃_k``, clipped to ``[p₋, p₊]`` so only (a) is broken; first step, ``S = 1``): flagged by
+       construction and by ``P_0`` varying across replicates sharing ``𝓕_0``; ``E[P_0(d̃_0 − ∇ψ) | 𝓕_0] ≠ 0``
+       (Hotelling rejects);
     3. double-well ``ψ_new`` (F4): not F3 (flagged); ``μ_PL`` estimated on the left well by
        :func:`sim.constants.pl_constant_samples` (§1.11): eq 86 fails at the spurious stationary point and around.
 
@@ -97,6 +100,12 @@ def _settings(prob, U, cfg):
     pm, pp = cfg.p
     return (("identity", 1.0, 1.0, None), ("fixed", pm, pp, A.spectral_preconditioner(U, pm, pp)),
             ("rmsprop_lagged", pm, pp, None))
+
+
+def _mean_or_none(a):
+    """Mean of a clip-share array, None where it is all NaN (preconditioners without clips)."""
+    a = np.asarray(a, dtype=np.float64)
+    return None if np.all(np.isnan(a)) else float(np.nanmean(a))
 
 
 def _points(prob, rng, cfg, n):
@@ -187,6 +196,8 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
                            "min_pl_ratio_over_mu": float(np.min(h["pl_rhs"][h["pl_lhs"] > 0]
                                                                 / h["pl_lhs"][h["pl_lhs"] > 0])),
                            "spectrum": [float(runs.p_min.min()), float(runs.p_max.max())],
+                           "mean_share_at_p_minus": _mean_or_none(runs.p_at_lower),
+                           "mean_share_at_p_plus": _mean_or_none(runs.p_at_upper),
                            "gap_identity_roundoff": h["gap_identity_err"]}
     rows.add("H.39: mu_PL <= L0", prob.mu_pl, prob.L0, hyp={A.H_F3: True})
     # ---- pipeline1 cross-check (the preconditioners are sim.algorithm's)
@@ -202,7 +213,8 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
         rows.add("H.41(b) pipeline1 records: p_max(P_k) <= p_+", cc["p_max"].ravel(), pp, hyp=hyp,
                  preconditioner=kind)
         xinfo[kind] = {"max_abs_diff": cc["max_abs_diff"], "spectrum": [float(cc["p_min"].min()),
-                                                                        float(cc["p_max"].max())]}
+                                                                        float(cc["p_max"].max())],
+                       "clip_share_diff": cc["clip_share_diff"]}
     # ---- H.40 at fixed points (MC sub-tests)
     W = _points(prob, rng, cfg, cfg.n_points)
     recs = h40_rows(rows, prob, rng, cfg, W, delta_sub=delta_sub, soft=not cfg.confidence_contract)
@@ -269,8 +281,9 @@ def _control_current_sample(prob, rng, cfg):
     lhs, rhs, _ = rows.arrays()
     return Evidence.from_control(STATEMENT_ID, NAME, rows.monitor(), A.H_MEAS, lhs, rhs,
                                  instance_data=rows.instance_data(),
-                                 details={"control": "AdamW-style P_k = clip(1/sqrt(v_hat_k)) with the current sample, "
-                                                     "first step, S = 1", "P_spread": spread, "hotelling": ht})
+                                 details={"control": "AdamW-style P_k = clip(1/(sqrt(v_k)/mean sqrt(v_k) + eps)) with the "
+                                                     "current sample, first step, S = 1", "P_spread": spread,
+                                          "hotelling": ht})
 
 
 def _control_double_well(cfg):

@@ -30,8 +30,8 @@ How it is checked (THEOREMS.md §3.1 T-H43)
     * **Monte Carlo (2 assertions of the suite's budget, δ = 1e-3/24 each).** (i) The tight instance above run by
       Monte Carlo with ``N`` from :func:`verification.montecarlo.required_runs` (a bound too small by 2 is detected
       with probability ``≥ 0.99``: :func:`._adaptation_common.tight_mc` states the computation); (ii) lagged
-      RMSprop (``P_k`` from ``v_{k−1}``, clipped to ``[0.5, 2]``; the formula of :func:`sim.algorithm.pipeline1`,
-      cross-checked in H.39-41), ``S = 4``, ``K = 60``, ``N = 4000``; claim ``E[ψ(w_K) − ψ*] ≤`` eq 90 by the rule
+      RMSprop (``P_k`` from ``v_{k−1}``, relative to the directions' own scale, clipped to ``[0.5, 2]``; the
+      formula of :func:`sim.algorithm.pipeline1`, cross-checked in H.39-41), ``S = 4``, ``K = 60``, ``N = 4000``; claim ``E[ψ(w_K) − ψ*] ≤`` eq 90 by the rule
       of §3.0 (cap ``5b``, FAIL iff LCB > b). Monitored on the runs: spectrum of every ``P_k`` in ``[p₋, p₊]``,
       H.39 (i)/(ii) at every iterate. (ii) cannot approach its bound: with ``α = p₋/(L₀p₊²)`` the floor term is
       ``σ₀²/(2μS)`` whatever the spread ``p₊/p₋``, while the realised steps ``αP_k ≤ αp₊ = p₋/(L₀p₊)`` are shorter
@@ -160,6 +160,8 @@ def mc_rows(rows: A.Rows, prob: CommonMinimizer, rng, cfg: Config, delta: float)
     rows.add_mc("eq 90 Monte Carlo, lagged RMSprop (LCB <= b)", res, hyp=hyp, margins=mg, P="rmsprop_lagged",
                 S=cfg.mc_S, K=cfg.mc_K, alpha=alpha, N=cfg.mc_runs, soft=not cfg.confidence_contract)
     info = {"spectrum_P_k": [float(runs.p_min.min()), float(runs.p_max.max())],
+            "mean_share_at_p_minus": float(np.mean(runs.p_at_lower)),
+            "mean_share_at_p_plus": float(np.mean(runs.p_at_upper)),
             "h39_iterates": int(h39["bottleneck_ok"].size), "h39_bottleneck_failures": int((~h39["bottleneck_ok"]).sum()),
             "h39_pl_failures": int((~A.pl_ok(h39)).sum()), "gap_identity_roundoff": h39["gap_identity_err"]}
     return rec, info
