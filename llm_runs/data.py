@@ -30,16 +30,27 @@ correlations over all responses mix between-prompt differences in (for example) 
 within-prompt choices that preference pairs encode, and can have the other sign; they are reported beside it.
 The table also gives the *pair reversal rate*: the fraction of objective a's pairs that objective b orders
 the other way.
+
+**Labels on the trained text** (:func:`trained_candidates`). A run trains on each response cut to
+``max_response_tokens`` tokens (then the end-of-turn token), so its labels must score exactly that text: the
+*trained text* of a response is the decoded token sequence the model sees (:func:`trained_text`: a fixed point
+of encode → cut at ``T`` tokens → decode, so that the training tokenisation of the trained text is the text
+itself), and every reward of a run's objectives is recomputed on it. Pairs are then built from the recomputed
+scores exactly as above (the margin in the trained scores' within-prompt sd); two responses whose trained texts
+are equal never form a pair. :func:`truncation_table` measures, per objective and ``T``, how many pairs survive
+and how often the full-text label agrees with the reward of the trained text (what the labels were before), and
+each reward's within-prompt τ with the response length (words of the trained text).
 """
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 import math
 import os
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -57,7 +68,11 @@ __all__ = [
     "load_candidates",
     "preference_pairs",
     "rank_agreement",
+    "rescore_file",
     "score_and_write",
+    "trained_candidates",
+    "trained_text",
+    "truncation_table",
     "write_candidates",
 ]
 
@@ -87,6 +102,11 @@ class Candidates:
     cut_off: tuple[tuple[str | None, ...], ...] = ()  # (P, K): None, "length" or "timeout"
     calls: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # (P,) generate call index
     call_seconds: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (P,) wall-clock of that call
+    #: None for the file's full texts; else the response token limit T of :func:`trained_candidates`: the
+    #: responses are the trained texts and ``scores`` are recomputed on them
+    max_response_tokens: int | None = None
+    #: the file's scores of the full texts (objective -> (P, K)); for full texts the same as ``scores``
+    full_scores: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def objectives(self) -> tuple[str, ...]:
@@ -172,6 +192,32 @@ def score_and_write(records: list[dict], settings, model_info: dict, out, *, pro
         "generation_seconds": round(sum(r["call_seconds"] for r in _first_of_call(records)), 1),
     }
     return write_candidates(out, header, out_records)
+
+
+def rescore_file(path, out=None, *, progress: bool = True) -> Path:
+    """Score every response of the data file ``path`` again with every reward of :data:`llm_runs.rewards.REWARDS`
+    (their current definitions and versions) and write the data file ``out`` (default: ``path``), keeping the
+    texts, the generation settings and the model; the header records the date of the rescoring."""
+    cands = load_candidates(path)
+    names = list(REWARDS)
+    prompts = [p for p, row in zip(cands.prompts, cands.responses, strict=True) for _ in row]
+    texts = [r for row in cands.responses for r in row]
+    it = names
+    if progress:
+        from tqdm import tqdm
+
+        it = tqdm(names, desc="score", unit="reward", dynamic_ncols=True)
+    scores = {n: score_responses(prompts, texts, [n])[n] for n in it}
+    lines = [ln for ln in _read_lines(Path(path)) if ln.strip()]
+    records, i = [], 0
+    for line in lines[1:]:
+        rec = json.loads(line)
+        for x in rec["responses"]:
+            x["scores"] = {n: _round(scores[n][i]) for n in names}
+            i += 1
+        records.append(rec)
+    header = {**cands.header, "rewards": reward_definitions(names), "rescored": _today()}
+    return write_candidates(Path(path) if out is None else Path(out), header, records)
 
 
 def _first_of_call(records):
@@ -336,10 +382,11 @@ def preference_pairs(cands: Candidates, objective: str, *, margin: float = 0.25,
     for p, pid in enumerate(cands.prompt_ids):
         if keep is not None and pid not in keep:
             continue
+        texts = cands.responses[p]
         for a in range(k):
             for b in range(a + 1, k):
                 gap = s[p, a] - s[p, b]
-                if abs(gap) < thr or gap == 0:
+                if abs(gap) < thr or gap == 0 or texts[a] == texts[b]:
                     continue
                 c, r = (a, b) if gap > 0 else (b, a)
                 pairs.append(
@@ -410,10 +457,12 @@ def agreement_table(cands: Candidates, objectives=None, *, margin: float = 0.25)
             r["reversal_a_by_b"] = _reversal_rate(cands, a, b, margin)
             r["reversal_b_by_a"] = _reversal_rate(cands, b, a, margin)
             rows.append(r)
+    words = response_words(cands)
     per_obj = {
         o: {"pairs": len(preference_pairs(cands, o, margin=margin)),
             "within_prompt_sd": within_prompt_scale(cands.scores_of(o)),
-            "mean": float(cands.scores_of(o).mean())}
+            "mean": float(cands.scores_of(o).mean()),
+            "tau_with_length": _within_prompt_tau(cands.scores_of(o), words)}
         for o in names
     }
     n_resp = cands.n_tokens.size
@@ -427,8 +476,10 @@ def agreement_table(cands: Candidates, objectives=None, *, margin: float = 0.25)
         "mean_tokens": float(cands.n_tokens.mean()),
         "max_new_tokens": cands.header["generation"].get("max_new_tokens"),
     }
+    cut_note = ("full texts" if cands.max_response_tokens is None
+                else f"trained texts: responses cut at {cands.max_response_tokens} tokens, rewards recomputed")
     lines = [
-        f"data file {cands.path}: {resp['prompts']} prompts x {n_resp // max(resp['prompts'], 1)} responses, "
+        f"[{cut_note}] data file {cands.path}: {resp['prompts']} prompts x {n_resp // max(resp['prompts'], 1)} responses, "
         f"{resp['cut_off']} of {n_resp} cut off ({resp['cut_off_length']} at the token limit, "
         f"{resp['cut_off_timeout']} by a call deadline), mean {resp['mean_tokens']:.0f} new tokens "
         f"(max {resp['max_new_tokens']}), model {cands.header['model'].get('name')}",
@@ -445,7 +496,141 @@ def agreement_table(cands: Candidates, objectives=None, *, margin: float = 0.25)
             f"{r['pooled_spearman']:>8.3f} {r['pooled_kendall']:>8.3f} {r['reversal_a_by_b']:>7.2f} "
             f"{r['reversal_b_by_a']:>7.2f}"
         )
-    lines += ["", f"{'objective':<16} {'pairs':>6} {'within sd':>9} {'mean':>8}"]
+    lines += ["", f"{'objective':<16} {'pairs':>6} {'within sd':>9} {'mean':>8} {'tau(length)':>11}"]
     for o, v in per_obj.items():
-        lines.append(f"{o:<16} {v['pairs']:>6d} {v['within_prompt_sd']:>9.4f} {v['mean']:>8.4f}")
-    return {"pairs": rows, "objectives": per_obj, "responses": resp, "margin": margin, "text": "\n".join(lines)}
+        lines.append(f"{o:<16} {v['pairs']:>6d} {v['within_prompt_sd']:>9.4f} {v['mean']:>8.4f} "
+                     f"{v['tau_with_length']:>+11.2f}")
+    return {"pairs": rows, "objectives": per_obj, "responses": resp, "margin": margin,
+            "max_response_tokens": cands.max_response_tokens, "text": "\n".join(lines)}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Labels on the trained text
+
+
+def _response_ids(tokenizer, text: str) -> list[int]:
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def trained_text(tokenizer, text: str, max_tokens: int) -> str:
+    """The text a model trained on ``text`` cut at ``max_tokens`` tokens sees: ``decode(encode(text)[:T])``,
+    iterated to a fixed point (``decode(encode(t)[:T]) == t``), so that the training tokenisation of the returned
+    text (:class:`llm_runs.objectives.PreferenceModel` encodes the response and keeps its first ``T`` tokens)
+    decodes to exactly this text. Raises ``ValueError`` if no fixed point is reached in 8 rounds."""
+    if int(max_tokens) != max_tokens or max_tokens < 1:
+        raise ValueError(f"max_tokens must be a positive integer; got {max_tokens!r}")
+    t = text
+    for _ in range(8):
+        nxt = tokenizer.decode(_response_ids(tokenizer, t)[: int(max_tokens)])
+        if nxt == t:
+            return t
+        t = nxt
+    raise ValueError(f"no fixed point of encode/cut at {max_tokens} tokens/decode for the response {text[:60]!r}...")
+
+
+def _tokenizer_key(tokenizer) -> str:
+    vocab = json.dumps(sorted(tokenizer.get_vocab().items()), ensure_ascii=False)
+    return hashlib.sha256(f"{type(tokenizer).__name__}|{vocab}".encode()).hexdigest()
+
+
+_TRAINED_CACHE: dict[tuple, Candidates] = {}
+
+
+def trained_candidates(cands: Candidates, tokenizer, max_tokens: int, objectives=None) -> Candidates:
+    """``cands`` with every response replaced by its trained text at ``max_tokens`` tokens (:func:`trained_text`)
+    and the rewards of ``objectives`` (default: all of the file's) recomputed on those texts; ``full_scores`` keeps
+    the file's scores of the full texts, ``n_tokens`` the trained token counts and ``finished`` whether the response
+    ended within the limit. Results are cached per data file, limit, tokenizer vocabulary and objectives."""
+    from llm_runs.rewards import score_responses
+
+    if cands.max_response_tokens is not None:
+        raise ValueError(f"the candidates are already cut at {cands.max_response_tokens} tokens")
+    names = cands.check_objectives(objectives if objectives is not None else cands.objectives)
+    T = int(max_tokens)
+    if T != max_tokens or T < 1:
+        raise ValueError(f"max_response_tokens must be a positive integer; got {max_tokens!r}")
+    key = (cands.path, cands.header.get("created"), len(cands.prompt_ids), T, _tokenizer_key(tokenizer), names)
+    hit = _TRAINED_CACHE.get(key)
+    if hit is not None:
+        return hit
+    texts, ntok = [], []
+    for row in cands.responses:
+        t_row, n_row = [], []
+        for r in row:
+            t = trained_text(tokenizer, r, T)
+            t_row.append(t)
+            n_row.append(len(_response_ids(tokenizer, t)))
+        texts.append(tuple(t_row))
+        ntok.append(n_row)
+    P, K = len(texts), len(texts[0]) if texts else 0
+    cut = np.array([[len(_response_ids(tokenizer, r)) > T for r in row] for row in cands.responses], dtype=bool)
+    flat = [t for row in texts for t in row]
+    prompts = [p for p in cands.prompts for _ in range(K)]
+    scores = score_responses(prompts, flat, list(names))
+    out = replace(
+        cands,
+        responses=tuple(texts),
+        n_tokens=np.asarray(ntok, dtype=np.int64).reshape(P, K),
+        finished=cands.finished & ~cut,
+        scores={n: np.asarray(scores[n], dtype=np.float64).reshape(P, K) for n in names},
+        cut_off=tuple(tuple("length" if cut[p, k] else cands.cut_off[p][k] for k in range(K)) for p in range(P)),
+        max_response_tokens=T,
+        full_scores={n: cands.scores[n] for n in names},
+    )
+    _TRAINED_CACHE[key] = out
+    return out
+
+
+def _within_prompt_tau(a: np.ndarray, b: np.ndarray) -> float:
+    from scipy.stats import kendalltau
+
+    taus = [kendalltau(x, y).statistic for x, y in zip(a, b, strict=True) if np.ptp(x) > 0 and np.ptp(y) > 0]
+    return float(np.mean(taus)) if taus else math.nan
+
+
+def response_words(cands: Candidates) -> np.ndarray:
+    """``(P, K)`` word counts of the responses (the length that the τ-with-length statistic uses)."""
+    from llm_runs.rewards import _words
+
+    return np.array([[len(_words(r)) for r in row] for row in cands.responses], dtype=np.float64)
+
+
+def truncation_table(cands: Candidates, tokenizer, tokens, objectives=None, *, margin: float = 0.25) -> dict:
+    """Per objective and response token limit ``T`` in ``tokens``: pairs of the full texts and of the trained
+    texts, the share of full-text pairs that compare two cut-off responses, the agreement of the full-text labels
+    with the reward of the trained texts (ties count 1/2), and the reward's within-prompt Kendall τ with the
+    response length (words of the trained text; of the full text for ``T = None``). JSON-able, with ``text``."""
+    names = cands.check_objectives(objectives if objectives is not None else cands.objectives)
+    rows = []
+    words_full = response_words(cands)
+    for T in tokens:
+        tc = trained_candidates(cands, tokenizer, T, names)
+        words = response_words(tc)
+        cut = ~np.asarray([[len(_response_ids(tokenizer, r)) <= T for r in row] for row in cands.responses])
+        for o in names:
+            full_pairs = preference_pairs(cands, o, margin=margin)
+            trained = tc.scores_of(o)
+            p_index = {pid: i for i, pid in enumerate(cands.prompt_ids)}
+            agree, both_cut = [], 0
+            for p in full_pairs:
+                i = p_index[p.prompt_id]
+                d = trained[i, p.chosen_index] - trained[i, p.rejected_index]
+                agree.append(1.0 if d > 0 else 0.5 if d == 0 else 0.0)
+                both_cut += bool(cut[i, p.chosen_index] and cut[i, p.rejected_index])
+            rows.append({
+                "objective": o, "max_response_tokens": int(T),
+                "pairs_full_text": len(full_pairs),
+                "pairs_trained_text": len(preference_pairs(tc, o, margin=margin)),
+                "both_cut_share": both_cut / len(full_pairs) if full_pairs else math.nan,
+                "full_label_agreement": float(np.mean(agree)) if agree else math.nan,
+                "tau_with_length": _within_prompt_tau(trained, words),
+                "tau_with_length_full_text": _within_prompt_tau(cands.scores_of(o), words_full),
+            })
+    lines = [f"labels on the trained text (margin {margin} within-prompt sd of the trained-text scores)",
+             f"{'objective':<16} {'T':>4} {'pairs full':>10} {'trained':>8} {'both cut':>8} {'full label agrees':>17} "
+             f"{'tau(length)':>11}"]
+    for r in rows:
+        lines.append(f"{r['objective']:<16} {r['max_response_tokens']:>4d} {r['pairs_full_text']:>10d} "
+                     f"{r['pairs_trained_text']:>8d} {r['both_cut_share']:>8.2f} {r['full_label_agreement']:>17.2f} "
+                     f"{r['tau_with_length']:>+11.2f}")
+    return {"rows": rows, "margin": margin, "text": "\n".join(lines)}

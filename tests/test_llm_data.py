@@ -25,10 +25,14 @@ from llm_runs.data import (  # noqa: E402
     load_candidates,
     preference_pairs,
     rank_agreement,
+    rescore_file,
     score_and_write,
+    trained_candidates,
+    trained_text,
+    truncation_table,
 )
 from llm_runs.generate import DeadlineCriteria, GenerationSettings, generate_responses  # noqa: E402
-from llm_runs.models import tiny_llama  # noqa: E402
+from llm_runs.models import smollm2_tokenizer, tiny_llama  # noqa: E402
 
 RECORDS = [
     {
@@ -94,6 +98,8 @@ def test_rewards_measure_what_they_say():
     assert s["informativeness"][3] > s["informativeness"][0]
     assert s["positivity"][2] > 0.5 > s["positivity"][0]
     assert s["relevance"][0] > s["relevance"][3] + 0.2
+    assert s["density"][0] > s["density"][1]  # the repetition dilutes the content words per word
+    assert s["density"][3] == pytest.approx(6 / 9)  # bananas yellow grow large tropical plants: 6 of 9 words
     assert all(np.all(np.isfinite(v)) for v in s.values())
 
 
@@ -234,6 +240,84 @@ def test_rank_agreement_is_within_prompt():
     assert "within-prompt Kendall" in table["text"]
 
 
+# ---- labels on the trained text ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return smollm2_tokenizer()
+
+
+def test_trained_text_is_the_decoded_token_prefix_and_a_fixed_point(tok):
+    text = "The sky is blue because sunlight is scattered by the molecules of the atmosphere."
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    for T in (1, 5, len(ids), len(ids) + 10):
+        t = trained_text(tok, text, T)
+        assert t == tok.decode(ids[:T])
+        assert tok.decode(tok(t, add_special_tokens=False)["input_ids"][:T]) == t
+    with pytest.raises(ValueError, match="positive integer"):
+        trained_text(tok, text, 0)
+
+
+def test_labels_score_exactly_the_text_the_model_trains_on(cands, tok):
+    from llm_runs.objectives import DPOSettings, PreferenceModel
+
+    T = 6
+    tc = trained_candidates(cands, tok, T, ["conciseness", "positivity"])
+    assert tc.max_response_tokens == T and tc.objectives == ("conciseness", "positivity")
+    flat = [r for row in tc.responses for r in row]
+    prompts = [p for p in tc.prompts for _ in range(4)]
+    again = rewards.score_responses(prompts, flat, ["conciseness", "positivity"])
+    for o in tc.objectives:
+        np.testing.assert_array_equal(tc.scores_of(o).ravel(), again[o])
+        np.testing.assert_array_equal(tc.full_scores[o], cands.scores_of(o))
+    assert np.all(tc.n_tokens <= T)
+    model, _ = tiny_llama(seed=0)
+    from llm_runs.models import add_lora
+
+    pm = PreferenceModel(add_lora(model), tok, DPOSettings(max_response_tokens=T))
+    for o in tc.objectives:
+        for p in preference_pairs(tc, o):
+            row = tc.prompt_ids.index(p.prompt_id)
+            for text, k in ((p.chosen, p.chosen_index), (p.rejected, p.rejected_index)):
+                ids, n_prompt = pm._encode((p.prompt, text))
+                assert tok.decode(ids[n_prompt:-1]) == text == tc.responses[row][k]  # the model sees this text
+                assert text == tok.decode(tok(cands.responses[row][k], add_special_tokens=False)["input_ids"][:T])
+    assert trained_candidates(cands, tok, T, ["conciseness", "positivity"]) is tc  # cached
+    with pytest.raises(ValueError, match="already cut"):
+        trained_candidates(tc, tok, T)
+
+
+def test_pairs_of_equal_trained_texts_are_dropped(tok):
+    c = _fake({"a": np.array([[1.0, 2.0, 3.0]])})
+    same = Candidates(c.path, c.header, c.prompt_ids, c.prompts, (("same", "same", "other"),), c.n_tokens[:, :3],
+                      c.finished[:, :3], {"a": np.array([[1.0, 2.0, 3.0]])})
+    pairs = preference_pairs(same, "a", margin=0.0)
+    assert {(p.chosen_index, p.rejected_index) for p in pairs} == {(2, 0), (2, 1)}
+
+
+def test_truncation_table_counts_pairs_and_agreement(cands, tok):
+    table = truncation_table(cands, tok, [4, 1000], ["conciseness", "positivity"])
+    rows = {(r["objective"], r["max_response_tokens"]): r for r in table["rows"]}
+    for o in ("conciseness", "positivity"):
+        full = rows[(o, 1000)]  # every response fits: the trained texts are the full texts
+        assert full["full_label_agreement"] == 1.0 and full["both_cut_share"] == 0.0
+        assert full["pairs_trained_text"] == full["pairs_full_text"] == len(preference_pairs(cands, o))
+        short = rows[(o, 4)]
+        assert 0.0 <= short["full_label_agreement"] <= 1.0 and short["both_cut_share"] > 0
+    assert rows[("conciseness", 1000)]["tau_with_length"] == pytest.approx(-1.0)
+    assert "labels on the trained text" in table["text"]
+
+
+def test_rescoring_keeps_the_texts_and_recomputes_the_scores(data_file, tmp_path):
+    out = rescore_file(data_file, tmp_path / "re.jsonl.gz", progress=False)
+    a, b = load_candidates(data_file), load_candidates(out)
+    assert a.responses == b.responses and a.prompt_ids == b.prompt_ids
+    for o in a.objectives:
+        np.testing.assert_array_equal(a.scores_of(o), b.scores_of(o))
+    assert "rescored" in b.header
+
+
 # ---- generation and the resumable build --------------------------------------------------------------------------
 
 
@@ -337,6 +421,24 @@ def test_shipped_data_file_is_valid_and_its_objectives_conflict():
 
 
 @pytest.mark.skipif(not DEFAULT_DATA_FILE.exists(), reason="the shipped data file is not built")
+@pytest.mark.parametrize("preset", ["smoke", "cpu"])
+def test_cpu_presets_objectives_conflict_on_the_trained_text_and_are_not_one_length_axis(preset):
+    """On the texts a CPU preset trains on: a clear within-prompt conflict between two of its objectives, at most
+    one objective with |tau| > 0.3 against the response length, and enough pairs for every objective."""
+    from llm_runs.run import PRESETS
+
+    p = PRESETS[preset]
+    c = trained_candidates(load_candidates(), smollm2_tokenizer(), p.max_response_tokens, p.design.objectives)
+    table = agreement_table(c, p.design.objectives)
+    worst = min(table["pairs"], key=lambda r: r["tau_mean"])
+    assert worst["tau_mean"] < -0.15 and worst["tau_mean"] + 5 * worst["tau_se"] < 0, worst
+    length_axes = [o for o, v in table["objectives"].items() if abs(v["tau_with_length"]) > 0.3]
+    assert len(length_axes) <= 1, {o: v["tau_with_length"] for o, v in table["objectives"].items()}
+    for o, v in table["objectives"].items():
+        assert v["pairs"] >= 200, o
+
+
+@pytest.mark.skipif(not DEFAULT_DATA_FILE.exists(), reason="the shipped data file is not built")
 def test_shipped_data_file_holds_the_whole_prompt_set():
     from llm_runs.prompts import PROMPTS
 
@@ -356,8 +458,15 @@ def test_cli_stats_and_errors(data_file, tmp_path):
     out = _cli("data", "stats", "--data", str(data_file))
     assert out.returncode == 0, out.stderr
     assert "within-prompt Kendall" in out.stdout and "conciseness" in out.stdout
-    js = _cli("data", "stats", "--data", str(data_file), "--json")
-    assert json.loads(js.stdout)["responses"]["prompts"] == 2
+    assert "labels on the trained text" in out.stdout and "trained texts: responses cut at 16 tokens" in out.stdout
+    js = _cli("data", "stats", "--data", str(data_file), "--json", "--tokens", "8,16", "--objectives",
+              "conciseness,density")
+    stats = json.loads(js.stdout)
+    assert stats["full_text"]["responses"]["prompts"] == 2 and set(stats["trained_text"]) == {"8", "16"}
+    assert {r["objective"] for r in stats["truncation"]["rows"]} == {"conciseness", "density"}
+    assert "tau_with_length" in stats["full_text"]["objectives"]["density"]
+    bad = _cli("data", "stats", "--data", str(data_file), "--tokens", "8,x")
+    assert bad.returncode == 2 and "token limit 'x'" in bad.stderr
     missing = _cli("data", "stats", "--data", str(tmp_path / "none.jsonl.gz"))
     assert missing.returncode == 2 and "none.jsonl.gz does not exist" in missing.stderr
     bad = _cli("data", "build", "--responses", "0")
