@@ -13,8 +13,13 @@ model) against the reference ``π_ref`` (the same model with the adapter disable
 ``β_i = KL(l̂_i ‖ 1/m)`` and the LP need (plain DPO, ``ε = 0``, is driven to 0 by a few memorised pairs). At the
 LoRA initialisation (``B = 0``) the policy equals the reference, ``z = 0`` and ``l_j = ln 2``.
 
-Reference log-probabilities never change: they are computed once per distinct sequence (adapter disabled, no
-gradient) and cached. Log-probabilities are computed on response positions only (the LM head and the
+**One layout, one precision.** The reference log-probabilities of a batch are computed on exactly the batch the
+policy runs (the same sequences, padding and order: :meth:`PreferenceModel.reference_map`) and in the same
+precision (the training autocast for training losses and gradients, the model's own float32 for held-out
+evaluation), and cached per batch. At the LoRA initialisation policy and reference are then the same
+computation, so every margin is exactly 0 and every loss ``ln 2`` (a reference cached from other batches or
+another dtype was off ``ln 2`` by up to 7.3e-3 nats under bf16 autocast, the size of the held-out changes it
+was meant to measure). Log-probabilities are computed on response positions only (the LM head and the
 log-softmax are applied to those hidden states alone).
 
 **Guard.** A loss that is not finite, or that lies within ``floor_rtol`` (relative) of its floor ``H(ε)``,
@@ -59,6 +64,7 @@ __all__ = [
     "binary_entropy",
     "check_weights",
     "objective_gradients",
+    "objective_losses",
 ]
 
 LAYOUTS = ("separate", "shared", "shared_loop", "sequence")
@@ -170,7 +176,8 @@ class PreferenceModel:
         self._head = base.get_output_embeddings()
         self._tokens: dict[tuple[str, str], tuple[list[int], int]] = {}
         self._prompt_tokens: dict[str, list[int]] = {}
-        self._ref: dict[tuple[str, str], float] = {}
+        # reference log-probabilities per (chunk of keys, evaluation precision): see reference_map
+        self._ref: dict[tuple[tuple[tuple[str, str], ...], bool], torch.Tensor] = {}
         self.tokens_processed = 0  # tokens of every sequence batch the model has run (policy and reference)
 
     # ---- tokens ---------------------------------------------------------------------------------------------
@@ -211,10 +218,18 @@ class PreferenceModel:
         return torch.autocast(self.device.type, dtype=self.settings.autocast)
 
     # ---- log-probabilities ----------------------------------------------------------------------------------
-    def sequence_logps(self, keys: Sequence[tuple[str, str]]) -> torch.Tensor:
-        """Policy log-probabilities ``s_θ(y)`` of the responses (with gradient), float64 ``(len(keys),)``."""
+    def _precision(self, evaluation: bool):
+        """Training passes run under the settings' autocast; evaluation passes in the model's own dtype."""
+        if evaluation:
+            return contextlib.nullcontext()
+        return self._autocast()
+
+    def sequence_logps(self, keys: Sequence[tuple[str, str]], *, evaluation: bool = False) -> torch.Tensor:
+        """Policy log-probabilities ``s_θ(y)`` of the responses ``keys``, run as **one** padded batch (with gradient
+        unless called under ``torch.no_grad``), float64 ``(len(keys),)``. ``evaluation``: in the model's own dtype
+        (float32) instead of under the training autocast."""
         ids, attn, target = self._batch(keys)
-        with self._autocast():
+        with self._precision(evaluation):
             hidden = self._decoder(input_ids=ids, attention_mask=attn, use_cache=False).last_hidden_state
             h = hidden[target]
             logits = self._head(h)
@@ -230,32 +245,44 @@ class PreferenceModel:
         counts = target.sum(dim=1).to(torch.float64)
         return sums / counts
 
-    def reference_logps(self, keys: Sequence[tuple[str, str]], batch_size: int = 16) -> torch.Tensor:
-        """Reference log-probabilities ``s_ref(y)`` (adapter disabled, cached), float64 ``(len(keys),)``."""
-        missing = list(dict.fromkeys(k for k in keys if k not in self._ref))
-        if missing:
-            with torch.no_grad(), self.model.disable_adapter():
-                for i in range(0, len(missing), batch_size):
-                    chunk = missing[i : i + batch_size]
-                    for k, v in zip(chunk, self.sequence_logps(chunk).tolist(), strict=True):
-                        self._ref[k] = v
-        return torch.tensor([self._ref[k] for k in keys], dtype=torch.float64, device=self.device)
+    def reference_map(self, chunks: Sequence[Sequence[tuple[str, str]]], *, evaluation: bool = False
+                      ) -> dict[tuple[str, str], torch.Tensor]:
+        """Reference log-probabilities ``s_ref(y)`` (adapter disabled) of every key of ``chunks``, each chunk run as
+        one padded batch **exactly as the policy runs it** (the same sequences in the same order, the same
+        precision): at the LoRA initialisation (``B = 0``) policy and reference are then the same computation and
+        every margin is 0. Cached per chunk and precision; a chunk seen before is not run again."""
+        out: dict[tuple[str, str], torch.Tensor] = {}
+        for chunk in chunks:
+            ck = (tuple(chunk), bool(evaluation))
+            hit = self._ref.get(ck)
+            if hit is None:
+                with torch.no_grad(), self.model.disable_adapter():
+                    hit = self.sequence_logps(list(chunk), evaluation=evaluation).detach()
+                self._ref[ck] = hit
+            for k, v in zip(chunk, hit, strict=True):
+                out[k] = v
+        return out
 
     # ---- losses ---------------------------------------------------------------------------------------------
-    def pair_losses(self, pairs, logp: Mapping[tuple[str, str], torch.Tensor] | None = None):
+    def pair_losses(self, pairs, logp: Mapping[tuple[str, str], torch.Tensor] | None = None,
+                    ref: Mapping[tuple[str, str], torch.Tensor] | None = None):
         """Per-pair losses ``ℓ`` and margins ``z`` (float64 tensors) of ``pairs``.
 
-        ``logp`` maps sequence keys to policy log-probabilities already computed (the shared layouts); by default
-        the policy log-probabilities of the pairs' sequences are computed here.
-        """
+        ``logp`` and ``ref`` map sequence keys to the policy and reference log-probabilities already computed in
+        one layout (:meth:`reference_map` of the policy's chunks); by default both are computed here with the
+        pairs' distinct sequences as one batch, in the training precision."""
         keys = [k for p in pairs for k in _pair_key(p)]
+        if (logp is None) != (ref is None):
+            raise ValueError("give both the policy (logp) and the reference (ref) log-probabilities, or neither")
         if logp is None:
             uniq = list(dict.fromkeys(keys))
             s = self.sequence_logps(uniq)
             logp = {k: s[i] for i, k in enumerate(uniq)}
+            ref = self.reference_map([uniq])
+        assert ref is not None
         pol = torch.stack([logp[k] for k in keys]).view(-1, 2)
-        ref = self.reference_logps(keys).view(-1, 2)
-        z = self.settings.beta * ((pol[:, 0] - pol[:, 1]) - (ref[:, 0] - ref[:, 1]))
+        rf = torch.stack([ref[k] for k in keys]).view(-1, 2)
+        z = self.settings.beta * ((pol[:, 0] - pol[:, 1]) - (rf[:, 0] - rf[:, 1]))
         eps = self.settings.label_smoothing
         loss = -(1 - eps) * torch.nn.functional.logsigmoid(z) - eps * torch.nn.functional.logsigmoid(-z)
         return loss, z
@@ -299,33 +326,36 @@ class PreferenceModel:
 
     # ---- evaluation -----------------------------------------------------------------------------------------
     def evaluate(self, batches: Mapping[str, Sequence], batch_size: int = 16, tie_atol: float = 1e-6) -> dict[str, dict]:
-        """Held-out loss and preference accuracy per objective.
+        """Held-out loss and preference accuracy per objective, in the model's own dtype (float32: no autocast).
 
-        A pair counts 1 if its margin ``z/β > tie_atol``, 1/2 if ``|z/β| <= tie_atol`` (a tie: at the
-        initialisation the policy equals the reference, and the two log-probabilities of a sequence, computed in
-        batches of different padding, agree only to float32 round-off, about 1e-7 relative), else 0.
+        A pair counts 1 if its margin ``z/β > tie_atol``, 1/2 if ``|z/β| <= tie_atol`` (a tie), else 0. Policy
+        and reference run the same batches in the same precision (:meth:`reference_map`), so at the LoRA
+        initialisation every margin is 0 and every loss ``ln 2``.
         """
         out = {}
-        for name, (loss, z) in self.batch_pair_losses(batches, batch_size).items():
+        for name, (loss, z) in self.batch_pair_losses(batches, batch_size, evaluation=True).items():
             margin = z / self.settings.beta
             acc = ((margin > tie_atol).double() + 0.5 * (margin.abs() <= tie_atol).double()).mean()
             out[name] = {"loss": float(loss.mean()), "accuracy": float(acc), "pairs": len(batches[name])}
         return out
 
-    def batch_pair_losses(self, batches: Mapping[str, Sequence], batch_size: int = 16) -> dict[str, tuple]:
+    def batch_pair_losses(self, batches: Mapping[str, Sequence], batch_size: int = 16, *, evaluation: bool = False
+                          ) -> dict[str, tuple]:
         """Per objective, the per-pair losses and margins ``(ℓ, z)`` of its pairs, without gradients; every distinct
-        sequence of all objectives runs through the model once (in batches of ``batch_size``)."""
+        sequence of all objectives runs through the model once, in chunks of ``batch_size`` (policy and reference
+        alike); ``evaluation``: in the model's own dtype instead of the training autocast."""
         for name, pairs in batches.items():
             if not pairs:
                 raise ValueError(f"objective {name!r} has no evaluation pairs")
         keys = list(dict.fromkeys(k for pairs in batches.values() for p in pairs for k in _pair_key(p)))
+        chunks = [keys[i : i + batch_size] for i in range(0, len(keys), batch_size)]
         with torch.no_grad():
             logp = {}
-            for i in range(0, len(keys), batch_size):
-                chunk = keys[i : i + batch_size]
-                for k, v in zip(chunk, self.sequence_logps(chunk), strict=True):
+            for chunk in chunks:
+                for k, v in zip(chunk, self.sequence_logps(chunk, evaluation=evaluation), strict=True):
                     logp[k] = v
-            return {name: self.pair_losses(pairs, logp) for name, pairs in batches.items()}
+            ref = self.reference_map(chunks, evaluation=evaluation)
+            return {name: self.pair_losses(pairs, logp, ref) for name, pairs in batches.items()}
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -378,6 +408,32 @@ def _section(timer, name: str):
     return contextlib.nullcontext() if timer is None else timer.section(name)
 
 
+def _shared_chunks(names, batches, layout: str):
+    """The distinct sequences of all objectives' pairs and the batches the policy runs them in: one per sequence
+    (``"sequence"``) or their union (``"shared"``, ``"shared_loop"``)."""
+    keys = list(dict.fromkeys(k for n in names for p in batches[n] for k in _pair_key(p)))
+    return keys, ([[k] for k in keys] if layout == "sequence" else [keys])
+
+
+def objective_losses(pm: PreferenceModel, batches: Mapping[str, Sequence], *, layout: str = DEFAULT_LAYOUT
+                     ) -> np.ndarray:
+    """The loss vector ``l`` of :func:`objective_gradients` without its gradients: the same sequences in the same
+    batches and precision (policy and reference), so that the two agree exactly. Losses are not checked here."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown layout {layout!r}; choose one of {LAYOUTS}")
+    names = _check_batches(batches)
+    with torch.no_grad():
+        if layout == "separate":
+            return np.array([pm.pair_losses(batches[n])[0].mean().item() for n in names], dtype=np.float64)
+        keys, chunks = _shared_chunks(names, batches, layout)
+        logp: dict[tuple[str, str], torch.Tensor] = {}
+        for c in chunks:
+            for k, v in zip(c, pm.sequence_logps(c), strict=True):
+                logp[k] = v
+        ref = pm.reference_map(chunks)
+        return np.array([pm.pair_losses(batches[n], logp, ref)[0].mean().item() for n in names], dtype=np.float64)
+
+
 def objective_gradients(pm: PreferenceModel, batches: Mapping[str, Sequence], *, layout: str = DEFAULT_LAYOUT,
                         timer=None, gram: bool = True) -> ObjectiveGradients:
     """Per-objective losses ``l``, gradients ``G`` and Gram ``C = GᵀG`` of one client (see the module docstring).
@@ -406,15 +462,16 @@ def objective_gradients(pm: PreferenceModel, batches: Mapping[str, Sequence], *,
         with _section(timer, "backward"):
             G = torch.stack(cols, dim=1)
     else:
-        keys = list(dict.fromkeys(k for n in names for p in batches[n] for k in _pair_key(p)))
+        keys, chunks = _shared_chunks(names, batches, layout)
         with _section(timer, "forward"):
             if layout == "sequence":
-                seq = [pm.sequence_logps([k])[0] for k in keys]  # one graph per distinct sequence
+                seq = [pm.sequence_logps(c)[0] for c in chunks]  # one graph per distinct sequence
                 s = torch.stack(seq).detach().requires_grad_(True)
             else:
                 s = pm.sequence_logps(keys)  # one graph over the union of the sequences
             logp = {k: s[i] for i, k in enumerate(keys)}
-            lvec = torch.stack([pm.pair_losses(batches[n], logp)[0].mean() for n in names])
+            ref = pm.reference_map(chunks)
+            lvec = torch.stack([pm.pair_losses(batches[n], logp, ref)[0].mean() for n in names])
             losses = lvec.detach().cpu().tolist()
         for n, v in zip(names, losses, strict=True):
             pm.check_loss(n, v)
@@ -456,9 +513,10 @@ def weighted_gradient(pm: PreferenceModel, batches: Mapping[str, Sequence], weig
     keys = list(dict.fromkeys(k for n in names for p in batches[n] for k in _pair_key(p)))
     s = pm.sequence_logps(keys)
     logp = {k: s[i] for i, k in enumerate(keys)}
+    ref = pm.reference_map([keys])
     total = 0.0
     for w, n in zip(lam, names, strict=True):
-        loss = pm.pair_losses(batches[n], logp)[0].mean()
+        loss = pm.pair_losses(batches[n], logp, ref)[0].mean()
         pm.check_loss(n, loss.item())
         total = total + float(w) * loss
     grads = torch.autograd.grad(total, pm.params, allow_unused=True)

@@ -20,6 +20,7 @@ from llm_runs.objectives import (  # noqa: E402
     binary_entropy,
     dpo_step,
     objective_gradients,
+    objective_losses,
     weighted_gradient,
 )
 from sim.direction import lp_direction  # noqa: E402
@@ -193,20 +194,42 @@ def test_nonfinite_loss_in_a_step_raises_naming_the_objective(batches):
         objective_gradients(pm, batches)
 
 
-def test_reference_logps_are_cached_and_adapter_independent(batches):
+def test_reference_logps_are_cached_per_batch_and_adapter_independent(batches):
     pm = tiny_preference_model()
     keys = [(p.prompt, p.chosen) for p in batches["first"]]
-    ref = pm.reference_logps(keys)
+    ref = pm.reference_map([keys])
     with torch.no_grad(), pm.model.disable_adapter():
         direct = pm.sequence_logps(keys)
-    np.testing.assert_array_equal(ref.numpy(), direct.numpy())
+    np.testing.assert_array_equal(torch.stack([ref[k] for k in keys]).numpy(), direct.numpy())
     with torch.no_grad():
         pol = pm.sequence_logps(keys)
-    assert not torch.equal(pol, ref)  # the perturbed adapter changes the policy, not the reference
+    assert not torch.equal(pol, direct)  # the perturbed adapter changes the policy, not the reference
+    n_cached = len(pm._ref)
     with torch.no_grad():
         for p in pm.params:
             p.mul_(2.0)
-    np.testing.assert_array_equal(pm.reference_logps(keys).numpy(), ref.numpy())
+    again = pm.reference_map([keys])
+    assert len(pm._ref) == n_cached  # the same batch is not run again
+    np.testing.assert_array_equal(torch.stack([again[k] for k in keys]).numpy(), direct.numpy())
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_at_the_lora_initialisation_every_loss_is_ln2_in_every_layout_under_bf16_autocast(batches, layout):
+    """Policy and reference run the same batches in the same precision: at B = 0 every training loss is ln 2 (to
+    1e-4; it is exact here) under bf16 autocast, and every held-out loss (float32) likewise."""
+    model, tok = tiny_llama(seed=3)
+    pm = PreferenceModel(add_lora(model), tok, DPOSettings(max_response_tokens=24, autocast=torch.bfloat16))
+    res = objective_gradients(pm, batches, layout=layout)
+    np.testing.assert_allclose(res.losses, math.log(2.0), rtol=0, atol=1e-4)
+    np.testing.assert_allclose(objective_losses(pm, batches, layout=layout), math.log(2.0), rtol=0, atol=1e-4)
+    for v in pm.evaluate(batches).values():
+        assert abs(v["loss"] - math.log(2.0)) <= 1e-4 and v["accuracy"] == 0.5
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_population_losses_equal_the_gradient_evaluations_losses(pm, batches, layout):
+    res = objective_gradients(pm, batches, layout=layout)
+    np.testing.assert_array_equal(objective_losses(pm, batches, layout=layout), res.losses)
 
 
 def test_evaluate_reports_loss_and_accuracy_per_objective(batches):
