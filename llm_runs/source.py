@@ -9,6 +9,16 @@ Gram ``C_c = G_cᵀG_c`` in float64 on the device and returns it with the losses
 H_Cn, the H.19 margins, ``d_M``, the clustering and every update come from :mod:`sim.algorithm` through
 :func:`sim.algorithm.run_algorithm`, which does the parameter arithmetic with torch through the array API.
 
+**The loss vector Algorithm 1 sees is the excess over the floor.** The conservative-DPO loss ``l_j`` of an
+objective is ``ln 2`` when the model is indifferent and never below its floor ``H(ε)``; the theory's losses are
+positive functions whose ray ``λ_j l_j = const`` the LP steers onto (H.1–3). On the raw losses that ray asks the
+least-weighted objective for ``l_j ≥ H(ε)·λ_max/λ_min``, above ``ln 2`` for most preferences: reaching it means
+learning that objective's *rejected* responses. :class:`LoraObjectives` therefore hands Algorithm 1 the excess
+losses ``l_j − H(ε)`` (its ``reference_point``, the floor): positive wherever the floor guard has not fired,
+``ln 2 − H(ε)`` at the base model, and on their ray every objective improves on ``ln 2``, the more the larger its
+``λ_j``. ψ, β, A, the LP and every record column of :mod:`sim.algorithm` are computed from the excess losses;
+the ``loss_<objective>`` columns hold the raw losses (excess + ``reference_point``).
+
 :class:`LoraObjectives` are the objectives of an LLM run: client ``c``'s row is copied into the LoRA
 parameters of one :class:`~llm_runs.objectives.PreferenceModel` (a device-to-device copy) and
 :func:`llm_runs.objectives.objective_gradients` computes ``l`` and ``G`` on the client's pairs of each objective
@@ -43,7 +53,7 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import torch
 
-from llm_runs.objectives import ObjectiveLossError, PreferenceModel, objective_gradients
+from llm_runs.objectives import ObjectiveLossError, PreferenceModel, objective_gradients, objective_losses
 
 __all__ = [
     "ClientObjectives",
@@ -240,10 +250,12 @@ class TorchSource:
     # ---- optional record columns
 
     def record_metrics(self, W: torch.Tensor, clients: np.ndarray, losses: np.ndarray) -> dict[str, np.ndarray]:
-        """Extra record columns of the rows ``W`` (see the module docstring): ``loss_<objective>`` from ``losses``,
-        and the objectives' own ``metrics`` at each distinct row."""
+        """Extra record columns of the rows ``W`` (see the module docstring): ``loss_<objective>``, the raw losses
+        (``losses`` + the objectives' ``reference_point``), and the objectives' own ``metrics`` at each distinct
+        row."""
         names = self.objectives.objectives
-        out = {f"loss_{o}": np.asarray(losses[:, j], dtype=np.float64) for j, o in enumerate(names)}
+        ref = float(getattr(self.objectives, "reference_point", 0.0))
+        out = {f"loss_{o}": np.asarray(losses[:, j], dtype=np.float64) + ref for j, o in enumerate(names)}
         metrics = getattr(self.objectives, "metrics", None)
         if metrics is None:
             return out
@@ -271,7 +283,10 @@ def default_layout(device) -> str:
 class LoraObjectives:
     """The m per-objective conservative-DPO losses of every client of a :class:`~llm_runs.clients.Federation` over
     the LoRA parameters of ``pm`` (see the module docstring); ``layout``: see :func:`objective_gradients` (default:
-    :func:`default_layout` of the model's device)."""
+    :func:`default_layout` of the model's device). ``losses`` and ``gradients`` return the excess losses
+    ``l_j − reference_point`` with ``reference_point = H(ε)``, the floor of the loss; ``min_losses`` tracks the raw
+    losses. Population losses are computed in the gradients' layout and precision
+    (:func:`~llm_runs.objectives.objective_losses`), held-out metrics in float32."""
 
     def __init__(self, pm: PreferenceModel, federation, *, layout: str | None = None, heldout: bool = True):
         self.pm = pm
@@ -282,7 +297,9 @@ class LoraObjectives:
         self.dtype = pm.dtype
         self.device = pm.device
         self.heldout = federation.heldout_batches() if heldout else None
-        self.min_losses = np.full(len(self.objectives), np.inf)  # the smallest loss of each objective computed
+        self.min_losses = np.full(len(self.objectives), np.inf)  # the smallest raw loss of each objective computed
+        #: what Algorithm 1's loss vector is measured from: the excess losses l_j - H(eps) are handed to it
+        self.reference_point = float(pm.settings.floor)
 
     def initial(self) -> torch.Tensor:
         """The model's current LoRA parameters as one flat row (at the LoRA initialisation: the base model)."""
@@ -302,15 +319,14 @@ class LoraObjectives:
     def losses(self, w: torch.Tensor, client: int, timer: StepTimer | None = None) -> np.ndarray:
         self.load(w)
         with timer.section("forward") if timer else contextlib.nullcontext():
-            res = self.pm.batch_pair_losses(self.federation.batch(client))
-            out = np.array([float(res[o][0].mean()) for o in self.objectives], dtype=np.float64)
+            out = objective_losses(self.pm, self.federation.batch(client), layout=self.layout)
         for o, v in zip(self.objectives, out, strict=True):
             try:
                 self.pm.check_loss(o, float(v))
             except ObjectiveLossError as exc:
                 raise self._named(client, exc) from None
         np.minimum(self.min_losses, out, out=self.min_losses)
-        return out
+        return out - self.reference_point
 
     def gradients(self, w: torch.Tensor, client: int, batch, timer: StepTimer | None = None
                   ) -> tuple[np.ndarray, torch.Tensor]:
@@ -321,7 +337,7 @@ class LoraObjectives:
         except ObjectiveLossError as exc:
             raise self._named(client, exc) from None
         np.minimum(self.min_losses, res.losses, out=self.min_losses)
-        return res.losses, res.G
+        return res.losses - self.reference_point, res.G
 
     def metrics(self, w: torch.Tensor, timer: StepTimer | None = None) -> dict[str, float]:
         """Held-out loss and preference accuracy of every objective at ``w`` (nothing without held-out pairs)."""

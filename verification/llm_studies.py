@@ -69,6 +69,7 @@ from verification.run_records import (
     clustering_comparison,
     lambda_max,
     lp_inputs,
+    lp_losses,
     objective_columns,
     reward_columns,
     reward_scales,
@@ -306,7 +307,7 @@ def _own_hulls(run: RunRecords, st: pd.DataFrame) -> dict | None:
     if lp is None or not loss_cols or not run.prefs or not np.isfinite(lp[0]).all():
         return None
     C = lp[0]
-    l = st[list(loss_cols.values())].to_numpy(np.float64)
+    l = lp_losses(run, st)
     lam = np.stack([run.prefs[int(i)] for i in st["client"]])
     V = lam[:, :, None] * C * lam[:, None, :]  # Gram of {lambda_j g_j}
     gen = np.sqrt(np.maximum(np.diagonal(V, axis1=1, axis2=2), 0.0))
@@ -467,7 +468,7 @@ def _stage1_info(run: RunRecords) -> dict:
     clients = first["client"].to_numpy(np.int64)
     if any(int(i) not in run.prefs for i in clients):
         return {}
-    l_ref = first[list(loss_cols.values())].to_numpy(np.float64)
+    l_ref = lp_losses(run, first)
     lam = np.stack([run.prefs[int(i)] for i in clients])
     try:
         key = cluster_key(run)
@@ -574,7 +575,7 @@ def study_h8_dispersion_run(runs: Sequence[RunRecords], config: LLMStudyConfig |
                             max_deviation=float(g["deviation"].max()),
                             n_balance=int((g["lp_mode"] == "balance").sum()), same_as_stage1_stage2=False))
             lam = np.stack([run.prefs[int(i)] for i in g["client"]]) if (loss_cols and run.prefs) else None
-            l = g[list(loss_cols.values())].to_numpy(np.float64) if lam is not None else None
+            l = lp_losses(run, g) if lam is not None else None
             if have_lp and lp is not None and l is not None and lam is not None:
                 idx = g.index.to_numpy()
                 status, rule = _h6_status_lp(g, lp[0][idx], lp[1][idx], l, lam), "lp_inputs"

@@ -56,6 +56,8 @@ __all__ = [
     "REQUIRED_COLUMNS",
     "RunRecords",
     "load_run",
+    "loss_reference_point",
+    "lp_losses",
     "objective_columns",
     "training_iterates",
     "step_rows",
@@ -224,6 +226,22 @@ def objective_columns(run: RunRecords, what: str) -> dict[str, str]:
         return {}
     cols = {o: LLM_PREFIXES[what] + o for o in run.objectives}
     return cols if all(c in run.records.columns for c in cols.values()) else {}
+
+
+def loss_reference_point(run: RunRecords) -> float:
+    """What the run's loss vector (ψ, β, the LP) is measured from: ``summary.json``'s
+    ``loss_vector.reference_point`` (an LLM run hands Algorithm 1 the excess losses ``l_j − H(ε)``), 0 when the
+    summary records none (a synthetic run; an LLM run of an earlier version, whose LP saw the raw losses)."""
+    return float((run.summary.get("loss_vector") or {}).get("reference_point", 0.0))
+
+
+def lp_losses(run: RunRecords, frame: pd.DataFrame) -> np.ndarray | None:
+    """``(n, m)`` the loss vectors the LP saw at the rows of ``frame``: the recorded raw losses ``loss_<objective>``
+    less :func:`loss_reference_point`; None when the run does not record per-objective losses."""
+    cols = objective_columns(run, "loss")
+    if not cols:
+        return None
+    return frame[list(cols.values())].to_numpy(np.float64) - loss_reference_point(run)
 
 
 def training_iterates(run: RunRecords) -> pd.DataFrame:
