@@ -8,6 +8,8 @@
     Algorithm 1 on LoRA fine-tuning of the model (:mod:`llm_runs.run`): trajectory.csv, summary.json, figure.png
 ``python -m llm_runs random-model --size tiny|0.5b|1b --out DIR``  a randomly initialised Llama with the SmolLM2
     tokenizer, saved as a model directory (for speed checks where no weights can be brought, e.g. a GPU machine)
+``python -m llm_runs.gpu_check preflight|report``  the GPU check's preflight (everything a run needs, loaded before
+    any work; exit 3 naming what is missing) and speed report (``llm_runs/gpu_check.sh``)
 
 The process re-executes itself once with ``MALLOC_MMAP_MAX_=0`` and ``MALLOC_TRIM_THRESHOLD_=100000000000`` when
 they are not set (glibc malloc otherwise stalls for seconds when large tensors are freed and re-mapped), and with
@@ -34,6 +36,12 @@ OMP_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
 #: The sizes of ``random-model`` (the keys of :data:`llm_runs.models.RANDOM_LLAMA_SIZES`, written out so that the
 #: parser imports no torch; a test holds them equal).
 RANDOM_MODEL_SIZES = ("tiny", "0.5b", "1b")
+#: The gradient layouts of ``run --layout`` (:data:`llm_runs.objectives.LAYOUTS`, written out so that the parser
+#: imports no torch; a test holds them equal).
+LAYOUTS = ("separate", "shared", "shared_loop", "sequence")
+#: Fault injection for tests of the GPU check (:func:`llm_runs.gpu_check.inject_fault`): ``run`` fails at the stage
+#: this variable names (``generation``: after all training). Unset in any real run.
+FAULT_ENV = "PREFALIGN_INJECT_FAULT"
 
 
 def _ensure_malloc_env(argv: list[str], prog: str = "python -m llm_runs") -> None:
@@ -143,7 +151,17 @@ def build_parser(prog: str = "python -m llm_runs") -> argparse.ArgumentParser:
     r.add_argument("--cache-dir", default=None, help="cache of the converted default model")
     r.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: torch's)")
     r.add_argument("--quick", action="store_true",
-                   help="the preset's sizes with one round of each phase and one adaptation step (a speed check)")
+                   help="the preset's sizes with one round of each phase and one adaptation step, and 2 evaluation "
+                        "prompts x 1 sample of at most 64 tokens (a speed check)")
+    r.add_argument("--shrink", action="store_true",
+                   help="--quick at the smallest counts (2 preference centres with one training client each, 1 new "
+                        "client, 1 pair per objective, responses cut at 16 tokens, 1 evaluation prompt) with the "
+                        "preset's objectives and code paths: a CPU check of a GPU preset")
+    r.add_argument("--layout", choices=LAYOUTS, default=None,
+                   help="gradient layout of the m objectives (default: the device's, sequence on a CPU and "
+                        "separate on a GPU)")
+    r.add_argument("--autocast", choices=("bfloat16", "none"), default=None,
+                   help="autocast of the training passes (default: the preset's; none: float32)")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     rm = sub.add_parser("random-model", help="save a randomly initialised Llama with the SmolLM2 tokenizer")
@@ -151,8 +169,9 @@ def build_parser(prog: str = "python -m llm_runs") -> argparse.ArgumentParser:
                     help="tiny: about 3.2 M parameters; 0.5b: about 0.48 B; 1b: about 1.07 B (default %(default)s)")
     rm.add_argument("--out", required=True, help="model directory to write")
     rm.add_argument("--seed", type=cli.seed, default=0)
-    rm.add_argument("--dtype", choices=("float32", "bfloat16"), default="bfloat16",
-                    help="dtype of the saved weights (default %(default)s; a run loads them as float32)")
+    rm.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                    help="dtype of the saved weights (default %(default)s, the dtype a run loads and times them "
+                         "in; bfloat16 halves the file, and a run upcasts it to float32)")
     return parser
 
 
@@ -183,8 +202,14 @@ def _check_run_args(args):
                                  "(use --device cpu or auto)")
     cli.check_writable_dir(args.out, "--out")
     preset = PRESETS[args.preset]
-    if args.quick:
+    if args.shrink:
+        preset = preset.shrunk()
+    elif args.quick:
         preset = preset.quick()
+    if args.autocast is not None:
+        from dataclasses import replace
+
+        preset = replace(preset, autocast=None if args.autocast == "none" else args.autocast)
     try:
         cands = load_candidates(args.data)
         build_federation(cands, preset.design, np.random.default_rng(args.seed))
@@ -200,8 +225,12 @@ def _run(args, preset) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
+    if os.environ.get(FAULT_ENV):  # a test of the GPU check's report of a failed run (llm_runs.gpu_check)
+        from llm_runs.gpu_check import inject_fault
+
+        inject_fault(os.environ[FAULT_ENV])
     s = run(preset, args.out, model_dir=args.model, device=args.device, seed=args.seed, data=args.data,
-            cache_dir=args.cache_dir, progress=not args.no_progress)
+            cache_dir=args.cache_dir, progress=not args.no_progress, layout=args.layout)
     print(_run_screen(s, args.out))
     return 0
 

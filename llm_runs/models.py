@@ -307,10 +307,12 @@ RANDOM_LLAMA_SIZES: dict[str, dict] = {
 }
 
 
-def save_random_llama(out: str | os.PathLike, size: str = "0.5b", *, seed: int = 0, dtype: str = "bfloat16"
+def save_random_llama(out: str | os.PathLike, size: str = "0.5b", *, seed: int = 0, dtype: str = "float32"
                       ) -> tuple[Path, int]:
     """Save a randomly initialised Llama of ``size`` (:data:`RANDOM_LLAMA_SIZES`) with the SmolLM2 tokenizer as a
     Hugging Face model directory ``out`` (loadable by :func:`load_model`); return the path and the parameter count.
+    ``dtype``: of the saved weights; float32 by default, the dtype :func:`load_model` (and so a run) loads and
+    times them in (bfloat16 halves the file; a run upcasts it to float32 on load).
 
     For speed and memory checks where no trained weights can be brought (a GPU machine without network): the
     code path, the shapes and the cost are those of a real model of that size; the outputs are not."""

