@@ -55,6 +55,17 @@ def _ensure_malloc_env(argv: list[str], prog: str = "python -m llm_runs") -> Non
     os.execve(sys.executable, [sys.executable, *command, *argv], env)
 
 
+def _token_limits(text: str) -> tuple[int, ...]:
+    """``T[,T...]``: response token limits, positive integers."""
+    out = []
+    for part in text.split(","):
+        try:
+            out.append(positive_int(part.strip()))
+        except argparse.ArgumentTypeError:
+            raise argparse.ArgumentTypeError(f"token limit {part.strip()!r} is not an integer >= 1") from None
+    return tuple(dict.fromkeys(out))
+
+
 def _shard(text: str) -> tuple[int, int]:
     try:
         i, n = (int(x) for x in text.split("/"))
@@ -104,9 +115,20 @@ def build_parser(prog: str = "python -m llm_runs") -> argparse.ArgumentParser:
                    help="generate nothing: score the prompts already generated in --work and write the data file")
     b.add_argument("--no-progress", action="store_true", help="no progress bar")
 
-    s = dsub.add_parser("stats", help="print the within-prompt rank agreement of the objectives and pair counts")
+    s = dsub.add_parser("stats", help="print the within-prompt rank agreement of the objectives and pair counts, on "
+                                      "the full texts and on the texts the presets train on")
     s.add_argument("--data", default=str(DEFAULT_DATA_FILE), help="data file (default: the shipped file)")
     s.add_argument("--json", action="store_true", help="print the statistics as JSON")
+    s.add_argument("--tokens", type=_token_limits, default=None, metavar="T[,T...]",
+                   help="response token limits of the trained texts (default: every preset's max_response_tokens)")
+    s.add_argument("--objectives", default=None,
+                   help="comma-separated objective names (default: every reward in the data file)")
+    s.add_argument("--model", default=None, metavar="DIR",
+                   help="the tokenizer of this Hugging Face model directory (default: SmolLM2's, shipped)")
+    rs = dsub.add_parser("rescore", help="score every response of a data file again with the current rewards")
+    rs.add_argument("--data", default=str(DEFAULT_DATA_FILE), help="data file (default: the shipped file)")
+    rs.add_argument("--out", default=None, help="data file to write (default: the --data file)")
+    rs.add_argument("--no-progress", action="store_true", help="no progress bar")
     pr = sub.add_parser("probe", help="measurements on the data file with the default model")
     psub = pr.add_subparsers(dest="action", required=True)
     common = cli.ArgumentParser(add_help=False)
@@ -183,8 +205,8 @@ def _check_run_args(args):
     import numpy as np
 
     from llm_runs.clients import DataShortageError, build_federation
-    from llm_runs.data import DataFileError, load_candidates
-    from llm_runs.run import PRESETS
+    from llm_runs.data import DataFileError
+    from llm_runs.run import PRESETS, training_candidates
 
     if args.model is not None:
         p = Path(args.model).expanduser()
@@ -211,7 +233,8 @@ def _check_run_args(args):
 
         preset = replace(preset, autocast=None if args.autocast == "none" else args.autocast)
     try:
-        cands = load_candidates(args.data)
+        # pairs exist only on the trained text: the responses cut at the preset's token limit by the run's tokenizer
+        _, cands = training_candidates(preset, _tokenizer(args.model), args.data)
         build_federation(cands, preset.design, np.random.default_rng(args.seed))
     except (DataFileError, DataShortageError) as exc:
         raise cli.UsageError(f"argument --data: {exc}") from None
@@ -421,14 +444,41 @@ def _data_build(args) -> int:
 def _data_stats(args) -> int:
     import json
 
-    from llm_runs.data import agreement_table, load_candidates
+    from llm_runs.data import agreement_table, load_candidates, trained_candidates, truncation_table
+    from llm_runs.run import PRESETS
 
     cands = load_candidates(args.data)
-    stats = agreement_table(cands)
+    objectives = cands.check_objectives(args.objectives.split(",") if args.objectives else cands.objectives)
+    tokens = args.tokens or tuple(sorted({p.max_response_tokens for p in PRESETS.values()}))
+    tok = _tokenizer(args.model)
+    stats = {"full_text": agreement_table(cands, objectives)}
+    stats["trained_text"] = {str(T): agreement_table(trained_candidates(cands, tok, T, objectives), objectives)
+                             for T in tokens}
+    stats["truncation"] = truncation_table(cands, tok, tokens, objectives)
     if args.json:
         print(json.dumps(stats, indent=1))
     else:
-        print(stats["text"])
+        print("\n\n".join([stats["full_text"]["text"], *(v["text"] for v in stats["trained_text"].values()),
+                            stats["truncation"]["text"]]))
+    return 0
+
+
+def _tokenizer(model_dir):
+    """The tokenizer of a Hugging Face model directory, or SmolLM2's (shipped with the package)."""
+    from llm_runs.models import smollm2_tokenizer
+
+    if model_dir is None:
+        return smollm2_tokenizer()
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_dir)
+
+
+def _data_rescore(args) -> int:
+    from llm_runs.data import rescore_file
+
+    path = rescore_file(args.data, args.out, progress=not args.no_progress)
+    print(f"wrote {path}")
     return 0
 
 
@@ -462,6 +512,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m llm_runs") -> int
             return _data_build(args)
         if args.command == "data" and args.action == "stats":
             return _data_stats(args)
+        if args.command == "data" and args.action == "rescore":
+            return _data_rescore(args)
         if args.command == "probe":
             _ensure_malloc_env(argv, prog)
             return _probe_conflict(args) if args.action == "conflict" else _probe_dpo(args)

@@ -454,9 +454,11 @@ def preflight(preset, *, default_model: bool, device: str = "cpu", data=None, se
         import numpy as np
 
         from llm_runs.clients import build_federation
-        from llm_runs.data import load_candidates
+        from llm_runs.models import smollm2_tokenizer
+        from llm_runs.run import training_candidates
 
-        cands = load_candidates(data)
+        # as the run draws them: pairs on the trained text, cut by the tokenizer the random model ships with
+        _, cands = training_candidates(preset, smollm2_tokenizer(), data)
         fed = build_federation(cands, preset.design, np.random.default_rng(seed))
         res.lines.append(f"data: {len(cands.prompt_ids)} prompts; {fed.n_clients} clients drawn for {preset.name}")
     except Exception as exc:  # noqa: BLE001

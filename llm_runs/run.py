@@ -73,7 +73,7 @@ from sim.algorithm import (
 from sim.direction import STATUSES
 
 __all__ = ["PRESETS", "RunPreset", "estimate_psi_star", "planned_gradient_evaluations", "rebase_psi_star", "set_gaps",
-           "run"]
+           "run", "training_candidates"]
 
 #: The generation evaluation of :meth:`RunPreset.quick` (``--quick``), at most: 2 prompts × 1 sample of 64 new tokens
 #: with a deadline of 120 s a call (a full gpu preset samples 16 × 4 × 256 tokens from each of about 37 models).
@@ -83,11 +83,13 @@ QUICK_GENERATION = GenerationEval(prompts=2, settings=GenerationSettings(respons
 #: vocabulary over every response token is most of a tiny Llama's step on a CPU).
 SHRUNK_RESPONSE_TOKENS = 16
 
-#: Objectives of the CPU presets: conciseness conflicts with informativeness and with positivity within a prompt
-#: (mean Kendall τ −0.57 and −0.27 on the shipped data; ``python -m llm_runs data stats``).
-OBJECTIVES_3 = ("conciseness", "informativeness", "positivity")
-#: The GPU preset adds readability (nearly independent of the others within a prompt).
-OBJECTIVES_4 = OBJECTIVES_3 + ("readability",)
+#: Objectives of the CPU presets, scored on the trained text: density (distinct content words per word) conflicts
+#: with readability within a prompt, positivity agrees with neither, and no one of them is a length axis (within-
+#: prompt τ with the word count of the trained text at most 0.23 in size; ``python -m llm_runs data stats``, README
+#: "Objectives from real data").
+OBJECTIVES_3 = ("positivity", "density", "readability")
+#: The GPU preset adds conciseness (−words: the length axis itself, which conflicts with positivity at 256 tokens).
+OBJECTIVES_4 = OBJECTIVES_3 + ("conciseness",)
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,15 @@ class RunPreset:
     lora_alpha: float = 16.0
     clustering_draws: int | None = 2
     generation: GenerationEval | None = GenerationEval()
+
+    def __post_init__(self):
+        if int(self.max_response_tokens) != self.max_response_tokens or self.max_response_tokens < 1:
+            raise ValueError(f"RunPreset {self.name!r}: max_response_tokens must be a positive integer; got "
+                             f"{self.max_response_tokens!r}")
+        if self.generation is not None and self.generation.settings.max_new_tokens > self.max_response_tokens:
+            raise ValueError(f"RunPreset {self.name!r}: the reward study generates up to "
+                             f"{self.generation.settings.max_new_tokens} new tokens but the model trains on "
+                             f"{self.max_response_tokens}: generate at most the trained length")
 
     def quick(self) -> RunPreset:
         """The same sizes (clients, pairs, sequence length) with one round of each phase, one adaptation step and
@@ -200,6 +211,10 @@ def _adapt(K: int, S: int, alpha: float) -> AdaptConfig:
     return AdaptConfig(K=K, S=S, alpha_adapt=alpha, preconditioner="rmsprop_lagged", p_minus=0.5, p_plus=2.0)
 
 
+# Precision. The CPU presets run in float32: on a CPU without native bf16 matrix instructions bf16 autocast is
+# emulated, and one client gradient evaluation of the cpu preset (4 sequences of 83 tokens, SmolLM2-135M) took
+# 67 s under bf16 autocast against 4.2 s in float32 on an AMD EPYC exposing AVX2/FMA only (2026-12-01); float32
+# also gives every CPU the same arithmetic. The gpu preset runs under bf16 autocast.
 # Step sizes. The per-objective gradients of SmolLM2-135M's LoRA parameters have norms 0.4-1.9 (smoke run); one
 # LP step of size 2 moved ψ by a third and brought a loss within 1 % of its floor H(ε) in three steps, so the
 # presets that take more steps take smaller ones. AdamW's step is about lr·√n_lora (0.2-0.5 here) per step.
@@ -215,8 +230,9 @@ PRESETS: dict[str, RunPreset] = {
                              adamw_lr=5e-4, p2_steps=1, fedavg_rounds=1),
         psi_star=_pipeline2(1, 1.0),
         max_response_tokens=16,
+        autocast=None,
         clustering_draws=1,
-        generation=GenerationEval(prompts=1, settings=GenerationSettings(responses_per_prompt=1, max_new_tokens=32,
+        generation=GenerationEval(prompts=1, settings=GenerationSettings(responses_per_prompt=1, max_new_tokens=16,
                                                                          timeout_s=120.0)),
     ),
     "cpu": RunPreset(
@@ -231,6 +247,9 @@ PRESETS: dict[str, RunPreset] = {
                              adamw_lr=2e-4, p2_steps=6, fedavg_rounds=8),
         psi_star=_pipeline2(8, 0.5),
         max_response_tokens=48,
+        autocast=None,
+        generation=GenerationEval(prompts=4, settings=GenerationSettings(responses_per_prompt=2, max_new_tokens=48,
+                                                                         timeout_s=300.0)),
     ),
     "gpu": RunPreset(
         name="gpu",
@@ -248,6 +267,18 @@ PRESETS: dict[str, RunPreset] = {
                                                                           timeout_s=600.0)),
     ),
 }
+
+
+def training_candidates(preset: RunPreset, tokenizer, data=None):
+    """The data file ``data`` (default: the shipped one) as ``preset`` trains on it: ``(full, trained)``, the file's
+    candidates and their trained texts (:func:`llm_runs.data.trained_candidates`: every response cut at the preset's
+    ``max_response_tokens`` by ``tokenizer``, the objectives' rewards recomputed on that text). Raises the data
+    file's errors, or :class:`~llm_runs.data.UnknownObjectiveError` for an objective the file lacks."""
+    from llm_runs.data import load_candidates, trained_candidates
+
+    full = load_candidates(data)
+    objectives = full.check_objectives(preset.design.objectives)
+    return full, trained_candidates(full, tokenizer, preset.max_response_tokens, objectives)
 
 
 def _phase1_evaluations(preset: RunPreset) -> int:
@@ -479,7 +510,7 @@ def run(preset: RunPreset, out: Path, *, model_dir=None, device: str = "auto", s
     import torch
     from tqdm import tqdm
 
-    from llm_runs.data import agreement_table, load_candidates
+    from llm_runs.data import agreement_table, truncation_table
     from llm_runs.models import LoraSettings, add_lora, load_model
     from llm_runs.objectives import DPOSettings, PreferenceModel
     from llm_runs.source import LoraObjectives, StepTimer, TorchSource, peak_memory
@@ -489,19 +520,12 @@ def run(preset: RunPreset, out: Path, *, model_dir=None, device: str = "auto", s
     wall0, cpu0 = time.perf_counter(), time.process_time()
     stages = _Stages()
     rng = np.random.default_rng(seed)
-    cands = load_candidates(data)
     design = preset.design
-    fed: Federation = build_federation(cands, design, rng)
     objectives = list(design.objectives)
     summary: dict = {
         "status": "running", "preset": preset.name, "description": preset.description, "seed": seed,
         "command": " ".join([Path(sys.executable).name, "-m", "llm_runs", *sys.argv[1:]]) if sys.argv else "",
-        "data_file": {"path": str(cands.path), "prompts": len(cands.prompt_ids),
-                      "complete": cands.header.get("complete"), "created": cands.header.get("created")},
         "objectives": objectives,
-        "objective_agreement": {k: v for k, v in agreement_table(cands, objectives, margin=design.margin).items()
-                                if k != "text"},
-        "clients": fed.describe(),
         "preset_config": preset.to_dict(),
         "psi_star_note": "psi_i* is unknown for an LLM: psi_hat_i* is the best psi_i of Pipeline 2 on the client's "
                          "own data from the base model, lowered at the end to the smallest psi_i seen in the run; "
@@ -512,7 +536,6 @@ def run(preset: RunPreset, out: Path, *, model_dir=None, device: str = "auto", s
                                                                "OMP_WAIT_POLICY")}},
     }
     write_json(out / "summary.json", summary)
-    stages.mark("data")
 
     lora = LoraSettings(r=preset.lora_r, alpha=preset.lora_alpha, seed=seed)
     autocast = None if preset.autocast is None else getattr(torch, preset.autocast)
@@ -525,6 +548,31 @@ def run(preset: RunPreset, out: Path, *, model_dir=None, device: str = "auto", s
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats(dev)
     stages.mark("model")
+
+    # the labels score exactly the text the model trains on: every response cut at the preset's token limit
+    full, cands = training_candidates(preset, tok, data)
+    fed: Federation = build_federation(cands, design, rng)
+    summary["data_file"] = {"path": str(full.path), "prompts": len(full.prompt_ids),
+                            "complete": full.header.get("complete"), "created": full.header.get("created")}
+    summary["labels"] = {
+        "text": f"the trained text: each response's first {preset.max_response_tokens} tokens, decoded; every "
+                "objective's reward recomputed on it, pairs built from those scores (pairs of equal texts dropped)",
+        "max_response_tokens": preset.max_response_tokens,
+        "truncation": [r for r in truncation_table(full, tok, [preset.max_response_tokens], objectives,
+                                                   margin=design.margin)["rows"]],
+    }
+    summary["objective_agreement"] = {k: v for k, v in agreement_table(cands, objectives, margin=design.margin).items()
+                                      if k != "text"}
+    summary["loss_vector"] = {
+        "name": "excess conservative-DPO loss",
+        "definition": "l_j - H(eps): what psi, beta, A, the LP and every column of sim.algorithm.RECORD_COLUMNS see; "
+                      "the loss_<objective> columns hold the raw losses l_j",
+        "reference_point": settings.floor, "indifference_raw": math.log(2.0),
+        "indifference_excess": math.log(2.0) - settings.floor,
+    }
+    summary["clients"] = fed.describe()
+    write_json(out / "summary.json", summary)
+    stages.mark("data")
 
     timer = StepTimer(dev)
     planned = planned_gradient_evaluations(preset)

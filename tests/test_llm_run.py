@@ -98,7 +98,8 @@ def test_gram_and_combine_are_the_autograd_gradients_of_each_client(src_obj):
         losses = [pm.pair_losses(batch[o])[0].mean() for o in obj.objectives]
         G = torch.stack([pm.flat_grad(torch.autograd.grad(l, pm.params, retain_graph=True, allow_unused=True))
                          for l in losses], 1)
-        np.testing.assert_allclose(ev.losses[c], [float(l.detach()) for l in losses], rtol=1e-12)
+        raw = np.array([float(l.detach()) for l in losses])
+        np.testing.assert_allclose(ev.losses[c], raw - obj.reference_point, rtol=1e-12)  # the excess losses
         C = (G.T @ G).numpy()
         np.testing.assert_allclose(ev.gram[c], C, rtol=0, atol=1e-6 * np.abs(C).max())
         total = sum(float(m) * l for m, l in zip(mu[c], losses, strict=True))
@@ -154,7 +155,7 @@ def test_identical_objectives_step_along_the_single_objective_gradient():
     obj.load(W[0])
     single = objective_gradients(obj.pm, {"a": obj.federation.batch(1)["a"]}, layout=obj.layout)  # as a run would
     g = single.G[:, 0]
-    assert single.losses[0] == ev.losses[0, 0]
+    assert single.losses[0] - obj.reference_point == ev.losses[0, 0]  # the source hands on the excess loss
     np.testing.assert_allclose(d.numpy(), g.numpy(), rtol=0, atol=1e-12 * float(g.abs().max()))
 
 
@@ -281,9 +282,59 @@ def test_rows_stream_as_made_and_losses_become_columns(src_obj):
         f"heldout_{k}_{o}" for o in ORDERS for k in ("loss", "acc")] + list(
         al.lp_input_columns(np.zeros((1, len(ORDERS), len(ORDERS))), np.zeros((1, len(ORDERS)))))
     lam = src.prefs[res.records["client"].to_numpy()]
-    L = res.records[[f"loss_{o}" for o in ORDERS]].to_numpy()
-    np.testing.assert_allclose(res.records["psi"], (lam * L).max(axis=1), rtol=1e-15)
+    L = res.records[[f"loss_{o}" for o in ORDERS]].to_numpy()  # the raw losses
+    assert obj.reference_point == pytest.approx(0.3250829733914482) == obj.pm.settings.floor
+    # psi (and beta, the LP) see the excess losses l - H(eps)
+    np.testing.assert_allclose(res.records["psi"], (lam * (L - obj.reference_point)).max(axis=1), rtol=1e-12)
     assert res.records[[f"heldout_acc_{o}" for o in ORDERS]].stack().between(0, 1).all()
+
+
+def test_the_source_hands_algorithm_1_the_excess_losses(src_obj):
+    src, obj = src_obj
+    w = obj.initial()
+    raw = np.array([obj.pm.pair_losses(p)[0].mean().item() for p in hand_federation().batch(0).values()])
+    np.testing.assert_allclose(src.losses(w[None], np.array([0]))[0], raw - obj.pm.settings.floor, rtol=1e-12)
+    ev = src.evaluate(w[None], np.array([0]))
+    np.testing.assert_allclose(ev.losses[0], raw - obj.pm.settings.floor, rtol=1e-12)
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_the_ray_of_the_excess_losses_asks_every_objective_to_improve(preset):
+    """On the ray of the excess losses ``e = l - H(eps)`` there are points where every raw loss is below ln 2 (the
+    indifferent model) for every client of every preset: from the base model (every ``e_j = ln 2 - H``) the ray
+    point at ``psi = lambda_min (ln 2 - H)`` lowers every objective, the larger ``lambda_j`` the more. On the ray of the
+    raw losses (``l >= H``) the least-weighted objective has ``l >= H lambda_max / lambda_min``: above ln 2 for
+    most clients (learning that objective's rejected responses), which the first check cannot see."""
+    from llm_runs.clients import _draw_prefs, preference_centres
+    from sim.preference import ray_point
+
+    p = PRESETS[preset]
+    d = p.design
+    lam, _ = _draw_prefs(d, preference_centres(d.m, d.n_centres, d.centre_weight), np.random.default_rng(0))
+    H = DPOSettings(label_smoothing=p.label_smoothing).floor
+    e0 = np.log(2.0) - H
+    q = ray_point(lam.min(axis=1) * e0, lam)  # excess ray points at the level where the largest entry is e0
+    assert np.all(q + H <= np.log(2.0) + 1e-12)
+    assert np.all((lam * q).max(axis=1) < (lam * e0).max(axis=1))  # a lower psi than at the base model
+    order = np.argsort(lam, axis=1)
+    assert np.all(np.diff(np.take_along_axis(q, order, axis=1), axis=1) <= 1e-15)  # larger lambda_j, lower e_j
+    raw_least = H * lam.max(axis=1) / lam.min(axis=1)  # the smallest raw loss of the least-weighted objective
+    assert np.mean(raw_least > np.log(2.0)) > 0.5  # the raw vector's ray demanded anti-learning for most clients
+
+
+def test_the_objective_with_the_larger_preference_ends_with_the_smaller_training_loss():
+    """Two clients on the same training pairs with lambda = (.6, .2, .2) and (.2, .6, .2), 10 LP steps from the base
+    model: each of the first two objectives ends lower (in excess loss) for the client that weighs it more."""
+    prefs = np.array([[0.6, 0.2, 0.2], [0.2, 0.6, 0.2]])
+    base = hand_federation(prefs=np.vstack([prefs, prefs[:1]]))
+    same = replace(base, data=(base.data[0], base.data[0], base.data[0]))
+    pm = tiny_preference_model(perturb=0.0)
+    obj = LoraObjectives(pm, same, heldout=False)
+    src = TorchSource(obj, same.prefs, same.n_samples, psi_star=np.zeros(3))
+    res = al.pipeline2(src, np.array([0, 1]), obj.initial(), al.Pipeline2Config(max_steps=10, eta=2.0, tol=0.0,
+                                                                             decay_steps=None, select="last"))
+    e = src.losses(res.w, np.array([0, 1]))
+    assert e[0, 0] < e[1, 0] and e[1, 1] < e[0, 1], e
 
 
 def test_a_loss_at_its_floor_stops_the_run_naming_objective_client_phase_and_round():
@@ -458,9 +509,11 @@ def test_run_records_the_lp_inputs_and_the_clustering_comparison(tiny_runs):
     for j in range(m):
         for k in range(j, m):
             C[:, j, k] = C[:, k, j] = ph1[f"gram_{j}_{k}"]
-    l = ph1[[f"loss_{o}" for o in s["objectives"]]].to_numpy()
+    raw = ph1[[f"loss_{o}" for o in s["objectives"]]].to_numpy()
     lam = np.array([prefs[int(i)] for i in ph1["client"]])
+    l = raw - s["loss_vector"]["reference_point"]  # the LP saw the excess losses
     np.testing.assert_array_equal(lp_direction(l, lam, C).weights, ph1[mus].to_numpy())
+    assert not np.array_equal(lp_direction(raw, lam, C).weights, ph1[mus].to_numpy())  # the raw ones differ
     info = s["clustering_comparison"]
     names = [(c["clustering"], c["draw"]) for c in info["clusterings"]]
     assert names[:2] == [("stage1_stage2", 0), ("stage1_only", 0)] and ("random", 0) in names
@@ -563,3 +616,71 @@ def test_smoke_preset_with_the_default_model(tmp_path):
         assert s["min_loss"][o]["min_any_loss"] > s["min_loss"][o]["floor"]
     counts = s["lp_step_status_counts"]
     assert counts["infeasible"] == counts["iteration_limit"] == counts["solver_error"] == 0
+
+
+def _cpu_preset_model(seed=0):
+    """SmolLM2-135M with the cpu preset's LoRA adapter and DPO settings (loaded anew: LoRA wraps it in place)."""
+    from llm_runs.models import LoraSettings, add_lora, load_model
+    from llm_runs.objectives import PreferenceModel
+
+    p = PRESETS["cpu"]
+    model, tok = load_model(None, device="cpu")
+    settings = DPOSettings(beta=p.beta, label_smoothing=p.label_smoothing, max_response_tokens=p.max_response_tokens,
+                           autocast=None if p.autocast is None else getattr(torch, p.autocast))
+    return p, PreferenceModel(add_lora(model, LoraSettings(r=p.lora_r, alpha=p.lora_alpha, seed=seed)), tok, settings)
+
+
+def _cpu_federation(pm, p, seed=0):
+    from llm_runs.data import trained_candidates
+
+    cands = trained_candidates(load_candidates(), pm.tokenizer, p.max_response_tokens, p.design.objectives)
+    return build_federation(cands, p.design, np.random.default_rng(seed))
+
+
+@pytest.mark.llm
+def test_at_the_base_model_every_loss_is_ln2_on_the_default_model():
+    """SmolLM2-135M at the LoRA initialisation, the cpu preset's settings (48 tokens, its precision): a client's
+    training losses (in the CPU layout) and the held-out losses (float32) are ln 2 to 1e-4. The negative control: a
+    reference computed in a padded batch (the old cache), here under bf16 autocast, is off by more than 1e-4."""
+    from llm_runs.objectives import _pair_key
+
+    p, pm = _cpu_preset_model()
+    fed = _cpu_federation(pm, p)
+    lobj = LoraObjectives(pm, fed)
+    src = TorchSource(lobj, fed.prefs, fed.n_samples, psi_star=np.zeros(fed.n_clients))
+    w = lobj.initial()
+    excess = src.evaluate(w[None], np.array([0])).losses[0]
+    np.testing.assert_allclose(excess + lobj.reference_point, np.log(2.0), rtol=0, atol=1e-4)
+    held = pm.evaluate(fed.heldout_batches())
+    for o, v in held.items():
+        assert abs(v["loss"] - np.log(2.0)) <= 1e-4, (o, v)
+    every = [k for i in range(fed.n_clients) for pairs in fed.batch(i).values() for q in pairs for k in _pair_key(q)]
+    by_length = {len(pm._encode(k)[0]): k for k in every}  # sequences of different lengths: a padded batch
+    keys = list(by_length.values())[:16]
+    assert len(keys) >= 4
+    pm.settings = replace(pm.settings, autocast=torch.bfloat16)
+    with torch.no_grad():
+        alone = torch.stack([pm.sequence_logps([k])[0] for k in keys])
+        with pm.model.disable_adapter():
+            padded = pm.sequence_logps(keys)
+    assert float((alone - padded).abs().max()) > 1e-4
+
+
+@pytest.mark.llm
+def test_the_larger_preference_ends_with_the_smaller_training_loss_on_the_default_model():
+    """Two clients on the same training pairs of the cpu preset (2 per objective) with lambda = (.6, .2, .2) and
+    (.2, .6, .2), 10 LP steps of the preset's step size from the base model: each of the first two objectives ends
+    with the smaller excess training loss for the client that weighs it more."""
+    p, pm = _cpu_preset_model()
+    fed = _cpu_federation(pm, p)
+    prefs = np.array([[0.6, 0.2, 0.2], [0.2, 0.6, 0.2]])
+    same = replace(fed, prefs=prefs, data=(fed.data[0], fed.data[0]), centre=np.zeros(2, dtype=np.int64),
+                   prompt_ids=(fed.prompt_ids[0], fed.prompt_ids[0]),
+                   design=replace(fed.design, n_train=2, n_new=0))
+    obj = LoraObjectives(pm, same, heldout=False)
+    src = TorchSource(obj, prefs, same.n_samples, psi_star=np.zeros(2))
+    eta = p.algorithm.phase1.eta_local
+    res = al.pipeline2(src, np.array([0, 1]), obj.initial(), al.Pipeline2Config(max_steps=10, eta=eta, tol=0.0,
+                                                                             decay_steps=None, select="last"))
+    e = src.losses(res.w, np.array([0, 1]))
+    assert e[0, 0] < e[1, 0] and e[1, 1] < e[0, 1], e
