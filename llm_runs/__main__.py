@@ -122,7 +122,8 @@ def build_parser(prog: str = "python -m llm_runs") -> argparse.ArgumentParser:
     s.add_argument("--tokens", type=_token_limits, default=None, metavar="T[,T...]",
                    help="response token limits of the trained texts (default: every preset's max_response_tokens)")
     s.add_argument("--objectives", default=None,
-                   help="comma-separated objective names (default: every reward in the data file)")
+                   help="comma-separated objective names (default: every reward of the data file for the full texts, "
+                        "the presets' objectives for the trained texts)")
     s.add_argument("--model", default=None, metavar="DIR",
                    help="the tokenizer of this Hugging Face model directory (default: SmolLM2's, shipped)")
     rs = dsub.add_parser("rescore", help="score every response of a data file again with the current rewards")
@@ -448,13 +449,19 @@ def _data_stats(args) -> int:
     from llm_runs.run import PRESETS
 
     cands = load_candidates(args.data)
-    objectives = cands.check_objectives(args.objectives.split(",") if args.objectives else cands.objectives)
+    if args.objectives:
+        objectives = cands.check_objectives(args.objectives.split(","))
+        trained_objectives = objectives
+    else:  # the full texts: every reward of the file; the trained texts: the objectives the presets train on
+        objectives = cands.objectives
+        preset_objectives = {o for p in PRESETS.values() for o in p.design.objectives}
+        trained_objectives = tuple(o for o in cands.objectives if o in preset_objectives) or objectives
     tokens = args.tokens or tuple(sorted({p.max_response_tokens for p in PRESETS.values()}))
     tok = _tokenizer(args.model)
     stats = {"full_text": agreement_table(cands, objectives)}
-    stats["trained_text"] = {str(T): agreement_table(trained_candidates(cands, tok, T, objectives), objectives)
-                             for T in tokens}
-    stats["truncation"] = truncation_table(cands, tok, tokens, objectives)
+    stats["trained_text"] = {str(T): agreement_table(trained_candidates(cands, tok, T, trained_objectives),
+                                                     trained_objectives) for T in tokens}
+    stats["truncation"] = truncation_table(cands, tok, tokens, trained_objectives)
     if args.json:
         print(json.dumps(stats, indent=1))
     else:
@@ -464,8 +471,8 @@ def _data_stats(args) -> int:
 
 
 def _tokenizer(model_dir):
-    """The tokenizer of a Hugging Face model directory, or SmolLM2's (shipped with the package)."""
-    from llm_runs.models import smollm2_tokenizer
+    """The tokenizer of a Hugging Face model directory, or SmolLM2's (shipped with the package; imports no torch)."""
+    from llm_runs.tokenizer import smollm2_tokenizer
 
     if model_dir is None:
         return smollm2_tokenizer()

@@ -25,7 +25,6 @@ the attention projections q/k/v/o by default). With the adapter disabled the mod
 
 from __future__ import annotations
 
-import gzip
 import importlib.metadata
 import json
 import os
@@ -66,7 +65,7 @@ CACHE_ENV = "PREFALIGN_CACHE_DIR"
 
 _MANIFEST = "prefalign-manifest.json"
 _MANIFEST_VERSION = 1
-_TOKENIZER_ASSETS = Path(__file__).parent / "assets" / "smollm2_tokenizer"
+from llm_runs.tokenizer import smollm2_tokenizer  # noqa: E402  (re-exported: torch-free, see llm_runs.tokenizer)
 
 
 class ModelNotFoundError(FileNotFoundError):
@@ -239,23 +238,6 @@ def load_model(
         tok.pad_token = tok.eos_token
     model.eval()
     return model, tok
-
-
-def smollm2_tokenizer():
-    """The SmolLM2 tokenizer (with its chat template) from the files shipped in this package."""
-    from tokenizers import Tokenizer
-    from transformers import PreTrainedTokenizerFast
-
-    raw = gzip.decompress((_TOKENIZER_ASSETS / "tokenizer.json.gz").read_bytes()).decode("utf-8")
-    template = (_TOKENIZER_ASSETS / "chat_template.jinja").read_text()
-    return PreTrainedTokenizerFast(
-        tokenizer_object=Tokenizer.from_str(raw),
-        bos_token="<|im_start|>",
-        eos_token="<|im_end|>",
-        pad_token="<|im_end|>",
-        unk_token="<|endoftext|>",
-        chat_template=template,
-    )
 
 
 def tiny_llama(

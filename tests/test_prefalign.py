@@ -100,7 +100,8 @@ def test_llm_commands_import_no_torch_until_an_action_runs():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "usage: prefalign llm data build" in proc.stdout
-    assert json.loads(proc.stdout[proc.stdout.index("\n{") + 1:])["objectives"]  # the stats ran
+    stats = json.loads(proc.stdout[proc.stdout.index("\n{") + 1:])
+    assert stats["full_text"]["objectives"] and stats["trained_text"]  # the stats ran, trained texts included
     assert "torch imported: False" in proc.stderr
 
 
@@ -130,7 +131,7 @@ def test_help_names_the_actions_of_each_command_line(capsys):
         actions = [f"{a} {'|'.join(n for n, _, _ in sub_commands(p))}".rstrip() for a, _, p in sub_commands(parser)]
         assert actions and COMMANDS[name].actions() == actions
         assert ", ".join(actions) in out, (name, actions)
-    assert "data build|stats" in COMMANDS["llm"].actions()
+    assert "data build|stats|rescore" in COMMANDS["llm"].actions()
 
 
 def test_an_action_added_to_a_command_line_needs_no_edit_here(tmp_path, monkeypatch, capsys):
