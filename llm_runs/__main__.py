@@ -457,8 +457,14 @@ def _data_stats(args) -> int:
         preset_objectives = {o for p in PRESETS.values() for o in p.design.objectives}
         trained_objectives = tuple(o for o in cands.objectives if o in preset_objectives) or objectives
     tokens = args.tokens or tuple(sorted({p.max_response_tokens for p in PRESETS.values()}))
-    tok = _tokenizer(args.model)
     stats = {"full_text": agreement_table(cands, objectives)}
+    try:
+        tok = _tokenizer(args.model)
+    except ModuleNotFoundError as exc:  # without the llm extra: the full texts only, and say why
+        print(json.dumps(stats, indent=1) if args.json else stats["full_text"]["text"])
+        print(f"python -m llm_runs data stats: the trained-text tables need the llm extra ({exc.name} is missing: "
+              f"pip install 'prefalign-verify[llm]')", file=sys.stderr)
+        return 0
     stats["trained_text"] = {str(T): agreement_table(trained_candidates(cands, tok, T, trained_objectives),
                                                      trained_objectives) for T in tokens}
     stats["truncation"] = truncation_table(cands, tok, tokens, trained_objectives)
