@@ -3,7 +3,7 @@
     python -m verification list
     python -m verification run [ID ...] [--json PATH [--resume]] [--seed N] [--baseline PATH]
     python -m verification report [ID ...] [--out DIR] [--scale default|paper] [--seed N] [--resume] [--sweep DIR]
-                                  [--llm-run DIR ... | --no-llm]
+                                  [--llm-run DIR ... | --llm-sweep DIR | --no-llm]
     python -m verification power [ID ...] [--factor 0.5] [--seed N] [--search default|paper|none] [--json PATH]
     python -m verification sweep [ID ... | --mc] --seeds A:B [--scale default|paper]
                                  [--workers K | --scheduler ADDRESS] --out DIR
@@ -21,7 +21,13 @@ logging each statement to ``DIR/results.jsonl`` as it finishes; ``--resume`` fin
 ``--sweep DIR`` adds the summary of a sweep to the dashboard. The dashboard's "LLM run" section
 (:mod:`verification.llm_section`) runs the LLM smoke preset (``python -m llm_runs run --preset smoke --out
 DIR/llm-run``) unless ``--llm-run DIR`` names an earlier run directory (repeat it for runs at several S) or
-``--no-llm`` skips the section; a ``--llm-run`` that is not a run directory is a usage error.
+``--no-llm`` skips the section; a ``--llm-run`` that is not a run directory is a usage error. ``--llm-sweep DIR``
+reads an LLM sweep folder (``python -m llm_runs sweep --out DIR``: one run directory per seed in
+``DIR/runs/<seed>/``): the section opens with one line per pre-registered statistic (estimate, interval,
+p-value, minimum detectable effect, verdict) and the hypotheses of the run studies across the seeds (mean and
+95 % t-interval, beside the synthetic value; :mod:`verification.llm_sweep`), then shows the first seed's run in
+detail. It is one LLM source, so it is a usage error with ``--llm-run`` or ``--no-llm``, as is a DIR without
+``runs/``, with no run in it or no complete one, or with a ``runs/<seed>`` that is not an LLM run directory.
 
 ``sweep`` runs every (statement, seed) cell as a Dask task, on a local cluster of K worker processes or on the
 cluster of an existing scheduler, writes each cell's result row to ``DIR/cells/<id>/<seed>.json`` as it finishes
@@ -261,6 +267,17 @@ def _cmd_report(args: argparse.Namespace) -> int:
         except CellFolderError as exc:
             raise UsageError(f"argument --sweep: {exc}") from None
     llm_runs = None
+    if args.llm_sweep is not None:
+        for other, given in (("--llm-run", args.llm_run), ("--no-llm", args.no_llm)):
+            if given:
+                raise UsageError(f"argument --llm-sweep: not allowed with argument {other} (the sweep is the "
+                                 "section's LLM source)")
+        from .llm_sweep import read_sweep
+
+        try:
+            read_sweep(args.llm_sweep)
+        except ValueError as exc:
+            raise UsageError(f"argument --llm-sweep: {exc}") from None
     if args.llm_run:
         if args.no_llm:
             raise UsageError("argument --no-llm: not allowed with argument --llm-run")
@@ -279,7 +296,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     try:
         res = build_report(out, ids=[s.id for s in stmts], scale=args.scale, seed=args.seed,
                            studies=not args.no_studies, resume=args.resume, sweep=sweep_summary,
-                           llm=not args.no_llm, llm_runs=llm_runs)
+                           llm=not args.no_llm, llm_runs=llm_runs, llm_sweep=args.llm_sweep)
     except resultlog.ResultLogError as exc:
         raise UsageError(f"argument --resume: {exc}") from None
     except KeyboardInterrupt:
@@ -308,6 +325,10 @@ def _add_report(sub) -> None:
     p.add_argument("--llm-run", action="append", metavar="DIR",
                    help="the LLM section reads this run directory of `python -m llm_runs run` (trajectory.csv, "
                         "summary.json) instead of running the smoke preset; repeat for runs at several S")
+    p.add_argument("--llm-sweep", metavar="DIR",
+                   help="the LLM section reads the LLM sweep in DIR (`python -m llm_runs sweep --out DIR`, one run "
+                        "directory per seed in DIR/runs/<seed>/): the pre-registered statistics and the hypotheses "
+                        "across seeds first, then the first seed's run in detail; not with --llm-run or --no-llm")
     p.add_argument("--no-llm", action="store_true",
                    help="skip the LLM section (by default it runs `python -m llm_runs run --preset smoke` on the "
                         "embedded model, and says so when torch or the model is not installed)")

@@ -2,7 +2,10 @@ r"""The dashboard's "LLM run" section: where the LLM run comes from, the run stu
 
 :func:`build_llm_section` (called by :func:`verification.report.build_report`):
 
-1. the LLM run: ``llm_runs`` (a list of run directories given with ``--llm-run DIR``) is read as it is; otherwise
+1. the LLM run: ``llm_runs`` (a list of run directories given with ``--llm-run DIR``) is read as it is; with
+   ``llm_sweep`` (``--llm-sweep DIR``, an LLM sweep folder) every seed's run ``DIR/runs/<seed>/`` is read, the
+   section opens with the pre-registered statistics and the hypotheses across seeds (:mod:`verification.llm_sweep`)
+   and the first complete seed's run is shown in detail below them; otherwise
    (and unless disabled with ``--no-llm``) the smoke preset is run on the embedded model as a subprocess,
    ``python -m llm_runs run --preset smoke --out <report>/llm-run --seed N`` (verification never imports
    ``llm_runs`` or torch). When torch, the embedded model or the ``llm_runs run`` command is not installed, or the
@@ -58,6 +61,9 @@ class LLMSection:
     figures: dict = field(default_factory=dict)
     missing_figures: dict = field(default_factory=dict)
     seconds: float = 0.0
+    sweep: str | None = None  # the LLM sweep folder read (--llm-sweep DIR)
+    hypotheses: dict | None = None  # verification.llm_sweep.hypotheses_across_seeds over its seeds
+    statistics: dict | None = None  # verification.llm_sweep.personalisation_statistics of its seeds
 
     def study(self, sid: str):
         return next((r for r in self.results if r.id == sid), None)
@@ -68,7 +74,9 @@ class LLMSection:
                             "runs": [r.describe() for r in self.llm_runs]
                             + ([self.synthetic.describe()] if self.synthetic else []),
                             "studies_not_run": self.not_run, "figures": sorted(self.figures),
-                            "missing_figures": self.missing_figures, "seconds": self.seconds},
+                            "missing_figures": self.missing_figures, "seconds": self.seconds,
+                            **({"sweep": self.sweep, "pre_registered_statistics": self.statistics,
+                                "hypotheses_across_seeds": self.hypotheses} if self.sweep else {})},
                 "notes": "Status of the LLM section; the run studies follow as entries llm-*."}
 
 
@@ -135,10 +143,12 @@ def _synthetic(out: Path, seed: int, progress) -> tuple[RunRecords, list[RunReco
 
 
 def build_llm_section(out_dir, *, enabled: bool = True, llm_runs=None, seed: int = 0, progress=None,
-                      tables: dict | None = None, config: LLMStudyConfig | None = None) -> LLMSection:
+                      tables: dict | None = None, config: LLMStudyConfig | None = None,
+                      llm_sweep=None) -> LLMSection:
     """Make the section (module docstring). ``llm_runs``: run directories to read (``--llm-run``), or None to run
-    the smoke preset now; ``tables``: the report's figure tables (``study-H8-dispersion`` is drawn beside the
-    runs' H_Cn) — the section's tables are added to it."""
+    the smoke preset now; ``llm_sweep``: an LLM sweep folder to read instead (``--llm-sweep``; not with
+    ``llm_runs``); ``tables``: the report's figure tables (``study-H8-dispersion`` is drawn beside the runs'
+    H_Cn) — the section's tables are added to it."""
     from . import figures
     from .llm_figures import LLM_FIGURES
 
@@ -147,7 +157,19 @@ def build_llm_section(out_dir, *, enabled: bool = True, llm_runs=None, seed: int
     t0 = time.perf_counter()
     if not enabled:
         return LLMSection("skipped", "The LLM section was skipped (--no-llm).")
-    if llm_runs:
+    sweep_dirs = None
+    if llm_sweep is not None:
+        from .llm_sweep import read_sweep
+
+        if llm_runs:
+            raise ValueError("an LLM sweep and LLM run directories cannot be read together")
+        sweep_dirs, every = read_sweep(llm_sweep)
+        done = [r for r in every if r.status == "complete"]
+        sec = LLMSection("read", f"Read the LLM sweep {str(llm_sweep)!r}: {len(done)} complete run(s) of "
+                         f"{len(every)}; the first, {str(done[0].path)!r}, is shown in detail below the sweep.",
+                         command=str(done[0].summary.get("command", "")) or None, llm_runs=done[:1],
+                         sweep=str(llm_sweep))
+    elif llm_runs:
         runs = [load_run(p) for p in llm_runs]
         for r in runs:
             if r.kind != "llm":
@@ -162,6 +184,13 @@ def build_llm_section(out_dir, *, enabled: bool = True, llm_runs=None, seed: int
     primary = sec.llm_runs[:1] + [sec.synthetic]  # one run per source; every LLM run enters the S axis
     pipelines = sec.llm_runs + sec.synthetic_variants
     sec.results, sec.not_run = run_llm_studies(primary, pipeline_runs=pipelines, config=config, progress=progress)
+    if sweep_dirs is not None:
+        from .llm_sweep import hypotheses_across_seeds, personalisation_statistics
+
+        progress("running the pre-registered statistics and the run studies on every seed of the LLM sweep ...")
+        sec.statistics = personalisation_statistics(sweep_dirs)
+        sec.hypotheses = hypotheses_across_seeds(every, synthetic_results=sec.results, config=config,
+                                                 progress=progress)
     tab = tables if tables is not None else {}
     for st in sec.results:
         tab[st.id] = dict(st.tables)
@@ -300,7 +329,12 @@ def _intro(sec: LLMSection) -> list[str]:
 
 def section_markdown(sec: LLMSection) -> list[str]:
     """The section's markdown lines."""
-    lines = ["## LLM run", "", " ".join(_intro(sec)), ""]
+    lines = ["## LLM run", ""]
+    if sec.sweep:
+        from .llm_sweep import sweep_markdown
+
+        lines += sweep_markdown(sec.hypotheses, sec.statistics) + ["### One seed in detail", ""]
+    lines += [" ".join(_intro(sec)), ""]
     if sec.status == "skipped":
         return lines
     sources, rows = headline_rows(sec)
@@ -325,7 +359,12 @@ def section_markdown(sec: LLMSection) -> list[str]:
 def section_html(sec: LLMSection) -> str:
     """The section as HTML."""
     esc = html.escape
-    parts = ["<h2>LLM run</h2>", "<p>" + esc(" ".join(_intro(sec))) + "</p>"]
+    parts = ["<h2>LLM run</h2>"]
+    if sec.sweep:
+        from .llm_sweep import sweep_html
+
+        parts += [sweep_html(sec.hypotheses, sec.statistics), "<h3>One seed in detail</h3>"]
+    parts.append("<p>" + esc(" ".join(_intro(sec))) + "</p>")
     if sec.status == "skipped":
         return "\n".join(parts)
     sources, rows = headline_rows(sec)

@@ -360,15 +360,18 @@ def _power_totals(rows) -> str:
 
 
 def report_command(ids: list[str], *, scale: str, seed: int, studies: bool, llm: bool = True,
-                   llm_runs: list[str] | None = None) -> str:
+                   llm_runs: list[str] | None = None, llm_sweep: str | None = None) -> str:
     """The ``prefalign`` command line that makes the report of statements ``ids`` again (the ids are left out when
-    they are every registered statement), with its LLM section: read from ``llm_runs`` (``--llm-run``), made by
-    the smoke preset (``llm``) or skipped (``--no-llm``)."""
+    they are every registered statement), with its LLM section: read from the sweep ``llm_sweep``
+    (``--llm-sweep``) or from ``llm_runs`` (``--llm-run``), made by the smoke preset (``llm``) or skipped
+    (``--no-llm``)."""
     every = [s.id for s in registry.all_statements()]
     words = ["prefalign", "verify", "report", *([] if list(ids) == every else ids), "--scale", scale,
              "--seed", str(seed)]
     words += [] if studies else ["--no-studies"]
-    if llm_runs:
+    if llm_sweep:
+        words += ["--llm-sweep", str(llm_sweep)]
+    elif llm_runs:
         words += [w for d in llm_runs for w in ("--llm-run", str(d))]
     elif not llm:
         words.append("--no-llm")
@@ -378,7 +381,7 @@ def report_command(ids: list[str], *, scale: str, seed: int, studies: bool, llm:
 def build_report(out_dir: str | Path = "reports", *, scale: str = "default", seed: int = registry.DEFAULT_SEED,
                  ids=None, studies: bool = True, progress: Callable[[str], None] = _progress,
                  resume: bool = False, sweep: dict[str, Any] | None = None,
-                 search: str | None = "auto", llm: bool = False, llm_runs=None) -> ReportResult:
+                 search: str | None = "auto", llm: bool = False, llm_runs=None, llm_sweep=None) -> ReportResult:
     """Run every check (and the studies) and write the report to ``out_dir`` (see the module docstring).
     ``search``: the falsification-search budget (``"auto"``: by the scale, :data:`SEARCH_BUDGET`; ``None``: none).
 
@@ -390,8 +393,10 @@ def build_report(out_dir: str | Path = "reports", *, scale: str = "default", see
     The "LLM run" section (:mod:`verification.llm_section`): with ``llm=True`` the LLM smoke preset runs now as a
     subprocess (``python -m llm_runs run``; the section says so when torch or the model is missing), with
     ``llm_runs`` (run directories) those runs are read; the synthetic smoke runs beside them, the run studies
-    (:mod:`verification.llm_studies`, into ``studies.json``) and their figures follow. Otherwise the section says
-    it was skipped."""
+    (:mod:`verification.llm_studies`, into ``studies.json``) and their figures follow. With ``llm_sweep`` (an LLM
+    sweep folder, not with ``llm_runs``) the section opens with the sweep's pre-registered statistics and the
+    hypotheses across its seeds (:mod:`verification.llm_sweep`) and shows its first seed's run in detail below.
+    Otherwise the section says it was skipped."""
     from . import figures  # plotting is imported only when a report is made
 
     if scale not in SCALES:
@@ -440,8 +445,9 @@ def build_report(out_dir: str | Path = "reports", *, scale: str = "default", see
 
     from .llm_section import LLMSection, build_llm_section
 
-    if llm or llm_runs:
-        llm_sec = build_llm_section(out, llm_runs=llm_runs, seed=seed, progress=progress, tables=tables)
+    if llm or llm_runs or llm_sweep:
+        llm_sec = build_llm_section(out, llm_runs=llm_runs, seed=seed, progress=progress, tables=tables,
+                                    llm_sweep=llm_sweep)
         for st in llm_sec.results:
             _write_tables(out, st.id, st.tables)
     else:
@@ -467,7 +473,8 @@ def build_report(out_dir: str | Path = "reports", *, scale: str = "default", see
     budget = confidence_budget(rows)
     res = ReportResult(out_dir=out, rows=rows, figures=drawn, missing_figures=missing, seconds=seconds,
                        command=report_command([s.id for s in stmts], scale=scale, seed=seed, studies=studies, llm=llm,
-                                              llm_runs=[str(p) for p in llm_runs] if llm_runs else None),
+                                              llm_runs=[str(p) for p in llm_runs] if llm_runs else None,
+                                              llm_sweep=str(llm_sweep) if llm_sweep else None),
                        failed=any(map(resultlog.row_failed, rows))
                        or budget["total"] > FAMILY_WISE_BUDGET * (1 + 1e-12), budget=budget, sweep=sweep,
                        sweep_figures=sweep_drawn, sweep_missing=sweep_missing, llm=llm_sec)
