@@ -6,6 +6,10 @@
 ``python -m llm_runs probe dpo``  a short single-objective conservative-DPO run with held-out evaluation
 ``python -m llm_runs run --preset smoke|cpu|gpu --out DIR [--model DIR] [--device auto|cpu|cuda] [--seed N]``
     Algorithm 1 on LoRA fine-tuning of the model (:mod:`llm_runs.run`): trajectory.csv, summary.json, figure.png
+``python -m llm_runs sweep --preset P --seeds A:B [--workers K | --scheduler ADDR] [--threads T] --out DIR``
+    the seeds of a run as cells of the Dask sweep engine (:mod:`llm_runs.sweep`): runs/<seed>/, one atomic result
+    file per seed (cells/<preset>/<seed>.json), params.json, llm_sweep.json; the same command again computes only
+    the seeds still missing
 ``python -m llm_runs random-model --size tiny|0.5b|1b --out DIR``  a randomly initialised Llama with the SmolLM2
     tokenizer, saved as a model directory (for speed checks where no weights can be brought, e.g. a GPU machine)
 ``python -m llm_runs.gpu_check preflight|report``  the GPU check's preflight (everything a run needs, loaded before
@@ -74,6 +78,28 @@ def _shard(text: str) -> tuple[int, int]:
     if not 1 <= i <= n:
         raise argparse.ArgumentTypeError(f"expected I/N with 1 <= I <= N, got {text!r}")
     return i - 1, n
+
+
+def _add_run_options(p, default_data) -> None:
+    """The options of ``run`` and ``sweep`` that choose the model, the data, the device and the preset's variant."""
+    p.add_argument("--model", default=None, metavar="DIR",
+                   help="a local Hugging Face causal-LM directory (default: the embedded SmolLM2-135M-Instruct)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="auto: CUDA when available (default %(default)s)")
+    p.add_argument("--data", default=str(default_data), help="data file (default: the shipped file)")
+    p.add_argument("--cache-dir", default=None, help="cache of the converted default model")
+    p.add_argument("--quick", action="store_true",
+                   help="the preset's sizes with one round of each phase and one adaptation step, and 2 evaluation "
+                        "prompts x 1 sample of at most 64 tokens (a speed check)")
+    p.add_argument("--shrink", action="store_true",
+                   help="--quick at the smallest counts (2 preference centres with one training client each, 1 new "
+                        "client, 1 pair per objective, responses cut at 16 tokens, 1 evaluation prompt) with the "
+                        "preset's objectives and code paths: a CPU check of a GPU preset")
+    p.add_argument("--layout", choices=LAYOUTS, default=None,
+                   help="gradient layout of the m objectives (default: the device's, sequence on a CPU and "
+                        "separate on a GPU)")
+    p.add_argument("--autocast", choices=("bfloat16", "none"), default=None,
+                   help="autocast of the training passes (default: the preset's; none: float32)")
 
 
 def build_parser(prog: str = "python -m llm_runs") -> argparse.ArgumentParser:
@@ -165,27 +191,33 @@ def build_parser(prog: str = "python -m llm_runs") -> argparse.ArgumentParser:
                    help="smoke: minutes on 2 CPU cores; cpu: a small study, tens of minutes; gpu: sized for a GPU "
                         "(default %(default)s)")
     r.add_argument("--out", required=True, help="output directory (created if missing)")
-    r.add_argument("--model", default=None, metavar="DIR",
-                   help="a local Hugging Face causal-LM directory (default: the embedded SmolLM2-135M-Instruct)")
-    r.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
-                   help="auto: CUDA when available (default %(default)s)")
     r.add_argument("--seed", type=cli.seed, default=0, help="RNG seed, an integer >= 0 (default %(default)s)")
-    r.add_argument("--data", default=str(DEFAULT_DATA_FILE), help="data file (default: the shipped file)")
-    r.add_argument("--cache-dir", default=None, help="cache of the converted default model")
     r.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: torch's)")
-    r.add_argument("--quick", action="store_true",
-                   help="the preset's sizes with one round of each phase and one adaptation step, and 2 evaluation "
-                        "prompts x 1 sample of at most 64 tokens (a speed check)")
-    r.add_argument("--shrink", action="store_true",
-                   help="--quick at the smallest counts (2 preference centres with one training client each, 1 new "
-                        "client, 1 pair per objective, responses cut at 16 tokens, 1 evaluation prompt) with the "
-                        "preset's objectives and code paths: a CPU check of a GPU preset")
-    r.add_argument("--layout", choices=LAYOUTS, default=None,
-                   help="gradient layout of the m objectives (default: the device's, sequence on a CPU and "
-                        "separate on a GPU)")
-    r.add_argument("--autocast", choices=("bfloat16", "none"), default=None,
-                   help="autocast of the training passes (default: the preset's; none: float32)")
+    _add_run_options(r, DEFAULT_DATA_FILE)
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+    sw = sub.add_parser("sweep", help="seeds of a run preset as cells of the Dask sweep engine: one run directory "
+                                      "and one atomic result file per seed, resumable, a summary (llm_sweep.json)",
+                        epilog=cli.exit_status_help("a cell failed (its run raised, or its worker died more often "
+                                                    "than the scheduler allows) or a run is not complete"))
+    sw.add_argument("--preset", choices=sorted(PRESETS), required=True, help="the run preset of every seed")
+    sw.add_argument("--seeds", type=cli.seed_range, required=True, metavar="A:B",
+                    help="the seeds A, A+1, ..., B-1 (integers 0 <= A < B), one cell each")
+    where = sw.add_mutually_exclusive_group()
+    where.add_argument("--workers", type=positive_int, metavar="K",
+                       help="start a local Dask cluster of K worker processes, one seed at a time each (default: "
+                            "CPUs // --threads; 1 with --device cuda)")
+    where.add_argument("--scheduler", metavar="ADDRESS",
+                       help="use the existing Dask cluster whose scheduler listens at ADDRESS (e.g. "
+                            "tcp://10.0.0.5:8786); one GPU per worker for --device cuda")
+    sw.add_argument("--connect-timeout", type=positive_float, default=5.0, metavar="S",
+                    help="seconds allowed to reach the --scheduler (default %(default)s)")
+    sw.add_argument("--threads", type=positive_int, default=1, metavar="T",
+                    help="torch threads of each run (default %(default)s)")
+    _add_run_options(sw, DEFAULT_DATA_FILE)
+    sw.add_argument("--out", required=True, metavar="DIR",
+                    help="the sweep folder: runs/<seed>/, cells/<preset>/<seed>.json, params.json, llm_sweep.json")
+    sw.add_argument("--quiet", action="store_true", help="no progress bar")
 
     rm = sub.add_parser("random-model", help="save a randomly initialised Llama with the SmolLM2 tokenizer")
     rm.add_argument("--size", choices=RANDOM_MODEL_SIZES, default="0.5b",
@@ -198,6 +230,38 @@ def build_parser(prog: str = "python -m llm_runs") -> argparse.ArgumentParser:
     return parser
 
 
+def _preset_of(args):
+    """The preset of ``run`` or ``sweep``: ``--preset`` with its ``--shrink`` / ``--quick`` / ``--autocast`` variant."""
+    from llm_runs.run import PRESETS
+
+    preset = PRESETS[args.preset]
+    if args.shrink:
+        preset = preset.shrunk()
+    elif args.quick:
+        preset = preset.quick()
+    if args.autocast is not None:
+        from dataclasses import replace
+
+        preset = replace(preset, autocast=None if args.autocast == "none" else args.autocast)
+    return preset
+
+
+def _check_sweep_args(args):
+    """Usage checks of ``sweep`` before any work: the folder (writable, made with these parameters, its cell files
+    results of this preset), then, when a seed is left to run, the checks of ``run`` at the first such seed (model
+    directory, CUDA for a local cluster, data file and clients). Returns the preset and the folder's parameters."""
+    from argparse import Namespace
+
+    from llm_runs.sweep import check_folder
+
+    preset = _preset_of(args)
+    params, pending = check_folder(args, preset)
+    if pending:  # with --scheduler, CUDA is the workers' to have: the runs check it
+        device = "auto" if args.scheduler and args.device == "cuda" else args.device
+        _check_run_args(Namespace(**{**vars(args), "seed": pending[0], "device": device}))
+    return preset, params
+
+
 def _check_run_args(args):
     """Usage checks of ``run`` before any work: the model directory, the device, the output directory, the data file
     and whether it holds enough prompts for the preset. Returns the preset."""
@@ -207,7 +271,7 @@ def _check_run_args(args):
 
     from llm_runs.clients import DataShortageError, build_federation
     from llm_runs.data import DataFileError
-    from llm_runs.run import PRESETS, training_candidates
+    from llm_runs.run import training_candidates
 
     if args.model is not None:
         p = Path(args.model).expanduser()
@@ -224,15 +288,7 @@ def _check_run_args(args):
             raise cli.UsageError("argument --device: 'cuda' requested but CUDA is not available on this machine "
                                  "(use --device cpu or auto)")
     cli.check_writable_dir(args.out, "--out")
-    preset = PRESETS[args.preset]
-    if args.shrink:
-        preset = preset.shrunk()
-    elif args.quick:
-        preset = preset.quick()
-    if args.autocast is not None:
-        from dataclasses import replace
-
-        preset = replace(preset, autocast=None if args.autocast == "none" else args.autocast)
+    preset = _preset_of(args)
     try:
         # pairs exist only on the trained text: the responses cut at the preset's token limit by the run's tokenizer
         _, cands = training_candidates(preset, _tokenizer(args.model), args.data)
@@ -512,12 +568,19 @@ def main(argv: list[str] | None = None, prog: str = "python -m llm_runs") -> int
     try:
         args = parser.parse_args(argv)  # usage errors exit 2 here, before any work
         preset = _check_run_args(args) if args.command == "run" else None
+        swept = _check_sweep_args(args) if args.command == "sweep" else None
     except cli.UsageError as exc:
         return cli.print_usage_error(exc, prog)
     try:
         if args.command == "run":
             _ensure_malloc_env(argv, prog)
             return _run(args, preset)
+        if args.command == "sweep":
+            _ensure_malloc_env(argv, prog)  # the workers of a local cluster inherit the malloc and OpenMP settings
+            from llm_runs.sweep import command
+
+            assert swept is not None
+            return command(args, swept[0], swept[1], prog=prog)
         if args.command == "random-model":
             return _random_model(args)
         if args.command == "data" and args.action == "build":
