@@ -10,7 +10,8 @@ the Stage-1 key and ``A_i^ref`` of Algorithm 1's clustering depend on ``λ_i`` a
 structure Stage 2 can find.
 
 **Data.** The prompts of the data file are shuffled with the run's generator and dealt out in this order:
-held-out prompts (until every objective has ``heldout_pairs`` pairs on them), then each training client's
+held-out prompts (until every objective has ``heldout_pairs`` pairs on them and there are at least ``heldout_prompts``
+prompts), then each training client's
 prompts (until every objective has ``shots`` pairs), then each new client's (until every objective has
 ``pool_pairs`` pairs). Prompt sets are disjoint. From the pairs a client's prompts give
 (:func:`llm_runs.data.preference_pairs`, margin ``margin`` within-prompt standard deviations) exactly that many
@@ -51,7 +52,9 @@ class ClientDesign:
     ``n_new`` new clients; ``n_centres`` preference centres with ``centre_weight`` on their main objective;
     ``concentration`` of the Dirichlet around a centre; ``lambda_min``: the smallest preference entry accepted;
     ``shots``: pairs per objective of a training client; ``pool_pairs``: pairs per objective of a new client;
-    ``heldout_pairs``: held-out evaluation pairs per objective; ``margin``: pair margin in within-prompt sd's.
+    ``heldout_pairs``: held-out evaluation pairs per objective; ``margin``: pair margin in within-prompt sd's;
+    ``heldout_prompts``: the held-out pairs come from at least this many prompts (a bootstrap over held-out prompts
+    needs many).
     """
 
     objectives: tuple[str, ...]
@@ -65,6 +68,7 @@ class ClientDesign:
     pool_pairs: int = 8
     heldout_pairs: int = 4
     margin: float = 0.25
+    heldout_prompts: int = 1
 
     def __post_init__(self):
         objs = tuple(self.objectives)
@@ -77,6 +81,7 @@ class ClientDesign:
         _count(self.shots, "shots", 1)
         _count(self.pool_pairs, "pool_pairs", 1)
         _count(self.heldout_pairs, "heldout_pairs", 1)
+        _count(self.heldout_prompts, "heldout_prompts", 1)
         m = len(objs)
         if not (1.0 / m <= self.centre_weight < 1.0):
             raise ValueError(f"ClientDesign.centre_weight must lie in [1/m, 1) = [{1 / m:.3g}, 1); "
@@ -205,15 +210,16 @@ def build_federation(cands: Candidates, design: ClientDesign, rng: np.random.Gen
     order = [cands.prompt_ids[k] for k in rng.permutation(len(cands.prompt_ids))]
     pos = 0
 
-    def deal(need: int, who: str) -> tuple[tuple[str, ...], tuple[tuple[PreferencePair, ...], ...]]:
+    def deal(need: int, who: str, min_prompts: int = 1) -> tuple[tuple[str, ...], tuple[tuple[PreferencePair, ...], ...]]:
         nonlocal pos
         ids: list[str] = []
         have = [0] * len(objectives)
-        while min(have) < need:
+        while min(have) < need or len(ids) < min_prompts:
             if pos == len(order):
                 raise DataShortageError(
                     f"the data file {cands.path} ({len(order)} prompts) runs out of prompts at {who}: every objective "
-                    f"needs {need} pairs there (held-out {design.heldout_pairs}, {design.n_train} training clients x "
+                    f"needs {need} pairs there (held-out {design.heldout_pairs} from at least {design.heldout_prompts} "
+                    f"prompts, {design.n_train} training clients x "
                     f"{design.shots}, {design.n_new} new clients x {design.pool_pairs} pairs per objective, objectives "
                     f"{list(objectives)}); use fewer clients or pairs, or a larger data file"
                 )
@@ -228,7 +234,7 @@ def build_federation(cands: Candidates, design: ClientDesign, rng: np.random.Gen
             pairs.append(tuple(pool[k] for k in take))
         return tuple(ids), tuple(pairs)
 
-    held_ids, heldout = deal(design.heldout_pairs, "the held-out pairs")
+    held_ids, heldout = deal(design.heldout_pairs, "the held-out pairs", design.heldout_prompts)
     data, ids = [], []
     for i in range(design.n_clients):
         role, need = ("training client", design.shots) if i < design.n_train else ("new client", design.pool_pairs)

@@ -67,6 +67,14 @@ __all__ = [
     "objective_losses",
 ]
 
+def _cache_argument(decoder) -> str:
+    """The decoder's keyword for a key-value cache: ``cache`` in transformers 5.2x's decoders, ``past_key_values``
+    in others."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
+
+
 LAYOUTS = ("separate", "shared", "shared_loop", "sequence")
 #: The layout :func:`objective_gradients` uses unless told otherwise. "separate" needs the least memory (the
 #: batched VJP of "shared" holds m copies of the backward: about 9.6 GB RSS for m = 5 on 8 sequences of about
@@ -177,7 +185,7 @@ class PreferenceModel:
         self._tokens: dict[tuple[str, str], tuple[list[int], int]] = {}
         self._prompt_tokens: dict[str, list[int]] = {}
         # reference log-probabilities per (chunk of keys, evaluation precision): see reference_map
-        self._ref: dict[tuple[tuple[tuple[str, str], ...], bool], torch.Tensor] = {}
+        self._ref: dict[tuple, torch.Tensor] = {}
         self.tokens_processed = 0  # tokens of every sequence batch the model has run (policy and reference)
 
     # ---- tokens ---------------------------------------------------------------------------------------------
@@ -262,6 +270,78 @@ class PreferenceModel:
             for k, v in zip(chunk, hit, strict=True):
                 out[k] = v
         return out
+
+    def grouped_logps(self, keys: Sequence[tuple[str, str]], *, evaluation: bool = True) -> torch.Tensor:
+        """Sequence log-probabilities ``s(y)`` of ``keys`` without gradients, float64 ``(len(keys),)``, with every
+        prompt run **once**: the prompt's key-value cache is computed in one pass and the prompt's responses run
+        on from it as one right-padded batch (a held-out set of a few responses per prompt costs about the
+        response tokens plus one prompt per prompt, not a prompt per response). Under the adapter's
+        ``disable_adapter`` context this is the reference; policy and reference computed this way are the same
+        computation at the LoRA initialisation, so every margin there is exactly 0. ``evaluation``: in the
+        model's own dtype (float32) instead of the training autocast. Agrees with :meth:`sequence_logps` up to the
+        round-off of another summation order."""
+        keys = list(keys)
+        out = torch.empty(len(keys), dtype=torch.float64)
+        groups: dict[str, list[int]] = {}
+        for idx, (prompt, _) in enumerate(keys):
+            groups.setdefault(prompt, []).append(idx)
+        pad = self.tokenizer.pad_token_id
+        with torch.no_grad(), self._precision(evaluation):
+            for idxs in groups.values():
+                enc = [self._encode(keys[i]) for i in idxs]
+                n_prompt = enc[0][1]
+                prompt_ids = torch.tensor([enc[0][0][:n_prompt]], dtype=torch.long, device=self.device)
+                resp = [ids[n_prompt:] for ids, _ in enc]  # response tokens and the closing eos
+                B, L = len(resp), max(len(r) for r in resp)
+                self.tokens_processed += n_prompt + sum(len(r) for r in resp)
+                first = self._decoder(input_ids=prompt_ids, use_cache=True)
+                cache = first.past_key_values
+                cache.batch_repeat_interleave(B)
+                cached = {_cache_argument(self._decoder): cache}
+                r_ids = torch.full((B, L), pad, dtype=torch.long)
+                r_mask = torch.zeros((B, L), dtype=torch.bool)
+                for b, r in enumerate(resp):
+                    r_ids[b, : len(r)] = torch.tensor(r)
+                    r_mask[b, : len(r)] = True
+                r_ids, r_mask = r_ids.to(self.device), r_mask.to(self.device)
+                attn = torch.cat([torch.ones((B, n_prompt), dtype=torch.long, device=self.device),
+                                  r_mask.long()], dim=1)
+                hid = self._decoder(input_ids=r_ids, attention_mask=attn, use_cache=False,
+                                    **cached).last_hidden_state
+                # response token k is predicted by the hidden state before it: the prompt's last for k = 0
+                pred = torch.cat([first.last_hidden_state[:, -1:].expand(B, 1, -1), hid[:, :-1]], dim=1)
+                logits = self._head(pred[r_mask])
+                if logits.dtype not in (torch.float32, torch.float64):
+                    logits = logits.float()
+                tok_logp = -torch.nn.functional.cross_entropy(logits, r_ids[r_mask], reduction="none")
+                seq_index = torch.nonzero(r_mask, as_tuple=True)[0]
+                sums = torch.zeros(B, dtype=torch.float64, device=self.device).index_add(0, seq_index,
+                                                                                      tok_logp.double())
+                if self.settings.length_normalise:
+                    sums = sums / r_mask.sum(dim=1).to(torch.float64)
+                out[torch.tensor(idxs)] = sums.cpu()
+        return out
+
+    def grouped_pair_losses(self, batches: Mapping[str, Sequence], *, evaluation: bool = True) -> dict[str, tuple]:
+        """Per objective, the per-pair losses and margins ``(ℓ, z)`` (float64) of its pairs, every distinct
+        sequence of all objectives computed once by :meth:`grouped_logps` for the policy and (cached per set of
+        sequences) for the reference, so that the base model's margins are exactly 0: the held-out evaluation of
+        many models on one large held-out set (``z`` is the implicit-reward margin ``β[(s_θ(y_w) − s_ref(y_w)) −
+        (s_θ(y_l) − s_ref(y_l))]``)."""
+        for name, pairs in batches.items():
+            if not pairs:
+                raise ValueError(f"objective {name!r} has no evaluation pairs")
+        keys = tuple(dict.fromkeys(k for pairs in batches.values() for p in pairs for k in _pair_key(p)))
+        s = self.grouped_logps(keys, evaluation=evaluation)
+        ck = (("grouped",) + keys, bool(evaluation))
+        ref_s = self._ref.get(ck)
+        if ref_s is None:
+            with self.model.disable_adapter():
+                ref_s = self.grouped_logps(keys, evaluation=evaluation)
+            self._ref[ck] = ref_s
+        logp = {k: s[i] for i, k in enumerate(keys)}
+        ref = {k: ref_s[i] for i, k in enumerate(keys)}
+        return {name: self.pair_losses(pairs, logp, ref) for name, pairs in batches.items()}
 
     # ---- losses ---------------------------------------------------------------------------------------------
     def pair_losses(self, pairs, logp: Mapping[tuple[str, str], torch.Tensor] | None = None,

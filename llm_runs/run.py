@@ -65,6 +65,7 @@ from sim.algorithm import (
     Phase2Config,
     Pipeline2Config,
     comparison_clusterings,
+    phase1,
     phase1_by_clustering,
     pipeline2,
     run_algorithm,
@@ -72,7 +73,7 @@ from sim.algorithm import (
 )
 from sim.direction import STATUSES
 
-__all__ = ["PRESETS", "RunPreset", "estimate_psi_star", "planned_gradient_evaluations", "rebase_psi_star", "set_gaps",
+__all__ = ["PRESETS", "PersonalisationEval", "RunPreset", "estimate_psi_star", "planned_gradient_evaluations", "rebase_psi_star", "set_gaps",
            "run", "training_candidates"]
 
 #: The generation evaluation of :meth:`RunPreset.quick` (``--quick``), at most: 2 prompts × 1 sample of 64 new tokens
@@ -93,6 +94,32 @@ OBJECTIVES_4 = OBJECTIVES_3 + ("conciseness",)
 
 
 @dataclass(frozen=True)
+class PersonalisationEval:
+    """The evaluation that asks whether a run personalises (the ``study`` preset; analysed by
+    :mod:`verification.llm_personalisation`, whose docstring is the pre-registered analysis):
+
+    * ``heldout_margins.csv``: the implicit-reward margin of every held-out pair of every objective under the base
+      model ``w_ref``, each new client's personalised model (``pipeline1_wI``: Pipeline 1 from its cluster's
+      ``w_I``) and local-only model, each cluster's FedAvg model and one global model trained like FedAvg over all
+      training clients at the uniform preference (``global_uniform``, records in ``global_uniform.csv``); every
+      model on the same pairs, the held-out prompts run once per model (:meth:`PreferenceModel.grouped_pair_losses`);
+    * ``H_Cn`` at the base model of the Stage-1+2 clusters, the Stage-1-only clusters and ``hcn_draws`` random
+      partitions with the Stage-1+2 sizes (the round-0 rows of Phase 1 on each partition, every client's population
+      gradients at the base model computed once);
+    * the generation study (the preset's ``generation``) restricted to ``generation_models``.
+
+    With it, the per-row held-out metrics of the trajectory are not computed (``heldout_margins.csv`` replaces them)."""
+
+    hcn_draws: int = 20
+    generation_models: tuple[str, ...] = ("w_ref", "pipeline1_wI")
+
+    def __post_init__(self):
+        if isinstance(self.hcn_draws, bool) or int(self.hcn_draws) != self.hcn_draws or self.hcn_draws < 0:
+            raise ValueError(f"PersonalisationEval.hcn_draws must be an integer >= 0; got {self.hcn_draws!r}")
+        object.__setattr__(self, "generation_models", tuple(self.generation_models))
+
+
+@dataclass(frozen=True)
 class RunPreset:
     """Everything a run needs besides the model, the device and the seed.
 
@@ -103,7 +130,8 @@ class RunPreset:
     ``clustering_draws``: after Algorithm 1, Phase 1 is trained again for the Stage-1-only clusters and for this
     many random partitions with the Stage-1+2 cluster sizes (Remark H.8's comparison, ``clusterings.csv``); None:
     no comparison; ``generation``: responses sampled from every model of the run and scored by the objectives'
-    rewards (``generations.csv``, :mod:`llm_runs.evaluation`); None: none."""
+    rewards (``generations.csv``, :mod:`llm_runs.evaluation`); None: none; ``personalisation``: the evaluation of
+    :class:`PersonalisationEval`; None: none."""
 
     name: str
     description: str
@@ -118,6 +146,7 @@ class RunPreset:
     lora_alpha: float = 16.0
     clustering_draws: int | None = 2
     generation: GenerationEval | None = GenerationEval()
+    personalisation: PersonalisationEval | None = None
 
     def __post_init__(self):
         if int(self.max_response_tokens) != self.max_response_tokens or self.max_response_tokens < 1:
@@ -169,7 +198,7 @@ class RunPreset:
         return replace(
             q, name=f"{self.name}-shrunk",
             design=replace(d, n_centres=min(d.n_centres, 2), n_train=min(d.n_centres, 2), n_new=min(d.n_new, 1),
-                           shots=1, pool_pairs=2, heldout_pairs=1),
+                           shots=1, pool_pairs=2, heldout_pairs=1, heldout_prompts=1),
             algorithm=replace(
                 a, phase1=replace(a.phase1, rounds=1, tau=1),
                 fedavg=None if a.fedavg is None else replace(a.fedavg, rounds=1, tau=1),
@@ -178,6 +207,7 @@ class RunPreset:
             max_response_tokens=T,
             clustering_draws=None if q.clustering_draws is None else 1,
             generation=g,
+            personalisation=None if q.personalisation is None else replace(q.personalisation, hcn_draws=1),
         )
 
     def to_dict(self) -> dict:
@@ -251,6 +281,27 @@ PRESETS: dict[str, RunPreset] = {
         generation=GenerationEval(prompts=4, settings=GenerationSettings(responses_per_prompt=2, max_new_tokens=48,
                                                                          timeout_s=300.0)),
     ),
+    "study": RunPreset(
+        name="study",
+        description="the pre-registered personalisation study, one seed (verification.llm_personalisation; about "
+                    "20 CPU-minutes on 2 cores, seeds as cells of `python -m llm_runs sweep`): 6 training clients "
+                    "around 3 preference centres (one per objective) and 9 new clients (3 per centre), 1 pair per "
+                    "objective (2 in a new client's pool), responses cut at 16 tokens, 2 rounds of Phase 1 and "
+                    "FedAvg, 1 of Phase 2, 2 adaptation steps; 100 held-out pairs per objective from at least 25 "
+                    "prompts, margins of every personalised, local-only, FedAvg and the global uniform model; 64 "
+                    "prompts x 2 samples of 16 tokens from the base and every personalised model",
+        design=ClientDesign(objectives=OBJECTIVES_3, n_train=6, n_new=9, n_centres=3, shots=1, pool_pairs=2,
+                            heldout_pairs=100, heldout_prompts=25),
+        algorithm=replace(_algorithm(eta=1.0, rounds1=2, tau=1, rounds2=1, S2=1, K2=1, adapt=_adapt(2, 1, 0.5),
+                                     adamw_lr=5e-4, p2_steps=1, fedavg_rounds=2), adamw=None),
+        psi_star=_pipeline2(1, 1.0),
+        max_response_tokens=16,
+        autocast=None,
+        clustering_draws=None,
+        generation=GenerationEval(prompts=64, settings=GenerationSettings(responses_per_prompt=2, max_new_tokens=16,
+                                                                          timeout_s=600.0)),
+        personalisation=PersonalisationEval(hcn_draws=20),
+    ),
     "gpu": RunPreset(
         name="gpu",
         description="a GPU study (bf16): 12 training clients around 4 preference centres and 4 new clients, "
@@ -307,6 +358,8 @@ def planned_gradient_evaluations(preset: RunPreset) -> int:
         total += (1 + preset.clustering_draws) * _phase1_evaluations(preset)
     if n:
         total += (5 if a.adamw is not None else 4) * a.adapt.K * n + a.pipeline2.max_steps * n
+    if preset.personalisation is not None:  # the global uniform model, and every training client at w_ref once
+        total += federated(fa.rounds, fa.tau, fa.batch_size is not None) + N
     return total
 
 
@@ -578,7 +631,8 @@ def run(preset: RunPreset, out: Path, *, model_dir=None, device: str = "auto", s
     planned = planned_gradient_evaluations(preset)
     bar = tqdm(total=planned, unit="grad", desc="psi* estimate", disable=not progress, file=sys.stderr,
                dynamic_ncols=True, smoothing=0.05)
-    lobj = LoraObjectives(pm, fed, layout=layout)
+    # the study's held-out set is evaluated once per model at the end (heldout_margins.csv), not at every record row
+    lobj = LoraObjectives(pm, fed, layout=layout, heldout=preset.personalisation is None)
     summary["layout"] = lobj.layout
     src = TorchSource(lobj, fed.prefs, fed.n_samples, timer=timer, progress=bar.update)
     w_ref = lobj.initial()
@@ -613,9 +667,15 @@ def run(preset: RunPreset, out: Path, *, model_dir=None, device: str = "auto", s
             planned -= skipped  # a partition equal to Algorithm 1's own is not trained again
             bar.total = planned
             stages.mark("clustering_comparison")
+        extra_models: list[EvalModel] = []
+        if preset.personalisation is not None:
+            summary["personalisation"], extra_models = _personalisation(
+                lobj, fed, res, preset, rng, out, stage, timer, bar.update, w_ref, src.psi_star)
+            write_json(out / "summary.json", summary)
+            stages.mark("personalisation")
         if preset.generation is not None:
-            summary["generation_rewards"] = _generation_rewards(lobj, fed, cands, res, preset.generation, seed, out,
-                                                                stage)
+            summary["generation_rewards"] = _generation_rewards(lobj, fed, cands, res, preset, seed, out, stage,
+                                                                extra_models)
             stages.mark("generation_rewards")
         bar.close()
         records = pd.concat([pre.records, res.records], ignore_index=True)
@@ -637,7 +697,8 @@ def run(preset: RunPreset, out: Path, *, model_dir=None, device: str = "auto", s
         summary["stage_seconds"] = stages.seconds
         summary["seconds"] = time.perf_counter() - wall0
         summary["cpu_seconds"] = time.process_time() - cpu0
-        summary["gradient_evaluations"] = {"planned": planned, "done": src.gradient_evaluations}
+        extra = (summary.get("personalisation") or {}).get("gradient_evaluations", 0)
+        summary["gradient_evaluations"] = {"planned": planned, "done": src.gradient_evaluations + extra}
         summary["timing"] = _timing(timer, src, lobj, summary["seconds"])
         summary["memory"] = peak_memory(dev)
         write_json(out / "summary.json", summary)
@@ -692,13 +753,17 @@ def _eval_models(res, n_clients: int) -> list[EvalModel]:
     return models
 
 
-def _generation_rewards(lobj, fed, cands, res, spec: GenerationEval, seed: int, out: Path, stage) -> dict:
-    """Responses of every model of the run to the evaluation prompts, scored (``generations.csv``); the summary
-    entry."""
+def _generation_rewards(lobj, fed, cands, res, preset: RunPreset, seed: int, out: Path, stage,
+                        extra_models=()) -> dict:
+    """Responses of every model of the run (or of the personalisation evaluation's ``generation_models``) to the
+    evaluation prompts, scored (``generations.csv``); the summary entry."""
     from llm_runs.evaluation import evaluation_prompts, generation_rewards
 
+    spec = preset.generation
     stage("generation rewards", 0, 1)
-    models = _eval_models(res, fed.n_clients)
+    models = _eval_models(res, fed.n_clients) + list(extra_models)
+    if preset.personalisation is not None:
+        models = [m for m in models if m.label in preset.personalisation.generation_models]
     prompts = evaluation_prompts(fed, cands, spec.prompts)
     t0 = time.perf_counter()
     table = generation_rewards(lobj, models, prompts, spec, seed)
@@ -708,6 +773,164 @@ def _generation_rewards(lobj, fed, cands, res, spec: GenerationEval, seed: int, 
             "seconds": time.perf_counter() - t0,
             "note": "the same evaluation prompts and sampling seed for every model (common random numbers); the "
                     "prompts are the held-out prompts, then prompts no client holds: none is trained on"}
+
+
+class _CachedAtPoint:
+    """The client objectives ``objectives`` with the population gradients at one point ``w`` kept per client: the
+    H_Cn comparison evaluates every training client at the base model once, however many partitions hold it."""
+
+    def __init__(self, objectives, w):
+        self._inner = objectives
+        self._w = w
+        self._cache: dict[int, tuple] = {}
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def gradients(self, w, client: int, batch, timer=None):
+        if batch is not None or not torch_equal(w, self._w):
+            return self._inner.gradients(w, client, batch, timer)
+        hit = self._cache.get(int(client))
+        if hit is None:
+            hit = self._cache[int(client)] = self._inner.gradients(w, client, batch, timer)
+        return hit[0].copy(), hit[1]
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+
+    return bool(torch.equal(a, b))
+
+
+def _hcn_at_w_ref(lobj, fed, res, preset: RunPreset, rng, timer, progress, w_ref, psi_star) -> dict:
+    """H_Cn at the base model of the Stage-1+2 clusters, the Stage-1-only clusters and random partitions with the
+    Stage-1+2 sizes (:func:`sim.algorithm.comparison_clusterings`): the ``dispersion`` of the round-0 row of Phase 1
+    (0 rounds) on each partition, computed by :func:`sim.algorithm.phase1_by_clustering` from every training
+    client's population gradients at ``w_ref`` (each client evaluated once)."""
+    from llm_runs.source import TorchSource
+
+    spec = preset.personalisation
+    parts = comparison_clusterings(res.clustering, rng, int(spec.hcn_draws))
+    src = TorchSource(_CachedAtPoint(lobj, w_ref), fed.prefs, fed.n_samples, psi_star=psi_star, timer=timer,
+                      progress=None)
+    src.record_lp_inputs = False
+    done: set[int] = set()
+
+    def count(frame):  # one gradient evaluation per training client, however many partitions hold it
+        new = set(int(i) for i in frame["client"]) - done
+        done.update(new)
+        if progress is not None and new:
+            progress(len(new))
+
+    recs = phase1_by_clustering(src, fed.train, w_ref, parts, replace(preset.algorithm.phase1, rounds=0), rng,
+                                rho=preset.algorithm.rho, on_rows=count)
+    per = recs.groupby(["clustering", "draw", "cluster"], sort=False).agg(H=("dispersion", "first"),
+                                                                          size=("client", "size")).reset_index()
+
+    def value(name, draw=0, multi=False):
+        g = per[(per["clustering"] == name) & (per["draw"] == draw)]
+        if multi:
+            g = g[g["size"] >= 2]
+        return float(g["H"].mean()) if len(g) else math.nan
+
+    own = parts[0][2]
+    return {
+        "stage1_stage2": value("stage1_stage2"), "stage1_only": value("stage1_only"),
+        "stage1_only_same_partition": bool(same_partition(parts[1][2], own)),
+        "random": [value("random", d) for d in range(int(spec.hcn_draws))],
+        "stage1_stage2_multi": value("stage1_stage2", multi=True), "stage1_only_multi": value("stage1_only", multi=True),
+        "random_multi": [value("random", d, multi=True) for d in range(int(spec.hcn_draws))],
+        "clusterings": [{"clustering": n, "draw": int(d), "clusters": [[int(fed.train[i]) for i in c] for c in cl]}
+                        for n, d, cl in parts],
+        "note": "H_Cn = sum_i rho_i ||d_i - dbar||^2 of the population LP directions at the base model w_ref, per "
+                "cluster, mean over the clusters (a singleton has H = 0; *_multi: clusters with >= 2 clients); "
+                "random: partitions drawn uniformly with the Stage-1+2 cluster sizes",
+    }
+
+
+def _personalisation(lobj, fed, res, preset: RunPreset, rng, out: Path, stage, timer, progress, w_ref, psi_star
+                     ) -> tuple[dict, list[EvalModel]]:
+    """The evaluation of :class:`PersonalisationEval`: the global uniform-preference model, H_Cn at the base model
+    by partition, and the held-out margins of every evaluated model (``heldout_margins.csv``). Returns the summary
+    entry and the models it adds (the global model) to the generation study."""
+    from llm_runs.source import TorchSource
+
+    a = preset.algorithm
+    m = len(fed.objectives)
+    stage("H_Cn at w_ref", 0, 1)
+    hcn = _hcn_at_w_ref(lobj, fed, res, preset, rng, timer, progress, w_ref, psi_star)
+
+    stage("global uniform model", 0, 1)
+    fa = a.phase1 if a.fedavg is None else a.fedavg
+    # psi_i* at the uniform preference is not estimated: 0, so the records' gap is psi (at the uniform preference)
+    uniform = TorchSource(lobj, np.full(fed.prefs.shape, 1.0 / m), fed.n_samples, psi_star=np.zeros(fed.n_clients),
+                          timer=timer, progress=progress)
+    gw = RecordWriter(out / "global_uniform.csv")
+    glob = phase1(uniform, fed.train, w_ref, replace(fa, direction="linear"), rng, rho=a.rho, phase="global_uniform",
+                  keep_trajectory=False, on_rows=gw)
+    gw.finish(glob.records)
+    n_grad = uniform.gradient_evaluations + len(fed.train)  # the H_Cn comparison: each training client once
+    global_model = EvalModel("global_uniform", glob.w, -1, tuple(int(i) for i in fed.train))
+
+    models = [EvalModel("w_ref", w_ref, -1, ())]
+    for c in range(len(res.clustering.clusters)):
+        models.append(EvalModel("w_fedavg", res.w_fedavg[c], c, ()))
+    models.append(global_model)
+    new_rows = []
+    for k, i in enumerate(res.new_clients):
+        c = int(res.assignment[k])
+        for label in ("pipeline1_wI", "local_only"):
+            models.append(EvalModel(label, res.adaptation[label].w[k], c, (int(i),)))
+        new_rows.append({"client": int(i), "prefs": fed.prefs[i].tolist(), "cluster": c,
+                         "centre": int(fed.centre[i])})
+
+    stage("held-out margins", 0, len(models))
+    batches = fed.heldout_batches()
+    prompt_of = {o: [p.prompt_id for p in pairs] for o, pairs in batches.items()}
+    rows = []
+    t0 = time.perf_counter()
+    pm = lobj.pm
+    was_training = pm.model.training
+    pm.model.eval()
+    try:
+        for n, mdl in enumerate(models):
+            lobj.load(mdl.w)
+            with timer.section("personalisation_heldout"):
+                ev = pm.grouped_pair_losses(batches)
+            for o, (loss, z) in ev.items():
+                for p, (lv, zv) in enumerate(zip(loss.tolist(), z.tolist(), strict=True)):
+                    rows.append({"model": mdl.label, "cluster": int(mdl.cluster),
+                                 "client": int(mdl.clients[0]) if len(mdl.clients) == 1 and mdl.label != "global_uniform"
+                                 else -1,
+                                 "objective": o, "pair": p, "prompt_id": prompt_of[o][p], "margin": zv, "loss": lv})
+            stage("held-out margins", n + 1, len(models))
+    finally:
+        pm.model.train(was_training)
+    table = pd.DataFrame(rows)
+    cli.atomic_write_text(out / "heldout_margins.csv", table.to_csv(index=False))
+    base = table[table["model"] == "w_ref"]["margin"]
+    if not np.all(base.to_numpy() == 0.0):
+        raise AssertionError(f"the base model's held-out margins are not exactly 0 (max |z| {base.abs().max():.3g}): "
+                             "policy and reference were not the same computation")
+    entry = {
+        "file": "heldout_margins.csv", "beta": float(preset.beta), "objectives": list(fed.objectives),
+        "personalised_model": "pipeline1_wI",
+        "new_clients": new_rows,
+        "models": [{"label": mm.label, "cluster": int(mm.cluster),
+                    "client": int(mm.clients[0]) if len(mm.clients) == 1 and mm.label != "global_uniform" else -1}
+                   for mm in models],
+        "heldout": {"pairs_per_objective": len(fed.heldout[0]), "prompts": list(fed.heldout_prompt_ids)},
+        "generation_models": list(preset.personalisation.generation_models),
+        "hcn_at_w_ref": hcn,
+        "global_uniform": {"file": "global_uniform.csv", "rounds": fa.rounds, "tau": fa.tau,
+                           "clients": [int(i) for i in fed.train],
+                           "note": "FedAvg (linear scalarisation, mu = 1/m) over all training clients from w_ref; its "
+                                   "records' psi and beta are at the uniform preference, their gap is psi (psi* there "
+                                   "is not estimated)"},
+        "heldout_seconds": time.perf_counter() - t0,
+        "gradient_evaluations": int(n_grad),
+    }
+    return entry, [global_model]
 
 
 def _timing(timer, src, lobj, seconds: float) -> dict:

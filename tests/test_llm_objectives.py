@@ -255,3 +255,34 @@ def test_bad_arguments_are_rejected(pm, batches):
         PreferenceModel(model, tok)
     with pytest.raises(ValueError, match="target modules"):
         add_lora(model, __import__("llm_runs.models", fromlist=["LoraSettings"]).LoraSettings(target_modules=("nope",)))
+
+
+def test_grouped_logps_run_each_prompt_once_and_agree_with_the_padded_batch(pm, batches):
+    """The held-out evaluation's prompt-grouped pass (one key-value cache per prompt, its responses continued from
+    it) gives the padded batch's log-probabilities up to float32 round-off, and fewer tokens."""
+    keys = list(dict.fromkeys(k for pairs in batches.values() for p in pairs for k in (
+        (p.prompt, p.chosen), (p.prompt, p.rejected))))
+    with torch.no_grad():
+        full = pm.sequence_logps(keys, evaluation=True)
+    t0 = pm.tokens_processed
+    grouped = pm.grouped_logps(keys)
+    assert grouped.dtype == torch.float64 and grouped.shape == (len(keys),)
+    np.testing.assert_allclose(grouped.numpy(), full.numpy(), rtol=0, atol=1e-5)
+    assert pm.tokens_processed - t0 < sum(len(pm._encode(k)[0]) for k in keys)
+
+
+def test_grouped_margins_are_exactly_zero_at_the_lora_initialisation_and_move_after_a_step(batches):
+    model = tiny_preference_model(dtype=torch.float32, perturb=0.0)
+    out = model.grouped_pair_losses(batches)
+    for loss, z in out.values():
+        assert torch.equal(z, torch.zeros_like(z))
+        np.testing.assert_array_equal(loss.numpy(), np.full(len(z), math.log(2.0)))
+    with torch.no_grad():
+        for p in model.params:
+            p.add_(0.05 * torch.randn_like(p))
+    moved = model.grouped_pair_losses(batches)
+    assert any(float(z.abs().max()) > 0 for _, z in moved.values())
+    with torch.no_grad():  # the padded-batch margins of the same model agree with the grouped ones
+        ref = model.batch_pair_losses(batches, evaluation=True)
+    for name in batches:
+        np.testing.assert_allclose(moved[name][1].numpy(), ref[name][1].numpy(), rtol=0, atol=1e-5)
