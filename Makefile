@@ -11,6 +11,9 @@ SEED   ?= 0
 # make report LLM_RUN=DIR: the dashboard's LLM section reads that run directory of `python -m llm_runs run`
 # (e.g. a cpu-preset run) instead of running the smoke preset; LLM_RUN=none skips the section
 LLM_RUN ?=
+# make report LLM_SWEEP=DIR: the LLM section reads that sweep of `python -m llm_runs sweep` (e.g. the study preset
+# over 8 seeds: `make llm-study`) and opens with the pre-registered statistics
+LLM_SWEEP ?=
 # mutation testing (outside the default tier): files, sample size per file (0 = every mutant), parallel jobs
 # (SRC=TESTS names a file's test files, comma-separated; sim/direction.py has two: README, "Mutation testing")
 MUTATION_FILES ?= sim/preference.py sim/direction.py=tests/test_direction.py,tests/test_direction_twin.py \
@@ -23,7 +26,7 @@ SWEEP_IDS   ?= H.9 H.14 S4
 SWEEP_SEEDS ?= 0:4
 WORKERS     ?= 2
 
-.PHONY: venv test test-installed test-browser chromium docs report sweep llm bench mutation lint clean
+.PHONY: venv test test-installed test-browser chromium docs report sweep llm llm-study bench mutation lint clean
 # glibc malloc stalls for seconds when torch frees and re-maps large tensors (the MALLOC_ settings avoid it);
 # OpenMP threads that spin on a shared CPU multiply torch's CPU time (passive waiting avoids it)
 LLM_ENV := MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000 OMP_WAIT_POLICY=PASSIVE
@@ -62,7 +65,12 @@ docs: $(STAMP)
 ## LLM_RUN=DIR); write the dashboard and figures to reports/
 report: $(STAMP)
 	$(BIN)/python -m verification report --out reports --seed $(SEED) \
-		$(if $(filter none,$(LLM_RUN)),--no-llm,$(if $(LLM_RUN),--llm-run $(LLM_RUN)))
+		$(if $(LLM_SWEEP),--llm-sweep $(LLM_SWEEP),$(if $(filter none,$(LLM_RUN)),--no-llm,$(if $(LLM_RUN),--llm-run $(LLM_RUN))))
+
+## llm-study: the pre-registered personalisation study, the study preset over seeds 0-7 as cells of a Dask sweep
+## (2 workers of 1 torch thread; about 18 CPU-minutes a seed on 2 CPU cores) into runs/llm-study; resumable
+llm-study: $(STAMP)
+	$(BIN)/python -m llm_runs sweep --preset study --seeds 0:8 --workers 2 --threads 1 --out runs/llm-study
 
 ## sweep: every (statement, seed) cell as a Dask task on a LocalCluster; cells and summary in sweeps/default/
 sweep: $(STAMP)

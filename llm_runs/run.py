@@ -99,8 +99,9 @@ class PersonalisationEval:
     :mod:`verification.llm_personalisation`, whose docstring is the pre-registered analysis):
 
     * ``heldout_margins.csv``: the implicit-reward margin of every held-out pair of every objective under the base
-      model ``w_ref``, each new client's personalised model (``pipeline1_wI``: Pipeline 1 from its cluster's
-      ``w_I``) and local-only model, each cluster's FedAvg model and one global model trained like FedAvg over all
+      model ``w_ref``, each new client's personalised model (``personalised_model``, by default ``pipeline1_wII``:
+      Pipeline 1 from its cluster's meta-learned ``w_II``, the paper's method — Phase 1, Phase 2 and K adaptation
+      steps) and local-only model, each cluster's FedAvg model and one global model trained like FedAvg over all
       training clients at the uniform preference (``global_uniform``, records in ``global_uniform.csv``); every
       model on the same pairs, the held-out prompts run once per model (:meth:`PreferenceModel.grouped_pair_losses`);
     * ``H_Cn`` at the base model of the Stage-1+2 clusters, the Stage-1-only clusters and ``hcn_draws`` random
@@ -111,9 +112,14 @@ class PersonalisationEval:
     With it, the per-row held-out metrics of the trajectory are not computed (``heldout_margins.csv`` replaces them)."""
 
     hcn_draws: int = 20
-    generation_models: tuple[str, ...] = ("w_ref", "pipeline1_wI")
+    personalised_model: str = "pipeline1_wII"
+    generation_models: tuple[str, ...] = ("w_ref", "pipeline1_wII")
 
     def __post_init__(self):
+        if self.personalised_model not in ("pipeline1_wI", "pipeline1_wII", "pipeline1_wII_adamw", "fedavg_adapt"):
+            raise ValueError("PersonalisationEval.personalised_model must name an adaptation run of Algorithm 1 "
+                             f"(pipeline1_wI, pipeline1_wII, pipeline1_wII_adamw, fedavg_adapt); got "
+                             f"{self.personalised_model!r}")
         if isinstance(self.hcn_draws, bool) or int(self.hcn_draws) != self.hcn_draws or self.hcn_draws < 0:
             raise ValueError(f"PersonalisationEval.hcn_draws must be an integer >= 0; got {self.hcn_draws!r}")
         object.__setattr__(self, "generation_models", tuple(self.generation_models))
@@ -879,7 +885,7 @@ def _personalisation(lobj, fed, res, preset: RunPreset, rng, out: Path, stage, t
     new_rows = []
     for k, i in enumerate(res.new_clients):
         c = int(res.assignment[k])
-        for label in ("pipeline1_wI", "local_only"):
+        for label in (preset.personalisation.personalised_model, "local_only"):
             models.append(EvalModel(label, res.adaptation[label].w[k], c, (int(i),)))
         new_rows.append({"client": int(i), "prefs": fed.prefs[i].tolist(), "cluster": c,
                          "centre": int(fed.centre[i])})
@@ -914,7 +920,7 @@ def _personalisation(lobj, fed, res, preset: RunPreset, rng, out: Path, stage, t
                              "policy and reference were not the same computation")
     entry = {
         "file": "heldout_margins.csv", "beta": float(preset.beta), "objectives": list(fed.objectives),
-        "personalised_model": "pipeline1_wI",
+        "personalised_model": preset.personalisation.personalised_model,
         "new_clients": new_rows,
         "models": [{"label": mm.label, "cluster": int(mm.cluster),
                     "client": int(mm.clients[0]) if len(mm.clients) == 1 and mm.label != "global_uniform" else -1}

@@ -15,7 +15,7 @@ import pytest
 
 from verification import llm_personalisation as lp
 
-PERS = "pipeline1_wI"
+PERS = "pipeline1_wII"
 
 
 def write_run(path: Path, lam, z_of, *, n_prompts: int = 6, pairs_per_prompt: int = 2, noise: float = 1.0,
@@ -318,7 +318,7 @@ def test_bad_personalisation_entries(run, edit, match):
     (lambda f: pd.concat([f, f.iloc[[30]]]), "repeats"),
     (lambda f: f.assign(prompt_id=f["prompt_id"].where(f.index != 30, "q2")), "has prompt_id 'q2'"),
     (lambda f: f[~((f["model"] == "local_only") & (f["client"] == 2))], "local_only' for new client 2"),
-    (lambda f: f[f["model"] != PERS], "no rows of model 'pipeline1_wI'"),
+    (lambda f: f[f["model"] != PERS], "no rows of model 'pipeline1_wII'"),
 ])
 def test_bad_margins(run, edit, match):
     edit_summary(run, lambda p: p.update(models=[]))

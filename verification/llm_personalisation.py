@@ -7,7 +7,7 @@ Pre-registration
 ================
 
 **Inputs** (per run directory, one per seed). ``summary.json["personalisation"]``: ``objectives`` (the m
-objectives), ``personalised_model`` (``pipeline1_wI``), ``new_clients`` (each ``client``, its preference vector
+objectives), ``personalised_model`` (``pipeline1_wII`` in the ``study`` preset), ``new_clients`` (each ``client``, its preference vector
 ``prefs`` λ_i — m non-negative numbers summing to 1 — and its ``cluster``), ``models`` (every evaluated model:
 ``label``, ``cluster``, ``client``), ``heldout.prompts``, ``generation_models``. ``heldout_margins.csv``: one row
 per (model, objective, held-out pair) with the implicit-reward margin
@@ -16,7 +16,9 @@ per (model, objective, held-out pair) with the implicit-reward margin
 in ``generation_models`` with one ``reward_<objective>`` column per objective; the same prompts and sampling seed
 for every model, so that rows are paired by ``(prompt_id, sample)``.
 
-**Unit: a model.** The personalised models are the new clients' ``pipeline1_wI`` models, one per new client
+**Unit: a model.** The personalised models are the new clients' models named by ``personalised_model`` — in the
+``study`` preset ``pipeline1_wII``, Pipeline 1 from the cluster's meta-learned ``w_II`` (the paper's method: Phase
+1, Phase 2 and K adaptation steps) —, one per new client
 (≥ 8 per seed in the ``study`` preset), each with its client's λ_i.
 
 **Paired change.** ``z_{i,j}`` = the mean over the held-out pairs of objective j of
@@ -45,12 +47,12 @@ more).
 
 **Secondary 1: the personalisation matrix.** Per seed, rows are the new clients i and every evaluated model gets
 the score ``S(i, model) = Σ_j λ_ij z_{model,j}`` (the λ_i-weighted held-out margin change; w_ref scores 0). Row i
-is won by its own personalised model against a comparator when ``S(i, own pipeline1_wI) > S(i, comparator)``
+is won by its own personalised model against a comparator when ``S(i, own personalised model) > S(i, comparator)``
 (strictly). Reported per comparator, the share of the rows won:
 
 * ``fedavg``: the ``w_fedavg`` model of the client's cluster; ``local_only``: the client's own local-only model;
   ``base``: w_ref; ``global_uniform``: the one global model trained at uniform λ;
-* ``other_personalised``: the own model beats every other new client's ``pipeline1_wI`` model on row i (chance
+* ``other_personalised``: the own model beats every other new client's personalised model on row i (chance
   level 1/n under the null, n personalised models in the seed);
 * ``all``: the own model beats every comparator above at once (those the run recorded).
 
@@ -400,7 +402,7 @@ def _load(run_dir: Path | str) -> _Seed:
     pers = _read_summary(run_dir)
     spath = run_dir / SUMMARY
     objectives, clients, lam, clusters = _new_clients(spath, pers)
-    personalised = pers.get("personalised_model", "pipeline1_wI")
+    personalised = pers.get("personalised_model", "pipeline1_wII")
     heldout = pers.get("heldout") or {}
     listed = heldout.get("prompts") if isinstance(heldout, dict) else None
     prompts_listed = None if listed is None else [str(p) for p in listed]
