@@ -290,7 +290,8 @@ PRESETS: dict[str, RunPreset] = {
     "study": RunPreset(
         name="study",
         description="the pre-registered personalisation study, one seed (verification.llm_personalisation; about "
-                    "20 CPU-minutes on 2 cores, seeds as cells of `python -m llm_runs sweep`): 6 training clients "
+                    "39 CPU-minutes on a 2-core AMD EPYC, seeds as cells of `python -m llm_runs sweep`): 6 training "
+                    "clients "
                     "around 3 preference centres (one per objective) and 9 new clients (3 per centre), 1 pair per "
                     "objective (2 in a new client's pool), responses cut at 16 tokens, 2 rounds of Phase 1 and "
                     "FedAvg, 1 of Phase 2, 2 adaptation steps; 100 held-out pairs per objective from at least 25 "
