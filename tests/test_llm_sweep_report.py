@@ -16,6 +16,7 @@ import sys
 import types
 
 import numpy as np
+import pandas as pd
 import pytest
 from scipy import stats
 
@@ -283,7 +284,16 @@ def test_report_llm_sweep_end_to_end(sweep_dir, tmp_path, monkeypatch, capsys):
     page = (out / "index.html").read_text()
     assert page.index("<h3>Pre-registered statistics</h3>") < page.index("<h3>Hypotheses across seeds</h3>")
     entry = next(e for e in json.loads((out / "studies.json").read_text()) if e["id"] == "llm-section")["summary"]
-    assert entry["status"] == "read" and entry["sweep"] == str(sweep_dir)
+    # the section reads the report's own copy of the sweep's summaries (reports/ stays self-contained)
+    copy = out / "llm-sweep"
+    assert entry["status"] == "read" and entry["sweep"] == str(copy)
+    assert str(sweep_dir) in entry["message"]
+    for seed_dir in (sweep_dir / "runs").iterdir():
+        assert (copy / "runs" / seed_dir.name / "summary.json").read_bytes() == \
+            (seed_dir / "summary.json").read_bytes()
+        gen = copy / "runs" / seed_dir.name / "generations.csv"
+        if gen.exists():
+            assert "text" not in pd.read_csv(gen).columns
     assert entry["pre_registered_statistics"]["lines"][0]["verdict"] == "supported"
     assert entry["hypotheses_across_seeds"]["seeds"] == ["0", "1"]
     assert "LLM section: read" in capsys.readouterr().out

@@ -144,10 +144,10 @@ def _synthetic(out: Path, seed: int, progress) -> tuple[RunRecords, list[RunReco
 
 def build_llm_section(out_dir, *, enabled: bool = True, llm_runs=None, seed: int = 0, progress=None,
                       tables: dict | None = None, config: LLMStudyConfig | None = None,
-                      llm_sweep=None) -> LLMSection:
+                      llm_sweep=None, llm_sweep_source=None) -> LLMSection:
     """Make the section (module docstring). ``llm_runs``: run directories to read (``--llm-run``), or None to run
     the smoke preset now; ``llm_sweep``: an LLM sweep folder to read instead (``--llm-sweep``; not with
-    ``llm_runs``); ``tables``: the report's figure tables (``study-H8-dispersion`` is drawn beside the runs'
+    ``llm_runs``; ``llm_sweep_source``: the folder it was copied from, named in the section); ``tables``: the report's figure tables (``study-H8-dispersion`` is drawn beside the runs'
     H_Cn) — the section's tables are added to it."""
     from . import figures
     from .llm_figures import LLM_FIGURES
@@ -165,7 +165,8 @@ def build_llm_section(out_dir, *, enabled: bool = True, llm_runs=None, seed: int
             raise ValueError("an LLM sweep and LLM run directories cannot be read together")
         sweep_dirs, every = read_sweep(llm_sweep)
         done = [r for r in every if r.status == "complete"]
-        sec = LLMSection("read", f"Read the LLM sweep {str(llm_sweep)!r}: {len(done)} complete run(s) of "
+        copied = "" if llm_sweep_source is None else f" (the summaries of {str(llm_sweep_source)!r}, copied)"
+        sec = LLMSection("read", f"Read the LLM sweep {str(llm_sweep)!r}{copied}: {len(done)} complete run(s) of "
                          f"{len(every)}; the first, {str(done[0].path)!r}, is shown in detail below the sweep.",
                          command=str(done[0].summary.get("command", "")) or None, llm_runs=done[:1],
                          sweep=str(llm_sweep))

@@ -55,6 +55,7 @@ from .llm_studies import LLMStudyConfig, run_llm_studies
 from .run_records import RunRecords, load_run
 
 __all__ = ["CONFIDENCE", "RUNS_DIR", "QUANTITIES", "Quantity", "sweep_run_dirs", "load_sweep_runs", "read_sweep",
+           "export_sweep", "EXPORTED_RUN_FILES", "EXPORTED_SWEEP_FILES",
            "t_interval",
            "hcn_at_w_ref", "hypotheses_across_seeds", "personalisation_statistics", "statistic_line",
            "sweep_markdown", "sweep_html"]
@@ -110,6 +111,56 @@ def read_sweep(sweep_dir) -> tuple[list[Path], list[RunRecords]]:
         raise ValueError(f"{str(sweep_dir)!r} holds no complete run (run statuses: "
                          f"{sorted({r.status for r in runs})})")
     return dirs, runs
+
+
+#: The files of a seed's run directory that :func:`export_sweep` keeps (every input of the run studies and of the
+#: pre-registered analysis); ``generations.csv`` loses its ``text`` column.
+EXPORTED_RUN_FILES = ("summary.json", "trajectory.csv", "heldout_margins.csv", "global_uniform.csv",
+                      "clusterings.csv", "generations.csv")
+#: The files of the sweep folder itself that :func:`export_sweep` keeps, besides ``cells/``.
+EXPORTED_SWEEP_FILES = ("params.json", "llm_sweep.json")
+
+
+def export_sweep(sweep_dir, out_dir) -> Path:
+    """Copy what the dashboard reads of the LLM sweep ``sweep_dir`` to ``out_dir`` (replaced as a whole, written to
+    a temporary sibling first): ``params.json``, ``llm_sweep.json``, ``cells/``, and of every ``runs/<seed>/``
+    the files :data:`EXPORTED_RUN_FILES` that exist, ``generations.csv`` without the generated text (its rewards
+    are kept: the pre-registered analysis reads them). Small enough to commit beside the dashboard, so a reviewer
+    can re-run the analysis (:func:`verification.llm_personalisation.sweep_statistics`) on exactly what it
+    shows. Returns ``out_dir``; ``ValueError`` as :func:`sweep_run_dirs` when ``sweep_dir`` is not an LLM sweep."""
+    import shutil
+
+    import pandas as pd
+
+    src, dst = Path(sweep_dir), Path(out_dir)
+    dirs = sweep_run_dirs(src)
+    if dst.resolve() == src.resolve():
+        return dst
+    tmp = dst.with_name(f".{dst.name}.tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    for name in EXPORTED_SWEEP_FILES:
+        if (src / name).is_file():
+            shutil.copyfile(src / name, tmp / name)
+    if (src / "cells").is_dir():
+        shutil.copytree(src / "cells", tmp / "cells")
+    for d in dirs:
+        target = tmp / RUNS_DIR / d.name
+        target.mkdir(parents=True)
+        for name in EXPORTED_RUN_FILES:
+            f = d / name
+            if not f.is_file():
+                continue
+            if name == "generations.csv":
+                frame = pd.read_csv(f, dtype={"prompt_id": str, "clients": str}, keep_default_na=False)
+                frame.drop(columns=[c for c in ("text",) if c in frame.columns]).to_csv(target / name, index=False)
+            else:
+                shutil.copyfile(f, target / name)
+    if dst.exists():
+        shutil.rmtree(dst)
+    tmp.rename(dst)
+    return dst
 
 
 def _seed_labels(runs: Sequence[RunRecords]) -> list[str]:

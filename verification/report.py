@@ -395,8 +395,11 @@ def build_report(out_dir: str | Path = "reports", *, scale: str = "default", see
     ``llm_runs`` (run directories) those runs are read; the synthetic smoke runs beside them, the run studies
     (:mod:`verification.llm_studies`, into ``studies.json``) and their figures follow. With ``llm_sweep`` (an LLM
     sweep folder, not with ``llm_runs``) the section opens with the sweep's pre-registered statistics and the
-    hypotheses across its seeds (:mod:`verification.llm_sweep`) and shows its first seed's run in detail below.
-    Otherwise the section says it was skipped."""
+    hypotheses across its seeds (:mod:`verification.llm_sweep`) and shows its first seed's run in detail below;
+    it reads them from ``out/llm-sweep/``, the copy of the sweep's summaries that
+    :func:`verification.llm_sweep.export_sweep` makes (the per-pair margins, records and rewards, not the
+    generated text), so the dashboard and what it shows stay together. Otherwise the section says it was
+    skipped."""
     from . import figures  # plotting is imported only when a report is made
 
     if scale not in SCALES:
@@ -446,8 +449,14 @@ def build_report(out_dir: str | Path = "reports", *, scale: str = "default", see
     from .llm_section import LLMSection, build_llm_section
 
     if llm or llm_runs or llm_sweep:
+        read_sweep_from = None
+        if llm_sweep:  # the dashboard reads (and links) a copy of what it shows, inside its own folder
+            from .llm_sweep import export_sweep
+
+            progress(f"copying the LLM sweep's summaries to {out / LLM_SWEEP_DIR} ...")
+            read_sweep_from = export_sweep(llm_sweep, out / LLM_SWEEP_DIR)
         llm_sec = build_llm_section(out, llm_runs=llm_runs, seed=seed, progress=progress, tables=tables,
-                                    llm_sweep=llm_sweep)
+                                    llm_sweep=read_sweep_from, llm_sweep_source=llm_sweep)
         for st in llm_sec.results:
             _write_tables(out, st.id, st.tables)
     else:
@@ -484,6 +493,9 @@ def build_report(out_dir: str | Path = "reports", *, scale: str = "default", see
 
 
 # --------------------------------------------------------------------------------------------- dashboard
+
+#: The folder of the report that holds the copy of an ``--llm-sweep`` (:func:`verification.llm_sweep.export_sweep`).
+LLM_SWEEP_DIR = "llm-sweep"
 
 VERDICT_HELP = {
     "holds": "the conclusion held on every instance where the monitored hypotheses held",
