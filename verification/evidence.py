@@ -1079,8 +1079,9 @@ class Evidence:
     def to_dict(self) -> dict[str, Any]:
         """The JSON object of the results file: exactly ``id, name, verdict, tightness, instances, excluded,
         negative_control, counterexamples`` (the count), ``seconds``, plus ``conclusions`` (one object per named
-        conclusion: ``name, kind, role, tightness, instances, excluded, counterexamples, power``) and ``details``
-        when non-empty.
+        conclusion: ``name, kind, role, tightness, instances, excluded, counterexamples, power``), ``details``
+        when non-empty and ``negative_control_detail`` (:meth:`control_summary` of the control) when the statement
+        has a negative control.
 
         ``details["figure_data"]`` (tables for the report's figures) is left out: the report writes it as CSV."""
         out: dict[str, Any] = {
@@ -1101,7 +1102,25 @@ class Evidence:
         details = {k: v for k, v in self.details.items() if k != "figure_data"}
         if details:
             out["details"] = to_jsonable(details)
+        if self.control is not None:
+            out["negative_control_detail"] = self.control.control_summary()
         return out
+
+    def control_summary(self) -> dict[str, Any]:
+        """What a negative-control Evidence breaks and what it saw: ``breaks`` (the hypotheses violated on purpose,
+        as the monitor names them; empty for a control from :meth:`from_control_flags`), ``description`` (the
+        control's docstring, when it has one), ``instances``, ``flagged`` (instances where a broken hypothesis was
+        flagged) and ``failed`` (flagged instances where the conclusion failed)."""
+        d = self.details
+        if "flagged_instances" in d:
+            flagged = int(d["flagged_instances"])
+        elif "flagged" in d:
+            flagged = int(bool(d["flagged"]))
+        else:
+            flagged = int(self.instances - self.excluded)
+        return {"breaks": [str(b) for b in d.get("broken_hypotheses", [])],
+                "description": d.get("description"), "instances": int(self.instances), "flagged": flagged,
+                "failed": int(self.n_counterexamples)}
 
     def to_record(self) -> dict[str, Any]:
         """Everything except the lhs/rhs arrays (summarised), for reports and debugging."""
