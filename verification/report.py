@@ -48,7 +48,7 @@ import pandas as pd
 from sim.cli import atomic_write_text
 
 from . import registry, resultlog
-from .evidence import POWER_FACTOR, Evidence, to_jsonable
+from .evidence import FEW_DETECTING, POWER_FACTOR, Evidence, to_jsonable
 from .montecarlo import FAMILY_WISE_BUDGET
 from .resultlog import ResultLogError
 
@@ -336,7 +336,9 @@ def _power_counts(row: dict) -> dict[str, Any]:
     det = [c for c in numeric if c["power"]["status"] == "detected"]
     weak = [c for c in numeric if c["power"]["status"] == "weak"]
     return {"numeric": len(numeric), "detected": len(det), "weak": weak,
-            "unexplained": [c for c in weak if not c["power"].get("reason")]}
+            "unexplained": [c for c in weak if not c["power"].get("reason")],
+            "tight_point": [c for c in det if c["power"].get("detected_by") == "designed tight point"],
+            "few": [c for c in det if c["power"].get("few_instances")]}
 
 
 def _power_cell(row: dict) -> str:
@@ -356,7 +358,10 @@ def _power_totals(rows) -> str:
     d = sum(p["detected"] for p in tot)
     w = sum(len(p["weak"]) for p in tot)
     u = sum(len(p["unexplained"]) for p in tot)
-    return f"{d}/{n} numeric conclusions detect a halved bound; {w} weak ({u} without a stated reason)"
+    tp = sum(len(p["tight_point"]) for p in tot)
+    few = sum(len(p["few"]) for p in tot)
+    return (f"{d}/{n} numeric conclusions detect a halved bound ({tp} of them only at a designed tight point, "
+            f"{few} on fewer than {FEW_DETECTING} instances); {w} weak ({u} without a stated reason)")
 
 
 def report_command(ids: list[str], *, scale: str, seed: int, studies: bool, llm: bool = True,
@@ -541,6 +546,19 @@ def _control_rows(res: ReportResult, results) -> list[dict[str, str]]:
     return out
 
 
+def _detect_cell(p: dict) -> str:
+    """The detection factor, with where a detection comes from (the default family or a designed tight point)
+    and, below :data:`FEW_DETECTING` instances, on how many it rests."""
+    cell = _fmt(p.get("detect_factor"))
+    by = p.get("detected_by")
+    if by:
+        n = p.get("detecting_instances")
+        cell += f" ({by}" + (f", {n} instance{'s' * (n != 1)}" if n is not None else "") + ")"
+    if p.get("few_instances"):
+        cell += f"; {p['few_instances']}"
+    return cell
+
+
 def _conclusion_rows(row: dict) -> list[dict[str, str]]:
     out = []
     for c in row.get("conclusions") or []:
@@ -552,7 +570,7 @@ def _conclusion_rows(row: dict) -> list[dict[str, str]]:
         out.append({
             "name": c["name"], "kind": c["kind"], "tightness": _fmt(c["tightness"]),
             "held": f"{c['instances'] - c['excluded']} / {c['excluded']}", "cex": str(c["counterexamples"]),
-            "power": status, "detect": _fmt(p.get("detect_factor")), "search": _fmt(search.get("best_ratio")),
+            "power": status, "detect": _detect_cell(p), "search": _fmt(search.get("best_ratio")),
             "reason": p.get("reason", "") if p["status"] == "weak" else "",
         })
     return out
@@ -688,7 +706,8 @@ def dashboard_markdown(res: ReportResult, results, study_results, *, scale: str,
     lines += ["## Conclusions of each statement", "",
               "Per conclusion: kind, tightness (max lhs/rhs), hypotheses held / excluded, counterexamples, power at "
               f"factor {POWER_FACTOR} (the detection factor `1 − (rhs − lhs)/|rhs|`, or the Monte Carlo crossing "
-              "factor), the falsification search's best ratio on the family (`worst/<id>.json`) and, for a weak "
+              "factor; for a detection, whether it comes from the default family or a designed tight point "
+              f"(`TIGHT_POINTS`) and on how many instances it rests), the falsification search's best ratio on the family (`worst/<id>.json`) and, for a weak "
               "bound, the reason it cannot be approached there; then how the constants were estimated.", ""]
     by_id = {row["id"]: row for row in res.rows}
     for s, _, _ in results:
