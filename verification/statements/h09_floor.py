@@ -78,7 +78,8 @@ def _cluster(rng, k, cfg):
 
 
 def _measure(L, prefs, c):
-    """``max |s|``, the ``‖A‖_∞`` bound and a finite ``L_adj`` for losses ``L (P, m)`` and preferences ``(N, m)``."""
+    """``max |s|``, ``max_i ‖A_i‖_∞ / λ_max,i``, whether ``L_adj`` is finite and its maximum, for losses ``L (P, m)``
+    and preferences ``(N, m)``."""
     m = L.shape[-1]
     Lb = L[:, None, :]
     beta, A = uniformity_and_adjustment(Lb, prefs[None, :, :])
