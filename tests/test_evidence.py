@@ -367,3 +367,16 @@ def test_merged_evidence_adds_instances_by_conclusion():
     assert Evidence.merged(a, [({}, bad)]).verdict == "violated"
     with pytest.raises(ValueError, match="cannot merge"):
         Evidence.merged(a, [({}, Evidence.from_implication("Y", "y", None, [0.0], [1.0]))])
+
+
+def test_ok_conclusion_none_marks_rows_without_a_boolean_part():
+    """Rows whose ok_conclusion is None are left out of the boolean conclusion (its instance count is the other
+    rows'); such a row with ok False is refused."""
+    ev = Evidence.from_implication("X.8", "x", None, [0.2, 0.3, 0.4, 0.5], [1.0, 1.0, 1.0, 1.0],
+                                   ok=[True, True, True, True], conclusion=["a", "a", "b", "b"],
+                                   ok_conclusion=["flag", "flag", None, None])
+    assert [c.name for c in ev.conclusions] == ["a", "b", "flag"]
+    assert ev.conclusion("flag").instances == 2
+    with pytest.raises(ValueError, match="without a boolean part"):
+        Evidence.from_implication("X.8", "x", None, [0.2, 0.3], [1.0, 1.0], ok=[True, False],
+                                  conclusion="a", ok_conclusion=["flag", None])

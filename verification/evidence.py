@@ -452,7 +452,11 @@ def _instance_record(i: int, data: Mapping[str, Any] | Callable[[int], Mapping[s
     return rec
 
 
-def _names(id: str, conclusion, n: int) -> np.ndarray:
+#: The name :func:`_names` gives an ``ok_conclusion`` entry None (a row without a boolean part).
+_NO_BOOLEAN = "\x00no boolean part"
+
+
+def _names(id: str, conclusion, n: int, none: str | None = None) -> np.ndarray:
     if conclusion is None:
         return np.full(n, "conclusion", dtype=object)
     if isinstance(conclusion, str):
@@ -460,7 +464,7 @@ def _names(id: str, conclusion, n: int) -> np.ndarray:
     arr = np.asarray(conclusion, dtype=object).reshape(-1)
     if arr.shape != (n,):
         raise ValueError(f"Evidence {id!r}: conclusion names have shape {arr.shape}, expected ({n},) instances")
-    return np.array([str(x) for x in arr], dtype=object)
+    return np.array([none if (x is None and none is not None) else str(x) for x in arr], dtype=object)
 
 
 def _kinds(id: str, kinds, names: np.ndarray, has_bound: bool) -> dict[str, str]:
@@ -749,8 +753,9 @@ class Evidence:
         their counterexamples (in ``details["soft_counterexamples"]``) but do not decide the verdict. ``detect``
         (optional, per instance; NaN = not given) overrides the detection factor of an instance (Monte Carlo
         rows: the factor at which the confidence bound crosses). ``ok_conclusion`` (with both ``lhs``/``rhs`` and
-        ``ok``) names the boolean part as a conclusion of its own (kind ``boolean``, same instances); without it
-        the boolean part belongs to the inequality's conclusion.
+        ``ok``) names the boolean part as a conclusion of its own (kind ``boolean``, same instances; an array
+        entry ``None`` marks a row without a boolean part, which is left out of the boolean conclusions and whose
+        ``ok`` must be True); without it the boolean part belongs to the inequality's conclusion.
 
         ``monitor`` is a :class:`HypothesisMonitor`, a boolean mask of the instances where the hypotheses
         held, or ``None`` (no hypotheses: every instance counts). ``lhs``, ``rhs`` (and ``ok``, an optional
@@ -815,12 +820,16 @@ class Evidence:
         roles = {x: "soft" for x in soft}
         if ok_conclusion is not None and "ok" in arrays and "lhs" in arrays:
             # the boolean part is a conclusion of its own, over the same instances
-            ok_names = _names(id, ok_conclusion, n)
+            ok_names = _names(id, ok_conclusion, n, none=_NO_BOOLEAN)
+            none_rows = ok_names == _NO_BOOLEAN
+            if np.any(none_rows & ~arrays["ok"]):
+                raise ValueError(f"Evidence {id!r}: a row without a boolean part (ok_conclusion None) has ok False")
             good_ineq = check_inequality(lhs_h, rhs_h, atol, rtol)
             conclusions = _conclusions(names, mask, arrays, good_ineq, idx_held, kind_of, roles, det, instance_data)
             ok_kinds = {x: "boolean" for x in ok_names.tolist()}
-            conclusions += _conclusions(ok_names, mask, {"ok": arrays["ok"]}, arrays["ok"][idx_held], idx_held,
-                                        ok_kinds, roles, None, instance_data)
+            conclusions += tuple(c for c in _conclusions(ok_names, mask, {"ok": arrays["ok"]}, arrays["ok"][idx_held],
+                                                         idx_held, ok_kinds, roles, None, instance_data)
+                                 if c.name != _NO_BOOLEAN)
             fail_name = np.where(check_inequality(arrays["lhs"], arrays["rhs"], atol, rtol), ok_names, names)
             soft_ineq = np.array([x in soft for x in names[idx_held]], dtype=bool)
             soft_ok = np.array([x in soft for x in ok_names[idx_held]], dtype=bool)

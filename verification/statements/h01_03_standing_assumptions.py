@@ -175,10 +175,10 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     mon.require_inequality("gradients bounded by B (quadratic ball bound, exact)", both("B_used"), both("B_ball"))
     lhs = np.concatenate([[r["d_norm_max"] for r in recs], [r["dbal_ratio"] for r in recs]])
     rhs = np.concatenate([[r["B_used"] for r in recs], np.ones(n)])
-    ok = both("kernels_ok")
+    ok = np.concatenate([[r["kernels_ok"] for r in recs], np.ones(n, dtype=bool)])
     return Evidence.from_implication(
         STATEMENT_ID, NAME, mon, lhs, rhs, ok=ok, conclusion=np.array([C_DNORM] * n + [C_DBAL] * n, dtype=object),
-        ok_conclusion=C_KERNELS,
+        ok_conclusion=np.array([C_KERNELS] * n + [None] * n, dtype=object),
         instance_data=lambda i: {k: v for k, v in recs[i % n].items()} | {
             "centres": probs[i % n].centres, "hessians": probs[i % n].hessians, "offsets": probs[i % n].offsets,
             "prefs": probs[i % n].prefs},

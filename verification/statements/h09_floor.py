@@ -116,10 +116,11 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     bound = np.array([np.log(r["m"] / r["c"]) for r in recs])
     lhs = np.concatenate([[r["smax"] for r in recs], [r["a_ratio"] for r in recs]])
     rhs = np.concatenate([bound, bound])
-    ok = np.tile([r["ok"] for r in recs], 2)
+    ok = np.concatenate([[r["ok"] for r in recs], np.ones(n, dtype=bool)])
     return Evidence.from_implication(
         STATEMENT_ID, NAME, mon, lhs, rhs, ok=ok, instance_data=lambda i: recs[i % n],
-        conclusion=np.array([C_S] * n + [C_A] * n, dtype=object), ok_conclusion="L_adj finite",
+        conclusion=np.array([C_S] * n + [C_A] * n, dtype=object),
+        ok_conclusion=np.array(["L_adj finite"] * n + [None] * n, dtype=object),
         details={"c_range": [float(cs.min()), float(cs.max())],
                  "L_adj_range": [float(min(r["L_adj_max"] for r in recs)), float(max(r["L_adj_max"] for r in recs))],
                  "method": "c = m min lhat over all clients and visited points (sim.constants.floor_constant)",
