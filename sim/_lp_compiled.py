@@ -217,10 +217,11 @@ def check_inputs(l, lam, C, P):
 
 @njit(cache=True, error_model="numpy")
 def _preference_parts(l, lam, P, w):
-    """:class:`sim.preference.PreferenceParts` of one instance into the workspace rows ``w[0..7]``:
-    ``y, lhat, x, A, res_A`` (rows 0-4; rows 5-7 are scratch); returns ``(beta, spread, beta_resolution)``."""
+    """:class:`sim.preference.PreferenceParts` of one instance into the workspace rows ``w[0..7]`` and ``w[9]``:
+    ``y, lhat, x, A, res_A`` (rows 0-4; rows 5-7 are scratch), ``err_A`` (row 9, the roundoff part of ``res_A``:
+    ``PreferenceParts.adjustment_roundoff``); returns ``(beta, spread, beta_resolution)``."""
     m = l.shape[0]
-    y, lhat, x, A, resA, t0, t1, t2 = w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]
+    y, lhat, x, A, resA, t0, t1, t2, errA = w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[9]
     tie, eps = P[P_TIE], P[P_EPS]
     # y_j = log(λ_j l_j) - c with exact power-of-two rescaling (_log_weights)
     emax = -(2**62)
@@ -268,6 +269,7 @@ def _preference_parts(l, lam, P, w):
         A[j] = lam[j] * a
         rest = max(lsum - lhat[j], 0.0)
         resA[j] = lam[j] * (2.0 * tie * (rest + sp) + 4.0 * m * eps * rnd)
+        errA[j] = lam[j] * (4.0 * m * eps * rnd)
     for j in range(m):
         t0[j] = lhat[j] * abs(x[j] - beta)
     res_beta = tie * _pairwise_sum(t0, 0, m) + 8.0 * m * eps * beta
@@ -277,11 +279,13 @@ def _preference_parts(l, lam, P, w):
 @njit(cache=True, error_model="numpy")
 def _build_instance(l, lam, C, eps_mode, restricted, tlog, P, w, c, D, e, active, CA, J, Jstar):
     """``sim.direction._build`` for one instance: fills ``c (m), D (m+1, m), e (m+1), active (m+1), CA, J, J*``
-    and the workspace rows of :func:`_preference_parts` (``A`` in ``w[3]``); returns ``(beta, balance, ambiguous)``."""
+    and the workspace rows of :func:`_preference_parts` (``A`` in ``w[3]``); ``tlog``: ``J*``'s tolerance in log
+    units ``(widened, exact)`` (``sim.direction._jstar_tol``); returns ``(beta, balance, ambiguous)``."""
     m = l.shape[0]
     tie, eps = P[P_TIE], P[P_EPS]
+    tw, t0 = tlog[0], tlog[1]
     beta, spread, res_beta = _preference_parts(l, lam, P, w)
-    x, A, resA = w[2], w[3], w[4]
+    x, A, resA, errA = w[2], w[3], w[4], w[9]
     # (R1) on the ray within the resolution: β = 0 and A = 0 exactly.
     if spread <= tie:
         beta = 0.0
@@ -291,13 +295,14 @@ def _build_instance(l, lam, C, eps_mode, restricted, tlog, P, w, c, D, e, active
     xmax = -_INF
     for j in range(m):
         xmax = max(xmax, x[j])
-    amb = spread > tie and spread <= 3.0 * tie
+    # Reported: every entry a rule changes, every decision within the resolution band of its threshold.
+    amb = spread > 0.0 and spread <= 3.0 * tie
     for j in range(m):
-        Jstar[j] = x[j] >= xmax - tlog
-        gap = xmax - x[j] - tlog
-        if gap > 0.0 and gap <= 2.0 * tie:
+        Jstar[j] = x[j] >= xmax - tw
+        xg = xmax - x[j]
+        if xg > t0 and xg <= tw + 2.0 * tie:
             amb = True
-    # (R3) entries of CA below their resolution are exactly 0.
+    # (R3) entries of CA whose computed value does not decide their sign are exactly 0.
     anyJ = False
     anyCA = False
     camax = -_INF
@@ -307,9 +312,14 @@ def _build_instance(l, lam, C, eps_mode, restricted, tlog, P, w, c, D, e, active
         for j in range(m):
             tmp[j] = abs(C[i, j]) * (resA[j] + 4.0 * m * eps * abs(A[j]))
         r = _pairwise_sum(tmp, 0, m)
-        if abs(s) <= r:
+        for j in range(m):
+            tmp[j] = abs(C[i, j]) * (errA[j] + 4.0 * m * eps * abs(A[j]))
+        err = _pairwise_sum(tmp, 0, m)
+        if abs(s) <= err:
+            if s != 0.0:
+                amb = True
             s = 0.0
-        if abs(s) > 0.0 and abs(s) <= 3.0 * r:
+        if s != 0.0 and abs(s) <= 3.0 * r:
             amb = True
         CA[i] = s
         J[i] = s > 0.0
@@ -667,12 +677,12 @@ B_BALANCE, B_UNIQUE, B_AMBIGUOUS, B_REDO = 0, 1, 2, 3  # offsets from 2m
 
 @njit(cache=True, error_model="numpy")
 def _workspace(m):
-    """Scratch arrays for one instance: vectors ``V`` (rows: preference parts 0-8, c, c scaled, e, e scaled, pivot
+    """Scratch arrays for one instance: vectors ``V`` (rows: preference parts 0-9, c, c scaled, e, e scaled, pivot
     row, pivot column, duals, basic values, re-solved values), ``D`` and its scaled copy, the tableau, ``B``, the
     basis and the active rows."""
     k = m + 1
     n, p = m + k, k + 1
-    return (np.empty((9, m)), np.empty((10, n + 1)), np.empty((k, m)), np.empty((k, m)), np.empty((p + 1, n + 1)),
+    return (np.empty((10, m)), np.empty((10, n + 1)), np.empty((k, m)), np.empty((k, m)), np.empty((p + 1, n + 1)),
             np.empty((p, p)), np.empty(p, dtype=np.int64), np.empty(k, dtype=np.bool_))
 
 
@@ -782,7 +792,7 @@ def build_lps(l, lam, C, eps_mode, restricted, tlog, P):
     beta, A, CA = np.empty(N), np.empty((N, m)), np.empty((N, m))
     J, Js = np.empty((N, m), dtype=np.bool_), np.empty((N, m), dtype=np.bool_)
     balance, amb = np.empty(N, dtype=np.bool_), np.empty(N, dtype=np.bool_)
-    w = np.empty((9, m))
+    w = np.empty((10, m))
     for t in range(N):
         beta[t], balance[t], amb[t] = _build_instance(l[t], lam[t], C[t], eps_mode, restricted, tlog, P, w, c[t],
                                                       D[t], e[t], active[t], CA[t], J[t], Js[t])

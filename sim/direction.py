@@ -36,18 +36,24 @@ decision so that data differing only by roundoff give the same LP (:mod:`sim.rou
   to the scale of ``A`` — would be a random O(1) constraint);
 * (R2) *ties in J\**: ``λ_j l_j >= ψ - tol_Jstar·ψ`` with ratios within ``TIE_RTOL`` counted as ties (so
   ``tol_Jstar = 0`` means the maximisers up to the resolution; on the ray ``J* = [m]``);
-* (R3) *zero entries of CA*: ``(CA)_j = 0`` where ``|(CA)_j| <= Σ_k |C_jk| (r_k + 4mε|a_k|)``, with ``r_k`` the
-  first-order change of ``a_k`` under relative perturbations of the weighted losses of size ``TIE_RTOL`` plus the
-  roundoff of computing it (:attr:`sim.preference.PreferenceParts.adjustment_resolution`); the sign of such an
-  entry, hence ``J``, is not determined by the data;
+* (R3) *zero entries of CA*: ``(CA)_j = 0`` where ``|(CA)_j| <= Σ_k |C_jk| (e_k + 4mε|a_k|)``, with ``e_k`` the
+  roundoff of computing ``a_k`` from the float data (:attr:`sim.preference.PreferenceParts.adjustment_roundoff`):
+  an error bound of the computed entry at or above its magnitude, so the float data do not decide its sign (hence
+  ``J``). Where they do, the entry is kept, however small; if it is within ``3·res_j``, ``res_j = Σ_k |C_jk| (r_k
+  + 4mε|a_k|)`` with ``r_k`` the first-order change of ``a_k`` under relative perturbations of the weighted losses
+  of size ``TIE_RTOL`` plus that roundoff (:attr:`sim.preference.PreferenceParts.adjustment_resolution`), the
+  instance is flagged ``ambiguous`` (data that differ by the resolution could give the other sign);
 * (R4) the restriction row of the descent LP is left out where ``CA = 0`` (it reads ``0 >= 0``);
 * (R5) *ties in the simplex*: the start vertex ``k = argmax_j c_j``, the leaving row of Dantzig's rule and the
   entering column of the ratio test break ties within the resolution by the smallest index, so degenerate LPs
   with several optimal vertices end at the same one for data that differ by roundoff.
 
-Decisions that no rule can make robust — ``β`` within its own resolution of ``eps_mode``, or a datum just outside a
-tie band — are reported per instance in ``ambiguous``; whether the optimum is unique (so that the weights, not only
-the objective, are stable) in ``unique``.
+Every instance where a rule changed an entry — (R1) a spread in ``(0, TIE_RTOL]`` set to the ray, (R2) an objective
+in ``J*`` only by the widening to ``TIE_RTOL``, (R3) a nonzero computed ``(CA)_j`` set to 0 — is reported in
+``ambiguous``: the LP solved there is not the exact LP of the float data. So are the decisions that no rule can make
+robust — ``β`` within its own resolution of ``eps_mode``, a datum just outside a tie band or within ``3·res_j`` of
+the sign change of ``(CA)_j``. Whether the optimum is unique (so that the weights, not only the objective, are
+stable) is reported in ``unique``.
 
 The restricted descent LP can be infeasible (THEOREMS.md §1.5). ``on_infeasible`` says what happens then:
 ``"relaxed"`` re-solves the relaxed LP (status ``"relaxed"``), ``"fallback_preference"`` returns ``μ = λ``
@@ -162,11 +168,13 @@ class DirectionResult:
         weights need not be; False for the HiGHS reference (no basis to certify) and for unsolved instances.
         Uniqueness is not conditioning: at a unique optimum whose basis is ill-conditioned (nearly dependent
         gradients) the weights move by up to ``‖B⁻¹‖`` times the change of the data.
-    ambiguous : (...) bool: a decision of the LP data builder lies within the resolution band of its threshold
-        (module docstring, "Data at the resolution"): ``β`` within its own resolution of ``eps_mode``, a weighted
-        loss just outside the ``J*`` tie band, an entry of ``CA`` just above its resolution, a spread just above the
-        on-ray resolution. Such an instance's mode, index sets (hence weights) can change under a relative
-        perturbation of the data of order ``TIE_RTOL``; elsewhere they cannot.
+    ambiguous : (...) bool: a roundoff rule of the LP data builder changed an entry (so the LP solved is not the
+        exact LP of the float data: a nonzero spread up to ``TIE_RTOL`` put on the ray, an objective in ``J*`` only
+        by the tie widening, an entry of ``CA`` whose sign the float data do not decide set to 0), or a decision lies
+        within the resolution band of its threshold (module docstring, "Data at the resolution"): ``β`` within its
+        own resolution of ``eps_mode``, a weighted loss just outside the ``J*`` tie band, an entry of ``CA`` within
+        3 resolutions of 0, a spread just above the on-ray resolution. Such an instance's mode, index sets (hence
+        weights) can change under a relative perturbation of the data of order ``TIE_RTOL``; elsewhere they cannot.
     backend : the solver that produced the result: ``"numpy"`` (the reference), ``"compiled"`` (the numba twin)
         or ``"highs"`` (:func:`lp_direction_reference`); see :func:`backend_status`.
     """
@@ -272,21 +280,30 @@ def _build(l, lam, C, eps_mode, descent, tol_Jstar):
         A = np.where(on_ray[:, None], 0.0, A)
     # (R2) J*: weighted losses within the resolution of the maximum are ties.
     J_star = bottleneck_from_log_ratios(x, tol_Jstar)
-    # (R3) (CA)_j below the change that a perturbation of the losses at the resolution (plus the roundoff of A and
-    # of the product) can cause is exactly 0.
+    # (R3) (CA)_j whose computed value does not decide its sign (|CA_j| within the error bound of computing it from
+    # the float data: the roundoff of A and of the product) is exactly 0.
     res_beta = parts.beta_resolution
     res_A = parts.adjustment_resolution
+    err_A = parts.adjustment_roundoff
     CA = (C * A[:, None, :]).sum(axis=2)
-    res_CA = (np.abs(C) * (res_A + 4.0 * m * EPS * np.abs(A))[:, None, :]).sum(axis=2)
-    CA = np.where(np.abs(CA) <= res_CA, 0.0, CA)
+    absA = 4.0 * m * EPS * np.abs(A)
+    res_CA = (np.abs(C) * (res_A + absA)[:, None, :]).sum(axis=2)
+    err_CA = (np.abs(C) * (err_A + absA)[:, None, :]).sum(axis=2)
+    undecided = np.abs(CA) <= err_CA
+    zeroed = undecided & (CA != 0.0)
+    CA = np.where(undecided, 0.0, CA)
     J = CA > 0.0
     balance = beta > eps_mode
-    # Decisions within the resolution band of their threshold (reported, see DirectionResult.ambiguous).
-    gap_star = x.max(axis=1, keepdims=True) - x - jstar_log_tolerance(tol_Jstar)
+    # Reported (DirectionResult.ambiguous): every entry a rule changed — (R1) β and A of a spread in (0, TIE_RTOL],
+    # (R2) an objective in J* only by the widening to TIE_RTOL, (R3) an entry of CA set to 0 — and every decision
+    # within the resolution band of its threshold (a perturbation of the losses at TIE_RTOL could change it).
+    xgap = x.max(axis=1, keepdims=True) - x
+    tlog = jstar_log_tolerance(tol_Jstar)
     ambiguous = (
-        ((spread > TIE_RTOL) & (spread <= 3.0 * TIE_RTOL))
-        | ((gap_star > 0.0) & (gap_star <= 2.0 * TIE_RTOL)).any(axis=1)
-        | ((np.abs(CA) > 0.0) & (np.abs(CA) <= 3.0 * res_CA)).any(axis=1)
+        ((spread > 0.0) & (spread <= 3.0 * TIE_RTOL))
+        | ((xgap > jstar_log_tolerance(tol_Jstar, widen=False)) & (xgap <= tlog + 2.0 * TIE_RTOL)).any(axis=1)
+        | zeroed.any(axis=1)
+        | ((CA != 0.0) & (np.abs(CA) <= 3.0 * res_CA)).any(axis=1)
         | ((beta > 0.0) & (np.abs(beta - eps_mode) <= res_beta))
     )
 
@@ -720,8 +737,12 @@ _POLICIES = {"relaxed": 0, "fallback_preference": 1, "raise": 2}
 _STATUS_NAMES = np.array(STATUSES, dtype="<U15")
 
 
-def _jstar_tol(tol_Jstar) -> float:
-    return TIE_RTOL if tol_Jstar == 0 else float(jstar_log_tolerance(tol_Jstar))
+def _jstar_tol(tol_Jstar) -> tuple[float, float]:
+    """``J*``'s tolerance in log units for the compiled builder: ``(widened, exact)``
+    (:func:`sim.preference.jstar_log_tolerance` with ``widen`` True and False)."""
+    if tol_Jstar == 0:
+        return TIE_RTOL, 0.0
+    return float(jstar_log_tolerance(tol_Jstar)), float(jstar_log_tolerance(tol_Jstar, widen=False))
 
 
 def _direction_compiled(losses, prefs, gram, eps_mode, descent, on_infeasible, tol_Jstar, validate, max_iter):

@@ -271,6 +271,9 @@ class PreferenceParts:
             perturbations of the weighted losses of size ``TIE_RTOL`` (:mod:`sim.roundoff`), plus its roundoff.
         adjustment_resolution: ``(..., m)``, the same for ``a_j``:
             ``λ_j (2·TIE_RTOL((1 - ĺ_j) + Σ_k ĺ_k |y_j - y_k|) + 4mε Σ_{k≠j} ĺ_k (|y_j| + |y_k| + |y_j - y_k|))``.
+        adjustment_roundoff: ``(..., m)``, its roundoff part alone, ``λ_j 4mε Σ_{k≠j} ĺ_k (|y_j| + |y_k| +
+            |y_j - y_k|)``: a bound on the error of the computed ``a_j`` against the exact ``a_j`` of the float
+            data (the rounding of ``y`` and of the sum), without any perturbation of the data.
     """
 
     __slots__ = ("lhat", "x", "beta", "spread", "_y", "_lam")
@@ -311,8 +314,8 @@ class PreferenceParts:
         dev = np.abs(self.x - self.beta[..., None])
         return TIE_RTOL * (self.lhat * dev).sum(axis=-1) + 8.0 * m * EPS * self.beta
 
-    @property
-    def adjustment_resolution(self) -> np.ndarray:
+    def _adjustment_terms(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(1 - ĺ_j) + Σ_k ĺ_k |y_j - y_k|`` and ``Σ_{k≠j} ĺ_k (|y_j| + |y_k| + |y_j - y_k|)``, ``(..., m)`` each."""
         m = self.x.shape[-1]
         P = self._pairs()
         lh = self.lhat
@@ -322,7 +325,19 @@ class PreferenceParts:
         off = 1.0 - np.eye(m)
         ay = np.abs(self._y)
         rnd = ((off * (ay[..., :, None] + ay[..., None, :] + np.abs(P))) * lk).sum(axis=-1)
-        return self._lam * (2.0 * TIE_RTOL * (rest + spread_j) + 4.0 * m * EPS * rnd)
+        return rest + spread_j, rnd
+
+    @property
+    def adjustment_resolution(self) -> np.ndarray:
+        m = self.x.shape[-1]
+        sens, rnd = self._adjustment_terms()
+        return self._lam * (2.0 * TIE_RTOL * sens + 4.0 * m * EPS * rnd)
+
+    @property
+    def adjustment_roundoff(self) -> np.ndarray:
+        m = self.x.shape[-1]
+        _, rnd = self._adjustment_terms()
+        return self._lam * (4.0 * m * EPS * rnd)
 
 
 def normalized_losses(losses, prefs, *, validate: bool = True) -> np.ndarray:
@@ -379,13 +394,16 @@ def preference_parts(losses, prefs, *, validate: bool = True) -> PreferenceParts
     return PreferenceParts(l, lam)
 
 
-def jstar_log_tolerance(tol) -> np.ndarray:
+def jstar_log_tolerance(tol, *, widen: bool = True) -> np.ndarray:
     """Tolerance in log units of ``J* = {j : λ_j l_j >= ψ - tol·ψ}``, widened to the resolution: ties within
     ``TIE_RTOL`` are ties whatever ``tol`` is (``tol = 0``: ties to within roundoff, as the EPO code's exact ties
-    on exact data). ``tol >= 1`` admits every objective (``inf``)."""
+    on exact data). ``tol >= 1`` admits every objective (``inf``). ``widen=False``: ``-log(1 - tol)`` itself, the
+    tolerance the exact data would use (an objective between the two is a tie only by rule (R2), and the LP
+    builder flags it ``ambiguous``)."""
     t = np.asarray(tol, dtype=np.float64)
     below = t < 1.0
-    return np.maximum(np.where(below, -np.log1p(-np.where(below, t, 0.0)), np.inf), TIE_RTOL)
+    exact = np.where(below, -np.log1p(-np.where(below, t, 0.0)), np.inf)
+    return np.maximum(exact, TIE_RTOL) if widen else exact
 
 
 def chebyshev(losses, prefs, *, validate: bool = True) -> np.ndarray:

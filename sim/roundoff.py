@@ -20,9 +20,11 @@ are ``1e-9`` relative). Every rule that uses it is stated where it is used (:mod
 index wins (the first maximiser, a stable order). A decision then changes only when the data cross a resolution
 boundary, not when roundoff reorders nearly equal numbers.
 
-Decisions that remain sensitive — data that sit within the resolution of a threshold that is not a tie, such as
-``β`` within its own resolution of ``eps_mode`` — are *reported* (:attr:`sim.direction.DirectionResult.ambiguous`),
-not hidden.
+Every entry a rule changes (the LP solved is then not the exact LP of the float data) and every decision that
+remains sensitive — data that sit within the resolution of a threshold that is not a tie, such as ``β`` within its
+own resolution of ``eps_mode`` — are *reported* (:attr:`sim.direction.DirectionResult.ambiguous`), not hidden. A
+rule never overrides a sign that the float data decide (an entry is set to 0 only where its error bound reaches its
+magnitude).
 
 :class:`JitteredGenerator` is the instrument that checks all this end to end: a ``numpy.random.Generator`` whose
 continuous draws are multiplied by ``1 + rel·u`` (``u ~ U(-1, 1)`` from an independent stream), so that every

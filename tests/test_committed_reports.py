@@ -73,3 +73,49 @@ def test_committed_dashboard_names_no_path_of_the_machine_it_ran_on(name):
     text = (REPORTS / name).read_text()
     machine_path = re.search(r"/(?:tmp|work|home|farm)/", text)
     assert machine_path is None, text[max(0, machine_path.start() - 80):machine_path.end() + 80]
+
+
+_MD_LINK = re.compile(r"\]\(([^)\s]+)\)")
+_HTML_LINK = re.compile(r"""\b(?:href|src)\s*=\s*(?:'([^']*)'|"([^"]*)")""")
+
+
+def _local_targets(text: str, html: bool) -> set[str]:
+    """Every link target of a committed page that points into the repository (no scheme, no bare anchor)."""
+    found = [a or b for a, b in _HTML_LINK.findall(text)] if html else _MD_LINK.findall(text) + [
+        a or b for a, b in _HTML_LINK.findall(text)]
+    out = set()
+    for t in found:
+        t = t.strip()
+        if not t or t.startswith(("#", "http://", "https://", "mailto:", "data:")):
+            continue
+        out.add(t.split("#", 1)[0].split("?", 1)[0])
+    return out
+
+
+@pytest.mark.parametrize("name", ["README.md", "index.html"])
+def test_every_link_of_the_committed_dashboard_resolves(name):
+    """reports/ is self-contained: every relative link of the committed README.md and index.html (markdown links,
+    href and src) names a file or folder that the repository holds."""
+    targets = _local_targets((REPORTS / name).read_text(), html=name.endswith(".html"))
+    assert targets, f"{name} has no local links: the test would check nothing"
+    missing = sorted(t for t in targets if not (REPORTS / t).exists())
+    assert not missing, f"{len(missing)} link(s) of reports/{name} do not resolve: {missing[:10]}"
+
+
+def test_negative_controls_are_shown_with_what_they_break_and_their_counts():
+    """Every statement with a negative control has, in results.json, what the control breaks and its flagged /
+    failed counts, and the dashboard lists it in its negative-controls table."""
+    rows = load_results(REPORTS / "results.json")
+    md = (REPORTS / "README.md").read_text()
+    assert "## Negative controls" in md
+    table = md.split("## Negative controls", 1)[1].split("\n## ", 1)[0]
+    for row in rows:
+        if row.get("negative_control", "none") == "none":
+            continue
+        d = row.get("negative_control_detail")
+        assert d is not None, row["id"]
+        assert d["breaks"] or d["description"], f"{row['id']}: the negative control does not say what it breaks"
+        assert 0 <= d["flagged"] <= d["instances"] and d["failed"] >= 0, (row["id"], d)
+        if row["negative_control"] == "detected":
+            assert d["flagged"] > 0 and d["failed"] > 0, (row["id"], d)
+        assert f"| {row['id']} |" in table, row["id"]

@@ -398,26 +398,29 @@ def test_reference_has_the_same_defaults():
     assert a.mode.tolist() == b.mode.tolist() == ["descent", "balance", "balance"]
 
 
-def _two_objectives_with_CA0_at(t):
-    """m = 2, l = (2, 1), λ = (½, ½), C = [[1, ρ], [ρ, 1]] with ρ chosen so that (CA)_0 = t·res_0, where
-    res_0 = Σ_k |C_0k| (r_k + 4mε|a_k|) is the (R3) resolution of that entry; (CA)_1 ≈ -0.17 is far from its own."""
+def _two_objectives_with_CA0_at(t, which="resolution"):
+    """m = 2, l = (2, 1), λ = (½, ½), C = [[1, ρ], [ρ, 1]] with ρ chosen so that (CA)_0 = t·r_0, where r_0 is the
+    (R3) resolution res_0 = Σ_k |C_0k| (r_k + 4mε|a_k|) of that entry (``which="resolution"``) or its roundoff
+    bound Σ_k |C_0k| (e_k + 4mε|a_k|) (``which="roundoff"``), to first order; (CA)_1 ≈ -0.17 is far from both."""
     from sim.preference import preference_parts
     from sim.roundoff import EPS
 
     l, lam = np.array([2.0, 1.0]), np.array([0.5, 0.5])
     parts = preference_parts(l, lam)
     a = parts.adjustment
-    r = parts.adjustment_resolution + 4 * 2 * EPS * np.abs(a)
+    base = parts.adjustment_resolution if which == "resolution" else parts.adjustment_roundoff
+    r = base + 4 * 2 * EPS * np.abs(a)
     rho = (a[0] - t * r[0]) / (t * r[1] - a[1])
     return l, lam, np.array([[1.0, rho], [rho, 1.0]])
 
 
-@pytest.mark.parametrize("t, in_J, ambiguous", [(0.5, False, False), (0.98, False, False), (1.02, True, True),
+@pytest.mark.parametrize("t, in_J, ambiguous", [(0.5, True, True), (0.98, True, True), (1.02, True, True),
                                                 (2.0, True, True), (2.9, True, True), (3.2, True, False),
                                                 (10.0, True, False)])
 def test_R3_entries_of_CA_at_their_resolution(t, in_J, ambiguous):
-    """(R3): (CA)_j with |(CA)_j| <= res_j is exactly 0 (so j ∉ J); just above it j ∈ J and the instance is flagged
-    ambiguous when (CA)_j <= 3·res_j (one entry in the band suffices), not beyond."""
+    """(R3): an entry the float data decide is kept however small (j ∈ J), and the instance is flagged ambiguous
+    while (CA)_j <= 3·res_j (one entry in the band suffices: data that differ by the resolution could give the
+    other sign), not beyond."""
     l, lam, C = _two_objectives_with_CA0_at(t)
     res = lp_direction(l, lam, C, eps_mode=0.0)
     assert res.J.tolist() == [in_J, False]
@@ -425,13 +428,43 @@ def test_R3_entries_of_CA_at_their_resolution(t, in_J, ambiguous):
     assert str(res.mode) == "balance" and str(res.status) == "optimal"
 
 
-@pytest.mark.parametrize("delta, on_ray, ambiguous", [(0.5e-12, True, False), (2e-12, False, True),
-                                                      (2.9e-12, False, True), (3.5e-12, False, False)])
+@pytest.mark.parametrize("t, in_J", [(0.3, False), (0.7, False), (1.5, True), (4.0, True)])
+def test_R3_zeroes_only_entries_within_their_roundoff_and_flags_them(t, in_J):
+    """(R3): (CA)_j within its roundoff bound (the float data do not decide its sign) is exactly 0, j ∉ J, and the
+    instance is flagged ambiguous (a rule changed an entry); just above the bound the entry is kept, j ∈ J, and
+    the instance is flagged because the entry lies in the resolution band."""
+    l, lam, C = _two_objectives_with_CA0_at(t, "roundoff")
+    res = lp_direction(l, lam, C, eps_mode=0.0)
+    assert res.J.tolist() == [in_J, False]
+    assert bool(res.ambiguous)
+
+
+def test_R3_reproducer_a_decided_sign_is_not_zeroed():
+    """The instance of the falsification audit (restricted descent, m = 2, loss spread 1e-11): the exact CA of the
+    float data is (-3.756e-12, 3.627e-11), and the float CA agrees with it to 6 digits. The sign is computable, so
+    the LP keeps the restriction row: μ = (0.906, 0.094), objective 31.072 (the exact LP), flagged ambiguous (the
+    entries lie within the resolution band). Before, (R3) zeroed CA: μ = (1, 0), objective 33.188, unflagged."""
+    l = np.array([4.089550554599048, 0.44512388497765343])
+    lam = np.array([0.0981600533631883, 0.9018399466368119])
+    C = np.array([[30.662598610574964, 2.525527178000202], [2.525527178000202, 8.115455264585101]])
+    res = lp_direction(l, lam, C)
+    assert str(res.mode) == "descent" and str(res.status) == "optimal"
+    np.testing.assert_allclose(res.weights, [0.906163489, 0.093836511], rtol=0, atol=1e-8)
+    assert abs(float(res.objective) - 31.072380512423532) <= 1e-9
+    assert bool(res.ambiguous)
+    ca = np.asarray(C @ res.adjustment)
+    np.testing.assert_allclose(ca, [-3.756e-12, 3.627e-11], rtol=1e-3)
+
+
+@pytest.mark.parametrize("delta, on_ray, ambiguous", [(0.0, True, False), (0.5e-12, True, True),
+                                                      (2e-12, False, True), (2.9e-12, False, True),
+                                                      (3.5e-12, False, False)])
 @pytest.mark.parametrize("tol_Jstar", [0.0, 0.5])
 def test_R1_on_the_ray_and_the_spread_band(delta, on_ray, ambiguous, tol_Jstar):
-    """(R1): a spread log(max λl / min λl) <= TIE_RTOL is on the ray (β = 0 and A = 0 exactly); a spread in
-    (TIE_RTOL, 3·TIE_RTOL] is flagged ambiguous, beyond it not (with tol_Jstar = 0.5 the J* band plays no part).
-    C = 0 keeps CA = 0 out of the picture."""
+    """(R1): a spread log(max λl / min λl) <= TIE_RTOL is on the ray (β = 0 and A = 0 exactly), flagged ambiguous
+    when the spread is not exactly 0 (the rule changed β and A); a spread in (TIE_RTOL, 3·TIE_RTOL] is flagged
+    ambiguous too, beyond it not (with tol_Jstar = 0.5 the J* band plays no part). C = 0 keeps CA = 0 out of the
+    picture."""
     l = np.array([2.0, 2.0 * (1.0 + delta)])
     res = lp_direction(l, [0.5, 0.5], np.zeros((2, 2)), tol_Jstar=tol_Jstar)
     assert (float(res.beta) == 0.0) is on_ray
@@ -450,6 +483,18 @@ def test_R2_the_Jstar_band_and_its_edge(gap, ambiguous):
     l = np.array([2.0, 2.0 * 0.9 * np.exp(-gap)])
     res = lp_direction(l, [0.5, 0.5], np.zeros((2, 2)), tol_Jstar=0.1)
     assert res.J_star.tolist() == [True, gap < 0]
+    assert bool(res.ambiguous) is ambiguous
+
+
+@pytest.mark.parametrize("gap, in_Jstar, ambiguous", [(0.0, True, False), (0.5e-12, True, True),
+                                                     (2.5e-12, False, True), (3.5e-12, False, False)])
+def test_R2_ties_by_the_widening_are_flagged(gap, in_Jstar, ambiguous):
+    """(R2) with tol_Jstar = 0: an exact tie is in J* unflagged; an objective within TIE_RTOL of the maximum is in
+    J* only by the widening (a changed entry: flagged); outside, within 2·TIE_RTOL more, it is flagged as a datum
+    at the edge of the band; beyond, not. λl ∝ (1, e^{-gap}, ½): far from the ray, so (R1) plays no part (C = 0)."""
+    l = np.array([2.0, 2.0 * np.exp(-gap), 1.0])
+    res = lp_direction(l, np.full(3, 1.0 / 3.0), np.zeros((3, 3)), tol_Jstar=0.0)
+    assert res.J_star.tolist() == [True, in_Jstar, False]
     assert bool(res.ambiguous) is ambiguous
 
 

@@ -335,6 +335,26 @@ def test_boolean_part_as_its_own_conclusion():
     assert ev.verdict == "violated" and ev.counterexamples[0]["conclusion"] == "P-a, P-b"
 
 
+def test_power_says_where_a_detection_comes_from_and_on_how_many_instances():
+    """A detection at factor 0.5 is attributed to the default family when the statement's own instances detect it,
+    to a designed tight point when only a merged point does; the count of detecting instances (ratio > 0.5) is
+    summed over the parts, and a detection on fewer than FEW_DETECTING instances says so."""
+    fam = Evidence.from_implication("X.8", "x", None, [0.2, 0.3, 0.7], [1.0, 1.0, 1.0], conclusion="eq 1")
+    point = Evidence.from_implication("X.8", "x", None, [0.9, 0.95, 0.1], [1.0, 1.0, 1.0], conclusion="eq 1")
+    own = fam.conclusion("eq 1").power()
+    assert own["status"] == "detected" and own["detected_by"] == "default family"
+    assert own["detecting_instances"] == 1 and "rests on 1 instance " in own["few_instances"]
+    weak = Evidence.from_implication("X.8", "x", None, [0.2, 0.3], [1.0, 1.0], conclusion="eq 1")
+    merged = Evidence.merged(weak, [({"p": 1}, point)]).conclusion("eq 1").power()
+    assert merged["status"] == "detected" and merged["detected_by"] == "designed tight point"
+    assert merged["detecting_instances"] == 2
+    both = Evidence.merged(fam, [({"p": 1}, point)]).conclusion("eq 1").power()
+    assert both["detected_by"] == "default family" and both["detecting_instances"] == 3
+    many = Evidence.from_implication("X.8", "x", None, np.full(12, 0.9), np.ones(12), conclusion="eq 1")
+    assert "few_instances" not in many.conclusion("eq 1").power()
+    assert "detected_by" not in weak.conclusion("eq 1").power()
+
+
 def test_merged_evidence_adds_instances_by_conclusion():
     a = Evidence.from_implication("X.8", "x", _monitor([True, False]), [0.2, 9.0], [1.0, 1.0], conclusion="eq 1")
     b = Evidence.from_implication("X.8", "x", None, [0.8, 0.1], [1.0, 1.0], conclusion=["eq 1", "eq 2"])
@@ -347,3 +367,16 @@ def test_merged_evidence_adds_instances_by_conclusion():
     assert Evidence.merged(a, [({}, bad)]).verdict == "violated"
     with pytest.raises(ValueError, match="cannot merge"):
         Evidence.merged(a, [({}, Evidence.from_implication("Y", "y", None, [0.0], [1.0]))])
+
+
+def test_ok_conclusion_none_marks_rows_without_a_boolean_part():
+    """Rows whose ok_conclusion is None are left out of the boolean conclusion (its instance count is the other
+    rows'); such a row with ok False is refused."""
+    ev = Evidence.from_implication("X.8", "x", None, [0.2, 0.3, 0.4, 0.5], [1.0, 1.0, 1.0, 1.0],
+                                   ok=[True, True, True, True], conclusion=["a", "a", "b", "b"],
+                                   ok_conclusion=["flag", "flag", None, None])
+    assert [c.name for c in ev.conclusions] == ["a", "b", "flag"]
+    assert ev.conclusion("flag").instances == 2
+    with pytest.raises(ValueError, match="without a boolean part"):
+        Evidence.from_implication("X.8", "x", None, [0.2, 0.3], [1.0, 1.0], ok=[True, False],
+                                  conclusion="a", ok_conclusion=["flag", None])

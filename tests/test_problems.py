@@ -323,6 +323,12 @@ def test_lp_instance_families_valid(name, m):
         assert np.all(np.linalg.matrix_rank(G) < m)
         np.testing.assert_allclose(norms.min(-1), 1e-3, rtol=1e-12)
         np.testing.assert_allclose(norms.max(-1), 1e3, rtol=1e-12)
+    if name == "ray_edge":
+        from sim.preference import log_spread
+
+        spread = log_spread(l, lam)
+        assert spread.min() >= 0.9e-13 and spread.max() <= 1.1e-7, (spread.min(), spread.max())
+        assert spread.min() < 1e-12 < 1e-9 < spread.max()
     if name == "conflicting":
         cos = np.swapaxes(G, -1, -2) @ G / (norms[:, :, None] * norms[:, None, :])
         off = ~np.eye(m, dtype=bool)

@@ -102,6 +102,8 @@ FD_RTOL = 1e-5
 
 VERDICTS = ("holds", "violated", "finding", "vacuous")
 NEGATIVE_CONTROL_STATES = ("detected", "missed", "none")
+#: A detection at :data:`POWER_FACTOR` that rests on fewer instances than this says so (``few_instances``).
+FEW_DETECTING = 10
 #: At most this many counterexamples are stored in full; all of them are counted.
 MAX_STORED_COUNTEREXAMPLES = 20
 #: Floor of a tightness that measures roundoff: where a conclusion is an identity whose lhs is a residual (exactly 0
@@ -450,7 +452,11 @@ def _instance_record(i: int, data: Mapping[str, Any] | Callable[[int], Mapping[s
     return rec
 
 
-def _names(id: str, conclusion, n: int) -> np.ndarray:
+#: The name :func:`_names` gives an ``ok_conclusion`` entry None (a row without a boolean part).
+_NO_BOOLEAN = "\x00no boolean part"
+
+
+def _names(id: str, conclusion, n: int, none: str | None = None) -> np.ndarray:
     if conclusion is None:
         return np.full(n, "conclusion", dtype=object)
     if isinstance(conclusion, str):
@@ -458,7 +464,7 @@ def _names(id: str, conclusion, n: int) -> np.ndarray:
     arr = np.asarray(conclusion, dtype=object).reshape(-1)
     if arr.shape != (n,):
         raise ValueError(f"Evidence {id!r}: conclusion names have shape {arr.shape}, expected ({n},) instances")
-    return np.array([str(x) for x in arr], dtype=object)
+    return np.array([none if (x is None and none is not None) else str(x) for x in arr], dtype=object)
 
 
 def _kinds(id: str, kinds, names: np.ndarray, has_bound: bool) -> dict[str, str]:
@@ -488,6 +494,9 @@ def _tightness(lhs: np.ndarray, rhs: np.ndarray) -> float | None:
     return t if math.isfinite(t) else None
 
 
+_SAME: Any = type("_Same", (), {"__repr__": lambda self: "<detect_factor>"})()
+
+
 @dataclass(frozen=True)
 class Conclusion:
     """One named conclusion of a statement (eq 91, eq 92, …) over the instances that belong to it.
@@ -498,7 +507,9 @@ class Conclusion:
     violated on some instance (numeric kinds; for Monte Carlo the factor at which the confidence bound crosses);
     ``worst`` the instance that attains it (data to reproduce it); ``reason`` why a numeric bound cannot be
     approached on its family (declared by the statement); ``search`` the falsification search's outcome
-    (:mod:`verification.search`)."""
+    (:mod:`verification.search`); ``family_detect_factor`` the detection factor on the statement's default family
+    alone (before the designed ``TIGHT_POINTS`` are merged in, :meth:`Evidence.merged`); ``n_detecting`` the
+    number of instances whose detection factor exceeds :data:`POWER_FACTOR` (those a halved bound would fail on)."""
 
     name: str
     kind: str = "bound"
@@ -511,8 +522,12 @@ class Conclusion:
     worst: dict[str, Any] | None = None
     reason: str | None = None
     search: dict[str, Any] | None = None
+    family_detect_factor: float | None = _SAME  # default: detect_factor (a conclusion made on its family alone)
+    n_detecting: int | None = None
 
     def __post_init__(self):
+        if self.family_detect_factor is _SAME:
+            object.__setattr__(self, "family_detect_factor", self.detect_factor)
         if self.kind not in CONCLUSION_KINDS:
             raise ValueError(f"conclusion {self.name!r}: kind must be one of {CONCLUSION_KINDS}; got {self.kind!r}")
         if self.role not in CONCLUSION_ROLES:
@@ -550,6 +565,17 @@ class Conclusion:
             out["detect_factor"] = None if self.detect_factor is None else _json_float(self.detect_factor)
             out["method"] = ("factor at which the confidence bound crosses" if self.kind == "monte_carlo"
                              else "max 1 - (rhs - lhs)/|rhs| (= max lhs/rhs for rhs > 0)")
+            if out["status"] == "detected":
+                fam = self.family_detect_factor
+                out["detected_by"] = ("default family" if fam is not None and fam > factor
+                                      else "designed tight point")
+                if self.n_detecting is not None and factor == POWER_FACTOR:
+                    out["detecting_instances"] = int(self.n_detecting)
+                    if self.n_detecting < FEW_DETECTING:
+                        out["few_instances"] = (f"rests on {self.n_detecting} instance"
+                                                f"{'s' * (self.n_detecting != 1)} (< {FEW_DETECTING})")
+            elif (self.search or {}).get("best_ratio") is not None and self.search["best_ratio"] > factor:
+                out["detected_by"] = "falsification search only"
         if self.search is not None:
             out["search_best_ratio"] = self.search.get("best_ratio")
         if self.reason and out["status"] in ("weak", "detected"):
@@ -578,7 +604,7 @@ def _conclusions(names: np.ndarray, mask: np.ndarray, arrays: dict, good: np.nda
         sel_all = names == nm
         sel = held_names == nm
         kind = kinds.get(nm, "bound" if "lhs" in arrays else "boolean")
-        tight = det = None
+        tight = det = n_det = None
         worst = None
         if "lhs" in arrays and sel.any():
             lh = arrays["lhs"][idx_held[sel]]
@@ -592,6 +618,7 @@ def _conclusions(names: np.ndarray, mask: np.ndarray, arrays: dict, good: np.nda
                 if np.isfinite(df).any():
                     k = int(np.nanargmax(df))
                     det = float(df[k])
+                    n_det = int(np.sum(df > POWER_FACTOR))
                     i = int(idx_held[sel][k])
                     worst = to_jsonable({"instance": i, "lhs": arrays["lhs"][i], "rhs": arrays["rhs"][i],
                                          "ratio": det, **_instance_record(i, instance_data)})
@@ -599,6 +626,7 @@ def _conclusions(names: np.ndarray, mask: np.ndarray, arrays: dict, good: np.nda
             name=str(nm), kind=kind, role=roles.get(nm, "contract"), tightness=tight,
             instances=int(sel_all.sum()), excluded=int(sel_all.sum() - sel.sum()),
             counterexamples=int((~good[sel]).sum()), detect_factor=det, worst=worst,
+            family_detect_factor=det, n_detecting=n_det,
         ))
     return tuple(out)
 
@@ -725,8 +753,9 @@ class Evidence:
         their counterexamples (in ``details["soft_counterexamples"]``) but do not decide the verdict. ``detect``
         (optional, per instance; NaN = not given) overrides the detection factor of an instance (Monte Carlo
         rows: the factor at which the confidence bound crosses). ``ok_conclusion`` (with both ``lhs``/``rhs`` and
-        ``ok``) names the boolean part as a conclusion of its own (kind ``boolean``, same instances); without it
-        the boolean part belongs to the inequality's conclusion.
+        ``ok``) names the boolean part as a conclusion of its own (kind ``boolean``, same instances; an array
+        entry ``None`` marks a row without a boolean part, which is left out of the boolean conclusions and whose
+        ``ok`` must be True); without it the boolean part belongs to the inequality's conclusion.
 
         ``monitor`` is a :class:`HypothesisMonitor`, a boolean mask of the instances where the hypotheses
         held, or ``None`` (no hypotheses: every instance counts). ``lhs``, ``rhs`` (and ``ok``, an optional
@@ -791,12 +820,16 @@ class Evidence:
         roles = {x: "soft" for x in soft}
         if ok_conclusion is not None and "ok" in arrays and "lhs" in arrays:
             # the boolean part is a conclusion of its own, over the same instances
-            ok_names = _names(id, ok_conclusion, n)
+            ok_names = _names(id, ok_conclusion, n, none=_NO_BOOLEAN)
+            none_rows = ok_names == _NO_BOOLEAN
+            if np.any(none_rows & ~arrays["ok"]):
+                raise ValueError(f"Evidence {id!r}: a row without a boolean part (ok_conclusion None) has ok False")
             good_ineq = check_inequality(lhs_h, rhs_h, atol, rtol)
             conclusions = _conclusions(names, mask, arrays, good_ineq, idx_held, kind_of, roles, det, instance_data)
             ok_kinds = {x: "boolean" for x in ok_names.tolist()}
-            conclusions += _conclusions(ok_names, mask, {"ok": arrays["ok"]}, arrays["ok"][idx_held], idx_held,
-                                        ok_kinds, roles, None, instance_data)
+            conclusions += tuple(c for c in _conclusions(ok_names, mask, {"ok": arrays["ok"]}, arrays["ok"][idx_held],
+                                                         idx_held, ok_kinds, roles, None, instance_data)
+                                 if c.name != _NO_BOOLEAN)
             fail_name = np.where(check_inequality(arrays["lhs"], arrays["rhs"], atol, rtol), ok_names, names)
             soft_ineq = np.array([x in soft for x in names[idx_held]], dtype=bool)
             soft_ok = np.array([x in soft for x in ok_names[idx_held]], dtype=bool)
@@ -977,8 +1010,10 @@ class Evidence:
         if main.repaired is not None or any(e.repaired is not None for e in evs[1:]):
             raise ValueError(f"Evidence {main.id!r}: a FINDING is merged through its literal/repaired parts")
         by_name: dict[str, Conclusion] = {}
-        for e in evs:
+        for k, e in enumerate(evs):
             for c in e.conclusions:
+                if k > 0:  # an added point: its detection is not the default family's
+                    c = dataclasses.replace(c, family_detect_factor=None)
                 o = by_name.get(c.name)
                 if o is not None and o.role != c.role:  # e.g. a soft Monte Carlo row of an added point
                     c = dataclasses.replace(c, name=f"{c.name} [{c.role}]")
@@ -988,10 +1023,12 @@ class Evidence:
                     continue
                 best = c if (c.detect_factor or -math.inf) > (o.detect_factor or -math.inf) else o
                 tights = [x for x in (o.tightness, c.tightness) if x is not None]
+                counts = [x for x in (o.n_detecting, c.n_detecting) if x is not None]
                 by_name[c.name] = dataclasses.replace(
                     o, tightness=max(tights) if tights else None, instances=o.instances + c.instances,
                     excluded=o.excluded + c.excluded, counterexamples=o.counterexamples + c.counterexamples,
-                    detect_factor=best.detect_factor, worst=best.worst)
+                    detect_factor=best.detect_factor, worst=best.worst,
+                    n_detecting=sum(counts) if counts else None)
         hyp: dict[str, list[int]] = {}
         margins: dict[str, float | None] = {}
         for e in evs:
@@ -1079,8 +1116,9 @@ class Evidence:
     def to_dict(self) -> dict[str, Any]:
         """The JSON object of the results file: exactly ``id, name, verdict, tightness, instances, excluded,
         negative_control, counterexamples`` (the count), ``seconds``, plus ``conclusions`` (one object per named
-        conclusion: ``name, kind, role, tightness, instances, excluded, counterexamples, power``) and ``details``
-        when non-empty.
+        conclusion: ``name, kind, role, tightness, instances, excluded, counterexamples, power``), ``details``
+        when non-empty and ``negative_control_detail`` (:meth:`control_summary` of the control) when the statement
+        has a negative control.
 
         ``details["figure_data"]`` (tables for the report's figures) is left out: the report writes it as CSV."""
         out: dict[str, Any] = {
@@ -1101,7 +1139,25 @@ class Evidence:
         details = {k: v for k, v in self.details.items() if k != "figure_data"}
         if details:
             out["details"] = to_jsonable(details)
+        if self.control is not None:
+            out["negative_control_detail"] = self.control.control_summary()
         return out
+
+    def control_summary(self) -> dict[str, Any]:
+        """What a negative-control Evidence breaks and what it saw: ``breaks`` (the hypotheses violated on purpose,
+        as the monitor names them; empty for a control from :meth:`from_control_flags`), ``description`` (the
+        control's docstring, when it has one), ``instances``, ``flagged`` (instances where a broken hypothesis was
+        flagged) and ``failed`` (flagged instances where the conclusion failed)."""
+        d = self.details
+        if "flagged_instances" in d:
+            flagged = int(d["flagged_instances"])
+        elif "flagged" in d:
+            flagged = int(bool(d["flagged"]))
+        else:
+            flagged = int(self.instances - self.excluded)
+        return {"breaks": [str(b) for b in d.get("broken_hypotheses", [])],
+                "description": d.get("description"), "instances": int(self.instances), "flagged": flagged,
+                "failed": int(self.n_counterexamples)}
 
     def to_record(self) -> dict[str, Any]:
         """Everything except the lhs/rhs arrays (summarised), for reports and debugging."""

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 import os
 import pkgutil
 import re
@@ -345,6 +346,10 @@ def run_statement(stmt: Statement, seed: int = DEFAULT_SEED, config: Any = None,
             stmt.negative_control(config, statement_rng(seed, jitter, jitter_seed)), stmt, "negative_control"
         )
         state = "detected" if control.control_detected else "missed"
+        doc = inspect.getdoc(stmt.negative_control)
+        if doc and "description" not in control.details:
+            control = dataclasses.replace(control, details={**control.details,
+                                                            "description": " ".join(doc.split("\n\n")[0].split())})
     seconds = time.perf_counter() - t0
     ev = ev.with_reasons(stmt.reasons or {})
     return dataclasses.replace(ev, negative_control=state, control=control, seconds=seconds)

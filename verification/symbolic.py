@@ -25,6 +25,7 @@ import sympy as sp
 
 from .evidence import (
     ATOL,
+    POWER_FACTOR,
     Conclusion,
     Evidence,
     _tightness,
@@ -130,6 +131,7 @@ class _Checks:
             name=label, kind=kind,
             tightness=_tightness(lhs, rhs) if ratio_meaningful else None, instances=int(lhs.size), excluded=0,
             counterexamples=int((~good).sum()), detect_factor=None if k is None else float(df[k]),
+            n_detecting=None if k is None else int(np.sum(df > POWER_FACTOR)),
             worst=None if k is None else {"sample": k, "lhs": float(lhs[k]), "rhs": float(rhs[k]),
                                           "ratio": float(df[k])}))
         self.lhs.append(lhs)

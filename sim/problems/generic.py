@@ -24,6 +24,9 @@ Families of :func:`lp_instance_family`:
   the balancing and the descent LP, none within the roundoff resolution of it.
 * ``"mixed_magnitude"``: losses ``10^{Unif(-200, 200)}`` and gradient columns with norms ``10^{Unif(-100, 100)}``:
   valid float64 data of wildly mixed magnitude.
+* ``"ray_edge"``: losses just off the preference ray, ``l = (ψ/λ)·exp(s·v)`` with ``v`` a random vector rescaled to
+  ``min v = 0``, ``max v = 1`` and the log spread ``s = 10^{Unif(-13, -7)}`` (about ``log(max λl / min λl)``):
+  the regime where the roundoff rules (R1)-(R3) of :mod:`sim.direction` decide, gaussian gradients.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ __all__ = ["LPInstances", "LP_FAMILIES", "NEAR_MODE_EPS", "random_lp_instances",
 
 #: Names accepted by :func:`lp_instance_family`.
 LP_FAMILIES = ("gaussian", "conflicting", "near_stationary", "rank_deficient", "degenerate", "on_ray", "near_mode",
-               "mixed_magnitude")
+               "mixed_magnitude", "ray_edge")
 #: The mode threshold around which the ``"near_mode"`` family is built (``lp_direction``'s default).
 NEAR_MODE_EPS = 1e-4
 
@@ -158,6 +161,15 @@ def _on_ray(rng, n, m, n_w):
     return psi / lam, lam, rng.standard_normal((n, n_w, m))
 
 
+def _ray_edge(rng, n, m, n_w):
+    lam = interior_preferences(rng, n, m)
+    psi = np.exp(rng.normal(0.0, 0.5, (n, 1)))
+    v = rng.standard_normal((n, m))
+    v = (v - v.min(axis=1, keepdims=True)) / np.ptp(v, axis=1, keepdims=True)
+    s = 10.0 ** rng.uniform(-13.0, -7.0, (n, 1))
+    return psi / lam * np.exp(s * v), lam, rng.standard_normal((n, n_w, m))
+
+
 def _near_mode(rng, n, m, n_w):
     from sim.preference import preference_uniformity
 
@@ -188,6 +200,7 @@ _FAMILIES = {
     "on_ray": _on_ray,
     "near_mode": _near_mode,
     "mixed_magnitude": _mixed_magnitude,
+    "ray_edge": _ray_edge,
 }
 
 

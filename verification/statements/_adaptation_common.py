@@ -629,7 +629,8 @@ def cluster_starts(prob: CommonMinimizer, rng, *, n_clients: int = 4, spread: fl
 
 def combine_controls(sid: str, name: str, parts: dict) -> Evidence:
     """One negative-control Evidence from several: detected iff *every* part is detected; the first part's
-    arrays are kept and every part is summarised in ``details["controls"]``."""
+    arrays are kept, every part is summarised in ``details["controls"]``, and ``details["broken_hypotheses"]``
+    (``"<part>: <hypothesis>"``) and ``details["flagged_instances"]`` (summed) say what the parts break and saw."""
     first = next(iter(parts.values()))
     summary = {
         k: {"detected": bool(ev.control_detected), "instances": ev.instances,
@@ -640,13 +641,15 @@ def combine_controls(sid: str, name: str, parts: dict) -> Evidence:
     }
     n_cex = sum(ev.n_counterexamples for ev in parts.values())
     cex = [dict(c, control=k) for k, ev in parts.items() for c in ev.counterexamples[:5]]
+    broken = [f"{k}: {b}" for k, ev in parts.items() for b in (ev.details.get("broken_hypotheses") or [k])]
+    flagged = sum(ev.control_summary()["flagged"] for ev in parts.values())
     return dataclasses.replace(
         first, control_detected=all(bool(ev.control_detected) for ev in parts.values()),
         counterexamples=to_jsonable(cex), n_counterexamples=n_cex,
         instances=sum(ev.instances for ev in parts.values()),
         excluded=sum(ev.excluded for ev in parts.values()),
         exclusion_reasons={f"{k}: {r}": c for k, ev in parts.items() for r, c in ev.exclusion_reasons.items()},
-        details=to_jsonable({"controls": summary}),
+        details=to_jsonable({"controls": summary, "broken_hypotheses": broken, "flagged_instances": flagged}),
     )
 
 

@@ -14,8 +14,10 @@ Guarantee (the consequence the proof of H.10 uses, eq 14)
     ``|s_i^{(j)}| = |log(m ĺ_i^{(j)}) − β_i| ≤ log(m/c)`` for every client, objective and point (lower end:
     ``log(mĺ) ≥ log c`` and ``β ≤ log m``; upper end: ``log(mĺ) ≤ log m``, ``β ≥ 0``), so
     ``‖A_i‖_∞ ≤ λ_max,i log(m/c)`` and ``L_adj = (1+log(m/c))(1+√m‖l‖_∞/Z_min)`` is finite.
-    Conclusion evaluated: ``lhs = max_{i,j,w} |s_i^{(j)}(w)| ≤ rhs = log(m/c)``; boolean: the ``‖A‖_∞`` bound and a
-    finite ``L_adj`` from :func:`sim.constants.adjustment_lipschitz` at every visited point.
+    Conclusions evaluated: ``lhs = max_{i,j,w} |s_i^{(j)}(w)| ≤ rhs = log(m/c)``; the ``‖A‖_∞`` bound as a numeric
+    conclusion of its own, ``max_{i,w} ‖A_i(w)‖_∞ / λ_max,i ≤ log(m/c)`` (one row per cluster, with its tightness
+    and power); boolean: a finite ``L_adj`` from :func:`sim.constants.adjustment_lipschitz` at every visited
+    point.
 
 Check
     F1 clusters (``N = 5``, spreads ``{0.01, 0.1, 0.3}``); visited points: ``w*(u_0) + r ξ/‖ξ‖`` with
@@ -46,6 +48,7 @@ NUMBER = "9"
 NAME = "Floor of the normalised weighted losses: lhat >= c/m with c in (0,1)"
 
 C_S = "|log(m lhat) - beta| <= log(m/c)"
+C_A = "||A_i||_inf / lambda_max,i <= log(m/c)"
 
 HYP_FLOOR = "H.9: c = m min lhat over the visited points lies in (0, 1)"
 HYP_CLAIM = "H.9 with the claimed floor: m min lhat >= c_claim at every point"
@@ -75,16 +78,16 @@ def _cluster(rng, k, cfg):
 
 
 def _measure(L, prefs, c):
-    """``max |s|``, the ``‖A‖_∞`` bound and a finite ``L_adj`` for losses ``L (P, m)`` and preferences ``(N, m)``."""
+    """``max |s|``, ``max_i ‖A_i‖_∞ / λ_max,i``, whether ``L_adj`` is finite and its maximum, for losses ``L (P, m)``
+    and preferences ``(N, m)``."""
     m = L.shape[-1]
     Lb = L[:, None, :]
     beta, A = uniformity_and_adjustment(Lb, prefs[None, :, :])
     lhat = normalized_losses(Lb, prefs[None, :, :])
     s = np.log(m * lhat) - beta[..., None]
-    bound = np.log(m / c)
-    a_ok = bool(np.all(np.abs(A) <= prefs.max(axis=-1)[None, :, None] * bound * (1 + 1e-12) + 1e-15))
+    a_ratio = float((np.abs(A) / prefs.max(axis=-1)[None, :, None]).max())  # max ||A_i||_inf / lambda_max,i
     ladj = [float(K.adjustment_lipschitz(L[p], prefs, c=min(c, 1.0))) for p in range(L.shape[0])]
-    return float(np.abs(s).max()), a_ok and bool(np.all(np.isfinite(ladj))), float(max(ladj))
+    return float(np.abs(s).max()), a_ratio, bool(np.all(np.isfinite(ladj))), float(max(ladj))
 
 
 SEARCH = SearchSpace(
@@ -102,18 +105,22 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     for k in range(cfg.n_clusters):
         prob, W, L = _cluster(rng, k, cfg)
         c = float(K.floor_constant(L[:, None, :], prob.prefs[None, :, :]))
-        smax, ok, ladj = _measure(L, prob.prefs, c)
-        recs.append(dict(c=c, m=L.shape[-1], smax=smax, ok=ok, L_adj_max=ladj, prefs=prob.prefs, points=W,
-                         centres=prob.centres, hessians=prob.hessians, offsets=prob.offsets))
+        smax, a_ratio, ok, ladj = _measure(L, prob.prefs, c)
+        recs.append(dict(c=c, m=L.shape[-1], smax=smax, a_ratio=a_ratio, ok=ok, L_adj_max=ladj, prefs=prob.prefs,
+                         points=W, centres=prob.centres, hessians=prob.hessians, offsets=prob.offsets))
     n = len(recs)
-    mon = HypothesisMonitor(n)
+    # rows 0..n-1: the |s| bound per cluster; rows n..2n-1: the ||A||_inf bound of the same clusters
+    mon = HypothesisMonitor(2 * n)
     cs = np.array([r["c"] for r in recs])
-    mon.record(HYP_FLOOR, (cs > 0) & (cs < 1), margin=np.minimum(cs, 1 - cs))
-    lhs = np.array([r["smax"] for r in recs])
-    rhs = np.array([np.log(r["m"] / r["c"]) for r in recs])
+    mon.record(HYP_FLOOR, np.tile((cs > 0) & (cs < 1), 2), margin=np.tile(np.minimum(cs, 1 - cs), 2))
+    bound = np.array([np.log(r["m"] / r["c"]) for r in recs])
+    lhs = np.concatenate([[r["smax"] for r in recs], [r["a_ratio"] for r in recs]])
+    rhs = np.concatenate([bound, bound])
+    ok = np.concatenate([[r["ok"] for r in recs], np.ones(n, dtype=bool)])
     return Evidence.from_implication(
-        STATEMENT_ID, NAME, mon, lhs, rhs, ok=np.array([r["ok"] for r in recs]), instance_data=lambda i: recs[i],
-        conclusion=C_S, ok_conclusion="||A||_inf <= lambda_max log(m/c) and L_adj finite",
+        STATEMENT_ID, NAME, mon, lhs, rhs, ok=ok, instance_data=lambda i: recs[i % n],
+        conclusion=np.array([C_S] * n + [C_A] * n, dtype=object),
+        ok_conclusion=np.array(["L_adj finite"] * n + [None] * n, dtype=object),
         details={"c_range": [float(cs.min()), float(cs.max())],
                  "L_adj_range": [float(min(r["L_adj_max"] for r in recs)), float(max(r["L_adj_max"] for r in recs))],
                  "method": "c = m min lhat over all clients and visited points (sim.constants.floor_constant)",
@@ -134,7 +141,7 @@ def negative_control(config: Config | None, rng: np.random.Generator) -> Evidenc
         bad /= bad.sum()
         prefs = np.vstack([prob.prefs, bad])
         c_true = float(K.floor_constant(L[:, None, :], prefs[None, :, :]))
-        smax, _, ladj_true = _measure(L, prefs, c_true)
+        smax, _, _, ladj_true = _measure(L, prefs, c_true)
         ladj_claim = float(max(K.adjustment_lipschitz(L[p], prefs, c=c_claim) for p in range(L.shape[0])))
         recs.append(dict(c_claim=c_claim, c_true=c_true, m=m, smax=smax, bound_claim=float(np.log(m / c_claim)),
                          L_adj_claim=ladj_claim, L_adj_true=ladj_true, new_pref=bad, points=W))

@@ -16,7 +16,8 @@ What is checked
     Instances are clients of two sets: (a) ``Config.n_random`` random clusters of ``N = 5`` Gaussian directions in
     ``R^3`` with ``ρ ~ Dirichlet(0.5·1)`` (small weights occur); (b) ``Config.n_lp_clusters`` F1 clusters (§3.0) with
     the EPO LP directions at ``w_0 = w*(u_0) + r ξ`` (as in T-H13), ``ρ ~ Dirichlet(0.5·1)``. Conclusion:
-    ``lhs = Δ_i ≤ rhs = √(H/ρ_i)`` and (boolean) ``Δ_i ≤ √(H/ρ_min)``; on set (b) also the implication
+    ``lhs = Δ_i ≤ rhs = √(H/ρ_i)`` and, a numeric conclusion of its own, ``Δ_i ≤ √(H/ρ_min)`` (the same clients
+    again, with their tightness and power); on set (b) also the (boolean) implication
     "``γ_i* > √(H/ρ_min)‖d_bal,i‖ + L₀B²τη`` ⇒ eq 23" with ``L₀ = max_j‖Q_j‖`` (exact), ``B`` the largest gradient
     norm at ``w_0``, ``τ = 1``, ``η = Config.eta_factor/L₀``. ``H`` and ``Δ_i`` come from :mod:`sim.cluster`.
 
@@ -38,7 +39,7 @@ import numpy as np
 from sim.cluster import check_aggregation_weights, deviations, dispersion
 from sim.constants import gradient_bound, smoothness_quadratic
 from sim.problems import PlantedQuadraticCluster
-from verification.evidence import POSITIVITY_RTOL, Evidence, HypothesisMonitor, check_inequality
+from verification.evidence import POSITIVITY_RTOL, Evidence, HypothesisMonitor
 from verification.search import Param, SearchSpace
 
 from . import _cluster_common as cc
@@ -50,7 +51,8 @@ NUMBER = "14"
 HYP_RHO = "Definition H.12: rho_i > 0 and sum rho = 1"
 HYP_OWN_WEIGHT = "bound uses client i's own aggregation weight rho_i"
 C_DEV = "Delta_i <= sqrt(H/rho_i)"
-C_MIN = "Delta_i <= sqrt(H/rho_min); gamma > sqrt(H/rho_min)||d_bal|| + L0 B^2 tau eta implies eq 23"
+C_MIN = "Delta_i <= sqrt(H/rho_min)"
+C_IMPL = "gamma > sqrt(H/rho_min)||d_bal|| + L0 B^2 tau eta implies eq 23"
 
 
 @dataclass(frozen=True)
@@ -131,15 +133,18 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
                              rho_min=rmin, dev=dev[i], H=H, implication_ok=(not cond14) or rc23,
                              cond14=cond14, rc23=rc23))
     a = {key: np.array([r[key] for r in rows]) for key in rows[0]}
-    mon = HypothesisMonitor(len(rows))
-    mon.record(HYP_RHO, a["rho_ok"], margin=a["rho_min"])
+    n = len(rows)
+    # rows 0..n-1: Delta_i <= sqrt(H/rho_i); n..2n-1: Delta_i <= sqrt(H/rho_min), the implication as their boolean
+    mon = HypothesisMonitor(2 * n)
+    mon.record(HYP_RHO, np.tile(a["rho_ok"], 2), margin=np.tile(a["rho_min"], 2))
     lhs = a["dev"]
     rhs = np.sqrt(a["H"] / a["rho_i"])
     rhs_min = np.sqrt(a["H"] / a["rho_min"])
-    ok = check_inequality(lhs, rhs_min) & a["implication_ok"]
-    held = mon.mask
+    ok = np.concatenate([np.ones(n, dtype=bool), a["implication_ok"]])
+    held = mon.mask[:n]
 
     def data(i):
+        i = i % n
         rec = {key: a[key][i] for key in a}
         if a["set"][i] == "random":
             k = int(a["cluster"][i])
@@ -162,8 +167,10 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
         "constants": {"L0": "max_j ||Q_j|| (exact)", "B": "max gradient norm at w0", "tau": 1,
                       "eta": f"{cfg.eta_factor}/L0"},
     }
-    return Evidence.from_implication(STATEMENT_ID, NAME, mon, lhs, rhs, ok=ok, instance_data=data, details=details,
-                                     conclusion=C_DEV, ok_conclusion=C_MIN)
+    return Evidence.from_implication(
+        STATEMENT_ID, NAME, mon, np.concatenate([lhs, lhs]), np.concatenate([rhs, rhs_min]), ok=ok,
+        instance_data=data, details=details, conclusion=np.array([C_DEV] * n + [C_MIN] * n, dtype=object),
+        ok_conclusion=np.array([None] * n + [C_IMPL] * n, dtype=object))
 
 
 def negative_control(config: Config | None, rng: np.random.Generator) -> Evidence:

@@ -73,7 +73,8 @@ HYP_POS = "H.1-H.3: losses > 0 at the sampled points"
 HYP_LP = "all LPs solved"
 C_KAPPA = "eq 49 gamma* >= kappa_beta beta on fresh points (order statistic: K <= k_crit)"
 C_LA = "eq 49 ||d_bal|| <= L_A sqrt(beta) on fresh points (order statistic: K <= k_crit)"
-C_I5 = "(I5) ||A||^2/beta within 10 % of [2 m lambda_min^2, 2 m lambda_max^2] for r <= 0.01"
+C_I5_HI = "(I5) upper: ||A||^2/beta <= 2 m lambda_max^2 (1 + 0.1) for r <= 0.01"
+C_I5_LO = "(I5) lower: 2 m lambda_min^2 (1 - 0.1) <= ||A||^2/beta for r <= 0.01"
 
 
 @dataclass(frozen=True)
@@ -152,6 +153,8 @@ def _problem(rng, cfg: Config, P, lam, center, label: str, extra: dict) -> dict:
     ratio = fr["A2"][sel] / fr["beta"][sel]
     lo, hi = 2 * m * lam.min() ** 2, 2 * m * lam.max() ** 2
     i5_ok = bool(np.all((ratio >= lo * (1 - cfg.asymptotic_rtol)) & (ratio <= hi * (1 + cfg.asymptotic_rtol))))
+    i5_hi = (float(ratio.max()), hi * (1 + cfg.asymptotic_rtol)) if ratio.size else None
+    i5_lo = (lo * (1 - cfg.asymptotic_rtol), float(ratio.min())) if ratio.size else None
     G_star = P.grads(center)
     ratios_e = est["gamma"][use_e] / est["beta"][use_e]
     return dict(
@@ -166,7 +169,7 @@ def _problem(rng, cfg: Config, P, lam, center, label: str, extra: dict) -> dict:
         excluded_points=int((~use_e).sum() + (~use_f).sum()), lp_unsolved=int((~est["solved"]).sum()
                                                                              + (~fr["solved"]).sum()),
         J_empty=int(est["J_empty"].sum() + fr["J_empty"].sum()),
-        i5_ok=i5_ok, i5_checked=int(sel.sum()),
+        i5_ok=i5_ok, i5_checked=int(sel.sum()), i5_hi=i5_hi, i5_lo=i5_lo,
         i5_ratio_range=[float(ratio.min() / hi), float(ratio.max() / hi)] if ratio.size else None,
         LA_asymptotic_reference=float(np.sqrt(2 * m) * lam.max() * np.linalg.norm(G_star, ord=2)),
         min_loss=min(est["min_loss"], fr["min_loss"]), kappa_scale=float(np.max(np.abs(ratios_e))),
@@ -176,25 +179,44 @@ def _problem(rng, cfg: Config, P, lam, center, label: str, extra: dict) -> dict:
 
 
 def _evidence(problems, cfg: Config, control: bool) -> Evidence:
-    # Two instances per problem: the κ_β part and the L_A part of eq 49.
-    n = 2 * len(problems)
+    # Two instances per problem: the κ_β part and the L_A part of eq 49; outside the control, two more: the upper
+    # and the lower end of (I5) (left out where no fresh point has r <= asymptotic_radius).
+    n_mc = 2 * len(problems)
+    parts = ["kappa_beta", "L_A"] + ([] if control else ["I5_upper", "I5_lower"])
+    rows = [(problems[x // 2], parts[x % 2]) for x in range(n_mc)]
+    if not control:
+        rows += [(p, part) for p in problems for part in ("I5_upper", "I5_lower")]
+    n = len(rows)
+    pr = [p for p, _ in rows]
+    part_of = [part for _, part in rows]
     mon = HypothesisMonitor(n)
-    pr = [problems[x // 2] for x in range(n)]
     kappa = np.array([p["kappa_beta"] for p in pr])
     mon.require_positive(HYP_KAPPA, kappa, scale=np.array([p["kappa_scale"] for p in pr]))
     mon.require_positive(HYP_POS, np.array([p["min_loss"] for p in pr]))
     mon.exclude(HYP_LP, np.array([not p["all_solved"] for p in pr]))
-    lhs = np.array([p["K_kappa"] if x % 2 == 0 else p["K_L"] for x, p in enumerate(pr)], dtype=np.float64)
-    rhs = np.array([p["k_crit"] for p in pr], dtype=np.float64)
-    ok = np.array([p["i5_ok"] or control for p in pr])
-    names = np.array([C_KAPPA if x % 2 == 0 else C_LA for x in range(n)], dtype=object)
-    crossing = np.array([p["crossing_kappa"] if x % 2 == 0 else p["crossing_L"] for x, p in enumerate(pr)])
+    mon.exclude("(I5): no fresh point with r <= asymptotic_radius",
+                np.array([part.startswith("I5") and p["i5_hi"] is None for p, part in rows]))
+
+    def pair(p, part):
+        if part == "kappa_beta":
+            return p["K_kappa"], p["k_crit"]
+        if part == "L_A":
+            return p["K_L"], p["k_crit"]
+        v = p["i5_hi"] if part == "I5_upper" else p["i5_lo"]
+        return (0.0, 1.0) if v is None else v
+
+    lhs = np.array([pair(p, part)[0] for p, part in rows], dtype=np.float64)
+    rhs = np.array([pair(p, part)[1] for p, part in rows], dtype=np.float64)
+    label = {"kappa_beta": C_KAPPA, "L_A": C_LA, "I5_upper": C_I5_HI, "I5_lower": C_I5_LO}
+    names = np.array([label[part] for part in part_of], dtype=object)
+    crossing = np.array([p["crossing_kappa"] if part == "kappa_beta" else p["crossing_L"] if part == "L_A"
+                         else np.nan for p, part in rows])
+    kinds = {C_KAPPA: "monte_carlo", C_LA: "monte_carlo", C_I5_HI: "bound", C_I5_LO: "bound"}
 
     def data(x):
         p = pr[x]
         rec = {k: v for k, v in p.items() if k not in ("P",)}
-        rec.update(part="kappa_beta" if x % 2 == 0 else "L_A", radii=cfg.radii, eps_mode=cfg.eps_mode,
-                   **cc.problem_record(p["P"]))
+        rec.update(part=part_of[x], radii=cfg.radii, eps_mode=cfg.eps_mode, **cc.problem_record(p["P"]))
         rec["prefs"] = p["lam"]
         return rec
 
@@ -212,14 +234,13 @@ def _evidence(problems, cfg: Config, control: bool) -> Evidence:
         "L_A_range": cc.summary([p["L_A"] for p in problems]),
     }
     if control:
-        return Evidence.from_control(STATEMENT_ID, NAME, mon, HYP_KAPPA, lhs, rhs, ok=ok, instance_data=data,
+        return Evidence.from_control(STATEMENT_ID, NAME, mon, HYP_KAPPA, lhs, rhs, instance_data=data,
                                      details=details, conclusion=names, kinds="monte_carlo")
     if cfg.confidence_contract:
         details["confidence_assertions"] = [assertion_record(f"{p['label']}: {names[x]}", cfg.delta)
-                                            for x, p in enumerate(pr)]
-    return Evidence.from_implication(STATEMENT_ID, NAME, mon, lhs, rhs, ok=ok, instance_data=data, details=details,
-                                     conclusion=names, kinds="monte_carlo", detect=crossing,
-                                     ok_conclusion=np.full(n, C_I5, dtype=object),
+                                            for x, p in enumerate(pr[:n_mc])]
+    return Evidence.from_implication(STATEMENT_ID, NAME, mon, lhs, rhs, instance_data=data, details=details,
+                                     conclusion=names, kinds=kinds, detect=crossing,
                                      soft=() if cfg.confidence_contract else (C_KAPPA, C_LA))
 
 

@@ -41,6 +41,7 @@ How it is checked (THEOREMS.md §3.1 T-H19/T-H20)
     * ``KKT``  — no hypothesis; conclusion ``‖d_M‖²(1 − 1e-6) ≤ min_j v_jᵀd_M`` (guarantee (b)).
     * ``FD``   — hypothesis ``J*_ε = J*`` (a single bottleneck, so ``ψ`` is smooth at ``w``); conclusion
       ``‖d_M‖²(1 − FD_RTOL) ≤ −ψ'(w; −d_M)`` by central differences with a parameter step of ``1e-7``.
+    * ``FD_up`` — the other side of the identity (c), same hypothesis: ``−ψ'(w; −d_M) ≤ ‖d_M‖²(1 + FD_RTOL)``.
 
     Reported: per setting ``μ_ψ``, ``σ`` for the LP direction and for ``d_M``, the fraction of points with a
     negative LP margin (separately on ``J*`` and on ``J*_ε``; ``|m| ≤ 1e-12`` counts as 0, the round-off of a binding
@@ -87,7 +88,8 @@ H_SMOOTH = "J*_eps = J* = {single bottleneck} (psi smooth at w)"
 C_ROWS = {"LP": "(a) LP direction: 2 sigma mu_psi r <= m (strict H.19)",
           "MGDA": "(b) d_M with sigma = 1: 2 mu_psi r <= m_M",
           "KKT": "(b) KKT of the min-norm point: ||d_M||^2 <= min_j v_j^T d_M",
-          "FD": "(c) psi'(w; -d_M) = -||d_M||^2 where J*_eps = J* (finite differences)"}
+          "FD": "(c) psi'(w; -d_M) = -||d_M||^2 where J*_eps = J* (finite differences)",
+          "FD_up": "(c) the other side: -psi'(w; -d_M) <= ||d_M||^2 where J*_eps = J* (finite differences)"}
 C_LP_II = "(ii) sigma-comparability holds for the EPO LP direction (sigma_LP > 0 on the estimation sample)"
 KKT_RTOL = 1e-6
 #: |margin| below this counts as 0 (round-off of a binding LP constraint) in the reported fractions
@@ -237,6 +239,8 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
         fd = np.where(s["single"], s["fd"], 0.0)
         add("FD", s, si, np.where(s["single"], s["dM_sq"] * (1.0 - FD_RTOL), zero), fd, True, np.inf,
             (never, inf), (never, inf), s["single"])
+        add("FD_up", s, si, fd, np.where(s["single"], s["dM_sq"] * (1.0 + FD_RTOL), zero), True, np.inf,
+            (never, inf), (never, inf), s["single"])
 
     flat = {k: np.concatenate(v) for k, v in rows.items()}
     mon = HypothesisMonitor(flat["lhs"].size)
@@ -254,7 +258,7 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
 
     per_setting = [{k: v for k, v in s.items() if not isinstance(v, np.ndarray)} for s in settings]
     counts = {}
-    for kd in ("LP", "MGDA", "KKT", "FD"):
+    for kd in ("LP", "MGDA", "KKT", "FD", "FD_up"):
         sel = kind == kd
         counts[kd] = {"instances": int(sel.sum()), "checked": int((sel & mon.mask).sum())}
     kkt = kind == "KKT"
@@ -291,7 +295,7 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     details["lp_direction_hypothesis_ii_by_family"] = by_family
     ev = Evidence.from_implication(
         STATEMENT_ID, NAME, mon, flat["lhs"], flat["rhs"], tightness=tight,
-        conclusion=np.array([C_ROWS[k] for k in kind], dtype=object), kinds={C_ROWS["FD"]: "identity"},
+        conclusion=np.array([C_ROWS[k] for k in kind], dtype=object), kinds={C_ROWS["FD"]: "identity", C_ROWS["FD_up"]: "identity"},
         instance_data={"kind": kind, "problem": flat["problem"], "client": flat["client"],
                        "setting": flat["setting"], "gap": flat["gap"], "dM_sq": flat["dM_sq"]},
         details=details,
