@@ -348,7 +348,8 @@ GRID_FIGURES = {"pipeline_gap.png": fig_pipeline_gap}
 
 def draw_all(fig_dir: Path, rows, tables, figures=None) -> tuple[dict[str, str], dict[str, str]]:
     """Draw every figure of ``figures`` (default :data:`FIGURES`); returns ({file: caption}, {file: why
-    missing})."""
+    missing}). A missing figure's file left in ``fig_dir`` by an earlier report is removed, so the folder holds
+    only what this report drew."""
     fig_dir = Path(fig_dir)
     fig_dir.mkdir(parents=True, exist_ok=True)
     sns.set_theme(style="whitegrid", context="notebook")
@@ -358,6 +359,7 @@ def draw_all(fig_dir: Path, rows, tables, figures=None) -> tuple[dict[str, str],
             fig, caption = fn(rows, tables)
         except MissingData as exc:
             missing[name] = str(exc)
+            (fig_dir / name).unlink(missing_ok=True)
             continue
         fig.tight_layout(rect=(0, 0.06, 1, 1) if fig.legends else (0, 0, 1, 1))
         fig.savefig(fig_dir / name, dpi=110)
