@@ -68,8 +68,8 @@ report: $(STAMP)
 		$(if $(LLM_SWEEP),--llm-sweep $(LLM_SWEEP),$(if $(filter none,$(LLM_RUN)),--no-llm,$(if $(LLM_RUN),--llm-run $(LLM_RUN))))
 
 ## llm-study: the pre-registered personalisation study, the study preset over seeds 0-7 as cells of a Dask sweep
-## (2 workers of 1 torch thread; 39 CPU-minutes and about an hour of wall time a seed, two at a time, on a 2-core
-## AMD EPYC) into runs/llm-study; resumable
+## (2 workers of 1 torch thread; about 18.5 CPU-minutes and 21 minutes of wall time a seed, two at a time, 86
+## minutes for the 8 seeds on a 2-core AMD EPYC) into runs/llm-study; resumable
 llm-study: $(STAMP)
 	$(BIN)/python -m llm_runs sweep --preset study --seeds 0:8 --workers 2 --threads 1 --out runs/llm-study
 
