@@ -14,6 +14,7 @@ import math
 import shutil
 import sys
 import types
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -289,8 +290,8 @@ def test_report_llm_sweep_end_to_end(sweep_dir, tmp_path, monkeypatch, capsys):
     assert entry["status"] == "read" and entry["sweep"] == str(copy)
     assert str(sweep_dir) in entry["message"]
     for seed_dir in (sweep_dir / "runs").iterdir():
-        assert (copy / "runs" / seed_dir.name / "summary.json").read_bytes() == \
-            (seed_dir / "summary.json").read_bytes()
+        assert json.loads((copy / "runs" / seed_dir.name / "summary.json").read_text()) == \
+            json.loads((seed_dir / "summary.json").read_text())  # no path of this checkout in the fixture
         gen = copy / "runs" / seed_dir.name / "generations.csv"
         if gen.exists():
             assert "text" not in pd.read_csv(gen).columns
@@ -325,3 +326,15 @@ def test_real_pre_registered_statistics_on_a_small_sweep(sweep_dir, tmp_path):
     first = md[md.index("### Pre-registered statistics") + 2]
     assert first.startswith(f"* **{st['lines'][0]['verdict']}** — {lp.STATISTICS['heldout_margin_slope']}: estimate ")
     assert st["lines"][0]["verdict"] in SW.VERDICTS
+
+
+def test_export_writes_paths_of_this_checkout_relative(tmp_path):
+    """export_sweep: a summary's absolute path inside this project's checkout (the shipped data file) is written
+    relative to it in the copy; a path elsewhere is kept as it is."""
+    from verification.llm_sweep import _project_relative
+
+    root = Path(__file__).resolve().parents[1]
+    text = json.dumps({"data_file": {"path": str(root / "llm_runs" / "data" / "x.jsonl.gz")},
+                       "other": ["/elsewhere/file", 3]})
+    out = json.loads(_project_relative(text))
+    assert out == {"data_file": {"path": "llm_runs/data/x.jsonl.gz"}, "other": ["/elsewhere/file", 3]}

@@ -121,11 +121,32 @@ EXPORTED_RUN_FILES = ("summary.json", "trajectory.csv", "heldout_margins.csv", "
 EXPORTED_SWEEP_FILES = ("params.json", "llm_sweep.json")
 
 
+def _project_relative(text: str) -> str:
+    """``text`` (JSON) with every string that is an absolute path inside this project's checkout (the folder that
+    holds ``verification/``) made relative to it."""
+    import json
+
+    root = Path(__file__).resolve().parents[1]
+
+    def fix(v):
+        if isinstance(v, str) and v.startswith(str(root) + "/"):
+            return Path(v).relative_to(root).as_posix()
+        if isinstance(v, dict):
+            return {k: fix(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [fix(x) for x in v]
+        return v
+
+    return json.dumps(fix(json.loads(text)), indent=1) + "\n"
+
+
 def export_sweep(sweep_dir, out_dir) -> Path:
     """Copy what the dashboard reads of the LLM sweep ``sweep_dir`` to ``out_dir`` (replaced as a whole, written to
     a temporary sibling first): ``params.json``, ``llm_sweep.json``, ``cells/``, and of every ``runs/<seed>/``
     the files :data:`EXPORTED_RUN_FILES` that exist, ``generations.csv`` without the generated text (its rewards
-    are kept: the pre-registered analysis reads them). Small enough to commit beside the dashboard, so a reviewer
+    are kept: the pre-registered analysis reads them) and ``summary.json`` with every absolute path inside this
+    project's checkout (the shipped data file) written relative to it. Small enough to commit beside the
+    dashboard, so a reviewer
     can re-run the analysis (:func:`verification.llm_personalisation.sweep_statistics`) on exactly what it
     shows. Returns ``out_dir``; ``ValueError`` as :func:`sweep_run_dirs` when ``sweep_dir`` is not an LLM sweep."""
     import shutil
@@ -152,7 +173,9 @@ def export_sweep(sweep_dir, out_dir) -> Path:
             f = d / name
             if not f.is_file():
                 continue
-            if name == "generations.csv":
+            if name == "summary.json":
+                (target / name).write_text(_project_relative(f.read_text()))
+            elif name == "generations.csv":
                 frame = pd.read_csv(f, dtype={"prompt_id": str, "clients": str}, keep_default_na=False)
                 frame.drop(columns=[c for c in ("text",) if c in frame.columns]).to_csv(target / name, index=False)
             else:
