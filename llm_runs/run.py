@@ -292,9 +292,9 @@ PRESETS: dict[str, RunPreset] = {
         description="the pre-registered personalisation study, one seed (verification.llm_personalisation; seeds as "
                     "cells of `python -m llm_runs sweep`, whose llm_sweep.json records each seed's CPU seconds): "
                     "6 training clients around 3 preference centres (one per objective) and 9 new clients (3 per "
-                    "centre), 1 pair per objective (2 in a new client's pool), responses cut at 16 tokens, 2 rounds of Phase 1 and "
-                    "FedAvg, 1 of Phase 2, 2 adaptation steps; 100 held-out pairs per objective from at least 25 "
-                    "prompts, margins of every personalised, local-only, FedAvg and the global uniform model; 64 "
+                    "centre), 1 pair per objective (2 in a new client's pool), responses cut at 16 tokens, 2 "
+                    "rounds of Phase 1 and FedAvg, 1 of Phase 2, 2 adaptation steps; 100 held-out pairs per "
+                    "objective from at least 25 prompts, margins of every personalised, local-only, FedAvg and the global uniform model; 64 "
                     "prompts x 2 samples of 16 tokens from the base and every personalised model",
         design=ClientDesign(objectives=OBJECTIVES_3, n_train=6, n_new=9, n_centres=3, shots=1, pool_pairs=2,
                             heldout_pairs=100, heldout_prompts=25),

@@ -276,7 +276,7 @@ class PreferenceParts:
             data (the rounding of ``y`` and of the sum), without any perturbation of the data.
     """
 
-    __slots__ = ("lhat", "x", "beta", "spread", "_y", "_lam")
+    __slots__ = ("lhat", "x", "beta", "spread", "_y", "_lam", "_terms")
 
     def __init__(self, l: np.ndarray, lam: np.ndarray):
         y = _log_weights(l, lam)
@@ -296,6 +296,7 @@ class PreferenceParts:
         self.beta = np.maximum(first - L[..., 0], 0.0)
         self._y = y
         self._lam = lam
+        self._terms = None
 
     def _pairs(self) -> np.ndarray:
         return self._y[..., :, None] - self._y[..., None, :]  # y_j - y_k
@@ -315,7 +316,10 @@ class PreferenceParts:
         return TIE_RTOL * (self.lhat * dev).sum(axis=-1) + 8.0 * m * EPS * self.beta
 
     def _adjustment_terms(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(1 - ĺ_j) + Σ_k ĺ_k |y_j - y_k|`` and ``Σ_{k≠j} ĺ_k (|y_j| + |y_k| + |y_j - y_k|)``, ``(..., m)`` each."""
+        """``(1 - ĺ_j) + Σ_k ĺ_k |y_j - y_k|`` and ``Σ_{k≠j} ĺ_k (|y_j| + |y_k| + |y_j - y_k|)``, ``(..., m)`` each
+        (computed once: the LP builder reads both the resolution and the roundoff of ``A``)."""
+        if self._terms is not None:
+            return self._terms
         m = self.x.shape[-1]
         P = self._pairs()
         lh = self.lhat
@@ -325,7 +329,8 @@ class PreferenceParts:
         off = 1.0 - np.eye(m)
         ay = np.abs(self._y)
         rnd = ((off * (ay[..., :, None] + ay[..., None, :] + np.abs(P))) * lk).sum(axis=-1)
-        return rest + spread_j, rnd
+        self._terms = (rest + spread_j, rnd)
+        return self._terms
 
     @property
     def adjustment_resolution(self) -> np.ndarray:

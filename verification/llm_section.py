@@ -147,8 +147,9 @@ def build_llm_section(out_dir, *, enabled: bool = True, llm_runs=None, seed: int
                       llm_sweep=None, llm_sweep_source=None) -> LLMSection:
     """Make the section (module docstring). ``llm_runs``: run directories to read (``--llm-run``), or None to run
     the smoke preset now; ``llm_sweep``: an LLM sweep folder to read instead (``--llm-sweep``; not with
-    ``llm_runs``; ``llm_sweep_source``: the folder it was copied from, named in the section); ``tables``: the report's figure tables (``study-H8-dispersion`` is drawn beside the runs'
-    H_Cn) — the section's tables are added to it."""
+    ``llm_runs``; ``llm_sweep_source``: the folder it was copied from, named in the section); ``tables``: the
+    report's figure tables (``study-H8-dispersion`` is drawn beside the runs' H_Cn) — the section's tables are
+    added to it."""
     from . import figures
     from .llm_figures import LLM_FIGURES
 
