@@ -346,3 +346,84 @@ def test_monte_carlo_budget_counts_tests_not_conclusions():
     assert total == pytest.approx(budget["family_wise"])
     other = _mc_summary("X.1", rows(["a", "b"]), budget)  # outside the table: the conclusions' own levels
     assert other["tests"] == 2 and other["any"]["budget"] == pytest.approx(2 * budget["delta"])
+
+
+# ------------------------------------------------------------------------------ the falsification search on Dask
+
+SEARCH_FAST = ("H.17", "H.34")  # boxes whose evaluations take a fraction of a second
+
+
+@pytest.fixture(scope="module")
+def searched(client, tmp_path_factory):
+    """The folder of `search H.17 H.34 --budget 12`, run through --scheduler on the module's cluster."""
+    out = tmp_path_factory.mktemp("search") / "se"
+    rc = cli_main(["search", *SEARCH_FAST, "--budget", "12", "--scheduler", client.scheduler.address,
+                   "--out", str(out), "--quiet"])
+    assert rc == 0
+    return out
+
+
+def test_search_cells_and_results(searched):
+    from verification import search
+
+    summary = json.loads((searched / "search.json").read_text())
+    assert summary["budget"] == 12 and set(summary["statements"]) == set(SEARCH_FAST)
+    for sid in SEARCH_FAST:
+        stmt = registry.get_statement(sid)
+        rec = json.loads((searched / "worst" / f"{sid}.json").read_text())
+        assert rec["box"] == stmt.search.describe() and rec["budget"] == 12 and rec["date"]
+        assert 0 < rec["evaluations"] <= 12  # the design's repeated points are taken from the cache
+        assert (searched / "cells" / sid / "design-0.json").is_file() and (searched / "cells" / sid / "refine.json").is_file()
+        # each best record reproduces: the stored Config at the stored seed gives the stored ratio
+        name, best = max(((k, v) for k, v in rec["conclusions"].items() if v["best_ratio"] is not None),
+                         key=lambda kv: kv[1]["best_ratio"])
+        ev = stmt.run(stmt.search.make_config(best["params"]), np.random.default_rng(best["seed"]))
+        assert ev.conclusion(name).detect_factor == pytest.approx(best["best_ratio"], rel=1e-12)
+        # the same cells in one process give the same best ratios (the design, then the plan's chains)
+        d = search.merge_records([search.design_cell(sid, 0, 0, search.design_size(12))])
+        starts, steps = search.refine_plan(d, 12)
+        merged = search.merge_records([d, search.refine_cell(sid, 0, starts, steps)])
+        assert {k: v["best_ratio"] for k, v in merged["best"].items()} == rec["best_ratio"]
+
+
+def test_search_rerun_recomputes_nothing_and_stores(searched, tmp_path, monkeypatch, capsys):
+    from verification import search
+
+    stamps = {p: p.stat().st_mtime_ns for p in (searched / "cells").rglob("*.json")}
+    _no_cluster(monkeypatch)
+    store = tmp_path / "store"
+    rc = cli_main(["search", *SEARCH_FAST, "--budget", "12", "--workers", "2", "--out", str(searched), "--quiet",
+                   "--store", str(store)])
+    assert rc == 0
+    assert {p: p.stat().st_mtime_ns for p in (searched / "cells").rglob("*.json")} == stamps
+    assert sorted(p.name for p in store.iterdir()) == sorted([f"{s}.json" for s in SEARCH_FAST] + ["search.json"])
+    stmt = registry.get_statement("H.17")
+    rec, why = search.load_stored(stmt, store)
+    assert rec is not None and why == ""
+    res = search.refine_stored(stmt, rec)
+    assert res.stored["evaluations"] == rec["evaluations"] and res.stored["date"] == rec["date"]
+    assert res.evaluations == rec["evaluations"] + res.stored["refinement_evaluations"]
+    for name, r in rec["best_ratio"].items():  # the refinement starts at the stored points: never below them
+        assert r is None or res.best[name]["best_ratio"] >= r
+    # a store made for another box is stale: refused with the reason
+    rec["box"] = ["m in [2, 3] (int)"]
+    (store / "H.17.json").write_text(json.dumps(rec))
+    assert search.load_stored(stmt, store)[0] is None and "another box" in search.load_stored(stmt, store)[1]
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["search", "H.17", "--budget", "0", "--out", "{tmp}/o"], "--budget"),
+    (["search", "S4", "--out", "{tmp}/o"], "declare(s) no search box"),
+    (["search", "H.99", "--out", "{tmp}/o"], "H.99"),
+])
+def test_search_usage_errors_before_any_work(argv, message, tmp_path, capsys, monkeypatch, no_statement_runs):
+    _no_cluster(monkeypatch)
+    rc = cli_main([a.replace("{tmp}", str(tmp_path)) for a in argv])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and message in err[0], err
+
+
+def test_search_into_a_folder_of_another_budget_is_refused(searched, capsys, monkeypatch, no_statement_runs):
+    _no_cluster(monkeypatch)
+    assert cli_main(["search", *SEARCH_FAST, "--budget", "40", "--out", str(searched), "--quiet"]) == 2
+    assert "argument --out" in capsys.readouterr().err

@@ -4,7 +4,9 @@
     python -m verification run [ID ...] [--json PATH [--resume]] [--seed N] [--baseline PATH]
     python -m verification report [ID ...] [--out DIR] [--scale default|paper] [--seed N] [--resume] [--sweep DIR]
                                   [--llm-run DIR ... | --llm-sweep DIR | --no-llm]
-    python -m verification power [ID ...] [--factor 0.5] [--seed N] [--search default|paper|none] [--json PATH]
+    python -m verification power [ID ...] [--factor 0.5] [--seed N] [--search stored|default|paper|none] [--json PATH]
+    python -m verification search [ID ...] [--budget N] [--seed N] [--store [DIR]]
+                                  [--workers K | --scheduler ADDRESS] --out DIR
     python -m verification sweep [ID ... | --mc] --seeds A:B [--scale default|paper]
                                  [--workers K | --scheduler ADDRESS] --out DIR
     python -m verification llm-regression RUN_DIR [RUN_DIR ...] --baseline PATH [--write]
@@ -32,7 +34,11 @@ detail. It is one LLM source, so it is a usage error with ``--llm-run`` or ``--n
 ``sweep`` runs every (statement, seed) cell as a Dask task, on a local cluster of K worker processes or on the
 cluster of an existing scheduler, writes each cell's result row to ``DIR/cells/<id>/<seed>.json`` as it finishes
 and the summary to ``DIR/sweep.json`` and ``DIR/sweep.csv`` (:mod:`verification.sweep`); the same command again
-computes only the cells still missing. A scheduler that cannot be reached is a usage error. ``grid`` runs Algorithm
+computes only the cells still missing. A scheduler that cannot be reached is a usage error. ``search`` runs the falsification search
+(:mod:`verification.search`) on the same engine: per statement with a box, ``--budget`` evaluations (a design in
+cells of 50 points, then one refinement cell), results in ``DIR/worst/<id>.json`` and ``DIR/search.json``; it exits
+1 when it finds a counterexample; ``--store`` copies the results to the store (``verification/data/search``) that
+``report`` and ``power`` refine from. ``grid`` runs Algorithm
 1 (``sim.simulate``) over a grid of the new clients' budget K x S and the preference spread on the same engine
 (:mod:`verification.grid`) and writes the Pipeline 1 vs Pipeline 2 gap with confidence bands and its figure.
 
@@ -77,6 +83,8 @@ FAIL_WHEN = {
     "power": "a weak conclusion has no stated reason, or the plain run's prediction disagrees with the re-run",
     "sweep": "a cell failed, a verdict is violated, vacuous or error, or a negative control is missed at any seed",
     "grid": "a cell raised or the grid is incomplete",
+    "search": "the search found a counterexample (a contract conclusion beyond its bound with every hypothesis held), "
+              "or a cell failed or is missing",
 }
 
 
@@ -392,10 +400,11 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
     return EXIT_FAIL if sweep.failed(summary, run) else EXIT_OK
 
 
-def _add_dask_options(p, what: str) -> None:
+def _add_dask_options(p, what: str, seeds: bool = True) -> None:
     """The options of a command whose cells run on Dask: seeds, where, output folder."""
-    p.add_argument("--seeds", type=cli.seed_range, required=True, metavar="A:B",
-                   help="the seeds A, A+1, ..., B-1 (integers 0 <= A < B)")
+    if seeds:
+        p.add_argument("--seeds", type=cli.seed_range, required=True, metavar="A:B",
+                       help="the seeds A, A+1, ..., B-1 (integers 0 <= A < B)")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--workers", type=cli.positive_int, metavar="K",
                        help="start a local Dask cluster of K worker processes, one thread each, BLAS pinned to one "
@@ -419,6 +428,63 @@ def _add_sweep(sub) -> None:
                    help="default: every check in seconds; paper: the larger presets where a check has one")
     _add_dask_options(p, "the sweep folder: cells/<id>/<seed>.json, params.json, sweep.json, sweep.csv")
     p.set_defaults(func=_cmd_sweep)
+
+
+def _cmd_search(args: argparse.Namespace) -> int:
+    from . import search
+    from .dask_engine import CellFolderError, check_params
+
+    stmts = _resolve(args.ids)  # every usage error is found here, before any cell runs or any cluster starts
+    boxless = [s.id for s in stmts if s.search is None]
+    if boxless and args.ids:
+        raise UsageError(f"argument ID: {', '.join(boxless)} declare(s) no search box (SEARCH); the statements "
+                         "with one: " + " ".join(s.id for s in registry.all_statements() if s.search is not None))
+    stmts = [s for s in stmts if s.search is not None]
+    out = cli.check_writable_dir(args.out, "--out")
+    if args.store is not None:
+        cli.check_writable_dir(args.store, "--store")
+    try:
+        check_params(out, search.search_params(args.budget, args.seed))
+    except CellFolderError as exc:
+        raise UsageError(f"argument --out: {exc}") from None
+    pending = search.pending_cells(out, stmts, args.budget, args.seed)
+    n_cells = len(search.design_cells(out, stmts, args.budget, args.seed)) + len(stmts)
+    try:
+        runs = _on_dask(args, f"falsification search of {len(stmts)} statement(s), {args.budget} evaluations each "
+                              f"(seed {args.seed})", n_cells, pending, out,
+                        lambda client: search.run_search(client, out, stmts, evaluations=args.budget,
+                                                         seed=args.seed, progress=not args.quiet))
+    except KeyboardInterrupt:
+        return _interrupted(out)
+    summary = search.write_results(out, stmts, args.budget, args.seed)
+    failed = {k: v for r in (runs or ()) if r is not None for k, v in r.failed.items()}
+    print(search.screen(summary))
+    for key, why in failed.items():
+        _note(f"cell {key} failed: {why}")
+    if args.store is not None and not failed:
+        copied = search.store_results(out, args.store)
+        _note(f"stored the results of {len(copied)} statement(s) in {args.store}")
+    incomplete = [sid for sid, v in summary["statements"].items() if not v["complete"]]
+    return EXIT_FAIL if summary["counterexamples"] or failed or incomplete else EXIT_OK
+
+
+def _add_search(sub) -> None:
+    from .search import DEFAULT_EVALUATIONS, STORE
+
+    p = sub.add_parser("search", help="the falsification search as Dask cells: try to break every numeric "
+                                      "conclusion on its family box; worst/<id>.json per statement",
+                       epilog=_epilog("search"))
+    p.add_argument("ids", nargs="*", metavar="ID", help="statement ids (default: every statement with a box)")
+    p.add_argument("--budget", type=cli.positive_int, default=DEFAULT_EVALUATIONS, metavar="N",
+                   help="evaluations of the check per statement: half a scrambled Halton design of the box, half "
+                        "refinement chains from each conclusion's best point (default %(default)s)")
+    _add_seed(p)
+    p.add_argument("--store", metavar="DIR", nargs="?", const=str(STORE), default=None,
+                   help="after a complete run, copy the results into DIR, the store the report refines from "
+                        f"(without DIR: {STORE.relative_to(STORE.parents[2])})")
+    _add_dask_options(p, "the search folder: cells/<id>/design-<k>.json and refine.json, params.json, "
+                         "search.json, worst/<id>.json", seeds=False)
+    p.set_defaults(func=_cmd_search)
 
 
 def _cmd_grid(args: argparse.Namespace) -> int:
@@ -498,7 +564,7 @@ def _factor(text: str) -> float:
 
 
 def _add_power(sub) -> None:
-    from .search import BUDGETS
+    from .search import BUDGETS, STORED
 
     p = sub.add_parser("power", help="re-run the checks with every numeric bound weakened; report per conclusion "
                                      "whether that is detected", epilog=_epilog("power"))
@@ -506,8 +572,9 @@ def _add_power(sub) -> None:
     p.add_argument("--factor", type=_factor, default=0.5,
                    help="bounds become rhs - (1 - f)|rhs| (default %(default)s: a bound too small by half)")
     _add_seed(p)
-    p.add_argument("--search", choices=[*BUDGETS, "none"], default="default",
-                   help="falsification-search budget for statements with a weak conclusion (default %(default)s)")
+    p.add_argument("--search", choices=[STORED, *BUDGETS, "none"], default=STORED,
+                   help="falsification search for statements with a weak conclusion: 'stored' refines the stored "
+                        "results of 'search --store', a budget runs that search here (default %(default)s)")
     p.add_argument("--json", metavar="PATH", help="write the power rows as a JSON list to PATH")
     p.set_defaults(func=_cmd_power)
 
@@ -557,7 +624,8 @@ def _add_llm_regression(sub) -> None:
     p.set_defaults(func=_cmd_llm_regression)
 
 
-_SUBCOMMANDS = [_add_list, _add_run, _add_report, _add_power, _add_sweep, _add_grid, _add_llm_regression]
+_SUBCOMMANDS = [_add_list, _add_run, _add_report, _add_power, _add_sweep, _add_search, _add_grid,
+                _add_llm_regression]
 
 
 def build_parser(prog: str = "python -m verification") -> argparse.ArgumentParser:

@@ -146,14 +146,14 @@ def _progress(msg: str) -> None:
 
 
 def power_report(ids=None, *, factor: float = POWER_FACTOR, seed: int = registry.DEFAULT_SEED,
-                 search: str = "default", progress: Callable[[str], None] = _progress) -> PowerReport:
+                 search: str = "stored", progress: Callable[[str], None] = _progress) -> PowerReport:
     """Run the statements (all by default) plainly and under ``bound_factor(factor)``; search the family of every
     statement with a weak numeric conclusion (``search``: a budget of :data:`verification.search.BUDGETS`, or
     ``"none"``)."""
-    from .search import BUDGETS
+    from .search import BUDGETS, STORED
 
-    if search != "none" and search not in BUDGETS:
-        raise ValueError(f"search must be 'none' or one of {sorted(BUDGETS)}; got {search!r}")
+    if search not in ("none", STORED) and search not in BUDGETS:
+        raise ValueError(f"search must be 'none', {STORED!r} or one of {sorted(BUDGETS)}; got {search!r}")
     if not 0.0 < float(factor) <= 1.0:
         raise ValueError(f"factor must lie in (0, 1]; got {factor!r}")
     stmts = registry.resolve(ids)

@@ -336,7 +336,8 @@ def run_statement(stmt: Statement, seed: int = DEFAULT_SEED, config: Any = None,
     if stmt.tight_points:
         if stmt.search is None:
             raise ValueError(f"{stmt.module}: TIGHT_POINTS need a SEARCH space (their Config comes from it)")
-        parts = [(p, _check_evidence(stmt.run(stmt.search.config(dict(p)), statement_rng(seed, jitter, jitter_seed)),
+        parts = [(p, _check_evidence(stmt.run(stmt.search.make_config(dict(p)),
+                                              statement_rng(seed, jitter, jitter_seed)),
                                      stmt, f"run at the tight point {p}")) for p in stmt.tight_points]
         ev = Evidence.merged(ev, parts)
     control = None
@@ -406,15 +407,14 @@ def run_statement_row(stmt: Statement, seed: int = DEFAULT_SEED, *, scale: str =
     return StatementRow(ev, to_jsonable(ev.to_dict()), res)
 
 
-def search_statement(stmt: Statement, budget: str = "default", seed: int = DEFAULT_SEED,
+def search_statement(stmt: Statement, budget: str = "stored", seed: int = DEFAULT_SEED,
                      progress: Callable[[str], None] | None = None) -> Any:
-    """The falsification search of ``stmt`` over its declared family box (:func:`verification.search.falsify`);
-    ``None`` for a statement without a ``SEARCH`` space."""
-    if stmt.search is None:
-        return None
-    from .search import falsify
+    """The falsification search of ``stmt`` over its declared family box (:func:`verification.search.search_statement`:
+    the stored search refined, or a budget of :data:`verification.search.BUDGETS` run here); ``None`` for a statement
+    without a ``SEARCH`` space."""
+    from .search import search_statement as _search
 
-    return falsify(stmt, stmt.search, budget, seed, progress=progress)
+    return _search(stmt, budget, seed, progress=progress)
 
 
 def run_statements(stmts: Sequence[Statement], seed: int = DEFAULT_SEED,

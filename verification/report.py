@@ -57,8 +57,9 @@ __all__ = ["SCALES", "SEARCH_BUDGET", "LOG_NAME", "ReportResult", "build_report"
 
 SCALES = registry.SCALES
 statement_config = registry.statement_config
-#: Falsification-search budget per scale (:data:`verification.search.BUDGETS`).
-SEARCH_BUDGET = {"default": "default", "paper": "paper"}
+#: Falsification search per scale: the stored search's short refinement (:func:`verification.search.refine_stored`)
+#: by default, the ``paper`` budget of :data:`verification.search.BUDGETS` at the paper scale.
+SEARCH_BUDGET = {"default": "stored", "paper": "paper"}
 #: The results log of a report, in its output folder.
 LOG_NAME = "results.jsonl"
 INSTANCE_COLUMNS = ("id", "instance", "lhs", "rhs", "ratio", "conclusion")

@@ -26,17 +26,21 @@ statement is a FINDING whose repaired statement holds there, leaves it a finding
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .evidence import MAX_STORED_COUNTEREXAMPLES, Evidence, bound_factor, to_jsonable
 
-__all__ = ["TARGET", "Param", "SearchSpace", "Budget", "BUDGETS", "SearchResult", "falsify", "apply"]
+__all__ = ["TARGET", "Param", "SearchSpace", "Budget", "BUDGETS", "STORED", "SearchResult", "falsify", "apply",
+           "design", "run_search", "write_results", "store_results", "load_stored", "refine_stored", "search_statement",
+           "DEFAULT_EVALUATIONS", "STORE"]
 
 #: The tightness every numeric conclusion should reach on its family (a halved bound is then detected).
 TARGET = 0.5
@@ -46,13 +50,15 @@ _FLOOR = 1e-6  # ratios below this (or missing) count as this in the scalar obje
 @dataclass(frozen=True)
 class Param:
     """One coordinate of the box: ``linear`` or ``log`` on ``[low, high]``, ``int`` (rounded), or ``choice``
-    (one of ``choices``)."""
+    (one of ``choices``). ``default``: the value of a point that does not name this parameter (a ``TIGHT_POINTS``
+    entry written before the parameter joined the box; ``None``: such a point is refused)."""
 
     name: str
     low: float = 0.0
     high: float = 1.0
     scale: str = "linear"
     choices: tuple = ()
+    default: Any = None
 
     def __post_init__(self):
         if self.scale not in ("linear", "log", "int", "choice"):
@@ -108,6 +114,23 @@ class SearchSpace:
     def decode(self, u: Sequence[float]) -> dict[str, Any]:
         return {p.name: p.decode(x) for p, x in zip(self.params, u, strict=True)}
 
+    def make_config(self, params: dict[str, Any]) -> Any:
+        """The ``Config`` at the point ``params`` (name -> value): a parameter it does not name takes its
+        ``default``; an unknown name, or a missing one without a default, is a ``ValueError`` naming it."""
+        names = {p.name for p in self.params}
+        unknown = sorted(set(params) - names)
+        if unknown:
+            raise ValueError(f"{self.family or 'search box'}: unknown parameter(s) {unknown}; the box has "
+                             f"{sorted(names)}")
+        full = dict(params)
+        for p in self.params:
+            if p.name not in full:
+                if p.default is None:
+                    raise ValueError(f"{self.family or 'search box'}: the point {params} does not give {p.name!r}, "
+                                     "which has no default")
+                full[p.name] = p.default
+        return self.config(full)
+
     def describe(self) -> list[str]:
         return [p.describe() for p in self.params]
 
@@ -125,6 +148,9 @@ class Budget:
     de_popsize: int = 0
     max_refined: int = 3  # conclusions refined (the weakest first)
 
+
+#: The budget name of a search that starts from the stored results (:func:`search_statement`).
+STORED = "stored"
 
 BUDGETS = {
     "default": Budget("default", initial=6, refine=3),
@@ -148,14 +174,20 @@ class SearchResult:
     evaluations: int = 0
     errors: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    #: where a stored search was refined (:func:`refine_stored`): the stored search's budget, evaluations, seed
+    #: and date, and the refinement's evaluations; None for a search made in full here
+    stored: dict[str, Any] | None = None
 
     def summary(self) -> dict[str, Any]:
-        return to_jsonable({
+        out = {
             "statement": self.statement, "budget": self.budget, "seed": self.seed, "family": self.family,
             "box": self.space, "evaluations": self.evaluations,
             "counterexamples": self.n_counterexamples, "errors": self.errors[:5],
             "best_ratio": {k: v["best_ratio"] for k, v in self.best.items()},
-        })
+        }
+        if self.stored is not None:
+            out["stored"] = self.stored
+        return to_jsonable(out)
 
     def worst_file(self) -> dict[str, Any]:
         """The content of ``worst/<id>.json``: the best instance of every conclusion with the data to reproduce
@@ -172,89 +204,137 @@ def _scores(ev: Evidence, targets: Sequence[str]) -> dict[str, tuple[float | Non
     return out
 
 
-def falsify(stmt, space: SearchSpace, budget: str | Budget = "default", seed: int = 0,
-            progress: Callable[[str], None] | None = None) -> SearchResult:
-    """Search the box of ``space`` for instances of ``stmt`` (a :class:`verification.registry.Statement`) where
-    its numeric conclusions come closest to (or beyond) their bounds. See the module docstring."""
-    if isinstance(budget, str) and budget not in BUDGETS:
-        raise ValueError(f"budget must be one of {sorted(BUDGETS)}; got {budget!r}")
-    b = BUDGETS[budget] if isinstance(budget, str) else budget
-    res = SearchResult(statement=stmt.id, budget=b.name, seed=int(seed), space=space.describe(), family=space.family)
-    t0 = time.perf_counter()
-    cache: dict[tuple, dict] = {}
+class _Evaluations:
+    """The evaluations of one search (or one cell of it): the check at points ``u`` of the unit cube, the best
+    record of every conclusion, the counterexamples met, the errors; every evaluation uses the same seed (common
+    random numbers), and a point evaluated twice is taken from the cache."""
 
-    def evaluate(u) -> dict[str, tuple]:
+    def __init__(self, stmt, space: SearchSpace, seed: int):
+        self.stmt, self.space, self.seed = stmt, space, int(seed)
+        self.best: dict[str, dict] = {}
+        self.counterexamples: list[dict] = []
+        self.n_counterexamples = 0
+        self.evaluations = 0
+        self.errors: list[str] = []
+        self.cache: dict[tuple, dict] = {}
+
+    def __call__(self, u) -> dict[str, tuple]:
         u = np.clip(np.asarray(u, dtype=np.float64), 0.0, 1.0)
-        params = space.decode(u)
+        params = self.space.decode(u)
         key = tuple(sorted((k, v if not isinstance(v, float) else round(v, 12)) for k, v in params.items()))
-        if key in cache:
-            return cache[key]
-        res.evaluations += 1
+        if key in self.cache:
+            return self.cache[key]
+        self.evaluations += 1
         try:
-            cfg = space.config(params)
+            cfg = self.space.make_config(params)
             with bound_factor(1.0):
-                ev = stmt.run(cfg, np.random.default_rng(seed))
+                ev = self.stmt.run(cfg, np.random.default_rng(self.seed))
         except (ValueError, ArithmeticError, np.linalg.LinAlgError) as exc:
-            res.errors.append(f"{params}: {exc!r}")
-            cache[key] = {}
+            self.errors.append(f"{params}: {exc!r}")
+            self.cache[key] = {}
             return {}
-        sc = _scores(ev, space.targets)
-        if space.scores is not None:
-            sc.update({f"score: {k}": (float(v), None, 0) for k, v in space.scores(ev).items()})
+        sc = _scores(ev, self.space.targets)
+        if self.space.scores is not None:
+            sc.update({f"score: {k}": (float(v), None, 0) for k, v in self.space.scores(ev).items()})
         for name, (ratio, worst, n_cex) in sc.items():
-            rec = res.best.get(name)
+            rec = self.best.get(name)
             if ratio is not None and (rec is None or rec["best_ratio"] is None or ratio > rec["best_ratio"]):
-                res.best[name] = {"best_ratio": float(ratio), "point": u.tolist(), "params": params,
-                                  "config": _config_record(cfg), "seed": int(seed), "instance": worst,
-                                  "counterexamples": int(n_cex)}
+                self.best[name] = {"best_ratio": float(ratio), "point": u.tolist(), "params": params,
+                                   "config": _config_record(cfg), "seed": self.seed, "instance": worst,
+                                   "counterexamples": int(n_cex)}
             elif rec is None:
-                res.best[name] = {"best_ratio": None, "point": u.tolist(), "params": params,
-                                  "config": _config_record(cfg), "seed": int(seed), "instance": None,
-                                  "counterexamples": 0}
+                self.best[name] = {"best_ratio": None, "point": u.tolist(), "params": params,
+                                   "config": _config_record(cfg), "seed": self.seed, "instance": None,
+                                   "counterexamples": 0}
             if n_cex:
-                res.n_counterexamples += n_cex
+                self.n_counterexamples += n_cex
                 for c in ev.counterexamples:
-                    if c.get("conclusion") == name and len(res.counterexamples) < MAX_STORED_COUNTEREXAMPLES:
-                        res.counterexamples.append({"conclusion": name, "params": params,
-                                                    "config": _config_record(cfg), "seed": int(seed), **c})
-        cache[key] = sc
+                    if c.get("conclusion") == name and len(self.counterexamples) < MAX_STORED_COUNTEREXAMPLES:
+                        self.counterexamples.append({"conclusion": name, "params": params,
+                                                     "config": _config_record(cfg), "seed": self.seed, **c})
+        self.cache[key] = sc
         return sc
 
-    def objective(u) -> float:
-        sc = evaluate(u)
+    def objective(self, u) -> float:
+        """The scalar the differential evolution minimises: the mean over the conclusions of ``log min(ratio, 1)``
+        scaled to ``[0, 1]`` (0: every conclusion attains its bound)."""
+        sc = self(u)
         if not sc:
             return 0.0  # an invalid or empty evaluation scores like the floor everywhere
         vals = [math.log(min(max(r if not k.startswith("score: ") else 0.5 + 0.5 * math.tanh(r), _FLOOR), 1.0))
                 if r is not None else math.log(_FLOOR) for k, (r, _, _) in sc.items()]
-        return -float(np.mean(vals)) / -math.log(_FLOOR)  # in [0, 1]: 0 = every conclusion attains its bound
+        return -float(np.mean(vals)) / -math.log(_FLOOR)
 
-    from scipy.stats import qmc
-
-    d = space.dim
-    design = qmc.Halton(d, scramble=True, seed=seed).random(max(1, b.initial))
-    design[0] = 0.5  # the centre of the box first
-    for u in design:
-        evaluate(u)
-    if b.de_maxiter:
-        from scipy.optimize import differential_evolution
-
-        differential_evolution(objective, [(0.0, 1.0)] * d, maxiter=b.de_maxiter, popsize=b.de_popsize,
-                               seed=seed, polish=False, init="sobol", tol=0.0, updating="immediate")
-    rng = np.random.default_rng(seed)
-    weak = [name for name, rec in res.best.items()
-            if rec["best_ratio"] is None or rec["best_ratio"] < (0.0 if name.startswith("score: ") else TARGET)]
-    weak.sort(key=lambda nm: -1.0 if res.best[nm]["best_ratio"] is None else res.best[nm]["best_ratio"])
-    for name in weak[: b.max_refined]:
-        rec = res.best[name]
-        u, best, step = np.asarray(rec["point"]), rec["best_ratio"], 0.2
-        for _ in range(b.refine):
-            cand = np.clip(u + step * rng.standard_normal(d), 0.0, 1.0)
-            r = evaluate(cand).get(name, (None,))[0]
+    def chain(self, name: str, start, best: float | None, steps: int, rng: np.random.Generator) -> None:
+        """A (1+1) evolution strategy for conclusion ``name`` from ``start`` (ratio ``best`` there): a Gaussian step
+        in the unit cube, kept when it raises the ratio (the step then grows by 1.5, up to 0.5), else halved."""
+        u, step = np.asarray(start, dtype=np.float64), 0.2
+        for _ in range(int(steps)):
+            cand = np.clip(u + step * rng.standard_normal(u.size), 0.0, 1.0)
+            r = self(cand).get(name, (None,))[0]
             if r is not None and (best is None or r > best):
                 u, best, step = cand, r, min(step * 1.5, 0.5)
             else:
                 step *= 0.5
-    res.seconds = time.perf_counter() - t0
+
+    def weakest(self, limit: int | None = None, target: float = TARGET) -> list[str]:
+        """The conclusions below ``target`` (the scores below 0), weakest first (those without a ratio first)."""
+        weak = [name for name, rec in self.best.items()
+                if rec["best_ratio"] is None or rec["best_ratio"] < (0.0 if name.startswith("score: ") else target)]
+        weak.sort(key=lambda nm: -1.0 if self.best[nm]["best_ratio"] is None else self.best[nm]["best_ratio"])
+        return weak if limit is None else weak[:limit]
+
+    def record(self) -> dict[str, Any]:
+        """A JSON-ready record of these evaluations (a cell of :func:`run_search`)."""
+        return to_jsonable({"evaluations": self.evaluations, "best": self.best,
+                            "counterexamples": self.counterexamples, "n_counterexamples": self.n_counterexamples,
+                            "errors": self.errors[:20]})
+
+    def result(self, budget: str, seconds: float) -> SearchResult:
+        return SearchResult(statement=self.stmt.id, budget=budget, seed=self.seed, space=self.space.describe(),
+                            family=self.space.family, best=self.best, counterexamples=self.counterexamples,
+                            n_counterexamples=self.n_counterexamples, evaluations=self.evaluations,
+                            errors=self.errors, seconds=seconds)
+
+
+def design(dim: int, n: int, seed: int, start: int = 0) -> np.ndarray:
+    """Points ``start, ..., start + n − 1`` of the search's design: a scrambled Halton sequence of the unit cube
+    (scramble seeded by ``seed``) whose point 0 is the centre of the box."""
+    from scipy.stats import qmc
+
+    if n <= 0:
+        return np.zeros((0, dim))
+    gen = qmc.Halton(dim, scramble=True, seed=seed)
+    if start:
+        gen.fast_forward(start)
+    pts = gen.random(n)
+    if start == 0:
+        pts[0] = 0.5
+    return pts
+
+
+def falsify(stmt, space: SearchSpace, budget: str | Budget = "default", seed: int = 0,
+            progress: Callable[[str], None] | None = None) -> SearchResult:
+    """Search the box of ``space`` for instances of ``stmt`` (a :class:`verification.registry.Statement`) where
+    its numeric conclusions come closest to (or beyond) their bounds, in this process. See the module docstring;
+    :func:`run_search` spreads a larger budget over a Dask cluster."""
+    if isinstance(budget, str) and budget not in BUDGETS:
+        raise ValueError(f"budget must be one of {sorted(BUDGETS)}; got {budget!r}")
+    b = BUDGETS[budget] if isinstance(budget, str) else budget
+    t0 = time.perf_counter()
+    ev = _Evaluations(stmt, space, seed)
+    for u in design(space.dim, max(1, b.initial), seed):
+        ev(u)
+    if b.de_maxiter:
+        from scipy.optimize import differential_evolution
+
+        differential_evolution(ev.objective, [(0.0, 1.0)] * space.dim, maxiter=b.de_maxiter, popsize=b.de_popsize,
+                               seed=seed, polish=False, init="sobol", tol=0.0, updating="immediate")
+    rng = np.random.default_rng(seed)
+    for name in ev.weakest(b.max_refined):
+        rec = ev.best[name]
+        ev.chain(name, rec["point"], rec["best_ratio"], b.refine, rng)
+    res = ev.result(b.name, time.perf_counter() - t0)
     if progress is not None:
         progress(f"  search {stmt.id}: {res.evaluations} evaluations, {res.seconds:.1f} s, "
                  f"{res.n_counterexamples} counterexamples")
@@ -278,9 +358,11 @@ def apply(ev: Evidence, result: SearchResult) -> Evidence:
     for c in ev.conclusions:
         rec = result.best.get(c.name)
         if rec is not None:
-            c = dataclasses.replace(c, search={"best_ratio": rec["best_ratio"], "params": rec["params"],
-                                               "evaluations": result.evaluations, "budget": result.budget,
-                                               "counterexamples": rec["counterexamples"]})
+            srec = {"best_ratio": rec["best_ratio"], "params": rec["params"], "evaluations": result.evaluations,
+                    "budget": result.budget, "counterexamples": rec["counterexamples"]}
+            if result.stored is not None:
+                srec.update({k: result.stored[k] for k in ("date", "missing") if k in result.stored})
+            c = dataclasses.replace(c, search=srec)
         conclusions.append(c)
     details = dict(ev.details)
     details["search"] = result.summary()
@@ -290,3 +372,325 @@ def apply(ev: Evidence, result: SearchResult) -> Evidence:
         out = dataclasses.replace(out, verdict="violated", counterexamples=to_jsonable(cex[:MAX_STORED_COUNTEREXAMPLES]),
                                   n_counterexamples=ev.n_counterexamples + result.n_counterexamples)
     return out
+
+
+# ------------------------------------------------------------------------------- the search as a step of its own
+
+#: Evaluations per statement of ``python -m verification search`` by default.
+DEFAULT_EVALUATIONS = 200
+#: Design points per cell of the search (the design is split into cells of this size).
+DESIGN_CELL = 50
+#: Fewest steps of a refinement chain.
+MIN_CHAIN = 4
+#: Steps of the short refinement the report runs from each stored best point still below :data:`TARGET`.
+SHORT_REFINE = 3
+#: Identifies a search folder (``params.json``).
+SEARCH_KIND = "prefalign-verify falsification search"
+SUMMARY_NAME = "search.json"
+#: The stored search results the report and the power report start from (the output of
+#: ``python -m verification search ... --store``), one ``<id>.json`` per statement and ``search.json``.
+STORE = Path(__file__).parent / "data" / "search"
+
+
+def _statement(stmt_id: str):
+    from . import registry
+
+    stmt = registry.get_statement(stmt_id)
+    if stmt.search is None:
+        raise ValueError(f"statement {stmt_id} declares no search box (SEARCH)")
+    return stmt
+
+
+def design_cell(stmt_id: str, seed: int, start: int, count: int) -> dict[str, Any]:
+    """A cell of the search: the check of ``stmt_id`` at design points ``start .. start + count − 1``
+    (:func:`design`)."""
+    stmt = _statement(stmt_id)
+    ev = _Evaluations(stmt, stmt.search, seed)
+    t0 = time.process_time()
+    for u in design(stmt.search.dim, count, seed, start):
+        ev(u)
+    return {**ev.record(), "cpu_seconds": time.process_time() - t0}
+
+
+def refine_cell(stmt_id: str, seed: int, starts: list[list], steps: int) -> dict[str, Any]:
+    """The refinement cell of the search: for each ``(conclusion, point, ratio)`` of ``starts`` a (1+1)-ES chain
+    of ``steps`` steps (:meth:`_Evaluations.chain`; generator ``default_rng([seed, 1])``)."""
+    stmt = _statement(stmt_id)
+    ev = _Evaluations(stmt, stmt.search, seed)
+    rng = np.random.default_rng([int(seed), 1])
+    t0 = time.process_time()
+    for name, point, ratio in starts:
+        ev.chain(name, point, ratio, steps, rng)
+    return {**ev.record(), "cpu_seconds": time.process_time() - t0}
+
+
+def merge_records(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The cells' records of one statement merged: per conclusion the best record (the first of the largest
+    ratios, in cell order), the counterexamples and evaluations added up."""
+    best: dict[str, dict] = {}
+    cex: list[dict] = []
+    out = {"evaluations": 0, "n_counterexamples": 0, "errors": [], "cpu_seconds": 0.0}
+    for r in records:
+        out["evaluations"] += int(r["evaluations"])
+        out["n_counterexamples"] += int(r["n_counterexamples"])
+        out["errors"] += list(r["errors"])
+        out["cpu_seconds"] += float(r.get("cpu_seconds", 0.0))
+        cex += r["counterexamples"]
+        for name, rec in r["best"].items():
+            old = best.get(name)
+            if old is None or (rec["best_ratio"] is not None
+                               and (old["best_ratio"] is None or rec["best_ratio"] > old["best_ratio"])):
+                best[name] = rec
+    out["best"] = best
+    out["counterexamples"] = cex[:MAX_STORED_COUNTEREXAMPLES]
+    return out
+
+
+def design_size(evaluations: int) -> int:
+    """Design points of a search of ``evaluations`` evaluations per statement: half of them (the rest refine)."""
+    return max(1, (int(evaluations) + 1) // 2)
+
+
+def refine_plan(merged_design: dict[str, Any], evaluations: int) -> tuple[list[list], int]:
+    """The refinement cell's chains after the design: every conclusion, weakest first (the scores of a box
+    only while below 0), from its best design point; ``steps`` per chain so that the evaluations left over by the
+    design (``evaluations`` minus those it spent) are shared out, at least :data:`MIN_CHAIN` each (the
+    weakest chains first when they do not all fit)."""
+    left = max(0, int(evaluations) - int(merged_design["evaluations"]))
+    best = merged_design["best"]
+    names = [n for n in best if not n.startswith("score: ")
+             or best[n]["best_ratio"] is None or best[n]["best_ratio"] < 0.0]
+    names.sort(key=lambda nm: (-1.0 if best[nm]["best_ratio"] is None else best[nm]["best_ratio"], nm))
+    if not names or left < MIN_CHAIN:
+        return [], 0
+    steps = max(MIN_CHAIN, left // len(names))
+    names = names[: max(1, left // steps)]
+    return [[n, best[n]["point"], best[n]["best_ratio"]] for n in names], steps
+
+
+def search_params(evaluations: int, seed: int) -> dict[str, Any]:
+    """The ``params.json`` of a search folder."""
+    from .dask_engine import folder_params
+
+    return folder_params(SEARCH_KIND, evaluations=int(evaluations), seed=int(seed), design_cell=DESIGN_CELL)
+
+
+def _cell_dir(out: Path, stmt_id: str) -> Path:
+    from .sweep import cell_path
+
+    return cell_path(out, stmt_id, 0).parent
+
+
+def design_cells(out: str | Path, stmts, evaluations: int, seed: int) -> list:
+    """The design cells of a search (``cells/<id>/design-<k>.json``), statement by statement."""
+    from .dask_engine import Cell
+
+    n = design_size(evaluations)
+    return [Cell(f"{s.id}/design-{k}", _cell_dir(Path(out), s.id) / f"design-{k}.json", design_cell,
+                 (s.id, int(seed), start, min(DESIGN_CELL, n - start)))
+            for s in stmts for k, start in enumerate(range(0, n, DESIGN_CELL))]
+
+
+def _read_records(cells) -> list[dict] | None:
+    from .dask_engine import read_cell
+
+    if not all(c.path.is_file() for c in cells):
+        return None
+    return [read_cell(c.path) for c in cells]
+
+
+def refine_cells(out: str | Path, stmts, evaluations: int, seed: int) -> list:
+    """The refinement cells (``cells/<id>/refine.json``) of the statements whose design cells are all written."""
+    from .dask_engine import Cell
+
+    cells = []
+    by_stmt = {}
+    for c in design_cells(out, stmts, evaluations, seed):
+        by_stmt.setdefault(c.args[0], []).append(c)
+    for s in stmts:
+        recs = _read_records(by_stmt[s.id])
+        if recs is None:
+            continue
+        starts, steps = refine_plan(merge_records(recs), evaluations)
+        cells.append(Cell(f"{s.id}/refine", _cell_dir(Path(out), s.id) / "refine.json", refine_cell,
+                          (s.id, int(seed), starts, steps)))
+    return cells
+
+
+def run_search(client, out: str | Path, stmts, *, evaluations: int = DEFAULT_EVALUATIONS, seed: int = 0,
+               progress: bool = True):
+    """The search of every statement of ``stmts`` at ``evaluations`` evaluations each, as cells on the Dask
+    cluster of ``client`` (:func:`verification.dask_engine.run_cells`: atomic, resumable): the design cells of
+    every statement, then the refinement cells, each from its statement's design. Returns the two
+    :class:`~verification.dask_engine.CellRun` (design, refinement)."""
+    from .dask_engine import run_cells, write_params
+
+    write_params(out, search_params(evaluations, seed))
+    first = run_cells(client, design_cells(out, stmts, evaluations, seed), desc="search design", progress=progress)
+    second = run_cells(client, refine_cells(out, stmts, evaluations, seed), desc="search refinement",
+                       progress=progress)
+    return first, second
+
+
+def pending_cells(out: str | Path, stmts, evaluations: int, seed: int) -> int:
+    """Cells a search into ``out`` has left to compute (a refinement cell counts once per statement)."""
+    d = design_cells(out, stmts, evaluations, seed)
+    refined = sum((_cell_dir(Path(out), s.id) / "refine.json").is_file() for s in stmts)
+    return sum(not c.path.is_file() for c in d) + len(stmts) - refined
+
+
+def statement_record(out: str | Path, stmt, evaluations: int, seed: int, date: str) -> dict[str, Any] | None:
+    """The result of one statement's search (its ``worst/<id>.json``): the box, the budget, the evaluations
+    spent, the date, per conclusion the best ratio with the point, ``Config``, seed and instance to reproduce it,
+    and the counterexamples found; None while a cell is missing."""
+    cells = design_cells(out, [stmt], evaluations, seed)
+    recs = _read_records(cells)
+    ref = _cell_dir(Path(out), stmt.id) / "refine.json"
+    if recs is None or not ref.is_file():
+        return None
+    from .dask_engine import read_cell
+
+    m = merge_records(recs + [read_cell(ref)])
+    return to_jsonable({
+        "statement": stmt.id, "family": stmt.search.family, "box": stmt.search.describe(),
+        "params": [p.name for p in stmt.search.params], "budget": int(evaluations), "seed": int(seed), "date": date,
+        "evaluations": m["evaluations"], "cpu_seconds": m["cpu_seconds"], "design_points": design_size(evaluations),
+        "counterexamples": m["n_counterexamples"], "errors": m["errors"][:20],
+        "best_ratio": {k: v["best_ratio"] for k, v in m["best"].items()},
+        "conclusions": m["best"], "search_counterexamples": m["counterexamples"],
+        "reproduce": ("verification.registry.get_statement(statement).search.make_config(params) gives the Config; "
+                      "run(config, numpy.random.default_rng(seed))"),
+    })
+
+
+def write_results(out: str | Path, stmts, evaluations: int, seed: int) -> dict[str, Any]:
+    """Write ``worst/<id>.json`` for every statement whose cells are complete and ``search.json`` (per statement:
+    budget, evaluations, date, counterexamples, best ratio per conclusion); returns the summary."""
+    import datetime
+
+    from sim.cli import atomic_write_text
+
+    out = Path(out)
+    date = datetime.datetime.now(datetime.UTC).date().isoformat()
+    summary: dict[str, Any] = {"kind": SEARCH_KIND, "budget": int(evaluations), "seed": int(seed), "statements": {}}
+    for s in stmts:
+        path = out / "worst" / f"{s.id}.json"
+        rec = statement_record(out, s, evaluations, seed, date)
+        if rec is None:
+            summary["statements"][s.id] = {"complete": False}
+            continue
+        if path.is_file():  # the date of a statement's result is the day its cells were first summarised
+            try:
+                old = json.loads(path.read_text(encoding="utf-8"))
+                if old.get("evaluations") == rec["evaluations"] and old.get("best_ratio") == rec["best_ratio"]:
+                    rec["date"] = old.get("date", date)
+            except (OSError, ValueError):
+                pass
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(path, json.dumps(rec, indent=1, allow_nan=False) + "\n")
+        summary["statements"][s.id] = {k: rec[k] for k in ("budget", "evaluations", "date", "counterexamples",
+                                                           "cpu_seconds", "best_ratio", "box")} | {"complete": True}
+    summary["counterexamples"] = sum(v.get("counterexamples", 0) for v in summary["statements"].values())
+    atomic_write_text(out / SUMMARY_NAME, json.dumps(to_jsonable(summary), indent=1, allow_nan=False) + "\n")
+    return summary
+
+
+def store_results(out: str | Path, store: str | Path = STORE) -> list[str]:
+    """Copy the statement results of the search folder ``out`` (``worst/<id>.json``) into the store ``store`` and
+    rewrite its ``search.json`` from what the store then holds; returns the statements copied."""
+    from sim.cli import atomic_write_text
+
+    src, dst = Path(out), Path(store)
+    dst.mkdir(parents=True, exist_ok=True)
+    copied = []
+    for p in sorted((src / "worst").glob("*.json")):
+        atomic_write_text(dst / p.name, p.read_text(encoding="utf-8"))
+        copied.append(p.stem)
+    index = {}
+    for p in sorted(dst.glob("*.json")):
+        if p.name == SUMMARY_NAME:
+            continue
+        rec = json.loads(p.read_text(encoding="utf-8"))
+        index[rec["statement"]] = {k: rec[k] for k in ("budget", "evaluations", "date", "seed", "counterexamples",
+                                                       "best_ratio")}
+    atomic_write_text(dst / SUMMARY_NAME, json.dumps({"kind": SEARCH_KIND, "statements": index}, indent=1,
+                                                     allow_nan=False) + "\n")
+    return copied
+
+
+def load_stored(stmt, store: str | Path = STORE) -> tuple[dict[str, Any] | None, str]:
+    """The stored search result of ``stmt`` and a word on it: ``(record, "")``, or ``(None, why)`` when there is
+    none or it is stale (its box is not the statement's box today)."""
+    p = Path(store) / f"{stmt.id}.json"
+    if not p.is_file():
+        return None, f"no stored search in {p.parent}"
+    try:
+        rec = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return None, f"cannot read {p}: {exc}"
+    if rec.get("box") != stmt.search.describe():
+        return None, f"the stored search of {stmt.id} ({p}) searched another box: run the search again"
+    return rec, ""
+
+
+def refine_stored(stmt, stored: dict[str, Any], seed: int | None = None, steps: int = SHORT_REFINE,
+                  progress: Callable[[str], None] | None = None) -> SearchResult:
+    """The short refinement the report runs: re-evaluate every stored best point (its ratio is then this code's,
+    not the stored number), then a chain of ``steps`` steps from each conclusion still below :data:`TARGET`.
+    The result carries the stored search's budget, evaluations and date (``stored``)."""
+    t0 = time.perf_counter()
+    seed = int(stored["seed"]) if seed is None else int(seed)
+    ev = _Evaluations(stmt, stmt.search, seed)
+    for rec in stored["conclusions"].values():
+        ev(rec["point"])
+    rng = np.random.default_rng([seed, 2])
+    for name in ev.weakest():
+        rec = ev.best[name]
+        ev.chain(name, rec["point"], rec["best_ratio"], steps, rng)
+    res = ev.result(f"stored ({stored['budget']} per statement) + refinement", time.perf_counter() - t0)
+    res.stored = {"budget": stored["budget"], "evaluations": stored["evaluations"], "date": stored["date"],
+                  "seed": stored["seed"], "refinement_evaluations": ev.evaluations,
+                  "stored_best_ratio": stored["best_ratio"]}
+    res.evaluations = int(stored["evaluations"]) + ev.evaluations
+    if progress is not None:
+        progress(f"  search {stmt.id}: stored ({stored['evaluations']} evaluations, {stored['date']}) refined by "
+                 f"{ev.evaluations} evaluations in {res.seconds:.1f} s")
+    return res
+
+
+def search_statement(stmt, budget: str = STORED, seed: int = 0,
+                     progress: Callable[[str], None] | None = None) -> SearchResult | None:
+    """The falsification search of ``stmt`` (None without a ``SEARCH`` box): with ``budget`` ``"stored"`` the
+    short refinement of its stored result (:func:`refine_stored`; without a current stored result, the
+    ``default`` budget in this process, the result saying why in ``stored["missing"]``), otherwise
+    :func:`falsify` with that budget."""
+    if stmt.search is None:
+        return None
+    if budget != STORED:
+        return falsify(stmt, stmt.search, budget, seed, progress=progress)
+    rec, why = load_stored(stmt)
+    if rec is not None:
+        return refine_stored(stmt, rec, progress=progress)
+    res = falsify(stmt, stmt.search, "default", seed, progress=progress)
+    res.stored = {"missing": why}
+    return res
+
+
+def screen(summary: dict[str, Any]) -> str:
+    """The search's screen summary: per statement the evaluations, CPU seconds, counterexamples and how many
+    conclusions reach :data:`TARGET` (with the weakest)."""
+    lines = [f"falsification search: {summary['budget']} evaluations per statement, seed {summary['seed']}",
+             f"{'id':<8} {'evals':>5} {'cpu s':>7} {'cex':>4}  conclusions >= {TARGET:g}   weakest"]
+    for sid, v in summary["statements"].items():
+        if not v["complete"]:
+            lines.append(f"{sid:<8} incomplete: the same command computes the missing cells")
+            continue
+        ratios = {k: r for k, r in v["best_ratio"].items() if not k.startswith("score: ")}
+        reach = sum(r is not None and r >= TARGET for r in ratios.values())
+        weakest = min(ratios.items(), key=lambda kv: -1.0 if kv[1] is None else kv[1]) if ratios else None
+        wtxt = "" if weakest is None else (f"{'-' if weakest[1] is None else f'{weakest[1]:.3g}'}  "
+                                           f"{weakest[0][:60]}")
+        lines.append(f"{sid:<8} {v['evaluations']:>5} {v['cpu_seconds']:>7.1f} {v['counterexamples']:>4}  "
+                     f"{reach:>3} of {len(ratios):<3}           {wtxt}")
+    lines.append(f"counterexamples in all: {summary['counterexamples']}")
+    return "\n".join(lines)
