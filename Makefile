@@ -21,12 +21,16 @@ MUTATION_FILES ?= sim/preference.py sim/direction.py=tests/test_direction.py,tes
 MUTATION_N     ?= 60
 JOBS           ?= 1
 
+# make search: the falsification search of every statement with a box, SEARCH_BUDGET evaluations each, into
+# runs/search (resumable), its results stored in verification/data/search/ (what `make report` refines from)
+SEARCH_BUDGET ?= 400
+
 # make sweep: a small sweep on a local Dask cluster (override: make sweep SWEEP_IDS="H.43 H.44" SWEEP_SEEDS=0:50)
 SWEEP_IDS   ?= H.9 H.14 S4
 SWEEP_SEEDS ?= 0:4
 WORKERS     ?= 2
 
-.PHONY: venv test test-installed test-browser chromium docs report sweep llm llm-study bench mutation lint clean
+.PHONY: venv test test-installed test-browser chromium docs report search sweep llm llm-study bench mutation lint clean
 # glibc malloc stalls for seconds when torch frees and re-maps large tensors (the MALLOC_ settings avoid it);
 # OpenMP threads that spin on a shared CPU multiply torch's CPU time (passive waiting avoids it)
 LLM_ENV := MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000 OMP_WAIT_POLICY=PASSIVE
@@ -72,6 +76,12 @@ report: $(STAMP)
 ## minutes for the 8 seeds on a 2-core AMD EPYC) into runs/llm-study; resumable
 llm-study: $(STAMP)
 	$(BIN)/python -m llm_runs sweep --preset study --seeds 0:8 --workers 2 --threads 1 --out runs/llm-study
+
+## search: the falsification search as Dask cells (a design and a refinement per statement) into runs/search;
+## the results are copied to the store verification/data/search/ that `make report` refines from
+search: $(STAMP)
+	$(BIN)/python -m verification search --budget $(SEARCH_BUDGET) --seed $(SEED) --workers $(WORKERS) \
+		--out runs/search --store
 
 ## sweep: every (statement, seed) cell as a Dask task on a LocalCluster; cells and summary in sweeps/default/
 sweep: $(STAMP)

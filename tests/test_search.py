@@ -114,3 +114,37 @@ def test_tight_points_join_the_check():
     assert len(pts) == len(stmt.tight_points)
     assert ev.instances == 300 + sum(p["instances"] for p in pts)
     assert ev.conclusion("eq 42: dbar^T g_i^(j) >= -B delta_g").detect_factor > 0.5
+
+
+@pytest.mark.parametrize("sid", SEARCHED)
+def test_every_box_reaches_the_stress_corners_or_says_why_not(sid):
+    """Each box reaches m >= 10, conditioning >= 1e6, lambda_min <= 1e-12 and near-collinear Gram matrices, or its
+    ``excluded`` says why not (the dashboard shows the reasons)."""
+    from verification.search import REACH
+
+    reach = registry.get_statement(sid).search.reach()
+    assert list(reach) == list(REACH)
+    missing = [k for k, v in reach.items() if v == "NOT REACHED"]
+    assert not missing, f"{sid}: the box neither reaches nor excludes {missing}"
+    for v in reach.values():
+        assert v.startswith("excluded: ") and len(v) > 40 or " in [" in v
+
+
+def test_reach_is_decided_from_the_box():
+    from verification.search import F1_SHAPE
+
+    space = SearchSpace(params=(Param("m", 2, 12, "int"), *F1_SHAPE, Param("lambda_min", 1e-13, 1e-2, "log")),
+                        config=dict)
+    assert all(v != "NOT REACHED" and not v.startswith("excluded") for v in space.reach().values())
+    narrow = SearchSpace(params=(Param("m", 2, 4, "int"),), config=dict, excluded={"m >= 10": "m is fixed"})
+    r = narrow.reach()
+    assert r["m >= 10"] == "excluded: m is fixed" and r["conditioning >= 1e6"] == "NOT REACHED"
+    with pytest.raises(ValueError, match="excluded keys"):
+        SearchSpace(params=(Param("m", 2, 4, "int"),), config=dict, excluded={"m > 3": "no"})
+    # a point without a parameter takes its default; an unknown name is refused
+    sp = SearchSpace(params=(Param("a", 0, 1), Param("b", 0, 1, default=0.25)), config=dict)
+    assert sp.make_config({"a": 0.5}) == {"a": 0.5, "b": 0.25}
+    with pytest.raises(ValueError, match="unknown parameter"):
+        sp.make_config({"a": 0.5, "c": 1})
+    with pytest.raises(ValueError, match="no default"):
+        sp.make_config({"b": 0.5})

@@ -565,16 +565,29 @@ class Conclusion:
             out["detect_factor"] = None if self.detect_factor is None else _json_float(self.detect_factor)
             out["method"] = ("factor at which the confidence bound crosses" if self.kind == "monte_carlo"
                              else "max 1 - (rhs - lhs)/|rhs| (= max lhs/rhs for rhs > 0)")
+            srch = (self.search or {}).get("best_ratio")
+            fam = self.family_detect_factor
+            # every source whose instances detect the weakened bound: the default family, the designed tight
+            # points (the check's factor above the family's), the falsification search (its best ratio)
+            sources = [name for name, ok in (
+                ("default family", fam is not None and fam > factor),
+                ("designed tight point", self.detect_factor is not None and self.detect_factor > factor
+                 and not (fam is not None and fam > factor)),
+                ("falsification search", srch is not None and srch > factor)) if ok]
+            if self.search is not None:
+                out["detection_sources"] = sources
             if out["status"] == "detected":
-                fam = self.family_detect_factor
                 out["detected_by"] = ("default family" if fam is not None and fam > factor
                                       else "designed tight point")
                 if self.n_detecting is not None and factor == POWER_FACTOR:
                     out["detecting_instances"] = int(self.n_detecting)
                     if self.n_detecting < FEW_DETECTING:
-                        out["few_instances"] = (f"rests on {self.n_detecting} instance"
-                                                f"{'s' * (self.n_detecting != 1)} (< {FEW_DETECTING})")
-            elif (self.search or {}).get("best_ratio") is not None and self.search["best_ratio"] > factor:
+                        out["few_instances"] = (
+                            f"rests on {self.n_detecting} Monte Carlo assertion{'s' * (self.n_detecting != 1)} "
+                            f"(each one mean over its runs: one instance by construction)"
+                            if self.kind == "monte_carlo" else
+                            f"rests on {self.n_detecting} instance{'s' * (self.n_detecting != 1)} (< {FEW_DETECTING})")
+            elif srch is not None and srch > factor:
                 out["detected_by"] = "falsification search only"
         if self.search is not None:
             out["search_best_ratio"] = self.search.get("best_ratio")

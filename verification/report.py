@@ -311,6 +311,9 @@ def _worst_record(ev: Evidence, search) -> dict[str, Any]:
         rec["conclusions"][c.name] = entry
     if search is not None:
         rec["search"] = search.summary()
+        stmt = registry.get_statement(ev.id)
+        if stmt.search is not None:
+            rec["search"]["reach"] = stmt.search.reach()
         rec["search_counterexamples"] = search.counterexamples
         rec["reproduce"] = ("verification.registry.get_statement(id).run(Config(**config), "
                             "numpy.random.default_rng(seed)) with the module's Config")
@@ -339,6 +342,7 @@ def _power_counts(row: dict) -> dict[str, Any]:
     return {"numeric": len(numeric), "detected": len(det), "weak": weak,
             "unexplained": [c for c in weak if not c["power"].get("reason")],
             "tight_point": [c for c in det if c["power"].get("detected_by") == "designed tight point"],
+            "search": [c for c in numeric if "falsification search" in (c["power"].get("detection_sources") or ())],
             "few": [c for c in det if c["power"].get("few_instances")]}
 
 
@@ -360,9 +364,13 @@ def _power_totals(rows) -> str:
     w = sum(len(p["weak"]) for p in tot)
     u = sum(len(p["unexplained"]) for p in tot)
     tp = sum(len(p["tight_point"]) for p in tot)
+    tp_found = sum(sum("falsification search" in (c["power"].get("detection_sources") or ()) for c in p["tight_point"])
+                   for p in tot)
     few = sum(len(p["few"]) for p in tot)
-    return (f"{d}/{n} numeric conclusions detect a halved bound ({tp} of them only at a designed tight point, "
-            f"{few} on fewer than {FEW_DETECTING} instances); {w} weak ({u} without a stated reason)")
+    found = sum(len(p["search"]) for p in tot)
+    return (f"{d}/{n} numeric conclusions detect a halved bound ({tp} of them only at a designed tight point, of "
+            f"which the falsification search finds {tp_found} on its own; {few} on fewer than {FEW_DETECTING} "
+            f"instances); the search alone detects {found}/{n}; {w} weak ({u} without a stated reason)")
 
 
 def report_command(ids: list[str], *, scale: str, seed: int, studies: bool, llm: bool = True,
@@ -559,9 +567,42 @@ def _control_rows(res: ReportResult, results) -> list[dict[str, str]]:
     return out
 
 
+SEARCH_INTRO = ("The falsification search (`python -m verification search --budget N --store`, "
+                "`verification/data/search/`) tries to break every numeric conclusion on its family's box; the report "
+                "re-evaluates its stored best points and refines those still below 0.5 by a few steps. Per statement: "
+                "the stored search's budget, evaluations and date, the refinement's evaluations, the counterexamples "
+                "found, and whether the box reaches each stress corner (m >= 10, conditioning >= 1e6, "
+                "lambda_min <= 1e-12, near-collinear Gram matrices) or why it does not.")
+
+
+def _search_rows(results) -> list[dict[str, str]]:
+    """One row per statement with a search box: the stored search's budget, evaluations and date, the
+    refinement's evaluations, counterexamples, and the box's reach of :data:`verification.search.REACH`."""
+    out = []
+    for s, _, row in results:
+        if s.search is None:
+            continue
+        d = ((row.get("details") or {}).get("search")) or {}
+        st = d.get("stored") or {}
+        reach = s.search.reach()
+        out.append({
+            "id": s.id,
+            "stored": ("none: " + st["missing"]) if st.get("missing") else
+                      (f"{st.get('budget', '-')} / {st.get('evaluations', '-')} ({st.get('date', '-')})" if st else
+                       f"run here: {d.get('budget', '-')}"),
+            "refined": str(st.get("refinement_evaluations", d.get("evaluations", "-")) if st and not st.get("missing")
+                           else d.get("evaluations", "-")),
+            "cex": str(d.get("counterexamples", "-")),
+            "reach": "; ".join(f"{k}: " + ("yes" if not v.startswith(("excluded", "NOT")) else v)
+                               for k, v in reach.items()),
+        })
+    return out
+
+
 def _detect_cell(p: dict) -> str:
     """The detection factor, with where a detection comes from (the default family or a designed tight point)
-    and, below :data:`FEW_DETECTING` instances, on how many it rests."""
+    and, below :data:`FEW_DETECTING` instances, on how many it rests; then every source that detects the
+    weakened bound (the falsification search among them) when the search ran."""
     cell = _fmt(p.get("detect_factor"))
     by = p.get("detected_by")
     if by:
@@ -569,7 +610,26 @@ def _detect_cell(p: dict) -> str:
         cell += f" ({by}" + (f", {n} instance{'s' * (n != 1)}" if n is not None else "") + ")"
     if p.get("few_instances"):
         cell += f"; {p['few_instances']}"
+    if "detection_sources" in p:
+        src = p["detection_sources"]
+        cell += "; detected at the factor by: " + (", ".join(src) if src else "none")
     return cell
+
+
+def _search_cell(search: dict) -> str:
+    """The falsification search's best ratio with its budget: the evaluations (the stored search's and the
+    refinement's) and the date of the stored search."""
+    if not search:
+        return "-"
+    cell = _fmt(search.get("best_ratio"))
+    bits = [f"{search['evaluations']} evaluations"] if search.get("evaluations") is not None else []
+    if search.get("detecting_points") is not None:
+        bits.append(f"above 0.5 at {search['detecting_points']} of its {search['design_points']} design points")
+    if search.get("date"):
+        bits.append(str(search["date"]))
+    if search.get("missing"):
+        bits.append(f"no stored search: {search['missing']}")
+    return cell + (f" ({', '.join(bits)})" if bits else "")
 
 
 def _conclusion_rows(row: dict) -> list[dict[str, str]]:
@@ -583,7 +643,7 @@ def _conclusion_rows(row: dict) -> list[dict[str, str]]:
         out.append({
             "name": c["name"], "kind": c["kind"], "tightness": _fmt(c["tightness"]),
             "held": f"{c['instances'] - c['excluded']} / {c['excluded']}", "cex": str(c["counterexamples"]),
-            "power": status, "detect": _detect_cell(p), "search": _fmt(search.get("best_ratio")),
+            "power": status, "detect": _detect_cell(p), "search": _search_cell(search),
             "reason": p.get("reason", "") if p["status"] == "weak" else "",
         })
     return out
@@ -716,11 +776,21 @@ def dashboard_markdown(res: ReportResult, results, study_results, *, scale: str,
         lines += [f"| {c['id']} | {_md(c['breaks'])} | {c['flagged']} / {c['instances']} | {c['failed']} | "
                   f"{c['state']} |" for c in controls]
         lines += [""]
+    srows = _search_rows(results)
+    if srows:
+        lines += ["## Falsification search", "", SEARCH_INTRO, "",
+                  "| statement | stored budget / evaluations (date) | refinement evaluations | counterexamples | "
+                  "box reaches |", "|---|---|---|---|---|"]
+        lines += [f"| {c['id']} | {_md(c['stored'])} | {c['refined']} | {c['cex']} | {_md(c['reach'])} |"
+                  for c in srows]
+        lines += [""]
     lines += ["## Conclusions of each statement", "",
               "Per conclusion: kind, tightness (max lhs/rhs), hypotheses held / excluded, counterexamples, power at "
               f"factor {POWER_FACTOR} (the detection factor `1 − (rhs − lhs)/|rhs|`, or the Monte Carlo crossing "
               "factor; for a detection, whether it comes from the default family or a designed tight point "
-              f"(`TIGHT_POINTS`) and on how many instances it rests), the falsification search's best ratio on the family (`worst/<id>.json`) and, for a weak "
+              f"(`TIGHT_POINTS`), on how many instances it rests, and every source that detects it: default family, "
+              "designed tight point, falsification search), the falsification search's best ratio on the family with "
+              "its evaluations and date (`worst/<id>.json`) and, for a weak "
               "bound, the reason it cannot be approached there; then how the constants were estimated.", ""]
     by_id = {row["id"]: row for row in res.rows}
     for s, _, _ in results:
@@ -909,6 +979,14 @@ def dashboard_html(res: ReportResult, results, study_results, *, scale: str, see
                 f"<tr><td>{esc(c['id'])}</td><td>{esc(c['breaks'])}</td><td>{c['flagged']} / {c['instances']}</td>"
                 f"<td>{c['failed']}</td><td class='{c['state']}'>{c['state']}</td></tr>" for c in controls)
             + "</table></div>")
+    srows = _search_rows(results)
+    if srows:
+        body.append(
+            f"<h2>Falsification search</h2><p>{_inline_html(SEARCH_INTRO)}</p><div class='scroll'><table><tr>"
+            "<th>statement</th><th>stored budget / evaluations (date)</th><th>refinement evaluations</th>"
+            "<th>counterexamples</th><th>box reaches</th></tr>" + "".join(
+                f"<tr><td>{esc(c['id'])}</td><td>{esc(c['stored'])}</td><td>{c['refined']}</td><td>{c['cex']}</td>"
+                f"<td>{esc(c['reach'])}</td></tr>" for c in srows) + "</table></div>")
     per_statement = res.budget.get("per_statement", {})
     body.append("<h2>Confidence-level assertions (one family-wise budget)</h2>" + (
         "<div class='scroll'><table><tr><th>statement</th><th>assertions</th><th>sum of delta</th></tr>" + "".join(

@@ -40,7 +40,7 @@ from .evidence import MAX_STORED_COUNTEREXAMPLES, Evidence, bound_factor, to_jso
 
 __all__ = ["TARGET", "Param", "SearchSpace", "Budget", "BUDGETS", "STORED", "SearchResult", "falsify", "apply",
            "design", "run_search", "write_results", "store_results", "load_stored", "refine_stored", "search_statement",
-           "DEFAULT_EVALUATIONS", "STORE"]
+           "DEFAULT_EVALUATIONS", "STORE", "REACH", "F1_SHAPE", "PLANTED_LAMBDA"]
 
 #: The tightness every numeric conclusion should reach on its family (a halved bound is then detected).
 TARGET = 0.5
@@ -86,6 +86,17 @@ class Param:
         return f"{self.name} in [{self.low:g}, {self.high:g}] ({self.scale})"
 
 
+#: What a search box should reach where the statement's hypotheses allow it (issue of the search's budget): each
+#: box reaches each of these or says in ``SearchSpace.excluded`` why not. :meth:`SearchSpace.reach` decides the
+#: first three from the box: a parameter ``m`` up to 10 or more, ``kappa_Q`` up to 1e6 or more, ``lambda_min``
+#: down to 1e-12 or less; near-collinear Gram matrices from ``kappa_Q`` down to 1 with ``s_c`` down to 1e-3 or
+#: less (identical Hessians and nearly common centres: the gradients nearly parallel), or a ``collinearity``
+#: parameter.
+M_10, CONDITIONING, LAMBDA_MIN, COLLINEAR = ("m >= 10", "conditioning >= 1e6", "lambda_min <= 1e-12",
+                                            "near-collinear Gram")
+REACH = (M_10, CONDITIONING, LAMBDA_MIN, COLLINEAR)
+
+
 @dataclass(frozen=True)
 class SearchSpace:
     """A family's parameter box and the map to the check's ``Config``.
@@ -101,11 +112,44 @@ class SearchSpace:
     family: str = ""
     targets: tuple[str, ...] = ()
     scores: Callable[[Evidence], dict[str, float]] | None = None
+    #: for each of :data:`REACH` the box does not reach, why (the statement's hypotheses or family exclude it)
+    excluded: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self):
         names = [p.name for p in self.params]
         if not names or len(set(names)) != len(names):
             raise ValueError(f"SearchSpace: parameter names must be non-empty and unique; got {names}")
+        unknown = sorted(set(self.excluded) - set(REACH))
+        if unknown:
+            raise ValueError(f"SearchSpace: excluded keys must be among {list(REACH)}; got {unknown}")
+
+    def param(self, name: str) -> Param | None:
+        return next((p for p in self.params if p.name == name), None)
+
+    def reach(self) -> dict[str, str]:
+        """For each of :data:`REACH`: the parameter range that reaches it, ``"excluded: <why>"``, or
+        ``"NOT REACHED"`` (a box that neither reaches nor excludes it; a test refuses such a box)."""
+        def hi(name, at_least):
+            p = self.param(name)
+            return p is not None and p.scale != "choice" and p.high >= at_least
+
+        def lo(name, at_most):
+            p = self.param(name)
+            return p is not None and p.scale != "choice" and p.low <= at_most
+
+        got = {M_10: hi("m", 10), CONDITIONING: hi("kappa_Q", 1e6), LAMBDA_MIN: lo("lambda_min", 1e-12),
+               COLLINEAR: (lo("kappa_Q", 1.0) and lo("s_c", 1e-3)) or self.param("collinearity") is not None}
+        names = {M_10: ("m",), CONDITIONING: ("kappa_Q",), LAMBDA_MIN: ("lambda_min",),
+                 COLLINEAR: ("kappa_Q", "s_c", "collinearity")}
+        out = {}
+        for key in REACH:
+            if got[key]:
+                out[key] = "; ".join(self.param(n).describe() for n in names[key] if self.param(n) is not None)
+            elif key in self.excluded:
+                out[key] = f"excluded: {self.excluded[key]}"
+            else:
+                out[key] = "NOT REACHED"
+        return out
 
     @property
     def dim(self) -> int:
@@ -133,6 +177,16 @@ class SearchSpace:
 
     def describe(self) -> list[str]:
         return [p.describe() for p in self.params]
+
+
+#: The F1 shape parameters of a box (``sim.problems.PlantedQuadraticCluster.make``): the conditioning ``κ_Q`` of
+#: every ``Q_j`` and the centre spread ``s_c``; at ``κ_Q = 1`` and small ``s_c`` the gradients are nearly
+#: collinear. Their defaults are the family's (a ``TIGHT_POINTS`` entry without them keeps the family).
+F1_SHAPE = (Param("kappa_Q", 1.0, 1e6, "log", default=3.0), Param("s_c", 1e-4, 1.0, "log", default=1.0))
+#: Why a planted F1/F2 box does not reach a tiny ``λ_min``.
+PLANTED_LAMBDA = ("lambda is planted, lambda_j proportional to 1/l_j(w*) with l_j >= b_j >= 0.3 and l_j(w*) bounded "
+                  "on the box: lambda_min cannot approach 1e-12 in this family; tiny lambda_min is searched on the "
+                  "LP families (H.4, H.10)")
 
 
 @dataclass(frozen=True)
@@ -217,6 +271,9 @@ class _Evaluations:
         self.evaluations = 0
         self.errors: list[str] = []
         self.cache: dict[tuple, dict] = {}
+        #: per conclusion, the evaluated points where its ratio exceeds TARGET (instances of the family, found
+        #: by the search, at which a bound too small by half is detected)
+        self.detecting: dict[str, int] = {}
 
     def __call__(self, u) -> dict[str, tuple]:
         u = np.clip(np.asarray(u, dtype=np.float64), 0.0, 1.0)
@@ -237,6 +294,8 @@ class _Evaluations:
         if self.space.scores is not None:
             sc.update({f"score: {k}": (float(v), None, 0) for k, v in self.space.scores(ev).items()})
         for name, (ratio, worst, n_cex) in sc.items():
+            if ratio is not None and ratio > TARGET and not name.startswith("score: "):
+                self.detecting[name] = self.detecting.get(name, 0) + 1
             rec = self.best.get(name)
             if ratio is not None and (rec is None or rec["best_ratio"] is None or ratio > rec["best_ratio"]):
                 self.best[name] = {"best_ratio": float(ratio), "point": u.tolist(), "params": params,
@@ -286,7 +345,7 @@ class _Evaluations:
 
     def record(self) -> dict[str, Any]:
         """A JSON-ready record of these evaluations (a cell of :func:`run_search`)."""
-        return to_jsonable({"evaluations": self.evaluations, "best": self.best,
+        return to_jsonable({"evaluations": self.evaluations, "best": self.best, "detecting": self.detecting,
                             "counterexamples": self.counterexamples, "n_counterexamples": self.n_counterexamples,
                             "errors": self.errors[:20]})
 
@@ -362,6 +421,9 @@ def apply(ev: Evidence, result: SearchResult) -> Evidence:
                     "budget": result.budget, "counterexamples": rec["counterexamples"]}
             if result.stored is not None:
                 srec.update({k: result.stored[k] for k in ("date", "missing") if k in result.stored})
+                if "detecting_points" in result.stored:
+                    srec["detecting_points"] = int(result.stored["detecting_points"].get(c.name, 0))
+                    srec["design_points"] = int(result.stored.get("design_points", 0))
             c = dataclasses.replace(c, search=srec)
         conclusions.append(c)
     details = dict(ev.details)
@@ -421,7 +483,8 @@ def refine_cell(stmt_id: str, seed: int, starts: list[list], steps: int) -> dict
     t0 = time.process_time()
     for name, point, ratio in starts:
         ev.chain(name, point, ratio, steps, rng)
-    return {**ev.record(), "cpu_seconds": time.process_time() - t0}
+    # the chains' points cluster around their starts: only the design's points are counted as detecting
+    return {**ev.record(), "detecting": {}, "cpu_seconds": time.process_time() - t0}
 
 
 def merge_records(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
@@ -429,8 +492,11 @@ def merge_records(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     ratios, in cell order), the counterexamples and evaluations added up."""
     best: dict[str, dict] = {}
     cex: list[dict] = []
+    detecting: dict[str, int] = {}
     out = {"evaluations": 0, "n_counterexamples": 0, "errors": [], "cpu_seconds": 0.0}
     for r in records:
+        for name, n in r.get("detecting", {}).items():
+            detecting[name] = detecting.get(name, 0) + int(n)
         out["evaluations"] += int(r["evaluations"])
         out["n_counterexamples"] += int(r["n_counterexamples"])
         out["errors"] += list(r["errors"])
@@ -442,6 +508,7 @@ def merge_records(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
                                and (old["best_ratio"] is None or rec["best_ratio"] > old["best_ratio"])):
                 best[name] = rec
     out["best"] = best
+    out["detecting"] = detecting
     out["counterexamples"] = cex[:MAX_STORED_COUNTEREXAMPLES]
     return out
 
@@ -557,6 +624,8 @@ def statement_record(out: str | Path, stmt, evaluations: int, seed: int, date: s
         "evaluations": m["evaluations"], "cpu_seconds": m["cpu_seconds"], "design_points": design_size(evaluations),
         "counterexamples": m["n_counterexamples"], "errors": m["errors"][:20],
         "best_ratio": {k: v["best_ratio"] for k, v in m["best"].items()},
+        # per conclusion, the design points (space-filling, independent of the chains) with a ratio above TARGET
+        "detecting_points": {k: m["detecting"].get(k, 0) for k in m["best"] if not k.startswith("score: ")},
         "conclusions": m["best"], "search_counterexamples": m["counterexamples"],
         "reproduce": ("verification.registry.get_statement(statement).search.make_config(params) gives the Config; "
                       "run(config, numpy.random.default_rng(seed))"),
@@ -650,7 +719,9 @@ def refine_stored(stmt, stored: dict[str, Any], seed: int | None = None, steps: 
     res = ev.result(f"stored ({stored['budget']} per statement) + refinement", time.perf_counter() - t0)
     res.stored = {"budget": stored["budget"], "evaluations": stored["evaluations"], "date": stored["date"],
                   "seed": stored["seed"], "refinement_evaluations": ev.evaluations,
-                  "stored_best_ratio": stored["best_ratio"]}
+                  "stored_best_ratio": stored["best_ratio"],
+                  "detecting_points": stored.get("detecting_points", {}),
+                  "design_points": stored.get("design_points", 0)}
     res.evaluations = int(stored["evaluations"]) + ev.evaluations
     if progress is not None:
         progress(f"  search {stmt.id}: stored ({stored['evaluations']} evaluations, {stored['date']}) refined by "

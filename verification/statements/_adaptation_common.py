@@ -408,8 +408,8 @@ def mc_claim(label: str, samples, bound: float, *, delta: float, **extra) -> tup
 MC_RMSPROP_REASON = (
     "the bound's floor L0 alpha p+^2 sigma0^2/(2 mu_PL p- S) with alpha = p-/(L0 p+^2) equals sigma0^2/(2 mu_PL S) "
     "whatever the preconditioner, while the realised steps alpha P_k <= p-/(L0 p+) are shorter by up to p+/p-, and "
-    "on the reference F3 instance (kappa_Q = 6) contraction at mu_PL and noise at L0 cost another factor; the "
-    "falsification search over (p+/p-, S, K) stays below 0.1. The tight instance of the same claim (Q = I, P = I, "
+    "on the reference F3 instance (kappa_Q = 6) contraction at mu_PL and noise at L0 cost another factor (the "
+    "stored falsification search's best ratio over (p+/p-, S, K) is shown beside this reason). The tight instance of the same claim (Q = I, P = I, "
     "alpha = 1/L0: E X = b) is run by Monte Carlo in this statement and detects a bound too small by 2")
 
 
@@ -547,6 +547,19 @@ class ClusterStarts:
     transient: dict
     constants: dict
 
+
+#: Why the adaptation boxes (H.39-41, H.43, H.44, H.45, Thm A) do not reach the search's stress corners
+#: (:data:`verification.search.REACH`): they vary the preconditioner spread, S and K on F3 instances whose shape
+#: is fixed by THEOREMS.md §3.0, so m, the conditioning, lambda_min and collinearity are not searched there.
+F3_FIXED = {
+    "m >= 10": "F3's new client has m = 3 objectives sharing one minimiser (THEOREMS.md §3.0); m is not searched in "
+               "this box",
+    "conditioning >= 1e6": "F3's Hessian spectrum is fixed ([0.5, 3], kappa_Q = 6, or Q = I for the tight instance); "
+                           "the conditioning is not searched in this box",
+    "lambda_min <= 1e-12": "F3's lambda_new = (0.5, 0.3, 0.2) is fixed; lambda_min is not searched in this box",
+    "near-collinear Gram": "all of F3's objectives share one Hessian and one minimiser (their gradients are exactly "
+                           "collinear at every w); the box has no further collinearity to vary",
+}
 
 def f3_cluster(prob: CommonMinimizer, rng, n_clients: int, spread: float) -> PlantedQuadraticCluster:
     """F1-type cluster whose new client is ``prob`` (T-H44(a)): the common objectives

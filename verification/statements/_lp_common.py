@@ -154,11 +154,12 @@ def analyse_cluster(problem: PlantedQuadraticCluster, w: np.ndarray, rho: np.nda
 
 
 def random_cluster(rng: np.random.Generator, spread: float, n_clients: int, m_choices, n_w_max: int,
-                   radius: tuple[float, float], rho_conc: float = 5.0) -> ClusterLP:
+                   radius: tuple[float, float], rho_conc: float = 5.0, kappa_Q: float = 3.0,
+                   s_c: float = 1.0) -> ClusterLP:
     """T-H6/T-H7 instance: F1 cluster, ``w = w*(u_0) + r ξ/‖ξ‖``, ``ρ ~ Dirichlet(rho_conc·1)``."""
     m = int(rng.choice(np.asarray(m_choices)))
     n_w = int(rng.integers(m, n_w_max + 1))
-    prob = PlantedQuadraticCluster.make(rng, m, n_w, n_clients, spread=spread)
+    prob = PlantedQuadraticCluster.make(rng, m, n_w, n_clients, spread=spread, kappa_Q=kappa_Q, s_c=s_c)
     w0 = prob.planted_client(prob.u0)[1]
     xi = rng.standard_normal(n_w)
     w = w0 + rng.uniform(*radius) * xi / np.linalg.norm(xi)

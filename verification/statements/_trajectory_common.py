@@ -192,6 +192,8 @@ class ChainConfig:
     n_region: int = 1000
     region_min_radius: float = 0.3
     region_cover: float = 1.1
+    kappa_Q: float = 3.0  # F1 conditioning of each Q_j (sim.problems.PlantedQuadraticCluster.make)
+    s_c: float = 1.0  # F1 centre spread (small with kappa_Q = 1: nearly collinear gradients)
     # F4 double well (T-H31(e))
     dw_etas: tuple = (0.01, 0.003)
     dw_w0: float = 1.2
@@ -212,6 +214,7 @@ class ChainConfig:
             rounds=self.rounds, t0=self.t0, start_noise=self.start_noise, eps_mode=self.eps_mode,
             n_grid=self.n_grid, c_min=self.c_min, n_region=self.n_region,
             region_min_radius=self.region_min_radius, region_cover=self.region_cover,
+            kappa_Q=self.kappa_Q, s_c=self.s_c,
         )
 
 
@@ -223,19 +226,21 @@ def chain_search(config_cls, *, rounds: int = 120, t0: int = 30, **fixed):
     """The falsification-search box of the T-H31 design (:mod:`verification.search`), shared by H.28, H.29, H.31,
     Cor-C and H.37: preference spread ``s_u``, step size ``ηL₀``, start noise, ``m``, ``n_w``, ``N``; one run of
     ``rounds`` rounds per evaluation (``fixed``: further fields of ``config_cls``)."""
-    from verification.search import Param, SearchSpace
+    from verification.search import F1_SHAPE, LAMBDA_MIN, PLANTED_LAMBDA, Param, SearchSpace
 
     def config(p):
         return config_cls(n_runs=1, m=p["m"], n_w=max(p["n_w"], p["m"]), n_clients=p["n_clients"],
                           spreads=(p["spread"],), eta_factors=(p["eta_factor"],), rounds=rounds, t0=t0,
-                          start_noise=p["start_noise"], n_region=300, **fixed)
+                          start_noise=p["start_noise"], n_region=300, kappa_Q=p["kappa_Q"], s_c=p["s_c"], **fixed)
 
     return SearchSpace(
         params=(Param("spread", 1e-3, 0.5, "log"), Param("eta_factor", 3e-3, 0.5, "log"),
-                Param("start_noise", 0.02, 3.0, "log"), Param("m", 2, 4, "int"), Param("n_w", 2, 6, "int"),
-                Param("n_clients", 2, 5, "int")),
+                Param("start_noise", 0.02, 3.0, "log"), Param("m", 2, 12, "int"), Param("n_w", 2, 12, "int"),
+                Param("n_clients", 2, 5, "int"), *F1_SHAPE),
         config=config,
-        family="F1 shared-iteration runs: preference spread, step size eta L0, start noise, m, n_w, N",
+        family="F1 shared-iteration runs: preference spread, step size eta L0, start noise, m, n_w, N, "
+               "conditioning kappa_Q, centre spread s_c",
+        excluded={LAMBDA_MIN: PLANTED_LAMBDA},
     )
 
 
@@ -460,7 +465,7 @@ def region_constants(rng, P, traj, pl: PointLP, t0: int, eta_points, widths_eta,
 
 @memo_rng
 def f1_chain(rng: np.random.Generator, *, m, n_w, n_clients, spread, eta_factor, rounds, t0, start_noise, eps_mode,
-             n_grid, c_min, n_region, region_min_radius, region_cover) -> ChainRun:
+             n_grid, c_min, n_region, region_min_radius, region_cover, kappa_Q=3.0, s_c=1.0) -> ChainRun:
     """One T-H31 run (see :class:`ChainConfig`). Constants:
 
     * ``L₀ = max_j ‖Q_j‖`` (:func:`sim.constants.smoothness_quadratic`, exact);
@@ -472,7 +477,7 @@ def f1_chain(rng: np.random.Generator, *, m, n_w, n_clients, spread, eta_factor,
     * region constants (O-8): the same procedure on ``n_region`` uniform points of ``𝒩 = B(mean w_i*, R)``,
       ``B`` = exact F1 bound on the ball (:func:`sim.constants.gradient_bound_quadratic_ball`).
     """
-    P = PlantedQuadraticCluster.make(rng, m=m, n_w=n_w, n_clients=n_clients, spread=spread)
+    P = PlantedQuadraticCluster.make(rng, m=m, n_w=n_w, n_clients=n_clients, spread=spread, kappa_Q=kappa_Q, s_c=s_c)
     N = P.n_clients
     L0 = float(smoothness_quadratic(P.hessians))
     eta = eta_factor / L0

@@ -48,7 +48,7 @@ from sim.direction import lp_direction, lp_direction_reference
 from sim.preference import adjustment, preference_uniformity, uniformity_and_adjustment
 from sim.problems import PerturbedClients, PlantedQuadraticCluster
 from verification.evidence import Evidence, HypothesisMonitor
-from verification.search import Param, SearchSpace
+from verification.search import F1_SHAPE, LAMBDA_MIN, PLANTED_LAMBDA, Param, SearchSpace
 
 STATEMENT_ID = "H.1-3"
 NUMBER = "1-3"
@@ -61,6 +61,8 @@ C_DBAL = "||d_bal,i|| / (sqrt(m) B ||A_i||) <= 1"
 
 @dataclass(frozen=True)
 class Config:
+    kappa_Q: float = 3.0  # F1 conditioning of each Q_j (the search box varies it)
+    s_c: float = 1.0  # F1 centre spread (small with kappa_Q = 1: nearly collinear gradients)
     n_runs: int = 16  # half F1, half F2
     n_clients: int = 3
     m_values: tuple = (2, 3, 4)
@@ -77,7 +79,7 @@ def _problem(rng, k: int, cfg: Config):
     m = int(cfg.m_values[k % len(cfg.m_values)])
     n_w = int(rng.integers(m, cfg.n_w_max + 1))
     if k % 2 == 0:
-        return PlantedQuadraticCluster.make(rng, m, n_w, cfg.n_clients, spread=0.1)
+        return PlantedQuadraticCluster.make(rng, m, n_w, cfg.n_clients, spread=0.1, kappa_Q=cfg.kappa_Q, s_c=cfg.s_c)
     return PerturbedClients.make(rng, m, n_w, cfg.n_clients, shift=cfg.f2_shift, spread=0.1)
 
 
@@ -147,11 +149,12 @@ def _trajectory(prob, cfg: Config, rng):
 
 
 SEARCH = SearchSpace(
-    params=(Param("m", 2, 4, "int"), Param("n_w_max", 2, 6, "int"), Param("eta_factor", 1e-3, 0.5, "log"),
-            Param("start_radius", 0.05, 2.0, "log"), Param("f2_shift", 1e-3, 0.5, "log")),
-    config=lambda p: Config(n_runs=2, m_values=(p["m"],), n_w_max=max(p["n_w_max"], p["m"]), steps=15,
+    params=(Param("m", 2, 12, "int"), Param("n_w_max", 2, 12, "int"), Param("eta_factor", 1e-3, 0.5, "log"),
+            Param("start_radius", 0.05, 2.0, "log"), Param("f2_shift", 1e-3, 0.5, "log"), *F1_SHAPE),
+    config=lambda p: Config(kappa_Q=p["kappa_Q"], s_c=p["s_c"], n_runs=2, m_values=(p["m"],), n_w_max=max(p["n_w_max"], p["m"]), steps=15,
                             eta_factor=p["eta_factor"], start_radius=p["start_radius"], f2_shift=p["f2_shift"]),
     family="F1/F2 clusters along the shared iteration: m, n_w, step size, start radius, client shift",
+    excluded={LAMBDA_MIN: PLANTED_LAMBDA},
 )
 
 
@@ -216,7 +219,7 @@ def negative_control(config: Config | None, rng: np.random.Generator) -> Evidenc
     for k in range(n):
         m = int(cfg.m_values[k % len(cfg.m_values)])
         n_w = int(rng.integers(m, cfg.n_w_max + 1))
-        base = PlantedQuadraticCluster.make(rng, m, n_w, cfg.n_clients, spread=0.1)
+        base = PlantedQuadraticCluster.make(rng, m, n_w, cfg.n_clients, spread=0.1, kappa_Q=cfg.kappa_Q, s_c=cfg.s_c)
         offsets = base.offsets - base.offsets.min()  # b_min = 0
         j0 = int(np.argmin(offsets))
         prob = dataclasses.replace(base, offsets=offsets)

@@ -56,7 +56,7 @@ from sim.hull import min_norm_weights_from_gram
 from sim.preference import normalizer, preference_uniformity
 from sim.problems import PlantedQuadraticCluster
 from verification.evidence import LP_TOL, POSITIVITY_RTOL, Evidence, HypothesisMonitor
-from verification.search import Param, SearchSpace
+from verification.search import F1_SHAPE, Param, SearchSpace
 
 STATEMENT_ID = "H.4"
 NUMBER = "4"
@@ -65,6 +65,9 @@ NAME = "EPO LP properties (P-a, P-b, P-d), feasibility, MGDA feasibility, first-
 
 @dataclass(frozen=True)
 class Config:
+    lambda_min: float = 0.0  # > 0: every preference's smallest entry set to it (the search box varies it)
+    kappa_Q: float = 3.0  # F1 conditioning of each Q_j (the search box varies it)
+    s_c: float = 1.0  # F1 centre spread (small with kappa_Q = 1: nearly collinear gradients)
     n_instances: int = 3000
     control_instances: int = 600  # the negative control re-draws this many (γ* ≤ 0 in ~15%)
     m_values: tuple = (2, 3, 4, 5, 6)
@@ -91,9 +94,13 @@ def _instances(cfg: Config, rng: np.random.Generator, n: int) -> list[_Instance]
     for k in range(n):
         m = int(cfg.m_values[k % len(cfg.m_values)])
         n_w = int(rng.integers(1, cfg.n_w_max + 1))
-        prob = PlantedQuadraticCluster.make(rng, m, n_w, 1)
+        prob = PlantedQuadraticCluster.make(rng, m, n_w, 1, kappa_Q=cfg.kappa_Q, s_c=cfg.s_c)
         pref = 0.95 * rng.dirichlet(np.ones(m)) + 0.05 / m
         pref = pref / pref.sum()
+        if cfg.lambda_min > 0:  # the smallest entry set to lambda_min, the others scaled to keep the sum 1
+            j = int(np.argmin(pref))
+            rest = np.delete(pref, j)
+            pref = np.insert(rest * (1.0 - cfg.lambda_min) / rest.sum(), j, cfg.lambda_min)
         w = rng.standard_normal(n_w)
         out.append(_Instance(prob, w, pref))
     return out
@@ -294,8 +301,9 @@ def _i4_table(out, key):
 
 
 SEARCH = SearchSpace(
-    params=(Param("m", 2, 6, "int"), Param("n_w_max", 1, 6, "int")),
-    config=lambda p: Config(n_instances=60, control_instances=10, m_values=(p["m"],), n_w_max=p["n_w_max"]),
+    params=(Param("m", 2, 12, "int"), Param("n_w_max", 1, 12, "int"), *F1_SHAPE,
+            Param("lambda_min", 1e-13, 1e-2, "log", default=0.0)),
+    config=lambda p: Config(kappa_Q=p["kappa_Q"], s_c=p["s_c"], lambda_min=p["lambda_min"], n_instances=60, control_instances=10, m_values=(p["m"],), n_w_max=p["n_w_max"]),
     family="F6 random LP instances: m, n_w",
 )
 

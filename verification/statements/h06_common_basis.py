@@ -57,6 +57,8 @@ HYP_BASIS = "common basis B (same active rows for every client)"
 
 @dataclass(frozen=True)
 class Config:
+    kappa_Q: float = 3.0  # F1 conditioning of each Q_j (the search box varies it)
+    s_c: float = 1.0  # F1 centre spread (small with kappa_Q = 1: nearly collinear gradients)
     n_clusters: int = 400
     spreads: tuple = (1e-3, 1e-2, 0.05, 0.2)
     n_clients: int = 5
@@ -70,7 +72,8 @@ class Config:
 
 def clusters(rng, n: int, spreads, cfg) -> list[LC.ClusterLP]:
     """The T-H6/T-H7 cluster instances (spreads cycled)."""
-    return [LC.random_cluster(rng, spreads[k % len(spreads)], cfg.n_clients, cfg.m_values, cfg.n_w_max, cfg.radius)
+    return [LC.random_cluster(rng, spreads[k % len(spreads)], cfg.n_clients, cfg.m_values, cfg.n_w_max, cfg.radius,
+                              kappa_Q=cfg.kappa_Q, s_c=cfg.s_c)
             for k in range(n)]
 
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from verification.evidence import Evidence, HypothesisMonitor
-from verification.search import Param, SearchSpace
+from verification.search import F1_SHAPE, LAMBDA_MIN, PLANTED_LAMBDA, Param, SearchSpace
 from verification.statements import _lp_common as LC
 from verification.statements import h06_common_basis as H6
 
@@ -51,6 +51,8 @@ C_EQ10 = "eq 10: H <= kappa_LP^2 sigma_max(C) var(A)"
 
 @dataclass(frozen=True)
 class Config:
+    kappa_Q: float = 3.0  # F1 conditioning of each Q_j (the search box varies it)
+    s_c: float = 1.0  # F1 centre spread (small with kappa_Q = 1: nearly collinear gradients)
     n_clusters: int = 400
     spreads: tuple = (1e-3, 1e-2, 0.05, 0.2)
     n_clients: int = 5
@@ -68,11 +70,12 @@ def _rhs10(c: LC.ClusterLP, kappa: float) -> float:
 
 
 SEARCH = SearchSpace(
-    params=(Param("spread", 1e-4, 0.5, "log"), Param("m", 2, 4, "int"), Param("n_w_max", 2, 6, "int"),
-            Param("radius", 0.005, 1.0, "log"), Param("n_clients", 2, 8, "int")),
-    config=lambda p: Config(n_clusters=24, spreads=(p["spread"],), n_clients=p["n_clients"], m_values=(p["m"],),
+    params=(Param("spread", 1e-4, 0.5, "log"), Param("m", 2, 12, "int"), Param("n_w_max", 2, 12, "int"),
+            Param("radius", 0.005, 1.0, "log"), Param("n_clients", 2, 8, "int"), *F1_SHAPE),
+    config=lambda p: Config(kappa_Q=p["kappa_Q"], s_c=p["s_c"], n_clusters=24, spreads=(p["spread"],), n_clients=p["n_clients"], m_values=(p["m"],),
                             n_w_max=max(p["n_w_max"], p["m"]), radius=(p["radius"], 1.5 * p["radius"])),
     family="F1 clusters at w = w*(u_0) + r xi: preference spread s_u, m, n_w, radius r, N",
+    excluded={LAMBDA_MIN: PLANTED_LAMBDA},
 )
 
 

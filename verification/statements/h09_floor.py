@@ -41,7 +41,7 @@ from sim import constants as K
 from sim.preference import normalized_losses, uniformity_and_adjustment
 from sim.problems import PlantedQuadraticCluster
 from verification.evidence import Evidence, HypothesisMonitor
-from verification.search import Param, SearchSpace
+from verification.search import F1_SHAPE, LAMBDA_MIN, PLANTED_LAMBDA, Param, SearchSpace
 
 STATEMENT_ID = "H.9"
 NUMBER = "9"
@@ -56,6 +56,8 @@ HYP_CLAIM = "H.9 with the claimed floor: m min lhat >= c_claim at every point"
 
 @dataclass(frozen=True)
 class Config:
+    kappa_Q: float = 3.0  # F1 conditioning of each Q_j (the search box varies it)
+    s_c: float = 1.0  # F1 centre spread (small with kappa_Q = 1: nearly collinear gradients)
     n_clusters: int = 60
     spreads: tuple = (0.01, 0.1, 0.3)
     n_clients: int = 5
@@ -69,7 +71,7 @@ class Config:
 def _cluster(rng, k, cfg):
     m = int(cfg.m_values[k % len(cfg.m_values)])
     n_w = int(rng.integers(m, cfg.n_w_max + 1))
-    prob = PlantedQuadraticCluster.make(rng, m, n_w, cfg.n_clients, spread=cfg.spreads[k % len(cfg.spreads)])
+    prob = PlantedQuadraticCluster.make(rng, m, n_w, cfg.n_clients, spread=cfg.spreads[k % len(cfg.spreads)], kappa_Q=cfg.kappa_Q, s_c=cfg.s_c)
     w0 = prob.planted_client(prob.u0)[1]
     xi = rng.standard_normal((cfg.n_points, n_w))
     r = rng.uniform(0.0, cfg.radius_max, (cfg.n_points, 1))
@@ -91,11 +93,12 @@ def _measure(L, prefs, c):
 
 
 SEARCH = SearchSpace(
-    params=(Param("spread", 1e-3, 1.0, "log"), Param("m", 2, 5, "int"), Param("n_w_max", 2, 6, "int"),
-            Param("radius_max", 0.05, 3.0, "log"), Param("n_clients", 2, 8, "int")),
-    config=lambda p: Config(n_clusters=6, spreads=(p["spread"],), n_clients=p["n_clients"], m_values=(p["m"],),
+    params=(Param("spread", 1e-3, 1.0, "log"), Param("m", 2, 12, "int"), Param("n_w_max", 2, 12, "int"),
+            Param("radius_max", 0.05, 3.0, "log"), Param("n_clients", 2, 8, "int"), *F1_SHAPE),
+    config=lambda p: Config(kappa_Q=p["kappa_Q"], s_c=p["s_c"], n_clusters=6, spreads=(p["spread"],), n_clients=p["n_clients"], m_values=(p["m"],),
                             n_w_max=max(p["n_w_max"], p["m"]), radius_max=p["radius_max"]),
     family="F1 clusters and visited points: preference spread, m, n_w, radius of the visited region, N",
+    excluded={LAMBDA_MIN: PLANTED_LAMBDA},
 )
 
 

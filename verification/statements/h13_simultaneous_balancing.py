@@ -58,7 +58,7 @@ from sim.cluster import deviations, shared_direction
 from sim.constants import gradient_bound, smoothness_quadratic
 from sim.problems import PlantedQuadraticCluster
 from verification.evidence import POSITIVITY_RTOL, Evidence, HypothesisMonitor
-from verification.search import Param, SearchSpace
+from verification.search import F1_SHAPE, LAMBDA_MIN, PLANTED_LAMBDA, Param, SearchSpace
 
 from . import _cluster_common as cc
 
@@ -78,6 +78,8 @@ C_TAU_POS = "tau > 1: eq 23 with L0 B^2 tau eta => dbar_tau^T d_bal > 0"
 
 @dataclass(frozen=True)
 class Config:
+    kappa_Q: float = 3.0  # F1 conditioning of each Q_j (the search box varies it)
+    s_c: float = 1.0  # F1 centre spread (small with kappa_Q = 1: nearly collinear gradients)
     n_clusters: int = 300
     n_clients: int = 4
     spreads: tuple = (0.01, 0.05, 0.3, 1.0)
@@ -99,7 +101,7 @@ class Config:
 
 def _draw_cluster(rng, cfg: Config, spread: float):
     m, n_w = cc.draw_dims(rng, cfg.m_choices, cfg.n_w_max)
-    P = PlantedQuadraticCluster.make(rng, m, n_w, cfg.n_clients, spread=spread)
+    P = PlantedQuadraticCluster.make(rng, m, n_w, cfg.n_clients, spread=spread, kappa_Q=cfg.kappa_Q, s_c=cfg.s_c)
     w_center = P.planted_client(P.u0)[1]
     r = rng.uniform(*cfg.radius)
     w0 = w_center + r * cc.unit_vectors(rng, 1, n_w)[0]
@@ -316,13 +318,14 @@ def _common_details(a, mon, cfg: Config) -> dict:
 
 
 SEARCH = SearchSpace(
-    params=(Param("spread", 1e-3, 1.0, "log"), Param("m", 2, 4, "int"), Param("n_w_max", 2, 6, "int"),
+    params=(Param("spread", 1e-3, 1.0, "log"), Param("m", 2, 12, "int"), Param("n_w_max", 2, 12, "int"),
             Param("radius", 0.01, 1.5, "log"), Param("n_clients", 2, 6, "int"), Param("tau", 2, 12, "int"),
-            Param("tau_eta_factor", 1e-3, 0.5, "log")),
-    config=lambda p: Config(n_clusters=12, n_clients=p["n_clients"], spreads=(p["spread"],), m_choices=(p["m"],),
+            Param("tau_eta_factor", 1e-3, 0.5, "log"), *F1_SHAPE),
+    config=lambda p: Config(kappa_Q=p["kappa_Q"], s_c=p["s_c"], n_clusters=12, n_clients=p["n_clients"], spreads=(p["spread"],), m_choices=(p["m"],),
                             n_w_max=max(p["n_w_max"], p["m"]), radius=(p["radius"], 1.2 * p["radius"]),
                             tau_values=(p["tau"],), tau_eta_factors=(p["tau_eta_factor"],), tau_clusters=12),
     family="F1 clusters: preference spread, m, n_w, radius of w0, N, local steps tau and their step size",
+    excluded={LAMBDA_MIN: PLANTED_LAMBDA},
 )
 #: Found by the paper-scale falsification search (seed 0): the reconstructed allowance of eq 46 violated by 1.31x
 #: (the local LP directions switch basis), and the repaired allowance approached to 0.95.

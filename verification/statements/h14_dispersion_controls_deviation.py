@@ -40,7 +40,7 @@ from sim.cluster import check_aggregation_weights, deviations, dispersion
 from sim.constants import gradient_bound, smoothness_quadratic
 from sim.problems import PlantedQuadraticCluster
 from verification.evidence import POSITIVITY_RTOL, Evidence, HypothesisMonitor
-from verification.search import Param, SearchSpace
+from verification.search import F1_SHAPE, LAMBDA_MIN, PLANTED_LAMBDA, Param, SearchSpace
 
 from . import _cluster_common as cc
 
@@ -57,6 +57,8 @@ C_IMPL = "gamma > sqrt(H/rho_min)||d_bal|| + L0 B^2 tau eta implies eq 23"
 
 @dataclass(frozen=True)
 class Config:
+    kappa_Q: float = 3.0  # F1 conditioning of each Q_j (the search box varies it)
+    s_c: float = 1.0  # F1 centre spread (small with kappa_Q = 1: nearly collinear gradients)
     n_random: int = 1000
     n_clients: int = 5
     dim: int = 3
@@ -87,10 +89,12 @@ def _random_set(rng, cfg: Config, n: int):
 
 SEARCH = SearchSpace(
     params=(Param("rho_alpha", 0.05, 20.0, "log"), Param("n_clients", 2, 8, "int"), Param("dim", 1, 6, "int"),
-            Param("spread", 1e-3, 1.0, "log")),
-    config=lambda p: Config(n_random=60, n_clients=p["n_clients"], dim=p["dim"], rho_alpha=p["rho_alpha"],
+            Param("spread", 1e-3, 1.0, "log"), Param("m", 2, 12, "int", default=3),
+            *F1_SHAPE),
+    config=lambda p: Config(kappa_Q=p["kappa_Q"], s_c=p["s_c"], m_choices=(p["m"],), n_w_max=max(6, p["m"]), n_random=60, n_clients=p["n_clients"], dim=p["dim"], rho_alpha=p["rho_alpha"],
                             n_lp_clusters=10, spreads=(p["spread"],), control_random=10),
     family="random and LP-direction clusters: rho concentration, N, dimension, preference spread",
+    excluded={LAMBDA_MIN: PLANTED_LAMBDA},
 )
 
 
@@ -113,7 +117,7 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     for k in range(cfg.n_lp_clusters):
         spread = float(cfg.spreads[k % len(cfg.spreads)])
         m, n_w = cc.draw_dims(rng, cfg.m_choices, cfg.n_w_max)
-        P = PlantedQuadraticCluster.make(rng, m, n_w, N, spread=spread)
+        P = PlantedQuadraticCluster.make(rng, m, n_w, N, spread=spread, kappa_Q=cfg.kappa_Q, s_c=cfg.s_c)
         w0 = P.planted_client(P.u0)[1] + rng.uniform(*cfg.radius) * cc.unit_vectors(rng, 1, n_w)[0]
         rho = rng.dirichlet(np.full(N, cfg.rho_alpha))
         G = cc.cluster_grads(P, w0, N)

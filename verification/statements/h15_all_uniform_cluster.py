@@ -45,7 +45,7 @@ from sim.constants import gradient_bound
 from sim.problems import PerturbedClients
 from sim.problems._quadratic import planted_point
 from verification.evidence import LP_TOL, Evidence, HypothesisMonitor
-from verification.search import Param, SearchSpace
+from verification.search import F1_SHAPE, LAMBDA_MIN, Param, SearchSpace
 
 from . import _cluster_common as cc
 
@@ -63,6 +63,8 @@ C_EQ41 = "eq 41: d_i^T g_i^(j) >= 0"
 
 @dataclass(frozen=True)
 class Config:
+    kappa_Q: float = 3.0  # F1 conditioning of each Q_j (the search box varies it)
+    s_c: float = 1.0  # F1 centre spread (small with kappa_Q = 1: nearly collinear gradients)
     n_clusters: int = 300
     n_clients: int = 4
     shifts: tuple = (0.0, 0.02, 0.2)
@@ -81,7 +83,7 @@ def _evaluate(cfg: Config, rng, shifts, n_clusters: int, declare_zero: bool):
     for k in range(n_clusters):
         s_e = float(shifts[k % len(shifts)])
         m, n_w = cc.draw_dims(rng, cfg.m_choices, cfg.n_w_max)
-        P = PerturbedClients.make(rng, m, n_w, N, shift=s_e, prefs="random")
+        P = PerturbedClients.make(rng, m, n_w, N, shift=s_e, prefs="random", kappa_Q=cfg.kappa_Q, s_c=cfg.s_c)
         u0 = rng.dirichlet(3.0 * np.ones(m))
         w0 = planted_point(u0, P.centres, P.hessians) + rng.uniform(*cfg.radius) * cc.unit_vectors(rng, 1, n_w)[0]
         for i in range(N):
@@ -130,12 +132,13 @@ def _evaluate(cfg: Config, rng, shifts, n_clusters: int, declare_zero: bool):
 
 
 SEARCH = SearchSpace(
-    params=(Param("shift", 1e-3, 1.0, "log"), Param("m", 2, 4, "int"), Param("n_w_max", 2, 6, "int"),
-            Param("radius", 0.01, 2.0, "log"), Param("rho_alpha", 0.2, 20.0, "log"), Param("n_clients", 2, 6, "int")),
-    config=lambda p: Config(n_clusters=24, n_clients=p["n_clients"], shifts=(p["shift"],), m_choices=(p["m"],),
+    params=(Param("shift", 1e-3, 1.0, "log"), Param("m", 2, 12, "int"), Param("n_w_max", 2, 12, "int"),
+            Param("radius", 0.01, 2.0, "log"), Param("rho_alpha", 0.2, 20.0, "log"), Param("n_clients", 2, 6, "int"), *F1_SHAPE),
+    config=lambda p: Config(kappa_Q=p["kappa_Q"], s_c=p["s_c"], n_clusters=24, n_clients=p["n_clients"], shifts=(p["shift"],), m_choices=(p["m"],),
                             n_w_max=max(p["n_w_max"], p["m"]), radius=(p["radius"], p["radius"]),
                             rho_alpha=p["rho_alpha"]),
     family="F2 all-uniform clusters: client shift s_e, m, n_w, radius of w0, rho concentration, N",
+    excluded={LAMBDA_MIN: "lambda is drawn 0.95 Dirichlet(1) + 0.05/m (prefs=\"random\"): lambda_min >= 0.05/m; tiny lambda_min is searched on the LP families (H.4, H.10)"},
 )
 #: Found by the falsification search (seed 0): two clients, m = 2, w0 near the planted point, uneven rho.
 TIGHT_POINTS = ({"shift": 0.3527, "m": 2, "n_w_max": 4, "radius": 0.0266, "rho_alpha": 0.7396, "n_clients": 2},)

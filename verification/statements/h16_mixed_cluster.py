@@ -62,7 +62,7 @@ from sim.constants import gradient_bound, smoothness_quadratic
 from sim.problems import PerturbedClients, PlantedQuadraticCluster
 from sim.problems._quadratic import interior_preferences, normalize, planted_point
 from verification.evidence import ATOL, POSITIVITY_RTOL, Evidence, HypothesisMonitor, check_inequality
-from verification.search import Param, SearchSpace
+from verification.search import F1_SHAPE, LAMBDA_MIN, PLANTED_LAMBDA, Param, SearchSpace
 
 from . import _cluster_common as cc
 
@@ -79,6 +79,8 @@ HYP_JFREE = "every balancing client has J \\ J* = {} (the seed's sacrifice step)
 
 @dataclass(frozen=True)
 class Config:
+    kappa_Q: float = 3.0  # F1 conditioning of each Q_j (the search box varies it)
+    s_c: float = 1.0  # F1 centre spread (small with kappa_Q = 1: nearly collinear gradients)
     n_clients: int = 5
     n_f2: int = 200
     shifts: tuple = (0.0, 0.02, 0.2)
@@ -126,7 +128,7 @@ def _set_f1(rng, cfg: Config):
     N = cfg.n_clients
     for _ in range(cfg.n_f1):
         m, n_w = cc.draw_dims(rng, cfg.m_choices, cfg.n_w_max)
-        P = PlantedQuadraticCluster.make(rng, m, n_w, N, spread=cfg.spread_f1)
+        P = PlantedQuadraticCluster.make(rng, m, n_w, N, spread=cfg.spread_f1, kappa_Q=cfg.kappa_Q, s_c=cfg.s_c)
         w0 = P.planted_client(P.u0)[1] + rng.uniform(*cfg.radius_f1) * cc.unit_vectors(rng, 1, n_w)[0]
         n_plus = int(rng.integers(0, N + 1))
         prefs = P.prefs.copy()
@@ -355,15 +357,16 @@ def _all_clusters(rng, cfg: Config):
 
 
 SEARCH = SearchSpace(
-    params=(Param("shift", 1e-3, 0.5, "log"), Param("spread_f1", 1e-3, 1.0, "log"), Param("m", 2, 4, "int"),
-            Param("n_w_max", 2, 6, "int"), Param("radius", 1e-3, 1.0, "log"), Param("rho_alpha", 0.2, 20.0, "log"),
-            Param("n_clients", 2, 6, "int")),
-    config=lambda p: Config(n_clients=p["n_clients"], n_f2=8, shifts=(p["shift"],), n_f1=8, n_targeted=8,
+    params=(Param("shift", 1e-3, 0.5, "log"), Param("spread_f1", 1e-3, 1.0, "log"), Param("m", 2, 12, "int"),
+            Param("n_w_max", 2, 12, "int"), Param("radius", 1e-3, 1.0, "log"), Param("rho_alpha", 0.2, 20.0, "log"),
+            Param("n_clients", 2, 6, "int"), *F1_SHAPE),
+    config=lambda p: Config(kappa_Q=p["kappa_Q"], s_c=p["s_c"], n_clients=p["n_clients"], n_f2=8, shifts=(p["shift"],), n_f1=8, n_targeted=8,
                             m_choices=(p["m"],), n_w_max=max(p["n_w_max"], p["m"]),
                             radius_f2=(p["radius"], 1.5 * p["radius"]), radius_f1=(p["radius"], 1.5 * p["radius"]),
                             radius_targeted=(p["radius"], 1.5 * p["radius"]), rho_alpha=p["rho_alpha"],
                             spread_f1=p["spread_f1"]),
     family="F2 mixtures, F1 near a planted point and the targeted pair: shift, spread, m, n_w, radius, rho, N",
+    excluded={LAMBDA_MIN: PLANTED_LAMBDA},
 )
 
 

@@ -60,7 +60,7 @@ from sim.problems import PlantedQuadraticCluster, chebyshev_optimum
 from sim.problems._quadratic import gram_of, interior_preferences
 from verification.evidence import Evidence, HypothesisMonitor, detection_factor, scaled_bound
 from verification.montecarlo import assertion_delta, assertion_record
-from verification.search import Param, SearchSpace
+from verification.search import F1_SHAPE, LAMBDA_MIN, PLANTED_LAMBDA, Param, SearchSpace
 
 from . import _cluster_common as cc
 
@@ -79,6 +79,8 @@ C_I5_LO = "(I5) lower: 2 m lambda_min^2 (1 - 0.1) <= ||A||^2/beta for r <= 0.01"
 
 @dataclass(frozen=True)
 class Config:
+    kappa_Q: float = 3.0  # F1 conditioning of each Q_j (the search box varies it)
+    s_c: float = 1.0  # F1 centre spread (small with kappa_Q = 1: nearly collinear gradients)
     n_problems: int = 6
     m_choices: tuple = (2, 3, 4)
     n_w_max: int = 6
@@ -245,10 +247,11 @@ def _evidence(problems, cfg: Config, control: bool) -> Evidence:
 
 
 SEARCH = SearchSpace(
-    params=(Param("radius", 1e-4, 0.3, "log"), Param("m", 2, 4, "int"), Param("n_w_max", 2, 6, "int")),
-    config=lambda p: Config(n_problems=1, m_choices=(p["m"],), n_w_max=max(p["n_w_max"], p["m"]),
+    params=(Param("radius", 1e-4, 0.3, "log"), Param("m", 2, 12, "int"), Param("n_w_max", 2, 12, "int"), *F1_SHAPE),
+    config=lambda p: Config(kappa_Q=p["kappa_Q"], s_c=p["s_c"], n_problems=1, m_choices=(p["m"],), n_w_max=max(p["n_w_max"], p["m"]),
                             radii=(p["radius"],), n_est=400, n_fresh=400, confidence_contract=False),
     family="F1 single planted clients: radius of the sampled neighbourhood, m, n_w",
+    excluded={LAMBDA_MIN: PLANTED_LAMBDA},
 )
 
 
@@ -258,7 +261,7 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     for p in range(cfg.n_problems):
         m = int(cfg.m_choices[p % len(cfg.m_choices)])
         n_w = int(rng.integers(m, max(m, cfg.n_w_max) + 1))
-        P = PlantedQuadraticCluster.make(rng, m, n_w, 1, spread=0.0)
+        P = PlantedQuadraticCluster.make(rng, m, n_w, 1, spread=0.0, kappa_Q=cfg.kappa_Q, s_c=cfg.s_c)
         problems.append(_problem(rng, cfg, P, P.prefs[0], P.w_star[0], f"planted-{p}", {}))
     return _evidence(problems, cfg, control=False)
 
@@ -270,7 +273,7 @@ def negative_control(config: Config | None, rng: np.random.Generator) -> Evidenc
     for p in range(cfg.control_problems):
         m = int(cfg.m_choices[p % len(cfg.m_choices)])
         n_w = int(rng.integers(m, max(m, cfg.n_w_max) + 1))
-        P = PlantedQuadraticCluster.make(rng, m, n_w, 1, spread=0.0)
+        P = PlantedQuadraticCluster.make(rng, m, n_w, 1, spread=0.0, kappa_Q=cfg.kappa_Q, s_c=cfg.s_c)
         lf, gf = P.loss_fn()
         starts = np.vstack([P.centres.mean(axis=0)[None], P.centres])
         found = None

@@ -67,7 +67,7 @@ from sim.direction import lp_direction
 from sim.hull import descent_margin, eps_act, near_active_set
 from sim.problems import DoubleWell, Kink, PlantedQuadraticCluster
 from verification.evidence import Evidence, HypothesisMonitor
-from verification.search import Param, SearchSpace
+from verification.search import F1_SHAPE, LAMBDA_MIN, PLANTED_LAMBDA, Param, SearchSpace
 from verification.statements._regularity_helpers import (
     SOLVED_STATUSES,
     ball_points,
@@ -81,6 +81,8 @@ NAME = "Descent margin (assumption): region-sampled (c_d, b_i) monitored on the 
 
 @dataclass(frozen=True)
 class Config:
+    kappa_Q: float = 3.0  # F1 conditioning of each Q_j (the search box varies it)
+    s_c: float = 1.0  # F1 centre spread (small with kappa_Q = 1: nearly collinear gradients)
     n_runs: int = 9
     m: int = 3
     n_w: int = 4
@@ -119,7 +121,7 @@ C_EQ51 = "eq 51 at the iterates with region constants: c_d r_i - m_i <= b_i"
 def _run_f1(cfg: Config, rng: np.random.Generator, k: int) -> dict:
     spread = float(cfg.spreads[k % len(cfg.spreads)])
     factor = float(cfg.eta_factors[(k // len(cfg.spreads)) % len(cfg.eta_factors)])
-    P = PlantedQuadraticCluster.make(rng, m=cfg.m, n_w=cfg.n_w, n_clients=cfg.n_clients, spread=spread)
+    P = PlantedQuadraticCluster.make(rng, m=cfg.m, n_w=cfg.n_w, n_clients=cfg.n_clients, spread=spread, kappa_Q=cfg.kappa_Q, s_c=cfg.s_c)
     L0 = P.L0
     eta = factor / L0
     N = P.n_clients
@@ -174,12 +176,13 @@ def _run_f1(cfg: Config, rng: np.random.Generator, k: int) -> dict:
 
 SEARCH = SearchSpace(
     params=(Param("spread", 1e-3, 0.3, "log"), Param("eta_factor", 3e-3, 0.3, "log"),
-            Param("start_noise", 0.05, 2.0, "log"), Param("m", 2, 4, "int"), Param("n_w", 2, 6, "int"),
-            Param("n_clients", 2, 5, "int")),
-    config=lambda p: Config(n_runs=1, m=p["m"], n_w=max(p["n_w"], p["m"]), n_clients=p["n_clients"],
+            Param("start_noise", 0.05, 2.0, "log"), Param("m", 2, 12, "int"), Param("n_w", 2, 12, "int"),
+            Param("n_clients", 2, 5, "int"), *F1_SHAPE),
+    config=lambda p: Config(kappa_Q=p["kappa_Q"], s_c=p["s_c"], n_runs=1, m=p["m"], n_w=max(p["n_w"], p["m"]), n_clients=p["n_clients"],
                             spreads=(p["spread"],), eta_factors=(p["eta_factor"],), rounds=150, t0=30,
                             start_noise=p["start_noise"], n_region=300),
     family="F1 shared-iteration runs: spread, step size, start noise, m, n_w, N",
+    excluded={LAMBDA_MIN: PLANTED_LAMBDA},
 )
 
 

@@ -70,7 +70,7 @@ from sim.hull import descent_margin, eps_act, min_norm_element, near_active_set
 from sim.preference import chebyshev
 from sim.problems import Kink, PlantedQuadraticCluster
 from verification.evidence import FD_RTOL, FD_STEP_PARAMS, Evidence, HypothesisMonitor
-from verification.search import Param, SearchSpace
+from verification.search import LAMBDA_MIN, PLANTED_LAMBDA, Param, SearchSpace
 from verification.statements._regularity_helpers import (
     SOLVED_STATUSES,
     ball_points,
@@ -171,15 +171,16 @@ def _max_sigma_lp(ev: Evidence) -> dict[str, float]:
 
 
 SEARCH = SearchSpace(
-    params=(Param("s_c", 0.0, 1.0), Param("kappa_Q", 1.0, 10.0, "log"), Param("radius", 0.01, 1.0, "log"),
-            Param("eta_factor", 1e-4, 0.3, "log"), Param("spread", 1e-3, 0.5, "log"), Param("m", 2, 4, "int"),
-            Param("n_w", 2, 6, "int")),
+    params=(Param("s_c", 0.0, 1.0), Param("kappa_Q", 1.0, 1e6, "log"), Param("radius", 0.01, 1.0, "log"),
+            Param("eta_factor", 1e-4, 0.3, "log"), Param("spread", 1e-3, 0.5, "log"), Param("m", 2, 12, "int"),
+            Param("n_w", 2, 12, "int")),
     config=lambda p: Config(n_problems=1, m=p["m"], n_w=max(p["n_w"], p["m"]), spread=p["spread"],
                             radii=(p["radius"],), eta_factors=(p["eta_factor"],), n_estimate=150, n_check=150,
                             families=(("searched", p["s_c"], p["kappa_Q"]),)),
     family="F1 clients: centre spread s_c (0: common minimiser), conditioning kappa_Q, region radius, eta L0, "
            "preference spread, m, n_w",
     scores=_max_sigma_lp,
+    excluded={LAMBDA_MIN: PLANTED_LAMBDA},
 )
 
 

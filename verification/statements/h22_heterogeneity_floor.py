@@ -51,7 +51,7 @@ import numpy as np
 from sim.constants import regularity_constants
 from sim.problems import PlantedQuadraticCluster
 from verification.evidence import Evidence, HypothesisMonitor
-from verification.search import Param, SearchSpace
+from verification.search import F1_SHAPE, LAMBDA_MIN, PLANTED_LAMBDA, Param, SearchSpace
 from verification.statements._regularity_helpers import (
     SOLVED_STATUSES,
     cluster_quantities,
@@ -74,6 +74,8 @@ H_GRAD = "H.1-H.3 gradient bound: ||g_j(w)|| <= B"
 
 @dataclass(frozen=True)
 class Config:
+    kappa_Q: float = 3.0  # F1 conditioning of each Q_j (the search box varies it)
+    s_c: float = 1.0  # F1 centre spread (small with kappa_Q = 1: nearly collinear gradients)
     n_problems: int = 40
     m: int = 3
     n_w: int = 4
@@ -95,7 +97,7 @@ def beta_floor(kappa, L_A, Delta, drift):
 
 
 def _problem(cfg: Config, rng: np.random.Generator, k: int) -> dict:
-    P = PlantedQuadraticCluster.make(rng, m=cfg.m, n_w=cfg.n_w, n_clients=cfg.n_clients, spread=cfg.spread)
+    P = PlantedQuadraticCluster.make(rng, m=cfg.m, n_w=cfg.n_w, n_clients=cfg.n_clients, spread=cfg.spread, kappa_Q=cfg.kappa_Q, s_c=cfg.s_c)
     center = P.planted_client(P.u0)[1]  # w*(u_0)
     L0 = P.L0
     eta = cfg.eta_factor / L0
@@ -157,12 +159,13 @@ def _floors(flat: dict, kappa: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 SEARCH = SearchSpace(
     params=(Param("spread", 1e-3, 1.0, "log"), Param("eta_factor", 1e-3, 0.5, "log"),
-            Param("radius_hi", 0.01, 1.0, "log"), Param("m", 2, 4, "int"), Param("n_w", 2, 6, "int"),
-            Param("n_clients", 2, 5, "int")),
-    config=lambda p: Config(n_problems=3, m=p["m"], n_w=max(p["n_w"], p["m"]), n_clients=p["n_clients"],
+            Param("radius_hi", 0.01, 1.0, "log"), Param("m", 2, 12, "int"), Param("n_w", 2, 12, "int"),
+            Param("n_clients", 2, 5, "int"), *F1_SHAPE),
+    config=lambda p: Config(kappa_Q=p["kappa_Q"], s_c=p["s_c"], n_problems=3, m=p["m"], n_w=max(p["n_w"], p["m"]), n_clients=p["n_clients"],
                             spread=p["spread"], n_points=80, radius=(0.005 * p["radius_hi"] / 0.3, p["radius_hi"]),
                             eta_factor=p["eta_factor"]),
     family="F1 clusters around w*(u_0): preference spread, step size (drift), radius, m, n_w, N",
+    excluded={LAMBDA_MIN: PLANTED_LAMBDA},
 )
 
 

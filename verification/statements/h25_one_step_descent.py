@@ -50,7 +50,7 @@ from sim.constants import gradient_bound, smoothness_quadratic
 from sim.hull import descent_margin, eps_act, near_active_set
 from sim.preference import chebyshev
 from sim.problems import PlantedQuadraticCluster
-from verification.search import Param, SearchSpace
+from verification.search import F1_SHAPE, LAMBDA_MIN, PLANTED_LAMBDA, Param, SearchSpace
 
 from . import _trajectory_common as tc
 
@@ -81,12 +81,13 @@ class Config(tc.ChainConfig):
 
 
 @tc.memo_rng
-def _random_instances(rng: np.random.Generator, *, n, m_choices, n_w_max, radius, log10_eta_factor) -> list[dict]:
+def _random_instances(rng: np.random.Generator, *, n, m_choices, n_w_max, radius, log10_eta_factor, kappa_Q=3.0,
+                      s_c=1.0) -> list[dict]:
     out = []
     for k in range(n):
         m = int(m_choices[int(rng.integers(0, len(m_choices)))])
         n_w = int(rng.integers(m, max(m, n_w_max) + 1))
-        P = PlantedQuadraticCluster.make(rng, m=m, n_w=n_w, n_clients=1, spread=0.0)
+        P = PlantedQuadraticCluster.make(rng, m=m, n_w=n_w, n_clients=1, spread=0.0, kappa_Q=kappa_Q, s_c=s_c)
         planted = k % 2 == 0
         lam = P.prefs[0] if planted else 0.95 * rng.dirichlet(np.ones(m)) + 0.05 / m
         w = P.w_star[0] + rng.uniform(*radius) * rng.standard_normal(n_w) / np.sqrt(n_w)
@@ -104,6 +105,7 @@ def _blocks(cfg: Config, rng: np.random.Generator, *, zero_width: bool) -> tuple
     rows = tc.RowSet()
     runs = tc.f1_chains(cfg, rng)
     inst = _random_instances(rng, n=cfg.n_random, m_choices=tuple(cfg.m_choices), n_w_max=cfg.n_w_max,
+                            kappa_Q=cfg.kappa_Q, s_c=cfg.s_c,
                              radius=tuple(cfg.radius), log10_eta_factor=tuple(cfg.log10_eta_factor))
     no_eta2 = {"eq 56": 0, "eq 58": 0, "rows": 0}
 
@@ -178,12 +180,13 @@ def _blocks(cfg: Config, rng: np.random.Generator, *, zero_width: bool) -> tuple
 
 
 SEARCH = SearchSpace(
-    params=(Param("spread", 1e-3, 0.3, "log"), Param("eta_factor", 1e-3, 0.5, "log"), Param("m", 2, 4, "int"),
-            Param("n_w", 2, 6, "int"), Param("radius_hi", 0.01, 2.0, "log")),
-    config=lambda p: Config(n_runs=1, m=p["m"], n_w=max(p["n_w"], p["m"]), spreads=(p["spread"],),
+    params=(Param("spread", 1e-3, 0.3, "log"), Param("eta_factor", 1e-3, 0.5, "log"), Param("m", 2, 12, "int"),
+            Param("n_w", 2, 12, "int"), Param("radius_hi", 0.01, 2.0, "log"), *F1_SHAPE),
+    config=lambda p: Config(kappa_Q=p["kappa_Q"], s_c=p["s_c"], n_runs=1, m=p["m"], n_w=max(p["n_w"], p["m"]), spreads=(p["spread"],),
                             eta_factors=(p["eta_factor"],), rounds=40, t0=10, n_region=100, n_random=80,
                             m_choices=(p["m"],), radius=(0.01, p["radius_hi"])),
     family="F1 shared-iteration runs and random one-step instances: spread, step size, m, n_w, radius",
+    excluded={LAMBDA_MIN: PLANTED_LAMBDA},
 )
 
 

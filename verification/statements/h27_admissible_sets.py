@@ -55,7 +55,7 @@ from sim.algorithm import shared_iteration
 from sim.preference import chebyshev, preference_uniformity, ray_point
 from sim.problems import PerturbedClients, PlantedQuadraticCluster
 from verification.evidence import Evidence, HypothesisMonitor
-from verification.search import Param, SearchSpace
+from verification.search import F1_SHAPE, LAMBDA_MIN, PLANTED_LAMBDA, Param, SearchSpace
 
 STATEMENT_ID = "H.27"
 NAME = "Admissible sets: V_i^t is contained in A_i^t, with equality iff beta_i = 0"
@@ -70,6 +70,8 @@ BETA_ZERO = 1e-14
 
 @dataclass(frozen=True)
 class Config:
+    kappa_Q: float = 3.0  # F1 conditioning of each Q_j (the search box varies it)
+    s_c: float = 1.0  # F1 centre spread (small with kappa_Q = 1: nearly collinear gradients)
     n_runs: int = 6
     m: int = 3
     n_w: int = 4
@@ -88,7 +90,7 @@ def _instances(cfg: Config, rng: np.random.Generator) -> dict:
     L, lam, src, uni = [], [], [], []
     for k in range(cfg.n_runs):
         P = PlantedQuadraticCluster.make(rng, m=cfg.m, n_w=cfg.n_w, n_clients=cfg.n_clients,
-                                         spread=float(cfg.spreads[k % len(cfg.spreads)]))
+                                         spread=float(cfg.spreads[k % len(cfg.spreads)]), kappa_Q=cfg.kappa_Q, s_c=cfg.s_c)
         w0 = P.u0 @ P.centres + cfg.start_noise * rng.standard_normal(P.n_params)
         traj = shared_iteration(P, np.arange(P.n_clients), w0, None, cfg.eta_factor / P.L0, cfg.rounds,
                                 eps_mode=cfg.eps_mode)
@@ -121,12 +123,13 @@ def _quantities(inst: dict) -> dict:
 
 SEARCH = SearchSpace(
     params=(Param("spread", 1e-3, 0.3, "log"), Param("eta_factor", 1e-3, 0.3, "log"),
-            Param("start_noise", 0.01, 2.0, "log"), Param("m", 2, 5, "int"), Param("n_w", 2, 6, "int"),
-            Param("uniform_shift", 1e-3, 0.3, "log")),
-    config=lambda p: Config(n_runs=2, m=p["m"], n_w=max(p["n_w"], p["m"]), spreads=(p["spread"],),
+            Param("start_noise", 0.01, 2.0, "log"), Param("m", 2, 12, "int"), Param("n_w", 2, 12, "int"),
+            Param("uniform_shift", 1e-3, 0.3, "log"), *F1_SHAPE),
+    config=lambda p: Config(kappa_Q=p["kappa_Q"], s_c=p["s_c"], n_runs=2, m=p["m"], n_w=max(p["n_w"], p["m"]), spreads=(p["spread"],),
                             eta_factor=p["eta_factor"], rounds=40, start_noise=p["start_noise"],
                             n_uniform_problems=3, uniform_shift=p["uniform_shift"], n_mc=100),
     family="F1 trajectory points and F2 uniform clients: spread, step size, start noise, m, n_w, shift",
+    excluded={LAMBDA_MIN: PLANTED_LAMBDA},
 )
 
 #: Found by the paper-scale falsification search (seed 0): iterates far from the ray (large start noise, m = 2),

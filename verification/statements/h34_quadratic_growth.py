@@ -43,7 +43,7 @@ from sim.constants import quadratic_growth
 from sim.hull import min_norm_element
 from sim.problems import DoubleWell, PlantedQuadraticCluster
 from verification.evidence import Evidence, HypothesisMonitor
-from verification.search import Param, SearchSpace
+from verification.search import F1_SHAPE, LAMBDA_MIN, PLANTED_LAMBDA, Param, SearchSpace
 from verification.statements._regularity_helpers import unit_directions
 
 STATEMENT_ID = "H.34"
@@ -59,6 +59,8 @@ ACTIVE_TOL = 1e-9
 
 @dataclass(frozen=True)
 class Config:
+    kappa_Q: float = 3.0  # F1 conditioning of each Q_j (the search box varies it)
+    s_c: float = 1.0  # F1 centre spread (small with kappa_Q = 1: nearly collinear gradients)
     n_problems: int = 20
     ms: tuple = (2, 3, 4)
     n_clients: int = 2
@@ -77,7 +79,7 @@ def _samples(cfg: Config, rng: np.random.Generator, n_problems: int, use_lambda_
     rec = {k: [] for k in ("lhs", "rhs", "mu", "mu_true", "kkt", "problem", "client", "s")}
     for k in range(n_problems):
         m = int(cfg.ms[k % len(cfg.ms)])
-        P = PlantedQuadraticCluster.make(rng, m=m, n_w=m + 1, n_clients=cfg.n_clients, spread=cfg.spread)
+        P = PlantedQuadraticCluster.make(rng, m=m, n_w=m + 1, n_clients=cfg.n_clients, spread=cfg.spread, kappa_Q=cfg.kappa_Q, s_c=cfg.s_c)
         ev = np.linalg.eigvalsh(P.hessians)
         mu_true = quadratic_growth(P.prefs, P.hessians)
         mu_used = (P.prefs * ev[:, -1]).min(axis=-1) if use_lambda_max else mu_true
@@ -102,11 +104,12 @@ def _samples(cfg: Config, rng: np.random.Generator, n_problems: int, use_lambda_
 
 
 SEARCH = SearchSpace(
-    params=(Param("m", 2, 4, "int"), Param("spread", 1e-3, 1.0, "log"), Param("s_lo", 1e-4, 1.0, "log"),
-            Param("n_clients", 1, 4, "int")),
-    config=lambda p: Config(n_problems=2, ms=(p["m"],), n_clients=p["n_clients"], spread=p["spread"],
+    params=(Param("m", 2, 12, "int"), Param("spread", 1e-3, 1.0, "log"), Param("s_lo", 1e-4, 1.0, "log"),
+            Param("n_clients", 1, 4, "int"), *F1_SHAPE),
+    config=lambda p: Config(kappa_Q=p["kappa_Q"], s_c=p["s_c"], n_problems=2, ms=(p["m"],), n_clients=p["n_clients"], spread=p["spread"],
                             n_points=200, s_range=(p["s_lo"], 2.0 * p["s_lo"])),
     family="F1 clients: m, preference spread, distance from the optimum, N",
+    excluded={LAMBDA_MIN: PLANTED_LAMBDA},
 )
 
 

@@ -165,6 +165,7 @@ SEARCH = SearchSpace(
                             iter_S=p["S"], p=(p["p_ratio"] ** -0.5, p["p_ratio"] ** 0.5), meas_reps=2000,
                             xcheck_runs=2, xcheck_K=10, confidence_contract=False),
     family="F3 reference: preconditioner spread p+/p-, S, K, radius of the H.40 points",
+    excluded=A.F3_FIXED,
 )
 
 

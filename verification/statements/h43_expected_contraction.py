@@ -174,6 +174,7 @@ SEARCH = SearchSpace(
                             mc_runs=400, mc_K=p["K"], mc_S=p["S"],
                             mc_p=(p["p_ratio"] ** -0.5, p["p_ratio"] ** 0.5), confidence_contract=False),
     family="F3 reference: preconditioner spread p+/p- (p- p+ = 1), batch size S, steps K",
+    excluded=A.F3_FIXED,
 )
 
 

@@ -115,6 +115,7 @@ SEARCH = SearchSpace(
                             confidence_contract=False),
     family="F3 new client and its cluster: preconditioner spread p+/p-, S, K, cluster preference spread, Phase-1 "
            "rounds and step size",
+    excluded=A.F3_FIXED,
 )
 
 

@@ -90,6 +90,7 @@ SEARCH = SearchSpace(
                             alpha_fractions=(p["alpha_fraction"],), mc_runs=300, mc_K=p["K"],
                             mc_p=(p["p_ratio"] ** -0.5, p["p_ratio"] ** 0.5), confidence_contract=False),
     family="F3 instances: preconditioner spread p+/p-, S, K, step size as a fraction of p-/(L0 p+^2)",
+    excluded=A.F3_FIXED,
 )
 
 
