@@ -38,6 +38,7 @@ from sim.preference import bottleneck_set, check_gram, check_losses, check_prefe
 
 __all__ = [
     "ENUMERATION_MAX_K",
+    "KKT_TOL",
     "MinNormResult",
     "eps_act",
     "near_active_set",
@@ -53,6 +54,11 @@ ENUMERATION_MAX_K = 8
 _U_TOL = 1e-10
 
 
+#: Wolfe's iteration stops when the KKT residual ``‖d_M‖² − min_j v_jᵀd_M`` is at most ``KKT_TOL · max_j ‖v_j‖²``:
+#: the resolution of a computed minimum-norm point (a residual below it is zero for a check of the KKT property).
+KKT_TOL = 1e-12
+
+
 @dataclass(frozen=True, eq=False)
 class MinNormResult:
     """Minimum-norm element of ``conv{v_j : j ∈ mask}``.
@@ -62,12 +68,16 @@ class MinNormResult:
         weights:      convex weights ``u`` over all ``k`` generators (zero outside the mask), shape ``(..., k)``.
         norm:         ``‖d_M‖``, shape ``(...)``.
         kkt_residual: ``max_{j ∈ mask} (‖d_M‖² - v_jᵀ d_M)_+``, shape ``(...)``; 0 up to round-off at the optimum.
+        scale:        ``max_{j ∈ mask} ‖v_j‖²``, shape ``(...)``: the unit of the KKT residual (Wolfe's iteration
+                      stops at a residual ``≤`` :data:`KKT_TOL` ``· scale``; the enumeration is exact up to the
+                      roundoff of its small solves).
     """
 
     point: np.ndarray
     weights: np.ndarray
     norm: np.ndarray
     kkt_residual: np.ndarray
+    scale: np.ndarray
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -199,7 +209,7 @@ def _wolfe(K: np.ndarray, active: np.ndarray, max_iter: int = 10_000) -> np.ndar
     idx = np.flatnonzero(active)
     diag = np.diag(K)
     scale = max(float(diag[idx].max()), np.finfo(float).tiny)
-    tol = 1e-12 * scale
+    tol = KKT_TOL * scale
     j0 = int(idx[np.argmin(diag[idx])])
     S = [j0]
     u = np.zeros(k)
@@ -287,7 +297,8 @@ def min_norm_element(vectors, mask=None, *, method: str = "auto") -> MinNormResu
     pp = np.einsum("...n,...n->...", p, p)
     vp = (np.swapaxes(V, -1, -2) @ p[..., None])[..., 0]
     res = np.where(msk, pp[..., None] - vp, -np.inf).max(axis=-1)
-    return MinNormResult(point=p, weights=u, norm=np.sqrt(pp), kkt_residual=np.maximum(res, 0.0))
+    scale = np.where(msk, np.einsum("...ii->...i", K), -np.inf).max(axis=-1)
+    return MinNormResult(point=p, weights=u, norm=np.sqrt(pp), kkt_residual=np.maximum(res, 0.0), scale=scale)
 
 
 def min_norm_weights_from_gram(gram, mask=None, *, method: str = "auto") -> np.ndarray:

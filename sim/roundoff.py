@@ -38,6 +38,7 @@ import numpy as np
 __all__ = [
     "TIE_RTOL",
     "EPS",
+    "gamma",
     "tie_mask_max",
     "first_max",
     "first_min",
@@ -50,6 +51,15 @@ __all__ = [
 TIE_RTOL = 1e-12
 #: Machine epsilon of float64.
 EPS = float(np.finfo(np.float64).eps)
+
+
+def gamma(n: int) -> float:
+    """``γ_n = nε/(1 − nε)``: the standard bound on the relative rounding error of a sum or dot product of ``n``
+    terms (Higham, *Accuracy and Stability of Numerical Algorithms*, §3.1): ``|fl(xᵀy) − xᵀy| ≤ γ_n |x|ᵀ|y|``."""
+    n = int(n)
+    if n < 0 or n * EPS >= 1.0:
+        raise ValueError(f"n must satisfy 0 <= n < 1/eps; got {n}")
+    return n * EPS / (1.0 - n * EPS)
 
 
 def tie_mask_max(values, atol, axis: int = -1) -> np.ndarray:

@@ -397,3 +397,15 @@ _RNG = np.random.default_rng(0)
 def test_bad_inputs_raise(call):
     with pytest.raises(ValueError):
         call()
+
+
+def test_with_min_entry_sets_the_smallest_entry_and_keeps_the_simplex():
+    from sim.problems import with_min_entry
+
+    p = np.array([[0.2, 0.5, 0.3], [0.6, 0.1, 0.3]])
+    q = with_min_entry(p, 1e-13)
+    assert q[0, 0] == 1e-13 and q[1, 1] == 1e-13
+    np.testing.assert_allclose(q.sum(axis=-1), 1.0, rtol=0, atol=1e-15)
+    np.testing.assert_allclose(q[0, 1:] / q[0, 1:].sum(), p[0, 1:] / p[0, 1:].sum(), rtol=1e-15)
+    with pytest.raises(ValueError, match="lambda_min must lie in"):
+        with_min_entry(p, 0.5)

@@ -6,9 +6,11 @@
 * F3 :class:`CommonMinimizer` — new-client adaptation family with exact moments.
 * F4 :class:`DoubleWell`, F5 :class:`Kink` — the 1-D examples of H.18.
 * F6 :func:`random_lp_instances`, :func:`lp_instance_family` — LP-level instance generators.
+* :func:`with_min_entry` — preferences with a given smallest entry (the search's tiny-``λ_min`` corner).
 * F-OPT :func:`chebyshev_optimum`, :func:`grid_minimize_1d`.
 """
 
+from sim.problems._quadratic import with_min_entry
 from sim.problems.adaptation import CommonMinimizer
 from sim.problems.fopt import ChebyshevOptimum, GridMinima, chebyshev_optimum, grid_minimize_1d
 from sim.problems.generic import LP_FAMILIES, LPInstances, lp_instance_family, random_lp_instances
@@ -20,6 +22,7 @@ __all__ = [
     "PerturbedClients",
     "ClientSamples",
     "planted_mixing",
+    "with_min_entry",
     "CommonMinimizer",
     "DoubleWell",
     "Kink",

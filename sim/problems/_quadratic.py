@@ -62,6 +62,21 @@ def interior_preferences(rng: np.random.Generator, size, m: int) -> np.ndarray:
     return 0.95 * rng.dirichlet(np.ones(m), size=size) + 0.05 / m
 
 
+def with_min_entry(prefs, lambda_min: float) -> np.ndarray:
+    """``prefs`` (``(..., m)``, on the simplex) with its smallest entry set to ``lambda_min`` and the others scaled
+    to keep the sum 1 (preferences with a tiny ``λ_min`` for the search's stress corner); ``0 < lambda_min < 1/m``."""
+    p = np.asarray(prefs, dtype=np.float64)
+    m = p.shape[-1]
+    if not (np.isfinite(lambda_min) and 0.0 < lambda_min < 1.0 / m):
+        raise ValueError(f"lambda_min must lie in (0, 1/m) = (0, {1.0 / m:g}); got {lambda_min!r}")
+    j = np.argmin(p, axis=-1)[..., None]
+    rest = p.copy()
+    np.put_along_axis(rest, j, 0.0, axis=-1)
+    out = rest * (1.0 - lambda_min) / rest.sum(axis=-1, keepdims=True)
+    np.put_along_axis(out, j, lambda_min, axis=-1)
+    return out
+
+
 def random_orthogonal(rng: np.random.Generator, n: int, size=()) -> np.ndarray:
     """Haar-distributed orthogonal matrices ``(*size, n, n)`` (QR of a Gaussian with the sign fix)."""
     size = (size,) if isinstance(size, (int, np.integer)) else tuple(size)

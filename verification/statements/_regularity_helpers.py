@@ -77,6 +77,7 @@ class ClusterQuantities:
     dM: np.ndarray
     dM_sq: np.ndarray
     dM_margin: np.ndarray
+    dM_scale: np.ndarray
     gap: np.ndarray
     psi: np.ndarray
     beta: np.ndarray
@@ -119,7 +120,7 @@ def cluster_quantities(problem, W, *, eta: float, B: float, eps_mode: float = 1e
     return ClusterQuantities(
         losses=l, grads=G, direction=d, status=res.status, mode=res.mode, near_active=mask,
         bottleneck=bottleneck_set(lb, lamb), margin=margin, dM=mn.point, dM_sq=mn.norm**2,
-        dM_margin=dM_margin, gap=gap, psi=psi, beta=res.beta, gain=res.gain,
+        dM_margin=dM_margin, dM_scale=mn.scale, gap=gap, psi=psi, beta=res.beta, gain=res.gain,
         dbal_norm=np.linalg.norm(dbal, axis=-1), deviation=dev, eps_act=ea,
     )
 

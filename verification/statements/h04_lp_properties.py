@@ -54,7 +54,7 @@ import numpy as np
 from sim.direction import lp_direction
 from sim.hull import min_norm_weights_from_gram
 from sim.preference import normalizer, preference_uniformity
-from sim.problems import PlantedQuadraticCluster
+from sim.problems import PlantedQuadraticCluster, with_min_entry
 from verification.evidence import LP_TOL, POSITIVITY_RTOL, Evidence, HypothesisMonitor
 from verification.search import F1_SHAPE, Param, SearchSpace
 
@@ -98,9 +98,7 @@ def _instances(cfg: Config, rng: np.random.Generator, n: int) -> list[_Instance]
         pref = 0.95 * rng.dirichlet(np.ones(m)) + 0.05 / m
         pref = pref / pref.sum()
         if cfg.lambda_min > 0:  # the smallest entry set to lambda_min, the others scaled to keep the sum 1
-            j = int(np.argmin(pref))
-            rest = np.delete(pref, j)
-            pref = np.insert(rest * (1.0 - cfg.lambda_min) / rest.sum(), j, cfg.lambda_min)
+            pref = with_min_entry(pref, cfg.lambda_min)
         w = rng.standard_normal(n_w)
         out.append(_Instance(prob, w, pref))
     return out

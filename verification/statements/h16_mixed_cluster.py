@@ -12,7 +12,11 @@ Hypotheses
 
 Guarantee (as printed / reconstructed)
     * (eq 44) ``d̄ − d_i = ρ^+(d̄^+ − d_i) + ρ^0(d̄^0 − d_i)``;
-    * (eq 45) ``Δ_i ≤ ρ^+‖d̄^+ − d_i‖ + ρ^0‖d̄^0 − d_i‖``;
+    * (eq 45) ``Δ_i ≤ ρ^+‖d̄^+ − d_i‖ + ρ^0‖d̄^0 − d_i‖`` (the triangle inequality; both sides are computed from
+      the same directions by sums of at most ``N`` terms, so the comparison allows the rounding error bound
+      ``4 γ_{N+n_w+2} max_i ‖d_i‖``, ``γ_n = nε/(1 − nε)``: instances where every deviation is of roundoff size
+      decide nothing; eq 48 and eq 48' allow ``2 γ_{N+n_w} max_i ‖d_i‖ B`` for the rounding of ``d̄ᵀg``, which
+      decides only at high conditioning, where ``B`` is large);
     * (a, eq 46) for ``i ∈ C^+``: ``d̄ᵀd_bal,i ≥ γ_i* − Δ_i‖d_bal,i‖ − L₀B²τη``;
     * (a, eq 47) if ``γ_i* > (ρ^0‖d̄^0−d_i‖ + ρ^+‖d̄^+−d_i‖)‖d_bal,i‖ + L₀B²τη`` then eq 23 holds and the conclusion of
       H.13 follows: ``d̄ᵀd_bal,i > 0`` and ``β_i`` decreases along ``−d̄`` for small steps;
@@ -61,6 +65,7 @@ from sim.cluster import gradient_dissimilarity, gradient_dissimilarity_max, mixe
 from sim.constants import gradient_bound, smoothness_quadratic
 from sim.problems import PerturbedClients, PlantedQuadraticCluster
 from sim.problems._quadratic import interior_preferences, normalize, planted_point
+from sim.roundoff import gamma
 from verification.evidence import ATOL, POSITIVITY_RTOL, Evidence, HypothesisMonitor, check_inequality
 from verification.search import F1_SHAPE, LAMBDA_MIN, PLANTED_LAMBDA, Param, SearchSpace
 
@@ -196,7 +201,22 @@ def _cluster(P, prefs, w0, rho, cfg: Config, s) -> dict:
         shared=shared, free=free, rhs48p=rhs48p, rhs48=rhs48, jfree=jfree,
         min_loss=float(min(L.min(), lfn(pts).min())), dnorm_max=float(np.linalg.norm(lp.d, axis=1).max()),
         solved=bool(lp.solved.all()), scale44=float(max(1.0, np.linalg.norm(lp.d, axis=1).max())),
+        round45=_round45(lp.d), round48=_round48(lp.d, B0),
     )
+
+
+def _round45(d: np.ndarray) -> float:
+    """The rounding error bound of eq 45's two sides: ``4 γ_{N+n_w+2} max_i ‖d_i‖`` (``γ_n = nε/(1 − nε)``,
+    :func:`sim.roundoff.gamma`, the standard bound of a sum of ``n`` terms; four such sums and norms enter the
+    difference)."""
+    return float(4.0 * gamma(d.shape[0] + d.shape[1] + 2) * np.linalg.norm(d, axis=1).max())
+
+
+def _round48(d: np.ndarray, B0: float) -> float:
+    """The rounding error bound of ``d̄ᵀg_i^(j)`` in eq 48: ``2 γ_{N+n_w} max_i ‖d_i‖ B`` (``d̄`` a sum of ``N``
+    directions, then a dot product of ``n_w`` terms with ``‖g‖ ≤ B``); it decides only where the shared direction
+    and the gradients are large and the bound is of roundoff size (``δ_g = 0`` without balancing clients)."""
+    return float(2.0 * gamma(d.shape[0] + d.shape[1]) * np.linalg.norm(d, axis=1).max() * B0)
 
 
 def _collect(gen, cfg: Config):
@@ -253,11 +273,11 @@ def _repaired_rows(clusters, cfg: Config) -> _Rows:
         N = len(c["plus"])
         for i in range(N):
             R.add(part="eq44", k=k, i=i, lhs=c["res44"][i], rhs=1e-12 * c["scale44"])
-            R.add(part="eq45", k=k, i=i, lhs=c["dev"][i], rhs=blk.deviation_bound[i])
+            R.add(part="eq45", k=k, i=i, lhs=c["dev"][i], rhs=blk.deviation_bound[i] + c["round45"])
             for j in range(c["shared"].shape[1]):
-                R.add(part="eq48'", k=k, i=i, j=j, lhs=-c["shared"][i, j], rhs=c["rhs48p"][j])
+                R.add(part="eq48'", k=k, i=i, j=j, lhs=-c["shared"][i, j], rhs=c["rhs48p"][j] + c["round48"])
                 if not c["plus"][i]:
-                    R.add(part="eq48|J\\J*=0", k=k, i=i, j=j, lhs=-c["shared"][i, j], rhs=c["rhs48"],
+                    R.add(part="eq48|J\\J*=0", k=k, i=i, j=j, lhs=-c["shared"][i, j], rhs=c["rhs48"] + c["round48"],
                           jfree=c["jfree"])
             if not c["plus"][i]:
                 continue

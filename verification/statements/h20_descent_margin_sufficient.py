@@ -38,7 +38,9 @@ How it is checked (THEOREMS.md §3.1 T-H19/T-H20)
     * ``LP``   — ``d_i`` = EPO LP direction; hypotheses ``μ_ψ, σ > 0`` (on the estimation sample), (i), (ii);
       conclusion ``2σμ_ψ r ≤ m``.
     * ``MGDA`` — ``d_i = d_M``; hypotheses ``μ_ψ > 0``, (i), (ii) with ``σ = 1``; conclusion ``2μ_ψ r ≤ m_M``.
-    * ``KKT``  — no hypothesis; conclusion ``‖d_M‖²(1 − 1e-6) ≤ min_j v_jᵀd_M`` (guarantee (b)).
+    * ``KKT``  — no hypothesis; conclusion ``‖d_M‖²(1 − 1e-6) − KKT_TOL·max_j ‖v_j‖² ≤ min_j v_jᵀd_M`` (guarantee
+      (b); ``sim.hull.KKT_TOL = 1e-12``: the resolution of the computed minimum-norm point, Wolfe's stopping rule,
+      which decides once ``‖d_M‖²`` is far below ``max_j ‖v_j‖²``, near Pareto stationarity at high conditioning).
     * ``FD``   — hypothesis ``J*_ε = J*`` (a single bottleneck, so ``ψ`` is smooth at ``w``); conclusion
       ``‖d_M‖²(1 − FD_RTOL) ≤ −ψ'(w; −d_M)`` by central differences with a parameter step of ``1e-7``.
     * ``FD_up`` — the other side of the identity (c), same hypothesis: ``−ψ'(w; −d_M) ≤ ‖d_M‖²(1 + FD_RTOL)``.
@@ -66,7 +68,7 @@ import numpy as np
 
 from sim.constants import h20_constants
 from sim.direction import lp_direction
-from sim.hull import descent_margin, eps_act, min_norm_element, near_active_set
+from sim.hull import KKT_TOL, descent_margin, eps_act, min_norm_element, near_active_set
 from sim.preference import chebyshev
 from sim.problems import Kink, PlantedQuadraticCluster
 from verification.evidence import FD_RTOL, FD_STEP_PARAMS, Evidence, HypothesisMonitor
@@ -161,6 +163,7 @@ def _setting(cfg: Config, rng: np.random.Generator, P, i: int, radius: float, fa
         n_smooth_points=int(single.sum()),
         # check-sample arrays
         solved=okb, gap=gb, dM_sq=dm2, margin=qb.margin[:, 0], dM_margin=qb.dM_margin[:, 0], single=single, fd=fd,
+        dM_scale=qb.dM_scale[:, 0],
     )
 
 
@@ -234,7 +237,8 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
         add("MGDA", s, si, 2.0 * mu * s["gap"], s["dM_margin"], bool(mu > 0), mu, pl,
             (s["dM_sq"], s["dM_margin"]), np.ones(n, bool))
         # KKT property (guarantee (b)), no hypothesis
-        add("KKT", s, si, s["dM_sq"] * (1.0 - KKT_RTOL), s["dM_margin"], True, np.inf, (never, inf),
+        add("KKT", s, si, s["dM_sq"] * (1.0 - KKT_RTOL) - KKT_TOL * s["dM_scale"], s["dM_margin"], True, np.inf,
+            (never, inf),
             (never, inf), np.ones(n, bool))
         # Clarke / directional derivative (guarantee (c)) where J*_eps = J* is a single bottleneck
         fd = np.where(s["single"], s["fd"], 0.0)
