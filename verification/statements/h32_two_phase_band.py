@@ -36,6 +36,10 @@ What is checked
       ``w^{t+1} = w^t − η_t d̄^t`` with the directions analysed, relative errors ``≤ 1e-10``); the scalar recursion lemma (S13) on ``n_scalar`` random sequences with
       ``η_t ∈ {η_I, η_II}`` drawn at random and ``r`` satisfying the one-step bound.
     * Report only (not covered by the theory, O-27): Phase 2 with S-shot episodes (``S = 5``) on run 0.
+    * Tight points: the search's point where eq 75 at ``w_II`` comes within 0.82 of its bound, and the designed
+      :data:`ISOTROPIC_POINT` for H.31 item 3 (``Q_j = I``, centres within ``s_c = 0.01``: nearly uniform ``λ_i``, so
+      the H.34 constant ``μ_i = min_j λ_ij λ_min(Q_j)`` is nearly the growth of ``ψ_i`` in every direction and item 3
+      loses only the band factor), which runs as a tight point once the search box carries ``kappa_Q`` and ``s_c``.
 
 Negative controls (each must show the failure)
     * F4 double well across both phases (``η_I = 0.01``, ``η_II = 0.02``, from ``w^0 = 1.2``): strict ``c_d`` on
