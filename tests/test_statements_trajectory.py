@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from verification import registry
+from verification.statements import h32_two_phase_band as H32
 
 IDS = ("H.25", "H.28", "H.29", "H.31", "CorC", "H.32", "H.37")
 
@@ -57,3 +58,33 @@ def test_double_well_control_numbers():
         assert abs(c["c_d"] - 6.21) < 0.01
         assert c["eps0"] < 0.07
         assert c["iterates_outside_region"] == c["iterates"]
+
+
+def test_h32_isotropic_point_leaves_only_the_band_factor():
+    """H.32 with H.31 item 3 at the designed point (Q_j = I, nearly common centres, hence nearly uniform lambda_i):
+    the quadratic-growth link is then nearly exact and item 3 loses only the band factor of eq 75 at w_II; a halved
+    bound of item 3 is detected there."""
+    cfg = H32.isotropic_config()
+    assert (cfg.kappa_Q, cfg.s_c) == (1.0, 0.01)
+    ev = H32.run(cfg, np.random.default_rng(registry.DEFAULT_SEED))
+    assert ev.verdict == "holds" and ev.n_counterexamples == 0
+    item3, band = ev.conclusion("H.31 item 3 with eps_hat at w_II"), ev.conclusion("eq 75 at w_II")
+    assert 0.9 < item3.detect_factor <= band.detect_factor <= 1.0
+    assert item3.detect_factor / band.detect_factor > 0.9  # the QG link alone
+    assert item3.power()["status"] == "detected"
+    mu = np.asarray(item3.worst["mu"])
+    assert np.all(mu > 0.45)  # mu_i = min_j lambda_ij with lambda_i nearly (1/2, 1/2)
+
+
+def test_h32_isotropic_point_joins_the_tight_points_with_the_box():
+    """ISOTROPIC_POINT names kappa_Q and s_c: it is a tight point exactly when the search box carries them, and the
+    box's Config then has the point's values (a point is never run with a parameter silently dropped)."""
+    names = {p.name for p in H32.SEARCH.params}
+    if {"kappa_Q", "s_c"} <= names:
+        assert H32.ISOTROPIC_POINT in H32.TIGHT_POINTS
+        cfg = H32.SEARCH.config(dict(H32.ISOTROPIC_POINT))
+        assert (cfg.kappa_Q, cfg.s_c) == (1.0, 0.01)
+    else:
+        assert H32.ISOTROPIC_POINT not in H32.TIGHT_POINTS
+    for p in H32.TIGHT_POINTS:
+        assert set(p) <= names, p

@@ -510,6 +510,51 @@ def beta_lipschitz(prob: CommonMinimizer, rng, points, radius: float, *, n_ball:
             "method": "1.1 x max ||G A/Z|| over the iterates and uniform ball points (THEOREMS §1.11, T-H44)"}
 
 
+def _beta_q_terms(prob: CommonMinimizer, s) -> tuple[np.ndarray, np.ndarray]:
+    """F3's one-dimensional reduction of ``β_new``: with ``s = q(w) = ½‖w − c‖²_Q``,
+    ``ĺ_j(s) = (t + λ_j s)/(s + mt)`` and ``β(s) = Σ_j ĺ_j log(mĺ_j)``, so ``β'(s) = Σ_j ĺ_j'(s) log(mĺ_j(s))`` with
+    ``ĺ_j'(s) = t(mλ_j − 1)/(s + mt)²``. ``ĺ_j`` runs monotonically from ``1/m`` (at ``s = 0``) towards ``λ_j``, so
+    ``ĺ_j'`` and ``log(mĺ_j)`` share the sign of ``mλ_j − 1`` and every term of ``β'`` is ``≥ 0``. Returns
+    ``(|ĺ_j'(s)|, |log(mĺ_j(s))|)``, ``(..., m)`` each; ``β'(s)`` is the sum of their products."""
+    m, t, lam = prob.n_objectives, prob.t, prob.prefs
+    s = np.asarray(s, dtype=np.float64)[..., None]
+    lh = (t + lam * s) / (s + m * t)
+    return np.abs(t * (m * lam - 1.0) / (s + m * t) ** 2), np.abs(np.log(m * lh))
+
+
+def beta_segment_constant(prob: CommonMinimizer, points, *, cell_ratio: float = 1e-3, s_min: float = 1e-9) -> dict:
+    """Per point ``w``, an upper bound ``M(w)`` of the mean-value constant of ``β_new`` on the segment ``[c, w]``,
+    ``sup_{ξ∈[c, w]} ‖∇_wβ_new(ξ)‖``, so that ``β_new(w) = β_new(w) − β_new(c) ≤ M(w)‖w − c‖`` (mean-value
+    inequality; ``β_new(c) = 0``).
+
+    Exact reduction (F3): ``β`` depends on ``w`` only through ``q``, ``∇β(ξ) = β'(q(ξ))Q(ξ − c)``; on the segment
+    ``ξ_τ = c + τe`` (``e = w − c``, ``q(ξ_τ) = τ²q``) ``‖∇β(ξ_τ)‖ = β'(τ²q)τ‖Qe‖``, so
+    ``sup_τ ‖∇β(ξ_τ)‖ = (‖Qe‖/√q)·sup_{s≤q} φ(s)`` with ``φ(s) = √s β'(s)``. The supremum of ``φ`` is bounded on cells
+    ``[s_k, s_{k+1}]`` (``s_0 = 0``, then geometric from ``s_min·max q`` with ratio ``1 + cell_ratio``; the last cell
+    ends at the point's own ``q``): ``√s ≤ √s_{k+1}``, ``|ĺ_j'|`` decreases in ``s`` (``≤`` its value at ``s_k``) and
+    ``|log(mĺ_j)|`` is monotone (``≤`` the larger endpoint value), so ``φ ≤ √s_{k+1}Σ_j|ĺ_j'(s_k)|·max_ends
+    |log(mĺ_j)|`` on the cell (:func:`_beta_q_terms`: every term of ``β'`` is ``≥ 0``, no cancellation). The bound
+    exceeds the supremum by a relative ``O(cell_ratio)``. Returns ``{"M", "q", "cells"}``."""
+    e = np.asarray(points, dtype=np.float64).reshape(-1, prob.n_params) - prob.centre
+    Qe = e @ prob.hessian
+    q = 0.5 * np.einsum("na,na->n", e, Qe)
+    qmax = float(q.max()) if q.size else 0.0
+    if qmax <= 0.0:
+        return {"M": np.zeros(q.size), "q": q, "cells": 0}
+    k = int(np.ceil(np.log(1.0 / s_min) / np.log1p(cell_ratio)))
+    s = np.r_[0.0, s_min * qmax * (1.0 + cell_ratio) ** np.arange(k + 1)]
+    d, x = _beta_q_terms(prob, s)
+    cell = np.sqrt(s[1:]) * (d[:-1] * np.maximum(x[:-1], x[1:])).sum(axis=-1)
+    upto = np.maximum.accumulate(cell)  # upto[k]: bound of sup φ on [0, s_{k+1}]
+    i = np.searchsorted(s, q, side="right") - 1  # s_i <= q < s_{i+1}
+    _, xq = _beta_q_terms(prob, q)
+    last = np.sqrt(q) * (d[i] * np.maximum(x[i], xq)).sum(axis=-1)  # the cell [s_i, q]
+    phi = np.maximum(np.where(i >= 1, upto[np.maximum(i - 1, 0)], 0.0), last)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        M = np.where(q > 0.0, np.linalg.norm(Qe, axis=1) * phi / np.sqrt(q), 0.0)
+    return {"M": M, "q": q, "cells": int(s.size - 1)}
+
+
 # ----------------------------------------------------------------------------------------------- quartic (QG control)
 
 
