@@ -232,23 +232,21 @@ REASONS = {
         "(below 0.02 on the family: beta_new is flat, quartic, at c and the endpoints concentrate near c, while L_beta "
         "is 1.1 x the largest ||grad beta|| over a ball that contains every iterate), link 2, Jensen (0.92-0.97), and "
         "link 3, the Monte Carlo (b) eq 93 assertion (itself at most the lagged-RMSprop ratio; 0.67 on the tight 1-D "
-        "instance); the search over (p+/p-, S, K, spread) stays below 0.01"),
+        "instance); the stored falsification search's best ratio is shown beside this reason"),
     C_PER_SAMPLE: (
         "L_beta is 1.1 x the largest ||grad_w beta_new|| over a ball containing every point (O-12, T-H44); beta_new "
         "is flat at c (grad beta = 0 there) and the endpoints w_K concentrate near c, so beta_new(w_K)/||w_K - c|| "
-        "stays well below the ball's supremum; the search over (p+/p-, S, K, spread) stays near 0.1-0.2; the "
+        "stays well below the ball's supremum (the stored search's best ratio is shown beside this reason); the "
         "per-sample mean-value constant of the sample's own segment [c, w_K] is tested as a conclusion of its own"),
     C_SEGMENT: (
         "beta_new is quartic in ||w - c|| near c (beta ~ kappa q^2, q = ||w - c||_Q^2/2), so ||grad beta|| grows like "
         "the cube of the distance along [c, w_K] and beta_new(w_K), the integral of grad beta . e over the segment, is "
         "1/4 of sup_[c,w_K] ||grad beta|| ||w_K - c|| as w_K -> c (times e'Qe/(||Qe|| ||e||) <= 1 off the "
         "eigen-directions of Q); the ratio passes 1/2 only where lhat is far from uniform (||w - c|| ~ 2-6 on the "
-        "reference instance, up to 0.65 there), which the endpoints of the family (the farthest at ||w_K - c|| ~ 1) do not reach: "
-        "0.25-0.32 on the family, its tight point and the box corners tried (p+/p- up to 8, K = 5)"),
+        "reference instance), which the endpoints of the family (the farthest at ||w_K - c|| ~ 1) do not reach"),
     C_LINK1: (
         "the per-sample inequality with the ball constant L_beta, averaged: beta_new is quartic at c and the endpoints "
-        "concentrate near c, so mean beta_new is 1e-3..2e-2 of L_beta mean ||w_K - c|| on the family (0.1 at the box "
-        "corner p+/p- = 8, K = 5, whose endpoints stay near w_0)"),
+        "concentrate near c, so mean beta_new is 1e-3..2e-2 of L_beta mean ||w_K - c|| on the family"),
 }
 
 #: Found by the falsification search (seed 0): a short Phase 1 with a small step, where the band eps0_bar + transient
