@@ -148,3 +148,38 @@ def test_reach_is_decided_from_the_box():
         sp.make_config({"a": 0.5, "c": 1})
     with pytest.raises(ValueError, match="no default"):
         sp.make_config({"b": 0.5})
+
+
+#: Instances the falsification search met at the stress corners where a comparison was decided by roundoff; the
+#: checks now carry the rounding allowances computed from the data (each statement's docstring states them).
+ROUNDOFF_POINTS = {
+    "H.16": {"shift": 0.1532517081750301, "spread_f1": 0.0215001577703955, "m": 12, "n_w_max": 11,
+             "radius": 0.001, "rho_alpha": 13.365050715688163, "n_clients": 3, "kappa_Q": 334655.24309772835,
+             "s_c": 0.9806136739415932},  # eq 48': the LP's certificate at a Gram matrix of ~1e11
+    "H.20": {"s_c": 0.8569, "kappa_Q": 49414.3334, "radius": 0.0184, "eta_factor": 0.0179, "spread": 0.012, "m": 12,
+             "n_w": 11},  # the KKT row: a minimum-norm point of norm 1e-6 among gradients of ~1e2
+    "H.10": {"m": 2, "log_loss_halfwidth": 3.86031, "near_eps": 3e-05, "pref_concentration": 4.34714,
+             "lambda_min": 0.0},  # the mean-value link: near pairs at lambda_min 1e-9 differ by 1e-14
+}
+
+
+@pytest.mark.parametrize("sid", sorted(ROUNDOFF_POINTS))
+def test_roundoff_decided_search_instances_are_decided_by_the_allowances(sid):
+    stmt = registry.get_statement(sid)
+    ev = stmt.run(stmt.search.make_config(ROUNDOFF_POINTS[sid]), np.random.default_rng(0))
+    bad = [(c.name, c.counterexamples) for c in ev.conclusions if c.role == "contract" and c.counterexamples]
+    assert not bad, bad
+
+
+def test_the_search_finds_region_sampled_constants_optimistic_on_the_trajectory():
+    """A finding of the search (H.19, O-8): with m = 10 objectives in n_w = 2 dimensions the iterates approach the
+    optimum, where the descent margin is worst, and the constants from 2000 uniform points of the region miss it:
+    c_d r_i - m_i exceeds b_i by a factor ~37 at iterate 145."""
+    stmt = registry.get_statement("H.19")
+    point = {"spread": 0.003901087335833972, "eta_factor": 0.010065412817091616, "start_noise": 0.0829989593382643,
+             "m": 10, "n_w": 2, "n_clients": 2, "kappa_Q": 2.8934469261993674, "s_c": 0.009882068106619735}
+    ev = stmt.run(stmt.search.make_config(point), np.random.default_rng(0))
+    c = ev.conclusion("eq 51 at the iterates with region constants: c_d r_i - m_i <= b_i")
+    assert ev.verdict == "violated" and c.counterexamples > 0
+    assert c.detect_factor == pytest.approx(36.927103185189246, rel=1e-9)
+    assert registry.run_statement(stmt).verdict == "holds"  # the default family does not reach it

@@ -26,8 +26,12 @@ Guarantee
     the cell from the cell's endpoints (``λ_θ ≥`` the smaller endpoint entry, ``Z ≥`` the smaller endpoint ``Z``,
     ``ĺ ≥`` the smaller endpoint entry by the mediant inequality, so ``|1 + s_j| ≤ 1 + log(m/c_k)``); ``n`` is
     doubled from ``sup_grid`` up to ``sup_grid_max`` while the cells' correction exceeds ``sup_rtol`` of the grid
-    maximum. ``lhs = ‖A − A'‖ ≤ rhs = Ĝ‖λ − λ'‖`` with ``Ĝ`` that upper bound; near pairs reach the bound to the
-    rounding of ``‖A − A'‖`` (a relative ``~1e-7`` at ``ε = 1e-6``).
+    maximum. ``lhs = ‖A − A'‖ ≤ rhs = Ĝ‖λ − λ'‖ + r`` with ``Ĝ`` that upper bound and ``r`` the rounding
+    allowance of the two computed adjustments (``‖PreferenceParts.adjustment_roundoff‖`` at ``λ`` and at ``λ'``,
+    a bound on each computed ``a_j``'s error) plus ``‖J_A‖·|1ᵀ(λ − λ')|/√m`` for the component of the float
+    difference along ``1`` (float preferences sum to 1 only to ``~1e-16``; ``‖J_A‖`` at the endpoints): near pairs
+    reach the bound to the rounding of ``‖A − A'‖``; at ``λ_min ~ 1e-9`` a near pair differs by ``~1e-14`` and
+    the allowances are a few per cent of it.
 
 Check (T-H10)
     ``l ∈ exp(U(−3, 3))^m``, ``m ∈ {2..7}``; ``λ = 0.95·Dirichlet(1) + 0.05/m``; half the pairs near each other
@@ -288,13 +292,24 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     mon.record(HYP_FLOOR, np.tile((cs > 0) & (cs < 1), 2), margin=np.tile(np.minimum(cs, 1 - cs), 2))
     kinds = np.array([p[3] for p in pairs])
     ratio = lhs / np.where(rhs > 0, rhs, np.inf)
-    mv_rhs = G * dl
+    # the computed ||A - A'|| carries the rounding of both adjustments (PreferenceParts.adjustment_roundoff, a bound
+    # on the error of each computed a_j): on near pairs with tiny lambda_min it is of the size of ||A - A'|| itself
+    rnd = np.array([float(np.linalg.norm(preference_parts(p[0], p[1]).adjustment_roundoff)
+                          + np.linalg.norm(preference_parts(p[0], p[2]).adjustment_roundoff)) for p in pairs])
+    # float preferences sum to 1 only to ~1e-16: the difference lambda - lambda' has a component along 1, outside the
+    # tangent space that P projects on; it adds at most ||J_A|| |1'(lambda - lambda')|/sqrt(m) (||J_A|| at the
+    # endpoints), which matters only for pairs that differ by ~1e-14 (near pairs at tiny lambda_min)
+    normal = np.array([abs(float(np.sum(p[1] - p[2]))) / np.sqrt(p[0].size) for p in pairs])
+    jn = np.array([max(float(np.linalg.norm(adjustment_jacobian(p[0], p[1]), 2)),
+                       float(np.linalg.norm(adjustment_jacobian(p[0], p[2]), 2))) for p in pairs])
+    mv_rhs = G * dl + rnd + jn * normal
     mv_ratio = lhs / np.where(mv_rhs > 0, mv_rhs, np.inf)
     L_adj = np.array([r["L_adj"] for r in recs])
 
     def data(i):
         k = i % n
-        return recs[k] | ({"sup_JP_bound": G[k], "grid_max_JP": gmax[k], "cells": int(cells[k])} if i >= n else {})
+        return recs[k] | ({"sup_JP_bound": G[k], "grid_max_JP": gmax[k], "cells": int(cells[k]),
+                           "rounding_allowance": rnd[k], "normal_allowance": jn[k] * normal[k]} if i >= n else {})
 
     return Evidence.from_implication(
         STATEMENT_ID, NAME, mon, np.r_[lhs, lhs], np.r_[rhs, mv_rhs], instance_data=data,

@@ -15,8 +15,9 @@ Guarantee (as printed / reconstructed)
     * (eq 45) ``Δ_i ≤ ρ^+‖d̄^+ − d_i‖ + ρ^0‖d̄^0 − d_i‖`` (the triangle inequality; both sides are computed from
       the same directions by sums of at most ``N`` terms, so the comparison allows the rounding error bound
       ``4 γ_{N+n_w+2} max_i ‖d_i‖``, ``γ_n = nε/(1 − nε)``: instances where every deviation is of roundoff size
-      decide nothing; eq 48 and eq 48' allow ``2 γ_{N+n_w} max_i ‖d_i‖ B`` for the rounding of ``d̄ᵀg``, which
-      decides only at high conditioning, where ``B`` is large);
+      decide nothing; eq 48 and eq 48' allow ``2 γ_{N+n_w} max_i ‖d_i‖ B`` for the rounding of ``d̄ᵀg`` and what
+      the LP's certificate allows in ``d_kᵀg^(j) ≥ 0`` (its feasibility residual in the row's units, ``_lp48``),
+      which decide only at high conditioning, where ``B`` and the Gram matrix are large);
     * (a, eq 46) for ``i ∈ C^+``: ``d̄ᵀd_bal,i ≥ γ_i* − Δ_i‖d_bal,i‖ − L₀B²τη``;
     * (a, eq 47) if ``γ_i* > (ρ^0‖d̄^0−d_i‖ + ρ^+‖d̄^+−d_i‖)‖d_bal,i‖ + L₀B²τη`` then eq 23 holds and the conclusion of
       H.13 follows: ``d̄ᵀd_bal,i > 0`` and ``β_i`` decreases along ``−d̄`` for small steps;
@@ -201,7 +202,7 @@ def _cluster(P, prefs, w0, rho, cfg: Config, s) -> dict:
         shared=shared, free=free, rhs48p=rhs48p, rhs48=rhs48, jfree=jfree,
         min_loss=float(min(L.min(), lfn(pts).min())), dnorm_max=float(np.linalg.norm(lp.d, axis=1).max()),
         solved=bool(lp.solved.all()), scale44=float(max(1.0, np.linalg.norm(lp.d, axis=1).max())),
-        round45=_round45(lp.d), round48=_round48(lp.d, B0),
+        round45=_round45(lp.d), round48=_round48(lp.d, B0), lp48=_lp48(lp, G, rho),
     )
 
 
@@ -210,6 +211,18 @@ def _round45(d: np.ndarray) -> float:
     :func:`sim.roundoff.gamma`, the standard bound of a sum of ``n`` terms; four such sums and norms enter the
     difference)."""
     return float(4.0 * gamma(d.shape[0] + d.shape[1] + 2) * np.linalg.norm(d, axis=1).max())
+
+
+def _lp48(lp, G: np.ndarray, rho: np.ndarray) -> np.ndarray:
+    """What the LP's own certificate allows in ``d̄ᵀg^(j)`` (eq 48): ``Σ_k ρ_k (r_k + γ_{n_w+m}) max(1, max |C_k|)``,
+    with ``r_k`` client ``k``'s ``feasibility_residual`` (recomputed from the data by
+    :func:`sim.direction.lp_direction` on the LP scaled to unit max-norm) turned back into the Gram matrix's units,
+    and the rounding of ``d_k = G_kμ_k`` and of its products with the gradients: a direction certified feasible to
+    ``1e-16`` of a Gram matrix of ``1e11`` meets ``d_kᵀg^(j) ≥ 0`` only to ``1e-5``."""
+    C = np.einsum("nwj,nwl->njl", G, G)  # per client: C_k = G_kᵀG_k
+    scale = np.maximum(1.0, np.abs(C).max(axis=(1, 2)))  # (N,)
+    r = np.nan_to_num(np.asarray(lp.res.feasibility_residual, dtype=np.float64), nan=0.0)
+    return np.full(G.shape[2], float(rho @ ((r + gamma(G.shape[1] + G.shape[2])) * scale)))  # (m,)
 
 
 def _round48(d: np.ndarray, B0: float) -> float:
@@ -275,9 +288,10 @@ def _repaired_rows(clusters, cfg: Config) -> _Rows:
             R.add(part="eq44", k=k, i=i, lhs=c["res44"][i], rhs=1e-12 * c["scale44"])
             R.add(part="eq45", k=k, i=i, lhs=c["dev"][i], rhs=blk.deviation_bound[i] + c["round45"])
             for j in range(c["shared"].shape[1]):
-                R.add(part="eq48'", k=k, i=i, j=j, lhs=-c["shared"][i, j], rhs=c["rhs48p"][j] + c["round48"])
+                allow = c["round48"] + c["lp48"][j]
+                R.add(part="eq48'", k=k, i=i, j=j, lhs=-c["shared"][i, j], rhs=c["rhs48p"][j] + allow)
                 if not c["plus"][i]:
-                    R.add(part="eq48|J\\J*=0", k=k, i=i, j=j, lhs=-c["shared"][i, j], rhs=c["rhs48"] + c["round48"],
+                    R.add(part="eq48|J\\J*=0", k=k, i=i, j=j, lhs=-c["shared"][i, j], rhs=c["rhs48"] + allow,
                           jfree=c["jfree"])
             if not c["plus"][i]:
                 continue
