@@ -592,7 +592,8 @@ def _search_rows(results) -> list[dict[str, str]]:
                        f"run here: {d.get('budget', '-')}"),
             "refined": str(st.get("refinement_evaluations", d.get("evaluations", "-")) if st and not st.get("missing")
                            else d.get("evaluations", "-")),
-            "cex": str(d.get("counterexamples", "-")),
+            "cex": (f"{st['counterexamples']} in the stored search; {d.get('counterexamples', 0)} at its re-evaluated "
+                    "points" if "counterexamples" in st else str(d.get("counterexamples", "-"))),
             "reach": "; ".join(f"{k}: " + ("yes" if not v.startswith(("excluded", "NOT")) else v)
                                for k, v in reach.items()),
         })

@@ -719,7 +719,7 @@ def refine_stored(stmt, stored: dict[str, Any], seed: int | None = None, steps: 
     res = ev.result(f"stored ({stored['budget']} per statement) + refinement", time.perf_counter() - t0)
     res.stored = {"budget": stored["budget"], "evaluations": stored["evaluations"], "date": stored["date"],
                   "seed": stored["seed"], "refinement_evaluations": ev.evaluations,
-                  "stored_best_ratio": stored["best_ratio"],
+                  "stored_best_ratio": stored["best_ratio"], "counterexamples": int(stored["counterexamples"]),
                   "detecting_points": stored.get("detecting_points", {}),
                   "design_points": stored.get("design_points", 0)}
     res.evaluations = int(stored["evaluations"]) + ev.evaluations
