@@ -13,10 +13,14 @@ from verification.montecarlo import (
     DELTA,
     FAMILY_WISE_BUDGET,
     bernstein_lcb,
+    bernstein_lcbs,
     chi2_capped_mean,
     crossing_factor,
     hoeffding_lcb,
+    hoeffding_lcbs,
     mean_claim,
+    protocol_lcbs,
+    recorded_claims,
     required_runs,
 )
 
@@ -115,3 +119,33 @@ def test_sample_size_detects_a_halved_bound_with_probability_099():
     assert detected >= 0.99 * reps - 3  # binomial slack: P(Bin(300, 0.99) < 294) < 0.1
     with pytest.raises(ValueError, match="exceed 1"):
         required_runs(0.9)
+
+
+def test_vectorised_bounds_are_the_scalar_ones_row_by_row():
+    """One implementation: each row of the bounds computed along the last axis equals, bit for bit, the scalar bound
+    of that row and the LCB that mean_claim tests (the calibration study evaluates the rows)."""
+    rng = np.random.default_rng(7)
+    for n in (2, 3, 17, 963, 4000):
+        for law in sorted(DISTRIBUTIONS):
+            X = np.stack([DISTRIBUTIONS[law](rng, 1.0, n) for _ in range(3)])
+            b = 1.3
+            Y, M = np.minimum(X, CAP_FACTOR * b), CAP_FACTOR * b
+            h, bern, lcb = protocol_lcbs(Y, M, DELTA)
+            assert np.array_equal(hoeffding_lcbs(Y, M, DELTA / 2), h)
+            assert np.array_equal(bernstein_lcbs(Y, M, DELTA / 2), bern)
+            for r in range(3):
+                res = mean_claim(X[r], b, with_crossing=False)
+                assert h[r] == hoeffding_lcb(Y[r], M, DELTA / 2) == res.lcb_hoeffding
+                assert bern[r] == bernstein_lcb(Y[r], M, DELTA / 2) == res.lcb_bernstein
+                assert lcb[r] == res.lcb and res.failed == bool(lcb[r] > b)
+
+
+def test_recorded_claims_hands_over_the_samples_and_nothing_outside_the_block():
+    rng = np.random.default_rng(0)
+    x = rng.exponential(1.0, 50)
+    mean_claim(x, 2.0, with_crossing=False)
+    with recorded_claims() as log:
+        res = mean_claim(x, 2.0, with_crossing=False)
+        x[0] = -1.0  # the record holds a copy
+    mean_claim(np.abs(x), 2.0, with_crossing=False)
+    assert len(log) == 1 and log[0].result == res and log[0].samples[0] != -1.0 and log[0].samples.size == 50

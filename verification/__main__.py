@@ -10,6 +10,7 @@
     python -m verification sweep [ID ... | --mc] --seeds A:B [--scale default|paper]
                                  [--workers K | --scheduler ADDRESS] --out DIR
     python -m verification llm-regression RUN_DIR [RUN_DIR ...] --baseline PATH [--write]
+    python -m verification mc-calibration [--replications R] [--os-replications R] [--seed N] [--json PATH]
     python -m verification grid [K=1,4,16,64] [S=4,16,64] [delta_lambda=0.02,0.05,0.2] --seeds A:B
                                 [--preset smoke|paper] [--workers K | --scheduler ADDRESS] --out DIR
 
@@ -56,6 +57,14 @@ whether that is detected, with the falsification search's best ratio and the sta
 their summary quantities (:mod:`verification.llm_regression`; exit 1 on a regression); with ``--write`` it makes
 that baseline from two or more runs of one preset and seed, the tolerances measured from their spread.
 
+``mc-calibration`` measures the false-failure rate of every budgeted confidence-level assertion at its boundary
+(:mod:`verification.mc_calibration`): each assertion's own estimator, sample size and ``δ`` on synthetic draws whose
+mean is exactly its bound, R times (H.17's order-statistic tests ``--os-replications`` times, default 40 R), with
+the one-sided Clopper–Pearson upper bounds and the exact rates where they are known, and the family-wise sum against
+the budget ``1e-3``; ``--json PATH`` writes the result (the committed one is
+``verification/data/mc_calibration.json``, the defaults). It exits 1 when that sum does not show the budget or a
+replicated rate disagrees with its exact one.
+
 New subcommands (a later ``report``) are added by writing ``_add_<name>(subparsers)`` that sets
 ``func=_cmd_<name>`` and appending it to ``_SUBCOMMANDS``.
 """
@@ -85,6 +94,8 @@ FAIL_WHEN = {
     "grid": "a cell raised or the grid is incomplete",
     "search": "the search found a counterexample (a contract conclusion beyond its bound with every hypothesis held), "
               "or a cell failed or is missing",
+    "mc-calibration": "the summed Clopper-Pearson upper bounds do not show the family-wise false-failure rate <= the "
+                      "budget 1e-3, or a replicated rate disagrees with its exact one",
 }
 
 
@@ -624,8 +635,52 @@ def _add_llm_regression(sub) -> None:
     p.set_defaults(func=_cmd_llm_regression)
 
 
+def _cmd_mc_calibration(args: argparse.Namespace) -> int:
+    from . import mc_calibration as MC
+    from .evidence import to_jsonable
+
+    if args.json:
+        cli.check_writable_file(args.json, "--json")
+
+    def progress(i: int, n: int, row: dict) -> None:
+        _note(f"[{i}/{n}] {row['statement']}: {row['label'][:60]} (upper {row['upper']:.3g}, "
+              f"{row['cpu_seconds']:.1f} CPU s)")
+
+    try:
+        res = MC.run_calibration(replications=args.replications, order_statistic_replications=args.os_replications,
+                                 seed=args.seed, progress=progress)
+    except KeyboardInterrupt:
+        _note("interrupted: nothing was kept (the calibration writes its result at the end)")
+        return EXIT_INTERRUPTED
+    print(MC.table(res))
+    rt = res["runtime"]
+    print(f"{rt['cpu_seconds']:.0f} CPU seconds ({rt['cpu_model']})")
+    if args.json:
+        cli.atomic_write_text(args.json, json.dumps(to_jsonable(res), indent=1, allow_nan=False) + "\n")
+    fw = res["family_wise"]
+    return EXIT_OK if fw["status"] == "shown <= 1e-3" and fw["replications_agree_with_exact"] else EXIT_FAIL
+
+
+def _add_mc_calibration(sub) -> None:
+    from .mc_calibration import DEFAULT_REPLICATIONS, DEFAULT_SEED, ORDER_STATISTIC_FACTOR
+
+    p = sub.add_parser("mc-calibration", help="measure the false-failure rate of every budgeted confidence-level "
+                                              "assertion at its boundary, and the family-wise sum",
+                       epilog=_epilog("mc-calibration"))
+    p.add_argument("--replications", type=cli.positive_int, default=DEFAULT_REPLICATIONS, metavar="R",
+                   help="replications per mean-claim assertion, an integer >= 1 (default %(default)s)")
+    p.add_argument("--os-replications", type=cli.positive_int, default=None, metavar="R",
+                   help="replications per order-statistic test of H.17, an integer >= 1 (default "
+                        f"{ORDER_STATISTIC_FACTOR} x --replications)")
+    p.add_argument("--seed", type=cli.seed, default=DEFAULT_SEED,
+                   help="seed of the calibration's draws, an integer >= 0 (default %(default)s; the statements' own "
+                        "samples come from their default run, seed 0)")
+    p.add_argument("--json", metavar="PATH", help="write the calibration as JSON to PATH")
+    p.set_defaults(func=_cmd_mc_calibration)
+
+
 _SUBCOMMANDS = [_add_list, _add_run, _add_report, _add_power, _add_sweep, _add_search, _add_grid,
-                _add_llm_regression]
+                _add_llm_regression, _add_mc_calibration]
 
 
 def build_parser(prog: str = "python -m verification") -> argparse.ArgumentParser:

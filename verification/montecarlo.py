@@ -11,7 +11,11 @@ Two one-sided LCBs at level ``1 - δ``:
   with ``V`` the unbiased sample variance of ``Y/M``.
 
 If the claim holds, ``P(FAIL) <= δ`` for either bound. Everything is vectorised over runs; seeds are fixed, so a
-run is deterministic and the guarantee is over the choice of seed.
+run is deterministic and the guarantee is over the choice of seed. The bounds are computed along the last axis of
+an array (:func:`hoeffding_lcbs`, :func:`bernstein_lcbs`, :func:`protocol_lcbs`: one implementation, which the
+scalar :func:`hoeffding_lcb`, :func:`bernstein_lcb` and :func:`mean_claim` call), so the calibration study
+(:mod:`verification.mc_calibration`) evaluates the same formulas on many replicated samples at once; inside
+:func:`recorded_claims` every :func:`mean_claim` also hands its samples to the caller (nothing is stored in results).
 
 **One family-wise budget.** Every confidence-level assertion of the default run — the Monte Carlo mean claims of
 H.39-41, H.43, H.44, H.45 and Thm-A and the order-statistic tests of H.17 — shares one budget: the family-wise
@@ -33,6 +37,9 @@ detected with probability ``>= 1 − β`` as soon as
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -49,6 +56,11 @@ __all__ = [
     "assertion_record",
     "hoeffding_lcb",
     "bernstein_lcb",
+    "hoeffding_lcbs",
+    "bernstein_lcbs",
+    "protocol_lcbs",
+    "RecordedClaim",
+    "recorded_claims",
     "mean_claim",
     "crossing_factor",
     "required_runs",
@@ -102,21 +114,41 @@ def _check_delta(delta: float) -> None:
         raise ValueError(f"delta must lie in (0, 1); got {delta!r}")
 
 
-def hoeffding_lcb(y: np.ndarray, M: float, delta: float = DELTA) -> float:
-    """One-sided Hoeffding lower confidence bound for the mean of ``y ∈ [0, M]`` at level ``1 - δ``."""
+def hoeffding_lcbs(y, M: float, delta: float = DELTA) -> np.ndarray:
+    """One-sided Hoeffding lower confidence bounds at level ``1 - δ`` for the mean of ``y ∈ [0, M]``, one per sample
+    along the last axis of ``y`` (``(..., N)``): ``Ȳ - M √(ln(1/δ) / (2N))``."""
     _check_delta(delta)
     y = np.asarray(y, dtype=np.float64)
-    return float(y.mean() - M * np.sqrt(np.log(1 / delta) / (2 * y.size)))
+    return y.mean(axis=-1) - M * np.sqrt(np.log(1 / delta) / (2 * y.shape[-1]))
+
+
+def bernstein_lcbs(y, M: float, delta: float = DELTA) -> np.ndarray:
+    """One-sided empirical-Bernstein lower confidence bounds (Maurer–Pontil) for ``y ∈ [0, M]``, one per sample
+    along the last axis of ``y`` (``(..., N)``)."""
+    _check_delta(delta)
+    y = np.asarray(y, dtype=np.float64) / M
+    n = y.shape[-1]
+    V = y.var(axis=-1, ddof=1)
+    L = np.log(2 / delta)
+    return M * (y.mean(axis=-1) - np.sqrt(2 * V * L / n) - 7 * L / (3 * (n - 1)))
+
+
+def protocol_lcbs(y, M: float, delta: float = DELTA) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The protocol's bounds of capped samples ``y ∈ [0, M]`` along the last axis: ``(Hoeffding, Bernstein, their
+    maximum)``, each bound at ``δ/2`` (so the maximum, the LCB :func:`mean_claim` tests, is valid at ``1 - δ``)."""
+    h = hoeffding_lcbs(y, M, delta / 2)
+    b = bernstein_lcbs(y, M, delta / 2)
+    return h, b, np.maximum(h, b)
+
+
+def hoeffding_lcb(y: np.ndarray, M: float, delta: float = DELTA) -> float:
+    """One-sided Hoeffding lower confidence bound for the mean of ``y ∈ [0, M]`` at level ``1 - δ``."""
+    return float(hoeffding_lcbs(np.ravel(y), M, delta))
 
 
 def bernstein_lcb(y: np.ndarray, M: float, delta: float = DELTA) -> float:
     """One-sided empirical-Bernstein lower confidence bound (Maurer–Pontil) for ``y ∈ [0, M]``."""
-    _check_delta(delta)
-    y = np.asarray(y, dtype=np.float64) / M
-    n = y.size
-    V = y.var(ddof=1)
-    L = np.log(2 / delta)
-    return float(M * (y.mean() - np.sqrt(2 * V * L / n) - 7 * L / (3 * (n - 1))))
+    return float(bernstein_lcbs(np.ravel(y), M, delta))
 
 
 def _lcbs_over_factors(x_sorted: np.ndarray, bound: float, factors: np.ndarray, delta: float,
@@ -206,6 +238,30 @@ class MCResult:
         return d
 
 
+@dataclass(frozen=True)
+class RecordedClaim:
+    """One :func:`mean_claim` call seen by :func:`recorded_claims`: its samples (a copy) and its result."""
+
+    samples: np.ndarray
+    result: MCResult
+
+
+_RECORDED: contextvars.ContextVar[list | None] = contextvars.ContextVar("recorded_claims", default=None)
+
+
+@contextlib.contextmanager
+def recorded_claims() -> Iterator[list[RecordedClaim]]:
+    """Within the block, every :func:`mean_claim` call appends a :class:`RecordedClaim` to the yielded list, in call
+    order: how the calibration study reads each claim's own samples from a default run without storing them in
+    its results."""
+    log: list[RecordedClaim] = []
+    token = _RECORDED.set(log)
+    try:
+        yield log
+    finally:
+        _RECORDED.reset(token)
+
+
 def mean_claim(samples, bound: float, *, delta: float = DELTA, cap_factor: float = CAP_FACTOR,
                with_crossing: bool = True) -> MCResult:
     """Test the claim ``E[X] <= bound`` from i.i.d. samples ``X_r >= 0``.
@@ -224,14 +280,16 @@ def mean_claim(samples, bound: float, *, delta: float = DELTA, cap_factor: float
     bound = scaled_bound(float(bound))
     y, M = _capped(samples, bound, cap_factor)
     x = np.asarray(samples, dtype=np.float64).ravel()
-    h = hoeffding_lcb(y, M, delta / 2)
-    b = bernstein_lcb(y, M, delta / 2)
-    lcb = max(h, b)
+    h, b, lcb = (float(v) for v in protocol_lcbs(y, M, delta))
     z = stats.norm.ppf(1 - 0.001 / 2)
     se = x.std(ddof=1) / np.sqrt(x.size)
-    return MCResult(
+    res = MCResult(
         n=int(x.size), bound=float(bound), cap=float(M), mean=float(x.mean()), mean_capped=float(y.mean()),
         lcb_hoeffding=h, lcb_bernstein=b, lcb=lcb, ci_low=float(x.mean() - z * se),
         ci_high=float(x.mean() + z * se), delta=float(delta), failed=bool(lcb > bound),
         crossing=crossing, factor=active_bound_factor(),
     )
+    log = _RECORDED.get()
+    if log is not None:
+        log.append(RecordedClaim(samples=x.copy(), result=res))
+    return res
