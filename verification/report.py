@@ -732,6 +732,39 @@ def _budget_sentence(budget: dict) -> str:
             f"(Bonferroni; budget {budget['budget']:g}, `verification/montecarlo.py`).")
 
 
+def _calibration() -> dict | None:
+    """The committed Monte Carlo calibration (:func:`verification.mc_calibration.load_calibration`), or None."""
+    try:
+        from .mc_calibration import load_calibration
+
+        return load_calibration()
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _calibration_sentence(cal: dict) -> str:
+    fw = cal["family_wise"]
+    sim = fw.get("simultaneous") or {}
+    rt = cal.get("runtime") or {}
+    return (f"Measured directly (`python -m verification mc-calibration`, `verification/data/mc_calibration.json`: "
+            f"{int(cal['replications'])} replications per mean claim, {int(cal['order_statistic_replications'])} per "
+            f"order-statistic test, seed {cal['seed']}, {rt.get('cpu_seconds', float('nan')):.0f} CPU s on "
+            f"{rt.get('cpu_model', 'an unnamed CPU')}): every assertion on draws whose mean is exactly its bound; "
+            f"the family-wise false-failure rate lies in [{fw['interval'][0]:.2g}, {fw['interval'][1]:.2g}] (sums of "
+            f"the one-sided 95 % Clopper–Pearson bounds; exact rates sum to {fw['exact_sum']:.2g}): "
+            f"{fw['status']}; with all {sim.get('bounds', '?')} bounds held at once (Bonferroni) the upper bound is "
+            f"{sim.get('upper_sum', float('nan')):.2g}: {sim.get('status', '?')}.")
+
+
+def _calibration_rows(cal: dict) -> list[dict[str, str]]:
+    out = []
+    for r in cal["rows"]:
+        fams = "; ".join(f"{f}: {d['failures']}/{d['replications']}" for f, d in r["families"].items() if "failures" in d)
+        out.append({"id": r["statement"], "label": r["label"], "N": str(r["N"]), "delta": f"{r['delta']:.3g}",
+                    "failures": fams, "upper": f"{r['upper']:.3g}", "exact": f"{r['exact']:.3g}"})
+    return out
+
+
 def _scale_note(results, scale: str) -> str:
     with_paper = [s.id for s, _, _ in results if s.config_factory is not None and hasattr(s.config_factory, "paper")]
     if scale == "paper":
@@ -814,6 +847,14 @@ def dashboard_markdown(res: ReportResult, results, study_results, *, scale: str,
         lines += ["| statement | assertions | sum of delta |", "|---|---|---|"]
         lines += [f"| {sid} | {v['assertions']} | {v['delta']:.3g} |" for sid, v in per_statement.items()]
     lines += ["", _budget_sentence(res.budget), ""]
+    cal = _calibration()
+    if cal is not None:
+        lines += [_calibration_sentence(cal), "",
+                  "| statement | assertion | N | delta | failures / replications | upper bound | exact rate |",
+                  "|---|---|---|---|---|---|---|"]
+        lines += [f"| {c['id']} | {_md(c['label'])} | {c['N']} | {c['delta']} | {_md(c['failures'])} | {c['upper']} | "
+                  f"{c['exact']} |" for c in _calibration_rows(cal)]
+        lines += [""]
     lines += ["", "## How to read a verdict", ""]
     lines += [f"* **{k}**: {v}." for k, v in VERDICT_HELP.items()]
     lines += [
@@ -994,6 +1035,14 @@ def dashboard_html(res: ReportResult, results, study_results, *, scale: str, see
             f"<tr><td>{esc(sid)}</td><td>{v['assertions']}</td><td>{v['delta']:.3g}</td></tr>"
             for sid, v in per_statement.items()) + "</table></div>" if per_statement
         else "<p>None in this run.</p>"))
+    cal = _calibration()
+    if cal is not None:
+        body.append(f"<p>{_inline_html(_calibration_sentence(cal))}</p><div class='scroll'><table><tr><th>statement</th>"
+                    "<th>assertion</th><th>N</th><th>delta</th><th>failures / replications</th><th>upper bound</th>"
+                    "<th>exact rate</th></tr>" + "".join(
+                        f"<tr><td>{esc(c['id'])}</td><td>{esc(c['label'])}</td><td>{c['N']}</td><td>{c['delta']}</td>"
+                        f"<td>{esc(c['failures'])}</td><td>{c['upper']}</td><td>{c['exact']}</td></tr>"
+                        for c in _calibration_rows(cal)) + "</table></div>")
     body.append("<h2>How to read a verdict</h2><ul>")
     body += [f"<li><b>{k}</b>: {esc(v)}.</li>" for k, v in VERDICT_HELP.items()]
     body.append("</ul><h2>Figures</h2>")
