@@ -86,11 +86,19 @@ def main(argv: list[str] | None = None) -> int:
         name = argv[0]
         try:
             return COMMANDS[name].main()(argv[1:], prog=f"{PROG} {name}")
+        except KeyboardInterrupt:  # before the command took over its own handling (its modules import for a
+            # second or two): one line instead of a traceback; a command that was running handles it itself
+            print(f"{PROG} {name}: interrupted while starting (nothing ran)", file=sys.stderr, flush=True)
+            return cli.EXIT_INTERRUPTED
         except BrokenPipeError:  # output piped into a reader that closed early (e.g. `| head`)
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at interpreter exit
             return cli.EXIT_OK
     parser = build_parser()
     try:
+        unknown = next((a for a in argv if a.startswith("-") and a not in ("-h", "--help", "--version")), None)
+        if unknown is not None:  # name it (argparse would only say that COMMAND is missing)
+            raise cli.UsageError(f"unrecognized argument {unknown!r} before a command (one of "
+                                 f"{', '.join(COMMANDS)}; prefalign COMMAND --help shows its options)")
         parser.parse_args(argv)  # --help, --version or a usage error: no sub-command was named
     except cli.UsageError as exc:
         return cli.print_usage_error(exc, PROG)

@@ -214,7 +214,7 @@ class LPFailureError(RuntimeError):
 def _pos(v, name: str, owner: str) -> float:
     try:
         f = float(v)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RuntimeError) as exc:  # RuntimeError: a tensor needing grad
         raise ValueError(f"{owner}.{name} must be a real number > 0; got {v!r}") from exc
     if not np.isfinite(f) or f <= 0:
         raise ValueError(f"{owner}.{name} must be a finite number > 0; got {v!r}")
@@ -224,7 +224,7 @@ def _pos(v, name: str, owner: str) -> float:
 def _nonneg(v, name: str, owner: str) -> float:
     try:
         f = float(v)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RuntimeError) as exc:  # RuntimeError: a tensor needing grad
         raise ValueError(f"{owner}.{name} must be a real number >= 0; got {v!r}") from exc
     if not np.isfinite(f) or f < 0:
         raise ValueError(f"{owner}.{name} must be a finite number >= 0; got {v!r}")
@@ -573,7 +573,7 @@ def _check_point(src: Source, w, name: str, rows: int | None = None):
     shapes = f"({n_w},)" + ("" if rows is None else f" or ({rows}, {n_w})")
     try:
         a = src.asarray(w)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RuntimeError) as exc:  # RuntimeError: a tensor needing grad
         raise ValueError(f"{name} must be a numeric array of shape {shapes}; got {w!r}") from exc
     if rows is not None and tuple(a.shape) == (n_w,):
         a = _rows(a, rows)

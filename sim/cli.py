@@ -80,6 +80,16 @@ class UsageError(ValueError):
         self.prog = prog
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """argparse's raw-description formatter that never breaks a word at a hyphen (``mc-calibration``,
+    ``--shipped-baseline`` stay whole on one line)."""
+
+    def _split_lines(self, text, width):
+        import textwrap
+
+        return textwrap.wrap(self._whitespace_matcher.sub(" ", text).strip(), width, break_on_hyphens=False)
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """An ``argparse.ArgumentParser`` whose parse errors raise :class:`UsageError` (subparsers inherit it).
 
@@ -89,7 +99,7 @@ class ArgumentParser(argparse.ArgumentParser):
     ``add_subparsers().add_parser`` get the same formatter."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        kwargs.setdefault("formatter_class", HelpFormatter)
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:  # noqa: D401 - argparse's hook
@@ -163,9 +173,13 @@ def positive_float(text: str) -> float:
     return value
 
 
+#: The most seeds one ``A:B`` range may hold (a sweep lists its cells before the first one runs).
+MAX_SEEDS = 1_000_000
+
+
 def seed_range(text: str) -> range:
     """argparse type of a range of seeds ``A:B``: the seeds ``A, A+1, ..., B-1`` (Python's half-open range), with
-    integers ``0 <= A < B``; ``0:4`` is the four seeds 0, 1, 2, 3."""
+    integers ``0 <= A < B`` and at most :data:`MAX_SEEDS` seeds; ``0:4`` is the four seeds 0, 1, 2, 3."""
     parts = text.split(":")
     try:
         if len(parts) != 2:
@@ -176,6 +190,9 @@ def seed_range(text: str) -> range:
                                          ) from None
     if a < 0 or b <= a:
         raise argparse.ArgumentTypeError(f"must be A:B with integers 0 <= A < B (the seeds A, ..., B-1); got {text!r}")
+    if b - a > MAX_SEEDS:
+        raise argparse.ArgumentTypeError(f"holds {b - a} seeds, more than the {MAX_SEEDS} one range may hold; got "
+                                         f"{text!r} (split it into several runs)")
     return range(a, b)
 
 

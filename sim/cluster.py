@@ -67,7 +67,7 @@ __all__ = [
 def _finite_array(x, name: str, ndim: int | None = None, min_ndim: int | None = None) -> np.ndarray:
     try:
         arr = np.asarray(x, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RuntimeError) as exc:  # RuntimeError: a tensor needing grad
         raise ValueError(f"{name} must be a numeric array; got {x!r}") from exc
     if ndim is not None and arr.ndim != ndim:
         raise ValueError(f"{name} must have {ndim} dimension(s); got shape {arr.shape}")
@@ -267,7 +267,7 @@ def _bool_mask(mask, name: str, N: int) -> np.ndarray:
         return arr.copy()
     try:
         f = arr.astype(np.float64)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RuntimeError) as exc:  # RuntimeError: a tensor needing grad
         raise ValueError(f"{name} must be a boolean mask; got {mask!r}") from exc
     if not np.all((f == 0.0) | (f == 1.0)):
         raise ValueError(f"{name} must be a boolean mask (entries 0/1); got {mask!r}")

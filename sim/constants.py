@@ -94,7 +94,7 @@ def _arr(x, name: str, *, ndim: int | None = None, min_ndim: int = 0, nonneg: bo
          positive: bool = False, nonempty: bool = True) -> np.ndarray:
     try:
         a = np.asarray(x, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RuntimeError) as exc:  # RuntimeError: a tensor needing grad
         raise ValueError(f"{name} must be a numeric array; got {x!r}") from exc
     if ndim is not None and a.ndim != ndim:
         raise ValueError(f"{name} must have {ndim} dimension(s); got shape {a.shape}")

@@ -753,10 +753,14 @@ def _direction_compiled(losses, prefs, gram, eps_mode, descent, on_infeasible, t
     broadcasting) go through the numpy checks and conversion first.
     """
     kern, _ = _load_compiled()
-    l, lam, C = np.asarray(losses), np.asarray(prefs), np.asarray(gram)
     f8 = np.float64
-    simple = (l.dtype == f8 and lam.dtype == f8 and C.dtype == f8 and l.ndim >= 1 and l.shape == lam.shape
-              and C.shape == l.shape + l.shape[-1:] and l.shape[-1] > 0)
+    try:
+        l, lam, C = np.asarray(losses), np.asarray(prefs), np.asarray(gram)
+    except (TypeError, ValueError, RuntimeError):  # ragged lists, tensors that require grad: the checks name them
+        simple = False
+    else:
+        simple = (l.dtype == f8 and lam.dtype == f8 and C.dtype == f8 and l.ndim >= 1 and l.shape == lam.shape
+                  and C.shape == l.shape + l.shape[-1:] and l.shape[-1] > 0)
     if simple:
         batch, m = l.shape[:-1], l.shape[-1]
         l2, lam2 = np.ascontiguousarray(l).reshape(-1, m), np.ascontiguousarray(lam).reshape(-1, m)

@@ -281,7 +281,7 @@ def min_norm_element(vectors, mask=None, *, method: str = "auto") -> MinNormResu
     """
     try:
         V = np.asarray(vectors, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, RuntimeError) as exc:  # RuntimeError: a tensor needing grad
         raise ValueError(f"vectors must be a numeric array; got {vectors!r}") from exc
     if V.ndim < 2 or V.shape[-1] == 0 or V.shape[-2] == 0:
         raise ValueError(f"vectors must have shape (..., n, k) with n, k >= 1; got {V.shape}")

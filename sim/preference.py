@@ -78,8 +78,13 @@ def _input_dtype(x) -> np.dtype:
     """The dtype ``x`` arrives in (numpy arrays and scalars, array-likes such as CPU torch tensors, lists)."""
     try:
         return np.asarray(x).dtype
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RuntimeError):  # RuntimeError: a torch tensor that requires grad
         return np.dtype(object)
+
+
+def _grad_hint(x) -> str:
+    """The hint for a torch tensor that numpy cannot read because it requires grad."""
+    return " (a tensor that requires grad: pass tensor.detach())" if getattr(x, "requires_grad", False) else ""
 
 
 def _as_float_array(x, name: str, min_ndim: int) -> np.ndarray:
@@ -90,8 +95,8 @@ def _as_float_array(x, name: str, min_ndim: int) -> np.ndarray:
         raise ValueError(f"{name} must be a real numeric array, not booleans; got {np.asarray(x)!r}")
     try:
         arr = np.asarray(x, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{name} must be a numeric array; got {x!r}") from exc
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise ValueError(f"{name} must be a numeric array{_grad_hint(x)}; got {x!r}") from exc
     if arr.ndim < min_ndim:
         raise ValueError(f"{name} must have at least {min_ndim} dimension(s); got shape {arr.shape}")
     if arr.shape[-1] == 0:
@@ -446,8 +451,16 @@ def ray_point(psi, prefs, *, validate: bool = True) -> np.ndarray:
     ``l <= q`` componentwise, with equality iff ``β = 0``.
     """
     lam = check_preferences(prefs) if validate else np.asarray(prefs, dtype=np.float64)
-    psi = np.asarray(psi, dtype=np.float64)
+    try:
+        psi = np.asarray(psi, dtype=np.float64)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise ValueError(f"psi must be a numeric array{_grad_hint(psi)}; got {psi!r}") from exc
     if validate:
+        try:
+            np.broadcast_shapes(psi.shape + (1,), lam.shape)
+        except ValueError:
+            raise ValueError(f"psi of shape {psi.shape} does not broadcast against prefs of shape {lam.shape} "
+                             f"(psi carries one value per preference vector: shape {lam.shape[:-1]})") from None
         for bad, what in ((~np.isfinite(psi), "finite"), (psi <= 0, "strictly positive")):
             if bad.any():
                 at = _first_bad(bad)

@@ -99,3 +99,82 @@ def test_diverging_phase1_names_phase_round_client_and_step_size():
     src, w_ref, train, _new, _g = build_problem(ProblemSpec(), np.random.default_rng(0))
     with pytest.raises(DivergenceError, match=r"phase1 cluster 0 round \d+ .*client \d+ .*step size 3\.0.*diverged"):
         phase1(src, train, w_ref, Phase1Config(rounds=400, eta_local=3.0), np.random.default_rng(0))
+
+
+# ------------------------------------------------------------------- one line, never a traceback (issue 22 item 1)
+
+
+@pytest.mark.parametrize("backend", ["auto", "numpy"])
+def test_ragged_preferences_are_named_on_every_backend(backend):
+    with pytest.raises(ValueError, match=r"^prefs must be a numeric array; got \[\[0\.5, 0\.5\], \[1\.0\]\]"):
+        lp_direction([1.0, 2.0, 3.0], [[0.5, 0.5], [1.0]], np.eye(3), backend=backend)
+
+
+def test_a_tensor_that_requires_grad_is_named_with_the_fix():
+    torch = pytest.importorskip("torch")
+    t = torch.tensor([1.0, 2.0], requires_grad=True)
+    for call in (lambda: lp_direction(t, [0.5, 0.5], np.eye(2)), lambda: adjustment(t, [0.5, 0.5])):
+        with pytest.raises(ValueError, match=r"losses must be a numeric array \(a tensor that requires grad: pass "
+                                             r"tensor\.detach\(\)\)"):
+            call()
+    assert np.allclose(adjustment(t.detach(), [0.5, 0.5]), adjustment(np.array([1.0, 2.0]), [0.5, 0.5]))
+
+
+def test_ray_point_names_shapes_that_do_not_broadcast():
+    with pytest.raises(ValueError, match=r"psi of shape \(5,\) does not broadcast against prefs of shape \(4, 3\)"):
+        ray_point(np.ones(5), np.full((4, 3), 1 / 3))
+    assert ray_point(np.ones(4), np.full((4, 3), 1 / 3)).shape == (4, 3)
+
+
+def test_prefalign_names_an_unknown_option_before_the_command(capsys):
+    from prefalign.__main__ import main
+
+    assert main(["--bogus"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'--bogus'" in err[0], err
+
+
+def test_a_seed_range_is_bounded_before_it_is_listed(tmp_path, capsys):
+    from verification.__main__ import main
+
+    assert main(["sweep", "H.9", "--seeds", "0:1000000000000", "--workers", "1", "--out", str(tmp_path / "sw")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "more than the 1000000 one range may hold" in err[0], err
+    assert not (tmp_path / "sw").exists()
+
+
+@pytest.mark.parametrize("bad_row", [{"id": "S10"}, "a string"])
+def test_resume_refuses_a_malformed_row_and_leaves_the_log(tmp_path, capsys, bad_row):
+    import json
+
+    from verification.__main__ import main
+
+    out = tmp_path / "a.json"
+    assert main(["run", "S10", "--json", str(out)]) == 0
+    log = tmp_path / "a.json.jsonl"
+    header = log.read_text().splitlines()[0]
+    log.write_text(header + "\n" + json.dumps({"id": "S10", "row": bad_row}) + "\n")
+    before = log.read_bytes()
+    capsys.readouterr()
+    for _ in range(2):  # the same answer on a retry: the bad record is not written back
+        assert main(["run", "S10", "--json", str(out), "--resume"]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "line 2: its row is not a result row of 'S10'" in err[0], err
+        assert log.read_bytes() == before
+
+
+def test_an_interrupt_while_the_modules_import_is_one_line_and_exit_130(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = "import sys; from prefalign.__main__ import main; sys.exit(main(sys.argv[1:]))"
+    p = subprocess.Popen([sys.executable, "-c", script, "verify", "run", "H.4", "--json", str(tmp_path / "s.json")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.8)  # within the imports of the verification modules (a second or two), or the run just after
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 130, err
+    lines = err.strip().splitlines()
+    assert lines and "Traceback" not in err and "interrupted" in lines[-1], err

@@ -54,6 +54,10 @@ LOG_FORMAT = 1
 RUN_PARAMETERS: dict[str, Any] = {"seed": None, "scale": "default", "jitter": 0.0, "jitter_seed": None}
 
 
+#: The keys every result row has (``Evidence.to_dict`` and the error rows of :mod:`verification.registry`).
+RESULT_ROW_KEYS = ("id", "verdict", "tightness", "negative_control", "counterexamples", "seconds")
+
+
 class ResultLogError(ValueError):
     """A results log that cannot be resumed: unreadable, not a log, corrupt, or written with other parameters."""
 
@@ -156,6 +160,13 @@ def read_log(path: str | Path, header: dict[str, Any], *, fields: Iterable[str] 
         if missing:
             raise ResultLogError(f"{str(p)!r} line {k + 1} is not a statement record (lacks {', '.join(missing)})")
         sid = rec["id"]
+        if "row" in fields:
+            row = rec["row"]
+            lacks = [f for f in RESULT_ROW_KEYS if not isinstance(row, dict) or f not in row]
+            if lacks or row.get("id") != sid:
+                raise ResultLogError(f"{str(p)!r} line {k + 1}: its row is not a result row of {sid!r} ("
+                                     + (f"lacks {', '.join(lacks)}" if lacks else f"its id is {row.get('id')!r}")
+                                     + "); the log is left as it is: run without --resume to start again")
         if sid not in wanted or sid in seen:
             why = "a second record of" if sid in seen else "a record of the unrequested statement"
             raise ResultLogError(f"{str(p)!r} line {k + 1} is {why} {sid!r}")

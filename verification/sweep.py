@@ -107,7 +107,8 @@ def sweep_cells(out: str | Path, stmts: Sequence[registry.Statement], seeds: Seq
 
 
 def _check_row(row: Any, path: Path, stmt_id: str) -> dict[str, Any]:
-    keys = ("id", "verdict", "tightness", "negative_control", "counterexamples", "seconds")
+    from .resultlog import RESULT_ROW_KEYS as keys
+
     if not isinstance(row, dict) or any(k not in row for k in keys):
         raise CellFolderError(f"{str(path)!r} is not a result row (it needs the keys {', '.join(keys)}): remove it "
                               "to compute the cell again")
