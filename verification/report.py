@@ -311,6 +311,9 @@ def _worst_record(ev: Evidence, search) -> dict[str, Any]:
         rec["conclusions"][c.name] = entry
     if search is not None:
         rec["search"] = search.summary()
+        if search.stored is not None and "date" in search.stored:  # the stored search's date and budget, at the top
+            rec["search"]["date"] = search.stored["date"]
+            rec["search"]["stored_budget"] = search.stored["budget"]
         stmt = registry.get_statement(ev.id)
         if stmt.search is not None:
             rec["search"]["reach"] = stmt.search.reach()
@@ -590,8 +593,8 @@ def _search_rows(results) -> list[dict[str, str]]:
             "stored": ("none: " + st["missing"]) if st.get("missing") else
                       (f"{st.get('budget', '-')} / {st.get('evaluations', '-')} ({st.get('date', '-')})" if st else
                        f"run here: {d.get('budget', '-')}"),
-            "refined": str(st.get("refinement_evaluations", d.get("evaluations", "-")) if st and not st.get("missing")
-                           else d.get("evaluations", "-")),
+            # a refined stored search: the refinement's evaluations; a search run here: all of them
+            "refined": str(st.get("refinement_evaluations", d.get("evaluations", "-"))),
             "cex": (f"{st['counterexamples']} in the stored search; {d.get('counterexamples', 0)} at its re-evaluated "
                     "points" if "counterexamples" in st else str(d.get("counterexamples", "-"))),
             "reach": "; ".join(f"{k}: " + ("yes" if not v.startswith(("excluded", "NOT")) else v)

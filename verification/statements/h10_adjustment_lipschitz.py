@@ -231,6 +231,29 @@ def _evaluate(pairs, c_claim=None):
     return lhs, rhs, cs, recs
 
 
+def _allowances(pairs):
+    """Per pair, batched by ``m``: the rounding allowance of the two computed adjustments (the norms of
+    ``PreferenceParts.adjustment_roundoff`` at ``λ`` and ``λ'``, a bound on each computed ``a_j``'s error), and
+    ``(‖J_A‖, |1ᵀ(λ − λ')|/√m)``: float preferences sum to 1 only to ``~1e-16``, so ``λ − λ'`` has a component along
+    ``1``, outside the tangent space ``P`` projects on, which adds at most their product (``‖J_A‖`` the larger
+    at the two endpoints); both matter only for pairs that differ by ``~1e-14`` (near pairs at tiny ``λ_min``)."""
+    n = len(pairs)
+    rnd, jn, normal = np.zeros(n), np.zeros(n), np.zeros(n)
+    by_m: dict[int, list[int]] = {}
+    for i, p in enumerate(pairs):
+        by_m.setdefault(p[0].size, []).append(i)
+    for idx in by_m.values():
+        L = np.stack([pairs[i][0] for i in idx])
+        P1 = np.stack([pairs[i][1] for i in idx])
+        P2 = np.stack([pairs[i][2] for i in idx])
+        rnd[idx] = (np.linalg.norm(preference_parts(L, P1).adjustment_roundoff, axis=-1)
+                    + np.linalg.norm(preference_parts(L, P2).adjustment_roundoff, axis=-1))
+        jn[idx] = np.maximum(np.linalg.norm(adjustment_jacobian(L, P1), 2, axis=(-2, -1)),
+                             np.linalg.norm(adjustment_jacobian(L, P2), 2, axis=(-2, -1)))
+        normal[idx] = np.abs((P1 - P2).sum(axis=-1)) / np.sqrt(L.shape[-1])
+    return rnd, jn, normal
+
+
 def _mean_value(pairs, cfg: Config, *, endpoints_only: bool = False):
     """The mean-value constant of each pair: ``(constant, grid maximum, cells)``; the constant is the rigorous bound
     of ``sup_θ ‖J_A(λ_θ)P‖`` (:func:`segment_sup_bound`), or with ``endpoints_only`` (the negative control)
@@ -294,14 +317,7 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     ratio = lhs / np.where(rhs > 0, rhs, np.inf)
     # the computed ||A - A'|| carries the rounding of both adjustments (PreferenceParts.adjustment_roundoff, a bound
     # on the error of each computed a_j): on near pairs with tiny lambda_min it is of the size of ||A - A'|| itself
-    rnd = np.array([float(np.linalg.norm(preference_parts(p[0], p[1]).adjustment_roundoff)
-                          + np.linalg.norm(preference_parts(p[0], p[2]).adjustment_roundoff)) for p in pairs])
-    # float preferences sum to 1 only to ~1e-16: the difference lambda - lambda' has a component along 1, outside the
-    # tangent space that P projects on; it adds at most ||J_A|| |1'(lambda - lambda')|/sqrt(m) (||J_A|| at the
-    # endpoints), which matters only for pairs that differ by ~1e-14 (near pairs at tiny lambda_min)
-    normal = np.array([abs(float(np.sum(p[1] - p[2]))) / np.sqrt(p[0].size) for p in pairs])
-    jn = np.array([max(float(np.linalg.norm(adjustment_jacobian(p[0], p[1]), 2)),
-                       float(np.linalg.norm(adjustment_jacobian(p[0], p[2]), 2))) for p in pairs])
+    rnd, jn, normal = _allowances(pairs)
     mv_rhs = G * dl + rnd + jn * normal
     mv_ratio = lhs / np.where(mv_rhs > 0, mv_rhs, np.inf)
     L_adj = np.array([r["L_adj"] for r in recs])

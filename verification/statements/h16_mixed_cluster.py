@@ -214,15 +214,15 @@ def _round45(d: np.ndarray) -> float:
 
 
 def _lp48(lp, G: np.ndarray, rho: np.ndarray) -> np.ndarray:
-    """What the LP's own certificate allows in ``d̄ᵀg^(j)`` (eq 48): ``Σ_k ρ_k (r_k + γ_{n_w+m}) max(1, max |C_k|)``,
-    with ``r_k`` client ``k``'s ``feasibility_residual`` (recomputed from the data by
-    :func:`sim.direction.lp_direction` on the LP scaled to unit max-norm) turned back into the Gram matrix's units,
-    and the rounding of ``d_k = G_kμ_k`` and of its products with the gradients: a direction certified feasible to
-    ``1e-16`` of a Gram matrix of ``1e11`` meets ``d_kᵀg^(j) ≥ 0`` only to ``1e-5``."""
+    """What the LP's own certificate allows in ``d̄ᵀg^(j)`` (eq 48): ``Σ_k ρ_k (r_k + γ_{n_w+m}) max(1, max_l
+    |C_k,jl|)``, with ``r_k`` client ``k``'s ``feasibility_residual`` (recomputed from the data by
+    :func:`sim.direction.lp_direction`, each constraint row divided by ``max(1, max_l |C_jl|)``) turned back into
+    row ``j``'s units, plus the rounding of ``d_k = G_kμ_k`` and of its products with the gradients: a direction
+    certified feasible to ``1e-16`` of a Gram matrix of ``1e11`` meets ``d_kᵀg^(j) ≥ 0`` only to ``1e-5``."""
     C = np.einsum("nwj,nwl->njl", G, G)  # per client: C_k = G_kᵀG_k
-    scale = np.maximum(1.0, np.abs(C).max(axis=(1, 2)))  # (N,)
+    rowscale = np.maximum(1.0, np.abs(C).max(axis=2))  # (N, m)
     r = np.nan_to_num(np.asarray(lp.res.feasibility_residual, dtype=np.float64), nan=0.0)
-    return np.full(G.shape[2], float(rho @ ((r + gamma(G.shape[1] + G.shape[2])) * scale)))  # (m,)
+    return (rho * (r + gamma(G.shape[1] + G.shape[2]))) @ rowscale  # (m,)
 
 
 def _round48(d: np.ndarray, B0: float) -> float:
