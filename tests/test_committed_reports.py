@@ -145,3 +145,18 @@ def test_negative_controls_are_shown_with_what_they_break_and_their_counts():
         if row["negative_control"] == "detected":
             assert d["flagged"] > 0 and d["failed"] > 0, (row["id"], d)
         assert f"| {row['id']} |" in table, row["id"]
+
+
+def test_few_instance_detections_say_why_they_could_not_gain_instances():
+    """A numeric detection that rests on fewer than 10 instances gained instances where its family allows (tight
+    points at several seeds); where it still rests on a few, the row says so and its statement says why (a Monte
+    Carlo assertion is one instance by construction and says that instead)."""
+    rows = json.loads((REPORTS / "results.json").read_text())
+    few = [(r["id"], c["name"], c["power"]) for r in rows for c in r.get("conclusions", [])
+           if c["power"].get("few_instances")]
+    assert few
+    for sid, name, p in few:
+        assert p["detecting_instances"] < 10, (sid, name)
+        if "Monte Carlo" in p["few_instances"]:
+            continue
+        assert p.get("reason"), (sid, name, p)

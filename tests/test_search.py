@@ -111,9 +111,36 @@ def test_tight_points_join_the_check():
     assert stmt.tight_points
     ev = registry.run_statement(stmt)
     pts = ev.details["added_points"]
-    assert len(pts) == len(stmt.tight_points)
+    assert len(pts) == len(stmt.tight_points) * stmt.tight_seeds
     assert ev.instances == 300 + sum(p["instances"] for p in pts)
-    assert ev.conclusion("eq 42: dbar^T g_i^(j) >= -B delta_g").detect_factor > 0.5
+    c = ev.conclusion("eq 42: dbar^T g_i^(j) >= -B delta_g")
+    assert c.detect_factor > 0.5
+    # each point runs at TIGHT_SEEDS seeds: the run's own, then independent streams derived from it
+    assert stmt.tight_seeds > 1
+    seeds = [p.get("seed") for p in pts if p["point"] == dict(stmt.tight_points[0])]
+    assert seeds == [registry.DEFAULT_SEED] + [[registry.DEFAULT_SEED, j] for j in range(1, stmt.tight_seeds)]
+    assert c.n_detecting >= 10, c.n_detecting  # the reason for the seeds: a detection on more than a few draws
+    # the worst instance comes from a tight point (the family's is lower) and names the point and seed it ran at
+    assert c.family_detect_factor < c.detect_factor
+    assert c.worst["added_point"] in [dict(p) for p in stmt.tight_points] and "seed" in c.worst
+
+
+def test_tight_point_seeds_are_the_run_seed_then_independent_streams():
+    assert registry.tight_point_seed(7, 0) == 7
+    assert registry.tight_point_seed(7, 2) == [7, 2]
+    draws = {str(registry.statement_rng(registry.tight_point_seed(7, j)).random(3)) for j in range(4)}
+    assert len(draws) == 4
+    # one seed per point (the default) is the plain run at the run's seed
+    stmt = registry.get_statement("H.28")
+    assert stmt.tight_seeds == 1
+    ev = registry.run_statement(stmt)
+    assert [p["seed"] for p in ev.details["added_points"]] == [registry.DEFAULT_SEED] * len(stmt.tight_points)
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.0, True, "3"])
+def test_tight_seeds_must_be_a_positive_integer(bad):
+    with pytest.raises(ValueError, match=rf"statement X.1: TIGHT_SEEDS must be an integer >= 1; got {bad!r}"):
+        registry.Statement(id="X.1", number="1", name="x", run=lambda c, r: None, tight_seeds=bad)
 
 
 @pytest.mark.parametrize("sid", SEARCHED)

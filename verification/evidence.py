@@ -1009,13 +1009,17 @@ class Evidence:
         )
 
     @classmethod
-    def merged(cls, main: Evidence, parts: Sequence[tuple[Mapping[str, Any], Evidence]]) -> Evidence:
+    def merged(cls, main: Evidence, parts: Sequence[tuple]) -> Evidence:
         """``main`` with the instances of further checks of the same statement (``parts``: ``(label, Evidence)``,
         e.g. the tight points of the family found by the falsification search) added: conclusions merged by name
         (counts summed, tightness and detection factor the maxima; a conclusion whose role differs from the one
         already there is kept apart, its name suffixed with ``[role]``), hypotheses summed, counterexamples
         concatenated; the verdict is ``violated`` if any part is, ``vacuous`` only if every part is; ``details``
-        are ``main``'s plus ``details["added_points"]`` (one summary per part)."""
+        are ``main``'s plus ``details["added_points"]`` (one summary per part). A part may be ``(label, Evidence,
+        seed)``: its summary and soft counterexamples then carry the seed it ran with. A conclusion's ``worst``
+        instance from a part names it (``added_point``, and ``seed``)."""
+        seeds = [p[2] if len(p) > 2 else None for p in parts]
+        parts = [(p[0], p[1]) for p in parts]
         evs = [main] + [e for _, e in parts]
         for e in evs:
             if e.id != main.id:
@@ -1025,8 +1029,11 @@ class Evidence:
         by_name: dict[str, Conclusion] = {}
         for k, e in enumerate(evs):
             for c in e.conclusions:
-                if k > 0:  # an added point: its detection is not the default family's
-                    c = dataclasses.replace(c, family_detect_factor=None)
+                if k > 0:  # an added point: its detection is not the default family's; its worst names the point
+                    p, sd = parts[k - 1][0], seeds[k - 1]
+                    worst = None if c.worst is None else {**c.worst, "added_point": dict(p),
+                                                          **({} if sd is None else {"seed": sd})}
+                    c = dataclasses.replace(c, family_detect_factor=None, worst=worst)
                 o = by_name.get(c.name)
                 if o is not None and o.role != c.role:  # e.g. a soft Monte Carlo row of an added point
                     c = dataclasses.replace(c, name=f"{c.name} [{c.role}]")
@@ -1061,14 +1068,15 @@ class Evidence:
                    "vacuous" if all(v == "vacuous" for v in verdicts) else "holds")
         tights = [e.tightness for e in evs if e.tightness is not None]
         details = dict(main.details)
-        details["added_points"] = [{"point": dict(p), "instances": e.instances, "excluded": e.excluded,
-                                    "verdict": e.verdict,
+        details["added_points"] = [{"point": dict(p), **({} if sd is None else {"seed": sd}),
+                                    "instances": e.instances, "excluded": e.excluded, "verdict": e.verdict,
                                     "tightness": {c.name: c.tightness for c in e.conclusions if c.numeric}}
-                                   for p, e in parts]
+                                   for (p, e), sd in zip(parts, seeds, strict=True)]
         soft: dict[str, list] = {}
-        for p, e in [({}, main)] + list(parts):
+        for (p, e), sd in [(({}, main), None)] + list(zip(parts, seeds, strict=True)):
             for name, recs in (e.details.get("soft_counterexamples") or {}).items():
-                soft.setdefault(name, []).extend(dict(r, point=dict(p)) if p else r for r in recs)
+                soft.setdefault(name, []).extend(
+                    (dict(r, point=dict(p), **({} if sd is None else {"seed": sd})) if p else r) for r in recs)
         if soft:
             details["soft_counterexamples"] = {k: v[:MAX_STORED_COUNTEREXAMPLES] for k, v in soft.items()}
         cex = [c for e in evs for c in e.counterexamples]

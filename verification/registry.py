@@ -10,7 +10,9 @@ Statements come from two sources:
   mapping from a conclusion name to the reason its numeric bound cannot be approached on the family (shown next
   to a weak conclusion in the power report), and ``TIGHT_POINTS``, points of its search box where the
   falsification search found the bound approached: the check runs there too (the search's ``Config`` at each
-  point, the same seed) and the instances join the statement's evidence (:meth:`Evidence.merged`). A module may
+  point, the same seed) and the instances join the statement's evidence (:meth:`Evidence.merged`), and
+  ``TIGHT_SEEDS`` (default 1), at how many seeds each tight point runs (:func:`tight_point_seed`: the run's seed,
+  then streams derived from it), so that a detection at a tight point rests on more than one draw. A module may
   instead expose ``STATEMENTS``, a list of :class:`Statement`;
 * explicit registrations with :func:`register` (the symbolic identities S1–S26 of :mod:`verification.symbolic`),
   and modules of the statement-module contract registered with :func:`register_module`;
@@ -116,6 +118,11 @@ class Statement:
     search: Any = None  # verification.search.SearchSpace
     reasons: Any = None  # conclusion name -> why its bound cannot be approached (Mapping[str, str])
     tight_points: tuple = ()  # points of the search box the check also runs at (dicts of parameters)
+    tight_seeds: int = 1  # seeds per tight point (tight_point_seed)
+
+    def __post_init__(self):
+        if isinstance(self.tight_seeds, bool) or not isinstance(self.tight_seeds, int) or self.tight_seeds < 1:
+            raise ValueError(f"statement {self.id}: TIGHT_SEEDS must be an integer >= 1; got {self.tight_seeds!r}")
 
     @property
     def sort_key(self) -> tuple:
@@ -190,6 +197,7 @@ def _from_module(mod: ModuleType) -> list[Statement]:
             search=getattr(mod, "SEARCH", None),
             reasons=dict(getattr(mod, "REASONS", {}) or {}),
             tight_points=tuple(getattr(mod, "TIGHT_POINTS", ()) or ()),
+            tight_seeds=getattr(mod, "TIGHT_SEEDS", 1),
         )
     ]
 
@@ -197,7 +205,8 @@ def _from_module(mod: ModuleType) -> list[Statement]:
 def register_module(module: ModuleType | str) -> list[Statement]:
     """Register the statement(s) of ``module`` (a module object or its importable name) that follows the
     statement-module contract: ``STATEMENT_ID``, ``NAME``, ``run(config, rng) -> Evidence`` and optionally
-    ``negative_control``, ``Config``, ``NUMBER``, ``SEARCH``, ``REASONS``, ``TIGHT_POINTS`` (or ``STATEMENTS``, a
+    ``negative_control``, ``Config``, ``NUMBER``, ``SEARCH``, ``REASONS``, ``TIGHT_POINTS``, ``TIGHT_SEEDS`` (or
+    ``STATEMENTS``, a
     list of :class:`Statement`), exactly as a module of :mod:`verification.statements`. Returns the statements.
 
     Raises :class:`StatementImportError` when the module cannot be imported or lacks the required names."""
@@ -309,6 +318,13 @@ def _check_evidence(ev: Any, stmt: Statement, what: str) -> Evidence:
     return ev
 
 
+def tight_point_seed(seed: int, j: int) -> int | list[int]:
+    """The seed of the ``j``-th run (``j = 0, 1, …``) at a tight point of a check run with ``seed``: ``seed`` itself
+    for ``j = 0`` (so one seed per point is the plain run), else ``[seed, j]``, which :func:`statement_rng` turns
+    into an independent stream (``numpy.random.SeedSequence([seed, j])``)."""
+    return seed if j == 0 else [int(seed), int(j)]
+
+
 def statement_rng(seed: int = DEFAULT_SEED, jitter: float = 0.0, jitter_seed: int = 0) -> np.random.Generator:
     """The generator a check receives: ``numpy.random.default_rng(seed)``, or with ``jitter > 0`` the same stream with
     every continuous draw perturbed by the relative amount ``jitter`` (:class:`sim.roundoff.JitteredGenerator`,
@@ -324,8 +340,8 @@ def run_statement(stmt: Statement, seed: int = DEFAULT_SEED, config: Any = None,
 
     Each gets a fresh :func:`statement_rng` ``(seed, jitter, jitter_seed)`` (so either can be reproduced alone) and
     the same config (``config`` or ``stmt.config_factory()``); the check also runs at the statement's
-    ``TIGHT_POINTS`` (each with a fresh generator of the same seed and jitter) and their instances join its
-    evidence. The returned Evidence carries ``negative_control``
+    ``TIGHT_POINTS`` (each with a fresh generator of the same seed and jitter, and of ``TIGHT_SEEDS - 1`` seeds
+    derived from it, :func:`tight_point_seed`) and their instances join its evidence. The returned Evidence carries ``negative_control``
     ("detected" iff the control's ``control_detected`` is True, "missed" otherwise, "none" without a
     control), the control's own Evidence in ``control``, and ``seconds`` (check + control wall time).
     """
@@ -336,9 +352,13 @@ def run_statement(stmt: Statement, seed: int = DEFAULT_SEED, config: Any = None,
     if stmt.tight_points:
         if stmt.search is None:
             raise ValueError(f"{stmt.module}: TIGHT_POINTS need a SEARCH space (their Config comes from it)")
-        parts = [(p, _check_evidence(stmt.run(stmt.search.make_config(dict(p)),
-                                              statement_rng(seed, jitter, jitter_seed)),
-                                     stmt, f"run at the tight point {p}")) for p in stmt.tight_points]
+        parts = []
+        for p in stmt.tight_points:
+            for j in range(stmt.tight_seeds):
+                s = tight_point_seed(seed, j)
+                parts.append((dict(p), _check_evidence(
+                    stmt.run(stmt.search.make_config(dict(p)), statement_rng(s, jitter, jitter_seed)),
+                    stmt, f"run at the tight point {p} (seed {s})"), s))
         ev = Evidence.merged(ev, parts)
     control = None
     state = "none"

@@ -231,6 +231,17 @@ def _evaluate(pairs, c_claim=None):
     return lhs, rhs, cs, recs
 
 
+def _batches_by_m(pairs):
+    """The pairs ``(l, λ, λ')`` grouped by their ``m``: per group ``(indices, L, Λ, Λ')``, the arrays stacked along
+    a batch axis (the kernels then run once per ``m``)."""
+    by_m: dict[int, list[int]] = {}
+    for i, p in enumerate(pairs):
+        by_m.setdefault(p[0].size, []).append(i)
+    for idx in by_m.values():
+        yield (idx, np.stack([pairs[i][0] for i in idx]), np.stack([pairs[i][1] for i in idx]),
+               np.stack([pairs[i][2] for i in idx]))
+
+
 def _allowances(pairs):
     """Per pair, batched by ``m``: the rounding allowance of the two computed adjustments (the norms of
     ``PreferenceParts.adjustment_roundoff`` at ``λ`` and ``λ'``, a bound on each computed ``a_j``'s error), and
@@ -239,13 +250,7 @@ def _allowances(pairs):
     at the two endpoints); both matter only for pairs that differ by ``~1e-14`` (near pairs at tiny ``λ_min``)."""
     n = len(pairs)
     rnd, jn, normal = np.zeros(n), np.zeros(n), np.zeros(n)
-    by_m: dict[int, list[int]] = {}
-    for i, p in enumerate(pairs):
-        by_m.setdefault(p[0].size, []).append(i)
-    for idx in by_m.values():
-        L = np.stack([pairs[i][0] for i in idx])
-        P1 = np.stack([pairs[i][1] for i in idx])
-        P2 = np.stack([pairs[i][2] for i in idx])
+    for idx, L, P1, P2 in _batches_by_m(pairs):
         rnd[idx] = (np.linalg.norm(preference_parts(L, P1).adjustment_roundoff, axis=-1)
                     + np.linalg.norm(preference_parts(L, P2).adjustment_roundoff, axis=-1))
         jn[idx] = np.maximum(np.linalg.norm(adjustment_jacobian(L, P1), 2, axis=(-2, -1)),
@@ -260,13 +265,7 @@ def _mean_value(pairs, cfg: Config, *, endpoints_only: bool = False):
     ``max(‖J_A(λ)P‖, ‖J_A(λ')P‖)``."""
     n = len(pairs)
     const, gmax, cells = np.zeros(n), np.zeros(n), np.zeros(n, dtype=int)
-    by_m: dict[int, list[int]] = {}
-    for i, p in enumerate(pairs):
-        by_m.setdefault(p[0].size, []).append(i)
-    for idx in by_m.values():
-        L = np.stack([pairs[i][0] for i in idx])
-        P1 = np.stack([pairs[i][1] for i in idx])
-        P2 = np.stack([pairs[i][2] for i in idx])
+    for idx, L, P1, P2 in _batches_by_m(pairs):
         if endpoints_only:
             gm = np.maximum(_projected_norms(L, P1), _projected_norms(L, P2))
             const[idx], gmax[idx], cells[idx] = gm, gm, 1

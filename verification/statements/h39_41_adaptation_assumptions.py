@@ -168,6 +168,17 @@ SEARCH = SearchSpace(
     excluded=A.F3_FIXED,
 )
 
+# Every conclusion's best point in the stored falsification search
+# (verification/data/search/H.39-41.json, 2026-12-02, rounded to 4 digits); each tight point runs at TIGHT_SEEDS
+# seeds (registry.tight_point_seed), so that a halved bound is detected on at least 10 instances rather than
+# on a few draws.
+TIGHT_POINTS = ({"p_ratio": 1.491, "S": 7, "K": 34, "radius_hi": 3.146},
+                {"p_ratio": 6.039, "S": 10, "K": 23, "radius_hi": 1.703},
+                {"p_ratio": 5.557, "S": 13, "K": 24, "radius_hi": 2.198},
+                {"p_ratio": 2.828, "S": 8, "K": 42, "radius_hi": 0.8944},
+                {"p_ratio": 7.339, "S": 12, "K": 24, "radius_hi": 3.084},)
+TIGHT_SEEDS = 3
+
 
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     cfg = config or Config()

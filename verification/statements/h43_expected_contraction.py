@@ -177,6 +177,14 @@ SEARCH = SearchSpace(
     excluded=A.F3_FIXED,
 )
 
+# The best points, in the stored falsification search, of the conclusions whose detection rested on fewer
+# than 10 instances (verification/data/search/H.43.json, 2026-12-02, rounded to 4 digits); each tight point
+# runs at TIGHT_SEEDS seeds (registry.tight_point_seed), so that a halved bound is detected on at least 10
+# instances rather than on a few draws.
+TIGHT_POINTS = ({"p_ratio": 2.86, "S": 16, "K": 29},
+                {"p_ratio": 2.828, "S": 8, "K": 42},)
+TIGHT_SEEDS = 3
+
 
 #: Why a numeric conclusion cannot approach its bound on the family (power report and dashboard).
 REASONS = {"eq 90 Monte Carlo, lagged RMSprop (LCB <= b)": A.MC_RMSPROP_REASON}
