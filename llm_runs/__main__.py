@@ -98,8 +98,9 @@ def _add_run_options(p, default_data) -> None:
     p.add_argument("--layout", choices=LAYOUTS, default=None,
                    help="gradient layout of the m objectives (default: the device's, sequence on a CPU and "
                         "separate on a GPU)")
-    p.add_argument("--autocast", choices=("bfloat16", "none"), default=None,
-                   help="autocast of the training passes (default: the preset's; none: float32)")
+    p.add_argument("--autocast", choices=("bfloat16", "none", "auto"), default=None,
+                   help="autocast of the training passes (default: the preset's; none: float32; auto: bf16 on a "
+                        "GPU and on a CPU with native bf16 matrix instructions, float32 elsewhere)")
 
 
 def build_parser(prog: str = "python -m llm_runs") -> argparse.ArgumentParser:
@@ -242,7 +243,9 @@ def _preset_of(args):
     if args.autocast is not None:
         from dataclasses import replace
 
-        preset = replace(preset, autocast=None if args.autocast == "none" else args.autocast)
+        from llm_runs.run import resolve_autocast
+
+        preset = replace(preset, autocast=resolve_autocast(args.autocast, args.device))
     return preset
 
 

@@ -247,10 +247,35 @@ def _adapt(K: int, S: int, alpha: float) -> AdaptConfig:
     return AdaptConfig(K=K, S=S, alpha_adapt=alpha, preconditioner="rmsprop_lagged", p_minus=0.5, p_plus=2.0)
 
 
-# Precision. The CPU presets run in float32: on a CPU without native bf16 matrix instructions bf16 autocast is
-# emulated, and one client gradient evaluation of the cpu preset (4 sequences of 83 tokens, SmolLM2-135M) took
-# 67 s under bf16 autocast against 4.2 s in float32 on an AMD EPYC exposing AVX2/FMA only (2026-12-01); float32
-# also gives every CPU the same arithmetic. The gpu preset runs under bf16 autocast.
+# Precision. The CPU presets run in float32, so that a seed gives the same numbers on every CPU up to roundoff. Which
+# precision is faster depends on the CPU (tests/test_llm_bench.py::test_bench_precision, in one process): on an
+# AMD EPYC exposing AVX2/FMA only, bf16 autocast is emulated and one client gradient evaluation of the cpu preset
+# (4 sequences of 83 tokens, SmolLM2-135M) took 67 s against 4.2 s in float32 (2026-12-01); on an AMD EPYC
+# (family 25 model 17) with AVX-512 BF16, bf16 runs the matmuls 3.4x faster (186 against 55 GFLOP/s) and the cpu
+# preset's LP step in 0.73x the CPU time of float32 (2026-12-02). `--autocast auto` takes bf16 where the CPU has
+# native bf16 matrix instructions (BF16_EXTENSIONS) and float32 elsewhere; the run's summary records which. The
+# gpu preset runs under bf16 autocast.
+#: CPU extensions with native bf16 matrix instructions (``sim.cli.cpu_extensions`` names them).
+BF16_EXTENSIONS = ("avx512_bf16", "amx_bf16")
+#: What ``--autocast`` accepts: a precision, ``none`` (float32) or ``auto`` (:func:`resolve_autocast`).
+AUTOCAST_CHOICES = ("bfloat16", "none", "auto")
+
+
+def resolve_autocast(choice: str, device: str = "auto") -> str | None:
+    """The autocast of ``--autocast choice`` on ``device``: ``"bfloat16"``, or None (float32) for ``"none"``;
+    ``"auto"``: bf16 on a CUDA device and on a CPU that reports one of :data:`BF16_EXTENSIONS`, float32 on other
+    CPUs (where bf16 is emulated and slower). Resolved on the machine that calls it."""
+    if choice not in AUTOCAST_CHOICES:
+        raise ValueError(f"autocast must be one of {AUTOCAST_CHOICES}; got {choice!r}")
+    if choice != "auto":
+        return None if choice == "none" else choice
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda":
+        return "bfloat16"
+    return "bfloat16" if set(BF16_EXTENSIONS) & set(cli.cpu_extensions()) else None
 # Step sizes. The per-objective gradients of SmolLM2-135M's LoRA parameters have norms 0.4-1.9 (smoke run); one
 # LP step of size 2 moved ψ by a third and brought a loss within 1 % of its floor H(ε) in three steps, so the
 # presets that take more steps take smaller ones. AdamW's step is about lr·√n_lora (0.2-0.5 here) per step.

@@ -259,6 +259,26 @@ def atomic_write_text(path: str | Path, text: str) -> None:
         raise
 
 
+#: The CPU features a speed report names: vector and matrix extensions that decide float32 and bf16 matmul rates.
+MATRIX_EXTENSIONS = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_bf16",
+                     "amx_int8", "asimd", "sve", "bf16")
+
+
+def cpu_extensions() -> tuple[str, ...]:
+    """Which of :data:`MATRIX_EXTENSIONS` the CPU reports (the ``flags`` or ``Features`` line of ``/proc/cpuinfo``),
+    in that order; ``()`` where there is no ``/proc``."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for ln in fh:
+                key, _, val = ln.partition(":")
+                if key.strip() in ("flags", "Features"):
+                    have = set(val.split())
+                    return tuple(f for f in MATRIX_EXTENSIONS if f in have)
+    except OSError:
+        pass
+    return ()
+
+
 def cpu_name() -> str:
     """The CPU as speed reports name it: the ``model name`` of ``/proc/cpuinfo`` with its family and model numbers
     (a virtual machine may report only a brand, e.g. ``AMD EPYC``) and the number of logical CPUs, e.g.

@@ -27,6 +27,7 @@ against each other, on both clocks; the CPU and the load average before and afte
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 
@@ -204,3 +205,103 @@ def test_bench_lp_step(benchmark, setup):
     print(f"  the runs' layout here {layout}; fastest here {info['fastest_layout_wall']} (wall), "
           f"{info['fastest_layout_cpu']} (CPU); load average {load_before[0]:.1f} before, "
           f"{info['load_average_after'][0]:.1f} after")
+
+
+#: Interleaved rounds of the precision comparison, and the sizes of its square matmuls.
+PRECISION_REPEATS = 3
+MATMUL_SIZES = (1024, 2048)
+
+
+def _matmul_rate(n: int, dtype) -> float:
+    """The best of 3 runs of ``n x n @ n x n`` in ``dtype``, in FLOP/s (``2 n^3`` per product)."""
+    g = torch.Generator().manual_seed(0)
+    a, b = (torch.randn(n, n, generator=g).to(dtype) for _ in range(2))
+    torch.mm(a, b)  # warm-up (oneDNN picks its kernel)
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - t0)
+    return 2.0 * n**3 / best
+
+
+def test_bench_precision(benchmark, setup):
+    """float32 against bf16 autocast on this CPU, in one process: the machine's matmul rate in each, one gradient
+    evaluation's FLOP rate (``6 · parameters · tokens / seconds``, the usual training count; with the base
+    weights frozen the backward pass forms no weight gradients, so about ``4 · N · T`` is the work done, shown
+    beside it) and the cpu preset's LP step (the m gradients in the run's layout and the LP) in each precision,
+    interleaved. Prints which is faster here and by how much."""
+    pm32, batches = setup
+    if pm32.settings.autocast is not None:
+        pytest.fail("the cpu preset is expected to run in float32 (its comparison is against bf16 autocast)")
+    load_before = os.getloadavg()
+    pm16 = PreferenceModel(pm32.model, pm32.tokenizer, dataclasses.replace(pm32.settings, autocast=torch.bfloat16))
+    objective_gradients(pm16, batches, layout="shared")  # its own reference cache, in its own precision
+    n_model = sum(p.numel() for p in pm32.model.parameters())
+    layout = default_layout(pm32.device)
+    first = OBJECTIVES[0]
+
+    def gradient(pm):
+        def run():
+            before = pm.tokens_processed
+            loss = pm.pair_losses(batches[first])[0].mean()
+            torch.autograd.grad(loss, pm.params, allow_unused=True)
+            return pm.tokens_processed - before
+        return run
+
+    def lp_step(pm):
+        def run():
+            r = objective_gradients(pm, batches, layout=layout)
+            return lp_direction(r.losses, LAMBDA, r.gram)
+        return run
+
+    fns = {"gradient_float32": gradient(pm32), "gradient_bf16": gradient(pm16),
+           "lp_step_float32": lp_step(pm32), "lp_step_bf16": lp_step(pm16)}
+    runs: dict[str, dict[str, list[float]]] = {"wall": {k: [] for k in fns}, "cpu": {k: [] for k in fns}}
+    tokens: dict[str, int] = {}
+    for _ in range(PRECISION_REPEATS):
+        for k, fn in fns.items():
+            t0, c0 = time.perf_counter(), time.process_time()
+            out = fn()
+            runs["wall"][k].append(time.perf_counter() - t0)
+            runs["cpu"][k].append(time.process_time() - c0)
+            if k.startswith("gradient"):
+                tokens[k] = out
+    rates = {f"matmul_{n}_{name}": _matmul_rate(n, dt) for n in MATMUL_SIZES
+             for name, dt in (("float32", torch.float32), ("bf16", torch.bfloat16))}
+    lp = benchmark.pedantic(lp_step(pm32), rounds=1, iterations=1)
+    assert lp.status in ("optimal", "relaxed")
+    if benchmark.stats is None:
+        return
+    best = {clock: {k: min(v) for k, v in r.items()} for clock, r in runs.items()}
+    flops = {k: 6.0 * n_model * tokens[k] / best["wall"][k] for k in tokens}
+    peak = {name: max(v for k, v in rates.items() if k.endswith(name)) for name in ("float32", "bf16")}
+    info = {
+        "cpu": cli.cpu_name(), "extensions": list(cli.cpu_extensions()),
+        "load_average_before": load_before, "load_average_after": os.getloadavg(),
+        "threads": torch.get_num_threads(), "model_parameters": n_model, "tokens_per_gradient": tokens,
+        "matmul_flops": rates, "gradient_flops": flops,
+        "gradient_over_matmul": {"float32": flops["gradient_float32"] / peak["float32"],
+                                 "bf16": flops["gradient_bf16"] / peak["bf16"]},
+        "gradient_over_matmul_4NT": {"float32": flops["gradient_float32"] / peak["float32"] * 4 / 6,
+                                     "bf16": flops["gradient_bf16"] / peak["bf16"] * 4 / 6},
+        "min_seconds": best,
+        "bf16_over_float32": {clock: {w: best[clock][f"{w}_bf16"] / best[clock][f"{w}_float32"]
+                                      for w in ("gradient", "lp_step")} for clock in best},
+    }
+    info["faster_lp_step"] = "bf16" if info["bf16_over_float32"]["cpu"]["lp_step"] < 1 else "float32"
+    benchmark.extra_info.update(info)
+    print(f"\nCPU: {info['cpu']}, extensions {' '.join(info['extensions']) or '(none reported)'}; "
+          f"{info['threads']} torch threads; {n_model} model parameters; load average {load_before[0]:.1f} before, "
+          f"{info['load_average_after'][0]:.1f} after")
+    for k, v in rates.items():
+        print(f"  {k:<22} {v / 1e9:8.1f} GFLOP/s")
+    for k in fns:
+        extra = (f"  {flops[k] / 1e9:6.1f} GFLOP/s ({tokens[k]} tokens, 6·N·T)" if k in flops else "")
+        print(f"  {k:<22} wall {best['wall'][k]:7.3f} s  CPU {best['cpu'][k]:7.3f} s{extra}")
+    for name, v in info["gradient_over_matmul"].items():
+        print(f"  gradient rate / best matmul rate, {name}: {v:.3f} (6·N·T), "
+              f"{info['gradient_over_matmul_4NT'][name]:.3f} (4·N·T)")
+    for clock, r in info["bf16_over_float32"].items():
+        print(f"  bf16 / float32 ({clock}): gradient {r['gradient']:.3f}, LP step {r['lp_step']:.3f}")
+    print(f"  faster LP step here: {info['faster_lp_step']}")

@@ -34,8 +34,9 @@ from llm_runs.clients import ClientDesign, DataShortageError, Federation, build_
 from llm_runs.data import DEFAULT_DATA_FILE, UnknownObjectiveError, load_candidates  # noqa: E402
 from llm_runs.models import save_random_llama  # noqa: E402
 from llm_runs.objectives import DPOSettings, objective_gradients  # noqa: E402
-from llm_runs.run import PRESETS, planned_gradient_evaluations, rebase_psi_star, run  # noqa: E402
+from llm_runs.run import PRESETS, planned_gradient_evaluations, rebase_psi_star, resolve_autocast, run  # noqa: E402
 from llm_runs.source import LoraObjectives, TorchSource  # noqa: E402
+from sim import cli  # noqa: E402
 from sim.direction import lp_direction_reference  # noqa: E402
 from sim.problems import PlantedQuadraticCluster  # noqa: E402
 from sim.source import ClientSource, check_source  # noqa: E402
@@ -684,3 +685,30 @@ def test_the_larger_preference_ends_with_the_smaller_training_loss_on_the_defaul
                                                                              decay_steps=None, select="last"))
     e = src.losses(res.w, np.array([0, 1]))
     assert e[0, 0] < e[1, 0] and e[1, 1] < e[0, 1], e
+
+
+@pytest.mark.parametrize("extensions, device, expected", [
+    ((), "cpu", None),  # bf16 emulated: float32
+    (("avx2", "fma"), "cpu", None),
+    (("avx2", "avx512f", "avx512_bf16"), "cpu", "bfloat16"),
+    (("avx2", "amx_tile", "amx_bf16"), "cpu", "bfloat16"),
+    ((), "cuda", "bfloat16"),
+])
+def test_autocast_auto_takes_bf16_where_the_device_has_native_bf16_matrix_instructions(
+        monkeypatch, extensions, device, expected):
+    monkeypatch.setattr(cli, "cpu_extensions", lambda: extensions)
+    assert resolve_autocast("auto", device) == expected
+    assert resolve_autocast("none", device) is None and resolve_autocast("bfloat16", device) == "bfloat16"
+
+
+def test_autocast_auto_is_resolved_into_the_preset_the_run_records(monkeypatch):
+    from llm_runs.__main__ import _preset_of, build_parser
+
+    monkeypatch.setattr(cli, "cpu_extensions", lambda: ())
+    args = build_parser().parse_args(["run", "--preset", "smoke", "--autocast", "auto", "--device", "cpu",
+                                      "--out", "x"])
+    assert _preset_of(args).autocast is None
+    monkeypatch.setattr(cli, "cpu_extensions", lambda: ("avx512_bf16",))
+    assert _preset_of(args).autocast == "bfloat16"
+    with pytest.raises(ValueError, match="autocast must be one of .*got 'fp16'"):
+        resolve_autocast("fp16")
