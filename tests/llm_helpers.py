@@ -1,4 +1,5 @@
-"""Shared fixtures of the LLM tests: a tiny random Llama with LoRA, and hand-written preference pairs."""
+"""Shared fixtures of the LLM tests: a tiny random Llama with LoRA, hand-written preference pairs, and a small data
+file of hand-written responses (:func:`small_data_file`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
-from llm_runs.data import PreferencePair  # noqa: E402
+from llm_runs.data import PreferencePair, score_and_write  # noqa: E402
+from llm_runs.generate import GenerationSettings  # noqa: E402
 from llm_runs.models import add_lora, tiny_llama  # noqa: E402
 from llm_runs.objectives import DPOSettings, PreferenceModel  # noqa: E402
 
@@ -43,3 +45,45 @@ def tiny_preference_model(*, dtype=None, settings: DPOSettings | None = None, pe
             for p in pm.params:
                 p.add_(perturb * torch.randn(p.shape, generator=gen, dtype=p.dtype))
     return pm
+
+
+#: Two prompts with four hand-written responses each, as the generation step records them (a small data file).
+RECORDS = [
+    {
+        "id": "explain-00",
+        "prompt": "Explain why the sky is blue.",
+        "call": 0,
+        "call_seconds": 1.0,
+        "responses": [
+            {"text": "Air scatters blue light more than red light, so the sky looks blue.", "n_tokens": 15,
+             "finished": True, "cut_off": None},
+            {"text": "Blue.", "n_tokens": 2, "finished": True, "cut_off": None},
+            {"text": "The sky is blue because sunlight is scattered by the molecules of the atmosphere; short "
+                     "wavelengths such as blue and violet scatter much more strongly than long ones, and our eyes "
+                     "are more sensitive to blue.", "n_tokens": 40, "finished": True, "cut_off": None},
+            {"text": "I hate this terrible question. Awful.", "n_tokens": 9, "finished": True, "cut_off": None},
+        ],
+    },
+    {
+        "id": "list-00",
+        "prompt": "List three fruits.",
+        "call": 0,
+        "call_seconds": 1.0,
+        "responses": [
+            {"text": "Apple, banana and cherry are wonderful fruits!", "n_tokens": 10, "finished": True,
+             "cut_off": None},
+            {"text": "1. Mango\n2. Pear\n3. Plum", "n_tokens": 12, "finished": True, "cut_off": None},
+            {"text": "Fruits fruits fruits fruits fruits fruits fruits fruits.", "n_tokens": 12, "finished": False,
+             "cut_off": "length"},
+            {"text": "Cars are fast machines with engines and wheels.", "n_tokens": 10, "finished": True,
+             "cut_off": None},
+        ],
+    },
+]
+SETTINGS = GenerationSettings(responses_per_prompt=4, max_new_tokens=40)
+MODEL = {"name": "test-model", "source": "hand-written"}
+
+
+def small_data_file(path):
+    """:data:`RECORDS` scored by every reward and written as a data file at ``path`` (returned)."""
+    return score_and_write(RECORDS, SETTINGS, MODEL, path, progress=False)

@@ -5,14 +5,14 @@ from __future__ import annotations
 import gzip
 import json
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
 pytest.importorskip("torch")
 pytest.importorskip("vaderSentiment")
+
+from llm_helpers import MODEL, RECORDS, SETTINGS, small_data_file  # noqa: E402
 
 from llm_runs import rewards  # noqa: E402
 from llm_runs.build import GenerationFileError, read_work, run_generation, seed_from_data_file  # noqa: E402
@@ -34,46 +34,11 @@ from llm_runs.data import (  # noqa: E402
 from llm_runs.generate import DeadlineCriteria, GenerationSettings, generate_responses  # noqa: E402
 from llm_runs.models import smollm2_tokenizer, tiny_llama  # noqa: E402
 
-RECORDS = [
-    {
-        "id": "explain-00",
-        "prompt": "Explain why the sky is blue.",
-        "call": 0,
-        "call_seconds": 1.0,
-        "responses": [
-            {"text": "Air scatters blue light more than red light, so the sky looks blue.", "n_tokens": 15,
-             "finished": True, "cut_off": None},
-            {"text": "Blue.", "n_tokens": 2, "finished": True, "cut_off": None},
-            {"text": "The sky is blue because sunlight is scattered by the molecules of the atmosphere; short "
-                     "wavelengths such as blue and violet scatter much more strongly than long ones, and our eyes "
-                     "are more sensitive to blue.", "n_tokens": 40, "finished": True, "cut_off": None},
-            {"text": "I hate this terrible question. Awful.", "n_tokens": 9, "finished": True, "cut_off": None},
-        ],
-    },
-    {
-        "id": "list-00",
-        "prompt": "List three fruits.",
-        "call": 0,
-        "call_seconds": 1.0,
-        "responses": [
-            {"text": "Apple, banana and cherry are wonderful fruits!", "n_tokens": 10, "finished": True,
-             "cut_off": None},
-            {"text": "1. Mango\n2. Pear\n3. Plum", "n_tokens": 12, "finished": True, "cut_off": None},
-            {"text": "Fruits fruits fruits fruits fruits fruits fruits fruits.", "n_tokens": 12, "finished": False,
-             "cut_off": "length"},
-            {"text": "Cars are fast machines with engines and wheels.", "n_tokens": 10, "finished": True,
-             "cut_off": None},
-        ],
-    },
-]
-SETTINGS = GenerationSettings(responses_per_prompt=4, max_new_tokens=40)
-MODEL = {"name": "test-model", "source": "hand-written"}
-
 
 @pytest.fixture(scope="module")
 def data_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("data") / "cands.jsonl.gz"
-    return score_and_write(RECORDS, SETTINGS, MODEL, path, progress=False)
+    return small_data_file(path)
 
 
 @pytest.fixture(scope="module")
@@ -450,29 +415,36 @@ def test_shipped_data_file_holds_the_whole_prompt_set():
 # ---- command line --------------------------------------------------------------------------------------------------
 
 
-def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "llm_runs", *args], capture_output=True, text=True, timeout=300)
+def _cli(capsys, *args):
+    """``python -m llm_runs ARGS`` in this process (``data stats`` and usage errors never re-execute it): the exit
+    status, stdout and stderr."""
+    from llm_runs.__main__ import main
+
+    code = main(list(args))
+    out = capsys.readouterr()
+    return code, out.out, out.err
 
 
-def test_cli_stats_and_errors(data_file, tmp_path):
-    out = _cli("data", "stats", "--data", str(data_file))
-    assert out.returncode == 0, out.stderr
-    assert "within-prompt Kendall" in out.stdout and "conciseness" in out.stdout
-    assert "labels on the trained text" in out.stdout and "trained texts: responses cut at 16 tokens" in out.stdout
-    js = _cli("data", "stats", "--data", str(data_file), "--json", "--tokens", "8,16", "--objectives",
-              "conciseness,density")
-    stats = json.loads(js.stdout)
+def test_cli_stats_and_errors(data_file, tmp_path, capsys):
+    code, out, err = _cli(capsys, "data", "stats", "--data", str(data_file))
+    assert code == 0, err
+    assert "within-prompt Kendall" in out and "conciseness" in out
+    assert "labels on the trained text" in out and "trained texts: responses cut at 16 tokens" in out
+    code, out, err = _cli(capsys, "data", "stats", "--data", str(data_file), "--json", "--tokens", "8,16",
+                          "--objectives", "conciseness,density")
+    stats = json.loads(out)
     assert stats["full_text"]["responses"]["prompts"] == 2 and set(stats["trained_text"]) == {"8", "16"}
     assert {r["objective"] for r in stats["truncation"]["rows"]} == {"conciseness", "density"}
     assert "tau_with_length" in stats["full_text"]["objectives"]["density"]
-    bad = _cli("data", "stats", "--data", str(data_file), "--tokens", "8,x")
-    assert bad.returncode == 2 and "token limit 'x'" in bad.stderr
-    missing = _cli("data", "stats", "--data", str(tmp_path / "none.jsonl.gz"))
-    assert missing.returncode == 2 and "none.jsonl.gz does not exist" in missing.stderr
-    bad = _cli("data", "build", "--responses", "0")
-    assert bad.returncode == 2 and "--responses: must be an integer >= 1; got '0'" in bad.stderr
-    bad = _cli("data", "build", "--shard", "3/2")
-    assert bad.returncode == 2 and "1 <= I <= N" in bad.stderr
+    for args, match in [
+        (("data", "stats", "--data", str(data_file), "--tokens", "8,x"), "token limit 'x'"),
+        (("data", "stats", "--data", str(tmp_path / "none.jsonl.gz")), "none.jsonl.gz does not exist"),
+        (("data", "build", "--responses", "0"), "--responses: must be an integer >= 1; got '0'"),
+        (("data", "build", "--shard", "3/2"), "1 <= I <= N"),
+    ]:
+        code, out, err = _cli(capsys, *args)
+        assert code == 2 and match in err, (args, err)
+        assert len([ln for ln in err.splitlines() if ln.strip()]) == 1, err  # one line, no traceback
 
 
 def test_prompts_cut_by_the_deadline_are_sampled_again(tiny, tmp_path):

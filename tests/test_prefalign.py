@@ -91,11 +91,15 @@ def test_python_m_forms_are_the_same_command_lines():
     assert proc.returncode == 2 and proc.stderr.startswith("python -m sim.simulate: error: argument --seed")
 
 
-def test_llm_commands_import_no_torch_until_an_action_runs():
+def test_llm_commands_import_no_torch_until_an_action_runs(tmp_path):
+    pytest.importorskip("vaderSentiment")
+    from llm_helpers import small_data_file  # a data file of two prompts: the statistics' code, in seconds
+
+    data = small_data_file(tmp_path / "cands.jsonl.gz")
     code = ("import sys\nfrom prefalign.__main__ import main\n"
             "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"  # lists the llm actions from their parser
             "try:\n    main(['llm', 'data', 'build', '--help'])\nexcept SystemExit:\n    pass\n"
-            "main(['llm', 'data', 'stats', '--json'])\n"
+            f"main(['llm', 'data', 'stats', '--json', '--data', {str(data)!r}])\n"
             "print('torch imported:', 'torch' in sys.modules, file=sys.stderr)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
