@@ -15,9 +15,15 @@ LLM_RUN ?=
 # over 8 seeds: `make llm-study`) and opens with the pre-registered statistics
 LLM_SWEEP ?=
 # mutation testing (outside the default tier): files, sample size per file (0 = every mutant), parallel jobs
-# (SRC=TESTS names a file's test files, comma-separated; sim/direction.py has two: README, "Mutation testing")
+# (SRC[::FUNCTIONS][=TESTS][@ENV]: SRC=TESTS names a file's test files, comma-separated; ::F1,F2 restricts the
+# mutants to those functions (Remark H.8's clustering comparison in sim/algorithm.py); @NAME=VALUE sets the
+# environment of that file's test runs (the compiled twin runs as Python): README, "Mutation testing")
+MUTATION_COMPARISON := random_partition,comparison_clusterings,same_partition,phase1_by_clustering
 MUTATION_FILES ?= sim/preference.py sim/direction.py=tests/test_direction.py,tests/test_direction_twin.py \
-                  sim/cluster.py sim/hull.py
+                  sim/cluster.py sim/hull.py \
+                  sim/algorithm.py=tests/test_algorithm.py,tests/test_clustering_comparison.py \
+                  sim/algorithm.py::$(MUTATION_COMPARISON)=tests/test_clustering_comparison.py \
+                  sim/source.py sim/_lp_compiled.py=tests/test_direction_twin.py@NUMBA_DISABLE_JIT=1
 MUTATION_N     ?= 60
 JOBS           ?= 1
 

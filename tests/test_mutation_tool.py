@@ -73,6 +73,42 @@ def test_operators_on_a_snippet(tmp_path):
     assert not any("is bad" in m.original and m.operator == "constant" for m in mutants)
 
 
+_SNIPPET_NEW = '''
+def g(x, tol=1e-6):
+    assert x >= 0, "x must be >= 0"
+    assert x is not None
+    y = x if x <= 3 else 2 * x
+    return y < tol
+'''
+
+
+def test_reverse_scale_and_negation_operators(tmp_path):
+    """The operators an independent mutator also applies: comparisons turned around, numbers doubled (tolerances
+    also x1000), asserts and conditional expressions negated."""
+    mutants, invalid = _mutants_of(tmp_path, _SNIPPET_NEW)
+    assert invalid == 0
+    changes = {(m.operator, m.change) for m in mutants}
+    for expected in [
+        ("reverse", "x >= 0  ->  (x <= 0)"),
+        ("reverse", "x <= 3  ->  (x >= 3)"),
+        ("reverse", "y < tol  ->  (y > tol)"),
+        ("scale", "1e-6  ->  (2e-06)"),
+        ("scale", "1e-6  ->  (0.001)"),
+        ("scale", "3  ->  (6)"),
+        ("negate-assert", "x >= 0  ->  (not (x >= 0))"),
+        ("negate-cond", "x <= 3  ->  (not (x <= 3))"),  # the conditional expression
+    ]:
+        assert expected in changes, expected
+    # 2 -> 4 is a scale mutant, but 1 -> 2 stays the constant mutant it already was; 0 has no scaled mutant
+    assert ("scale", "2  ->  (4)") in changes and not any(m.operator == "scale" and m.original == "0" for m in mutants)
+    # no negation that a compare mutant already is; messages of asserts are not mutated
+    assert not any(m.operator == "negate-assert" and "is not None" in m.original for m in mutants)
+    assert not any("must be" in m.original for m in mutants if m.operator != "delete")
+    # the new operators leave the ids of the old ones as they were: the old operators' mutants are the same set
+    old = {m.id for m in mutants if m.operator not in ("reverse", "scale", "negate-assert")}
+    assert len(old) == len({(m.span, m.replacement) for m in mutants if m.id in old})
+
+
 def test_every_mutant_of_the_kernels_compiles_and_changes_the_module():
     for rel in ("sim/cluster.py", "sim/hull.py"):
         source = (ROOT / rel).read_bytes()
@@ -126,12 +162,34 @@ def test_end_to_end_run_kills_and_reports(tmp_path):
 
 
 def test_a_file_may_name_several_test_files():
-    pairs = mt._parse_files(["sim/hull.py", "sim/direction.py=tests/test_direction.py, tests/test_direction_twin.py"])
+    pairs = [(t.src, t.tests) for t in mt._parse_files(
+        ["sim/hull.py", "sim/direction.py=tests/test_direction.py, tests/test_direction_twin.py"])]
     assert pairs == [("sim/hull.py", "tests/test_hull.py"),
                      ("sim/direction.py", "tests/test_direction.py,tests/test_direction_twin.py")]
-    assert ("sim/direction.py", "tests/test_direction.py,tests/test_direction_twin.py") in mt._parse_files(
-        list(mt.DEFAULT_FILES))
+    assert ("sim/direction.py", "tests/test_direction.py,tests/test_direction_twin.py") in [
+        (t.src, t.tests) for t in mt._parse_files(list(mt.DEFAULT_FILES))]
     for spec, named in (("sim/direction.py=tests/test_direction.py,tests/nope.py", "tests/nope.py"),
                         ("sim/direction.py=tests/test_direction.py,", "''")):
         with pytest.raises(ValueError, match=re.escape(named)):
             mt._parse_files([spec])
+
+
+def test_a_file_may_select_functions_and_set_its_environment():
+    t, = mt._parse_files(["sim/algorithm.py::random_partition,same_partition=tests/test_clustering_comparison.py"
+                          "@NUMBA_DISABLE_JIT=1,A_B="])
+    assert (t.src, t.tests, t.functions) == ("sim/algorithm.py", "tests/test_clustering_comparison.py",
+                                             ("random_partition", "same_partition"))
+    assert t.env == (("NUMBA_DISABLE_JIT", "1"), ("A_B", ""))
+    assert t.label == "sim/algorithm.py::random_partition,same_partition"
+    mutants, _ = mt.enumerate_mutants(ROOT / t.src, t.src)
+    picked = [m for m in mutants if t.selects(m)]
+    assert picked and {m.function for m in picked} == {"random_partition", "same_partition"}
+    # a class name selects its methods
+    cfg, = mt._parse_files(["sim/algorithm.py::ClusterConfig"])
+    assert {m.function for m in mutants if cfg.selects(m)} == {"ClusterConfig", "ClusterConfig.__post_init__"}
+    for spec, named in (("sim/hull.py::", "empty function name"), ("sim/hull.py@X", "'X'"),
+                        ("sim/hull.py@1A=2", "'1A=2'"), ("sim/hull.py sim/hull.py", "twice")):
+        with pytest.raises(ValueError, match=re.escape(named)):
+            mt._parse_files(spec.split())
+    # the compiled twin is mutated as Python, against the twin tests
+    assert "sim/_lp_compiled.py=tests/test_direction_twin.py@NUMBA_DISABLE_JIT=1" in mt.DEFAULT_FILES

@@ -7,7 +7,7 @@ For every source file (``sim/cluster.py`` …) the runner
    standard operators below;
 2. samples ``--n`` of them with a seeded :class:`random.Random` (``--n 0``: all of them), so the same seed and the
    same source give the same sample;
-3. runs the file's own test file (``tests/test_<name>.py``, or the files named with ``SRC=TESTS``) against each
+3. runs the file's own test file (``tests/test_<name>.py``, or the files named with ``SRC=TESTS``, below) against each
    mutant with ``pytest -x -q -p no:cacheprovider`` and a timeout, in a private copy of the tree (one per job; the
    working tree is never written), and classifies the mutant:
 
@@ -26,13 +26,18 @@ Operators (the usual relational, arithmetic, logical, constant and statement-del
 in array code):
 
 * ``compare``     ``<`` → ``<=``, ``>=``; ``<=`` → ``<``, ``>``; ``==`` ↔ ``!=``; ``is`` ↔ ``is not``; ``in`` ↔ ``not in``
+* ``reverse``     a comparison turned around: ``<`` ↔ ``>``, ``<=`` ↔ ``>=``
 * ``binop``       ``+`` ↔ ``-``, ``*`` ↔ ``/``, ``//`` → ``/``, ``%`` → ``//``, ``**`` → ``*``, ``@`` → ``*``,
   ``&`` ↔ ``|``, ``^`` → ``|`` (also in augmented assignments)
 * ``boolop``      ``and`` ↔ ``or``; ``unary``: drop ``-``, ``not``, ``~``
 * ``constant``    integers ``n`` → ``n + 1``, ``n - 1``; floats ``x`` → ``x + 1``, ``0``; ``True`` ↔ ``False``;
   strings ``s`` → ``"XX" s "XX"`` (not docstrings, not messages of a ``raise``, not f-strings, not ``__all__``)
+* ``scale``       numbers ``x`` → ``2x``; tolerances (floats ``0 < x <= 1e-3``: ``1e-9``, ``1e-6`` …) also → ``1000x``
+  (a scaled number that another operator already gives, ``1`` → ``2``, keeps that operator's mutant)
 * ``swap-name``   ``min`` ↔ ``max``, ``argmin`` ↔ ``argmax``, ``minimum`` ↔ ``maximum``, ``any`` ↔ ``all``, …
-* ``negate-cond`` ``if c`` / ``while c`` / ``a if c else b`` → ``not (c)``
+* ``negate-cond`` ``if c`` / ``while c`` / ``a if c else b`` → ``not (c)`` (conditional expressions included)
+* ``negate-assert`` ``assert c`` → ``assert not (c)`` (both: not where a ``unary`` or ``compare`` mutant already is
+  the negation, i.e. ``c`` is ``not x`` or a single ``==``, ``is``, ``in`` test)
 * ``drop-keyword`` remove one keyword argument of a call (``axis=-1``, ``kind="stable"``, ``keepdims=True``)
 * ``swap-args``   swap the first two positional arguments of a call
 * ``return-none`` ``return x`` → ``return None``
@@ -53,8 +58,18 @@ Usage::
     python tools/mutation.py --files sim/cluster.py sim/hull.py --n 60 --seed 0 --jobs 2 \
         --json reports/mutation.json
 
-A file may name its test files explicitly as ``SRC=TESTS``, one or several separated by commas
-(``sim/direction.py=tests/test_direction.py,tests/test_direction_twin.py``): they run together in one pytest call.
+A file is given as ``SRC[::FUNCTIONS][=TESTS][@ENV]``:
+
+* ``=TESTS`` names its test files, one or several separated by commas
+  (``sim/direction.py=tests/test_direction.py,tests/test_direction_twin.py``): they run together in one pytest call;
+* ``::FUNCTIONS`` restricts the mutants to those functions (comma-separated qualified names as the report prints
+  them, ``Class.method``; a name includes what is nested in it), e.g. the part of a big module that one test file
+  covers: ``sim/algorithm.py::random_partition,same_partition=tests/test_clustering_comparison.py``; the sample
+  is drawn from those functions' mutants and the entry is reported as ``SRC::FUNCTIONS``;
+* ``@ENV`` sets environment variables for that file's test runs (``NAME=VALUE``, comma-separated), e.g.
+  ``sim/_lp_compiled.py=tests/test_direction_twin.py@NUMBA_DISABLE_JIT=1``: the numba twin then runs as Python,
+  so a mutant costs a test run instead of a recompilation (the fork runner starts a separate server per
+  environment, so the variables are set before any module is imported).
 Exit status: 0, or 1 when ``--fail-under`` is given and a file's kill rate is below it; 2 on a usage error.
 """
 
@@ -84,11 +99,18 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-#: The kernels and their test files. sim/direction.py holds the numpy reference of the LP kernel *and* the backend
-#: registry of its compiled twin; the registry's tests and the reference-against-twin equality are in
-#: tests/test_direction_twin.py, so both test files are its own.
+#: The kernels, Algorithm 1 and the kernel boundary, with their test files (the Makefile's MUTATION_FILES).
+#: sim/direction.py holds the numpy reference of the LP kernel *and* the backend registry of its compiled twin; the
+#: registry's tests and the reference-against-twin equality are in tests/test_direction_twin.py, so both test files
+#: are its own. The twin sim/_lp_compiled.py runs as Python under NUMBA_DISABLE_JIT=1 against the twin tests (a
+#: compiled mutant would cost minutes of compilation). Remark H.8's clustering comparison is the last part of
+#: sim/algorithm.py; it is also sampled on its own against its test file.
+CLUSTERING_COMPARISON = "random_partition,comparison_clusterings,same_partition,phase1_by_clustering"
 DEFAULT_FILES = ("sim/preference.py", "sim/direction.py=tests/test_direction.py,tests/test_direction_twin.py",
-                 "sim/cluster.py", "sim/hull.py")
+                 "sim/cluster.py", "sim/hull.py",
+                 "sim/algorithm.py=tests/test_algorithm.py,tests/test_clustering_comparison.py",
+                 f"sim/algorithm.py::{CLUSTERING_COMPARISON}=tests/test_clustering_comparison.py",
+                 "sim/source.py", "sim/_lp_compiled.py=tests/test_direction_twin.py@NUMBA_DISABLE_JIT=1")
 DEFAULT_EQUIVALENTS = REPO / "tools" / "mutation_equivalents.toml"
 PYTEST_ARGS = ("-x", "-q", "-p", "no:cacheprovider")
 
@@ -107,6 +129,11 @@ _COMPARE = {
     ast.NotIn: (ast.In,),
 }
 _ORDERING = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)  # their negation is not among their compare mutants
+#: ``reverse``: the comparison turned around (not its negation: ``a < b`` -> ``a > b`` is false at ``a == b`` too)
+_REVERSE = {ast.Lt: ast.Gt, ast.LtE: ast.GtE, ast.Gt: ast.Lt, ast.GtE: ast.LtE}
+#: ``scale``: a positive float at most this is a tolerance (1e-9, 1e-6, 1e-3 …), also scaled by ``_TOL_FACTOR``
+_TOL_MAX = 1e-3
+_TOL_FACTOR = 1e3
 _BINOP = {
     ast.Add: (ast.Sub,),
     ast.Sub: (ast.Add,),
@@ -302,6 +329,7 @@ class _Collector(ast.NodeVisitor):
     def visit_Assert(self, node: ast.Assert) -> None:
         self._delete(node)
         self._mark_skip(node.msg)
+        self._negate(node.test, "negate-assert")
         self.generic_visit(node)
 
     def visit_Delete(self, node: ast.Delete) -> None:
@@ -318,7 +346,7 @@ class _Collector(ast.NodeVisitor):
     def visit_Continue(self, node: ast.Continue) -> None:
         self._add("break-continue", node, "break", wrap=False)
 
-    def _negate(self, test: ast.expr) -> None:
+    def _negate(self, test: ast.expr, operator: str = "negate-cond") -> None:
         if id(test) in self._skip:
             return
         # not a duplicate of a compare or unary mutant: those already give exactly the negation
@@ -326,7 +354,7 @@ class _Collector(ast.NodeVisitor):
             return
         if isinstance(test, ast.Compare) and len(test.ops) == 1 and not isinstance(test.ops[0], _ORDERING):
             return
-        self._add("negate-cond", test, f"not ({ast.unparse(test)})")
+        self._add(operator, test, f"not ({ast.unparse(test)})")
 
     def visit_If(self, node: ast.If) -> None:
         self._negate(node.test)
@@ -349,6 +377,13 @@ class _Collector(ast.NodeVisitor):
                     n.ops[i] = new_op()
 
                 self._add("compare", node, self._mutated(node, edit))
+            reverse = _REVERSE.get(type(op))
+            if reverse is not None:
+
+                def edit(n, i=i, new_op=reverse):
+                    n.ops[i] = new_op()
+
+                self._add("reverse", node, self._mutated(node, edit))
         self.generic_visit(node)
 
     def visit_BinOp(self, node: ast.BinOp) -> None:
@@ -379,9 +414,13 @@ class _Collector(ast.NodeVisitor):
         elif isinstance(v, int):
             for w in (v + 1, v - 1):
                 self._add("constant", node, repr(w))
+            self._add("scale", node, repr(2 * v))
         elif isinstance(v, float):
             for w in (v + 1.0, 0.0 if v != 0.0 else 1.0):
                 self._add("constant", node, repr(w))
+            self._add("scale", node, repr(2.0 * v))
+            if 0.0 < v <= _TOL_MAX:
+                self._add("scale", node, repr(float(f"{v * _TOL_FACTOR:.15g}")))
         elif isinstance(v, str) and id(node) not in self._no_string:
             self._add("constant", node, repr("XX" + v + "XX"))
 
@@ -518,8 +557,9 @@ def _copy_tree(root: Path, files: list[str], dest: Path) -> None:
         shutil.copy2(root / f, target)
 
 
-def _env(tree: Path) -> dict[str, str]:
+def _env(tree: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ)
+    env.update(extra or {})
     env["PYTHONPATH"] = str(tree) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env["PYTHONDONTWRITEBYTECODE"] = "1"  # a stale .pyc of another mutant must never be imported
     env["PYTHONHASHSEED"] = "0"
@@ -566,8 +606,9 @@ def _classify(rc: int | None, output: str, dt: float) -> tuple[str, float, str]:
 class SubprocessRunner:
     """One fresh ``python -m pytest`` per mutant (simple, slow: every run re-imports numpy, scipy, pytest)."""
 
-    def __init__(self, tree: Path, preload: list[str]):
+    def __init__(self, tree: Path, preload: list[str], env: dict[str, str] | None = None):
         self.tree = tree
+        self.env = _env(tree, env)
 
     def run(self, test_file: str, timeout: float) -> tuple[str, float, str]:
         t0 = time.perf_counter()
@@ -575,7 +616,7 @@ class SubprocessRunner:
             proc = subprocess.run(
                 [sys.executable, "-m", "pytest", *PYTEST_ARGS, *test_file.split(",")],
                 cwd=self.tree,
-                env=_env(self.tree),
+                env=self.env,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
                 text=True,
@@ -595,12 +636,12 @@ class ForkRunner:
     child imports the mutated module from the tree, exactly as a fresh interpreter would, at a fraction of the
     start-up cost. The child runs in its own process group, killed whole on timeout."""
 
-    def __init__(self, tree: Path, preload: list[str]):
+    def __init__(self, tree: Path, preload: list[str], env: dict[str, str] | None = None):
         self.tree = tree
         self.proc = subprocess.Popen(
             [sys.executable, str(Path(__file__).resolve()), "--serve", str(tree), *preload],
             cwd=tree,
-            env=_env(tree),
+            env=_env(tree, env),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -728,7 +769,13 @@ class FileReport:
     sampled: int
     baseline_s: float
     timeout_s: float
+    functions: list[str] = dataclasses.field(default_factory=list)  # empty: the whole file
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
     results: list[dict] = dataclasses.field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return self.file + (f"::{','.join(self.functions)}" if self.functions else "")
 
     def counts(self) -> dict[str, int]:
         c = {k: 0 for k in ("killed", "survived", "timeout", "equivalent", "error")}
@@ -749,19 +796,54 @@ class FileReport:
         return d
 
 
-def _parse_files(specs: list[str]) -> list[tuple[str, str]]:
-    pairs = []
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """One ``--files`` entry ``SRC[::FUNCTIONS][=TESTS][@ENV]`` (module docstring)."""
+
+    src: str
+    tests: str  # comma-separated test files
+    functions: tuple[str, ...] = ()  # empty: the whole file
+    env: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def label(self) -> str:
+        return self.src + (f"::{','.join(self.functions)}" if self.functions else "")
+
+    def selects(self, m: Mutant) -> bool:
+        return not self.functions or any(m.function == f or m.function.startswith(f + ".") for f in self.functions)
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _parse_files(specs: list[str]) -> list[Target]:
+    targets = []
     for spec in specs:
-        src, _, tests = spec.partition("=")
+        head, _, env_text = spec.partition("@")
+        head, _, tests = head.partition("=")
+        src, sep, funcs = head.partition("::")
         src = src.strip()
         if not src.endswith(".py"):
             raise ValueError(f"--files: {spec!r} is not a Python source file")
+        functions = tuple(f.strip() for f in funcs.split(",")) if sep else ()
+        if any(not f for f in functions):
+            raise ValueError(f"--files: {spec!r}: an empty function name after '::'")
         test_files = [t.strip() for t in tests.split(",")] if tests.strip() else [f"tests/test_{Path(src).stem}.py"]
         for p in (src, *test_files):
             if not p or not (REPO / p).is_file():
                 raise ValueError(f"--files: {p!r} does not exist (relative to {REPO.name}/)")
-        pairs.append((src, ",".join(test_files)))
-    return pairs
+        env = []
+        for item in env_text.split(",") if env_text.strip() else ():
+            name, eq, value = item.strip().partition("=")
+            if not eq or not _ENV_NAME.fullmatch(name):
+                raise ValueError(f"--files: {spec!r}: {item.strip()!r} after '@' is not NAME=VALUE")
+            env.append((name, value))
+        targets.append(Target(src, ",".join(test_files), functions, tuple(env)))
+    labels = [t.label for t in targets]
+    for label in labels:
+        if labels.count(label) > 1:
+            raise ValueError(f"--files: {label!r} is given twice")
+    return targets
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -769,9 +851,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python tools/mutation.py",
         description="Mutation testing: sample mutants of each source file and run its own test file against them.",
     )
-    p.add_argument("--files", nargs="+", default=list(DEFAULT_FILES), metavar="SRC[=TESTS]",
+    p.add_argument("--files", nargs="+", default=list(DEFAULT_FILES), metavar="SRC[::FUNCTIONS][=TESTS][@ENV]",
                    help="source files relative to the repository root (default: %(default)s); the test file is "
-                        "tests/test_<name>.py unless given as SRC=TESTS (several test files separated by commas)")
+                        "tests/test_<name>.py unless given as SRC=TESTS (several test files separated by commas); "
+                        "::F1,F2 restricts the mutants to those functions; @NAME=VALUE,... sets environment "
+                        "variables for that file's test runs")
     p.add_argument("--n", type=int, default=60, help="mutants sampled per file; 0 for all (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default: %(default)s)")
     p.add_argument("--jobs", type=int, default=1, help="parallel test runs, each in its own copy (default: 1)")
@@ -809,7 +893,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.fail_under is not None and not (0.0 <= args.fail_under <= 1.0):
         parser.error(f"argument --fail-under: must be a fraction in [0, 1]; got {args.fail_under}")
     try:
-        pairs = _parse_files(args.files)
+        targets = _parse_files(args.files)
         equivalents = load_equivalents(args.equivalents)
     except (ValueError, tomllib.TOMLDecodeError) as exc:
         parser.error(str(exc))
@@ -829,15 +913,21 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             parser.error(f"argument --rerun: cannot read the survivors of {args.rerun}: {exc}")
     plans = []
-    for src, tests in pairs:
-        mutants, invalid = enumerate_mutants(REPO / src, src)
+    all_ids = set()
+    for t in targets:
+        every, invalid = enumerate_mutants(REPO / t.src, t.src)
+        all_ids |= {m.id for m in every}
+        mutants = [m for m in every if t.selects(m)]
+        if t.functions and not mutants:
+            parser.error(f"argument --files: {t.label} selects no mutant (no such function in {t.src})")
         if rerun is None:
-            picked = sample_mutants(mutants, args.n, args.seed, src)
+            picked = sample_mutants(mutants, args.n, args.seed, t.label)
         else:
             picked = [m for m in mutants if m.id in rerun]
-        plans.append((src, tests, mutants, invalid, picked))
-        print(f"{src}: {len(mutants)} mutants ({invalid} not compiling dropped), {len(picked)} sampled "
-              f"(seed {args.seed}); tests {tests}", file=sys.stderr)
+        plans.append((t, mutants, invalid, picked))
+        env = "".join(f" {k}={v}" for k, v in t.env)
+        print(f"{t.label}: {len(mutants)} mutants ({invalid} of the file not compiling dropped), {len(picked)} "
+              f"sampled (seed {args.seed}); tests {t.tests}{env}", file=sys.stderr)
     if args.list:
         for *_, picked in plans:
             for m in picked:
@@ -851,44 +941,49 @@ def main(argv: list[str] | None = None) -> int:
             t = Path(tmp) / f"tree{j}"
             _copy_tree(REPO, files, t)
             trees.append(t)
-        _check_imports_from(trees[0], [src for src, *_ in plans])
-        preload = _preload_modules([REPO / p for src, tests, *_ in plans for p in (src, *tests.split(","))])
-        runners = []
+        _check_imports_from(trees[0], sorted({t.src for t, *_ in plans}))
+        preload = _preload_modules([REPO / p for t, *_ in plans for p in (t.src, *t.tests.split(","))])
+        runners: dict = {}  # (tree, env) -> runner, started on first use: one server per environment
         try:
-            for t in trees:
-                runners.append(RUNNERS[args.runner](t, preload))
-            reports = _run_all(args, plans, trees, runners, equivalents, out_path)
+            reports = _run_all(args, plans, trees, runners, preload, equivalents, out_path)
         finally:
-            for r in runners:
+            for r in runners.values():
                 r.close()
 
-    sampled_ids = {m.id for _, _, mutants, _, _ in plans for m in mutants}
-    checked = {src for src, *_ in plans}
-    stale = sorted(i for i, e in equivalents.items() if e["file"] in checked and i not in sampled_ids)
+    checked = {t.src for t, *_ in plans}
+    stale = sorted(i for i, e in equivalents.items() if e["file"] in checked and i not in all_ids)
     return _summary(args, reports, equivalents, stale)
 
 
-def _run_all(args, plans, trees, runners, equivalents, out_path) -> dict[str, FileReport]:
+def _run_all(args, plans, trees, runners, preload, equivalents, out_path) -> dict[str, FileReport]:
     """Baseline run of every test file, then every sampled mutant on the free copies; the report is rewritten
-    after each mutant."""
-    reports: dict[str, FileReport] = {}
-    for src, tests, mutants, invalid, picked in plans:
-        status, dt, info = runners[0].run(tests, timeout=600)
-        if status != "survived":
-            raise SystemExit(f"mutation: {tests} does not pass on the unmutated tree ({status}: {info})")
-        timeout = args.timeout if args.timeout is not None else max(30.0, 10 * dt)
-        reports[src] = FileReport(src, tests, len(mutants), invalid, len(picked), round(dt, 2), timeout)
-
+    after each mutant. ``runners`` (filled here) maps ``(tree, env)`` to the runner of that copy and environment."""
     lock = threading.Lock()
+
+    def runner_for(tree: Path, env: tuple[tuple[str, str], ...]):
+        with lock:
+            if (tree, env) not in runners:
+                runners[(tree, env)] = RUNNERS[args.runner](tree, preload, dict(env))
+            return runners[(tree, env)]
+
+    reports: dict[str, FileReport] = {}
+    for t, mutants, invalid, picked in plans:
+        status, dt, info = runner_for(trees[0], t.env).run(t.tests, timeout=600)
+        if status != "survived":
+            raise SystemExit(f"mutation: {t.tests} does not pass on the unmutated tree ({status}: {info})")
+        timeout = args.timeout if args.timeout is not None else max(30.0, 10 * dt)
+        reports[t.label] = FileReport(t.src, t.tests, len(mutants), invalid, len(picked), round(dt, 2), timeout,
+                                      functions=list(t.functions), env=dict(t.env))
+
     free: queue.Queue = queue.Queue()
-    for t, r in zip(trees, runners, strict=True):
-        free.put((t, r))
-    originals = {src: (REPO / src).read_bytes() for src, *_ in plans}
+    for tree in trees:
+        free.put(tree)
+    originals = {t.src: (REPO / t.src).read_bytes() for t, *_ in plans}
     meta = {"rerun_of": None if args.rerun is None else str(args.rerun), "seed": args.seed, "n": args.n,
             "jobs": args.jobs, "runner": args.runner, "python": sys.version.split()[0],
             "pytest_args": list(PYTEST_ARGS), "equivalents": str(args.equivalents),
             "kill_rate": "(killed + timeout) / (killed + timeout + survived); equivalent and error excluded"}
-    todo = [(src, tests, m) for src, tests, _, _, picked in plans for m in picked]
+    todo = [(t, m) for t, _, _, picked in plans for m in picked]
     done = 0
 
     def write_report() -> None:
@@ -897,18 +992,18 @@ def _run_all(args, plans, trees, runners, equivalents, out_path) -> dict[str, Fi
         tmp_out.write_text(json.dumps(payload, indent=1, ensure_ascii=False) + "\n")
         tmp_out.replace(out_path)
 
-    def one(src: str, tests: str, m: Mutant) -> None:
+    def one(t: Target, m: Mutant) -> None:
         nonlocal done
-        tree, runner = free.get()
+        tree = free.get()
         try:
-            target = tree / src
-            target.write_bytes(m.apply(originals[src]))
+            target = tree / t.src
+            target.write_bytes(m.apply(originals[t.src]))
             try:
-                status, dt, info = runner.run(tests, reports[src].timeout_s)
+                status, dt, info = runner_for(tree, t.env).run(t.tests, reports[t.label].timeout_s)
             finally:
-                target.write_bytes(originals[src])
+                target.write_bytes(originals[t.src])
         finally:
-            free.put((tree, runner))
+            free.put(tree)
         eq = equivalents.get(m.id)
         if eq is not None:
             if status == "survived":
@@ -919,7 +1014,7 @@ def _run_all(args, plans, trees, runners, equivalents, out_path) -> dict[str, Fi
                "operator": m.operator, "change": m.change, "source_line": m.source_line,
                "status": status, "seconds": round(dt, 2), "info": info}
         with lock:
-            reports[src].results.append(row)
+            reports[t.label].results.append(row)
             done += 1
             write_report()
             print(f"[{done}/{len(todo)}] {status:10s} {m.where} {m.operator}: {m.change}", file=sys.stderr)
@@ -937,12 +1032,12 @@ def _summary(args, reports: dict[str, FileReport], equivalents: dict[str, dict],
     for r in reports.values():
         c = r.counts()
         rate = r.kill_rate()
-        print(f"{r.file:24s}{r.total_mutants:5d} {r.sampled:7d} {c['killed']:7d} {c['survived']:8d} "
+        print(f"{r.label:24s}{r.total_mutants:5d} {r.sampled:7d} {c['killed']:7d} {c['survived']:8d} "
               f"{c['timeout']:7d} {c['equivalent']:10d} {c['error']:5d}  "
               + ("   n/a" if rate is None else f"{100 * rate:6.1f} %"))
         if args.fail_under is not None and rate is not None and rate < args.fail_under:
             failed = True
-    survivors = [(r.file, x) for r in reports.values() for x in r.to_json()["results"] if x["status"] == "survived"]
+    survivors = [(r.label, x) for r in reports.values() for x in r.to_json()["results"] if x["status"] == "survived"]
     if survivors:
         print("\nsurvivors:")
         for _, x in survivors:
