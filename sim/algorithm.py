@@ -1074,12 +1074,12 @@ def draw_batches(source, clients, K: int, S: int, rng: np.random.Generator) -> n
 
 def _adapt_records(rec, phase, k, clients, psi, psi_star, beta, dr, counts, n_desc, cluster, *, d_norm=None,
                    extra=None, **cols):
-    """One row per new client at adaptation step ``k``; ``cols`` override the NaN defaults of :data:`_NAN_COLS`;
-    ``d_norm``: ``‖d_i‖`` of the step's directions ``dr`` (host)."""
+    """One row per new client at adaptation step ``k``; ``cols`` override the NaN defaults of :data:`_NAN_COLS`
+    (every caller names ``local_steps``: 1 on a step's row, 0 on a last row); ``d_norm``: ``‖d_i‖`` of the step's
+    directions ``dr`` (host)."""
     n = clients.size
     base = dict(_NAN_COLS)
     base.update(cols)
-    base.setdefault("local_steps", 0 if dr is None else 1)
     rec.add(extra, phase=phase, round=k, t=k, cluster=cluster, client=clients, psi=psi, psi_star=psi_star,
             gap=psi - psi_star, beta=beta,
             gain=np.full(n, np.nan) if dr is None else dr.gain,

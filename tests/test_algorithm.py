@@ -522,17 +522,157 @@ def test_records_are_tidy_and_runs_are_deterministic():
         (lambda: al.Phase2Config(S=0), "S"),
         (lambda: al.AdaptConfig(alpha_adapt=-0.1), "alpha_adapt"),
         (lambda: al.AdaptConfig(p_minus=2.0, p_plus=1.0), "p_minus"),
-        (lambda: al.AdaptConfig(preconditioner="fixed"), "P"),
+        (lambda: al.AdaptConfig(preconditioner="fixed"), r"preconditioner='fixed' needs an SPD matrix P; got P=None"),
         (lambda: al.AdaptConfig(preconditioner="fixed", P=-np.eye(2)), "positive definite"),
         (lambda: al.AdaptConfig(preconditioner="adam"), "preconditioner"),
         (lambda: al.AdaptConfig(beta2=1.0), "beta2"),
         (lambda: al.Pipeline2Config(eta=0.0), "eta"),
         (lambda: al.ClusterConfig(threshold=None, k=None), "threshold"),
+        (lambda: al.ClusterConfig(method="kmeans", threshold=None),
+         r"method='kmeans' needs k and no threshold; got threshold=None, k=None"),
+        (lambda: al.ClusterConfig(method="kmeans", k=3),
+         r"method='kmeans' needs k and no threshold; got threshold=0\.25, k=3"),
+        (lambda: al.Pipeline2Config(decay_steps=0.0), r"Pipeline2Config\.decay_steps must be a finite number > 0; got 0\.0"),
+        (lambda: al.Pipeline2Config(decay_steps=-5), r"decay_steps must be a finite number > 0; got -5"),
     ],
 )
 def test_bad_configuration_raises(make, match):
     with pytest.raises(ValueError, match=match):
         make()
+
+
+def test_documented_configurations_are_accepted():
+    """The settings the docstrings name: k-means with k and no threshold, a constant Pipeline-2 step."""
+    assert al.ClusterConfig(method="kmeans", k=3, threshold=None).k == 3
+    assert al.Pipeline2Config(decay_steps=None).decay_steps is None
+    assert al.Pipeline2Config(decay_steps=50).decay_steps == 50
+
+
+def test_clustering_step_uses_the_config_it_is_given_and_checks_w_ref(f1_samples):
+    """``clustering_step`` with a config is ``cluster_clients`` at ``w_ref`` with that config's settings (key,
+    stages, method, threshold or k), without one as ``ClusterConfig()``; a ``w_ref`` of the wrong shape or not
+    finite is refused by name."""
+    p = _f1(seed=3, n_clients=8, spread=0.1)  # one Stage-1 group where k-means and complete linkage disagree
+    clients = np.arange(8)
+    w_ref = p.centres.mean(axis=0) + 0.5
+    l_ref = p.losses_per_client(np.broadcast_to(w_ref, (8, p.n_params)))
+    configs = [al.ClusterConfig(), al.ClusterConfig(threshold=0.0), al.ClusterConfig(key="bottleneck"),
+               al.ClusterConfig(stage2=False), al.ClusterConfig(method="kmeans", k=3, threshold=None),
+               al.ClusterConfig(threshold=None, k=3)]
+    got = []
+    for cfg in configs:
+        c = al.clustering_step(p, clients, w_ref, cfg, np.random.default_rng(0))
+        direct = cluster_clients(l_ref, p.prefs, key=cfg.key, stage2=cfg.stage2, method=cfg.method,
+                                 threshold=cfg.threshold if cfg.stage2 else None, k=cfg.k if cfg.stage2 else None,
+                                 rng=np.random.default_rng(0))
+        np.testing.assert_array_equal(c.labels, direct.labels, err_msg=str(cfg))
+        np.testing.assert_array_equal(c.keys, direct.keys, err_msg=str(cfg))
+        got.append(c)
+    np.testing.assert_array_equal(al.clustering_step(p, clients, w_ref).labels, got[0].labels)
+    assert got[1].n_clusters == 8 and got[3].n_clusters == 1 and got[2].keys.shape == (8, 1)
+    assert not np.array_equal(got[4].labels, got[5].labels)  # k-means is not complete linkage here
+    src, w_ref = f1_samples
+    clients = np.arange(6)
+    for bad, shape in ((w_ref[:2], r"\(2,\)"), (np.full(4, np.nan), r"\(4,\)")):
+        with pytest.raises(ValueError, match=rf"^w_ref must be a finite array of shape \(4,\); got shape {shape}$"):
+            al.clustering_step(src, clients, bad)
+
+
+def _psi_rows(src, clients, W):
+    """``ψ_i(w_i) = max_j λ_ij l_ij(w_i)`` of the rows ``W`` (one per client of ``clients``), from the problem."""
+    full = np.zeros((src.n_clients, src.n_params))
+    full[clients] = W
+    return (src.prefs[clients] * src.problem.losses_per_client(full)[clients]).max(axis=-1)
+
+
+def test_pipeline2_returns_the_best_or_the_last_iterate_as_selected(f1_samples):
+    """A constant step too large to settle (eta 0.5, 6 steps): ``select="best"`` returns, per client, the iterate of
+    smallest ψ, ``select="last"`` the last one; the two differ here, and the gap is that of the returned model."""
+    src, w0 = f1_samples
+    new = np.array([4, 5])
+    runs = {sel: al.pipeline2(src, new, w0, al.Pipeline2Config(max_steps=6, eta=0.5, decay_steps=None, select=sel))
+            for sel in ("best", "last")}
+    traj = runs["last"].trajectory
+    np.testing.assert_array_equal(runs["best"].trajectory, traj)  # the same iteration, another output
+    psi = np.stack([_psi_rows(src, new, W) for W in traj])  # (steps + 1, clients)
+    best = traj[psi.argmin(axis=0), np.arange(new.size)]
+    np.testing.assert_array_equal(runs["best"].w, best)
+    np.testing.assert_array_equal(runs["last"].w, traj[-1])
+    assert np.all(psi.min(axis=0) < psi[-1] - 0.1)  # the last iterate is clearly not the best one
+    for sel, res in runs.items():
+        np.testing.assert_allclose(res.gap, _psi_rows(src, new, res.w) - src.psi_star[new], rtol=1e-14, err_msg=sel)
+
+
+def test_adaptation_records_count_the_local_steps(f1_samples):
+    """``local_steps``: one LP step per recorded Pipeline-1 / Pipeline-2 row, 0 on the last row (the returned
+    model, no step taken); Phase 1 records τ per round."""
+    src, w0 = f1_samples
+    new = np.array([4, 5])
+    p1 = al.pipeline1(src, new, w0, al.AdaptConfig(K=2, S=4), np.random.default_rng(0)).records
+    assert p1["local_steps"].tolist() == [1, 1, 1, 1, 0, 0]
+    p2 = al.pipeline2(src, new, w0, al.Pipeline2Config(max_steps=5, record_every=2)).records
+    assert p2["round"].tolist() == [0, 0, 2, 2, 4, 4, 5, 5]
+    assert p2["local_steps"].tolist() == [1, 1, 1, 1, 1, 1, 0, 0]
+    ph = al.phase1(src, np.arange(4), w0, al.Phase1Config(rounds=2, tau=3), np.random.default_rng(0)).records
+    assert ph["local_steps"].tolist() == [3] * 8 + [0] * 4
+
+
+def test_pipeline2_records_its_step_size_and_direction_norm(f1_samples):
+    """Each recorded Pipeline-2 row holds the step ``eta_k = eta/(1 + k/decay_steps)`` (``eta_eff``) and the norm
+    of the LP direction taken there, ``‖w_{k+1} - w_k‖/eta_k`` (``d_norm``)."""
+    src, w0 = f1_samples
+    new = np.array([4, 5])
+    res = al.pipeline2(src, new, w0, al.Pipeline2Config(max_steps=5, record_every=2, eta=0.2, decay_steps=4.0))
+    rows = res.records[res.records["round"] < 5]
+    k = rows["round"].to_numpy()
+    np.testing.assert_allclose(rows["eta_eff"], 0.2 / (1.0 + k / 4.0), rtol=1e-15)
+    steps = np.linalg.norm(np.diff(res.trajectory, axis=0), axis=-1)  # (5, clients)
+    np.testing.assert_allclose(rows["d_norm"], steps[k, np.tile([0, 1], 3)] / (0.2 / (1.0 + k / 4.0)), rtol=1e-12)
+
+
+class _WithMetrics(al.ClientSource):
+    """The planted source with the optional ``record_metrics``: the first loss of each row and ψ recomputed."""
+
+    def record_metrics(self, W, clients, losses):
+        return {"loss_0": losses[:, 0].copy(), "psi_again": (self.prefs[clients] * losses).max(axis=-1)}
+
+
+def test_the_source_metric_columns_are_recorded_with_their_values(f1_samples):
+    """A source's ``record_metrics`` columns follow RECORD_COLUMNS in every phase's records, with its values (ψ
+    recomputed from the row's losses is the recorded ψ)."""
+    src, w0 = f1_samples
+    ms = _WithMetrics(src.problem, src.samples)
+    new = np.array([4, 5])
+    frames = [al.phase1(ms, np.arange(4), w0, al.Phase1Config(rounds=2), np.random.default_rng(0)).records,
+              al.pipeline1(ms, new, w0, al.AdaptConfig(K=2, S=4), np.random.default_rng(0)).records,
+              al.pipeline2(ms, new, w0, al.Pipeline2Config(max_steps=3, record_every=2)).records]
+    for df in frames:
+        assert list(df.columns) == [*al.RECORD_COLUMNS, "loss_0", "psi_again"]
+        np.testing.assert_allclose(df["psi_again"], df["psi"], rtol=1e-15)
+        assert np.isfinite(df["loss_0"]).all() and (df["loss_0"] > 0).all()
+
+
+def test_adamw_steps_are_the_hand_computed_updates():
+    """Two AdamW steps (torch.optim.AdamW's rule) written out: bias-corrected moments, ``P = 1/(√v̂ + eps)``,
+    decoupled weight decay ``w(1 - α·wd)``; the returned diagonal is ``P``."""
+    a, wd, b1, b2, eps = 0.1, 0.01, 0.9, 0.999, 1e-8
+    W0 = np.array([[1.0, -2.0, 0.5]])
+    g0, g1 = np.array([[0.5, 4.0, -1.0]]), np.array([[-1.0, 2.0, 3.0]])
+    state = al.PreconditionerState.zeros(W0.shape)
+    kw = dict(preconditioner="adamw", alpha=a, beta1=b1, beta2=b2, eps=eps, weight_decay=wd)
+    W1, P0 = al.preconditioned_step(W0, g0, 0, state, **kw)
+    # step 0: m̂ = g0, v̂ = g0², so the step is α·g0/(|g0| + eps) = α·sign(g0) up to eps
+    np.testing.assert_allclose(P0, 1.0 / (np.abs(g0) + eps), rtol=1e-15)
+    np.testing.assert_allclose(W1, W0 * (1 - a * wd) - a * g0 / (np.abs(g0) + eps), rtol=1e-15)
+    np.testing.assert_allclose(W1, [[0.999 - 0.1, -1.998 - 0.1, 0.4995 + 0.1]], rtol=1e-7)
+    W2, P1 = al.preconditioned_step(W1, g1, 1, state, **kw)
+    m = b1 * (1 - b1) * g0 + (1 - b1) * g1
+    v = b2 * (1 - b2) * g0**2 + (1 - b2) * g1**2
+    mhat, vhat = m / (1 - b1**2), v / (1 - b2**2)
+    np.testing.assert_allclose(state.m1, m, rtol=1e-15)
+    np.testing.assert_allclose(state.v, v, rtol=1e-15)
+    np.testing.assert_allclose(P1, 1.0 / (np.sqrt(vhat) + eps), rtol=1e-15)
+    np.testing.assert_allclose(W2, W1 * (1 - a * wd) - a * mhat / (np.sqrt(vhat) + eps), rtol=1e-15)
 
 
 def test_bad_run_inputs_raise(f1_samples):
