@@ -170,6 +170,7 @@ def test_solver_twin_is_bit_identical_on_the_same_lp_data(family):
                 np.testing.assert_array_equal(mu2, mu, err_msg=where)  # NaN where not solved, in both
                 np.testing.assert_array_equal(kkt2, kkt, err_msg=where)
                 np.testing.assert_array_equal(unique2, unique, err_msg=where)
+                assert unique2.dtype == unique.dtype and code2.dtype.kind == "i", where
 
 
 @needs_numba
@@ -270,6 +271,7 @@ def test_builder_twin_takes_the_same_decisions_and_data_to_1e15(family):
             for name, a, b in (("active", lp.active, active2), ("J", J, J2), ("J*", J_star, J_star2),
                                ("balance", balance, balance2), ("ambiguous", ambiguous, ambiguous2)):
                 np.testing.assert_array_equal(b, a, err_msg=f"{where}: {name}")
+                assert b.dtype == a.dtype, (where, name, b.dtype)
             s_A, s_CA, s_beta = _builder_scales(l, lam, C, A)
             assert np.all(np.abs(A2 - A) <= rel * s_A), where
             assert np.all(np.abs(CA2 - CA) <= rel * s_CA), where
@@ -281,6 +283,44 @@ def test_builder_twin_takes_the_same_decisions_and_data_to_1e15(family):
             assert np.all(np.abs(e2[:, :m] - lp.e[:, :m]) <= tol), where
             assert np.all(np.abs(e2[:, m] - lp.e[:, m]) <= tol.max(axis=1)), where
             assert np.all(np.abs(c2 - lp.c) <= np.where(balance[:, None], tol, 0.0)), where
+
+
+@needs_numba
+def test_compiled_sums_are_numpys_pairwise_sums_at_every_length():
+    """The twin's sums (numpy's pairwise order: blocks of 128 by 8 accumulators, longer runs halved at a multiple
+    of 8) are bit-identical to ``numpy.sum`` at lengths around every block boundary."""
+    from sim import _lp_compiled as kern
+
+    rng = np.random.default_rng(5)
+    for n in (1, 7, 8, 9, 15, 16, 17, 127, 128, 129, 136, 200, 255, 256, 257, 300, 1000, 1031, 4099):
+        a = rng.standard_normal(n) * 10.0 ** rng.integers(-8, 9, size=n)
+        assert kern._np_sum(a) == np.sum(a), n
+
+
+@needs_numba
+def test_compiled_checks_pass_every_family_instance_and_name_each_fault():
+    """The compiled input checks (the fast path of ``backend="compiled"``) pass every instance of every family and
+    flag the first bad instance of a batch with the fault's code: losses, preferences, Gram entries (not finite, not
+    symmetric), not positive semi-definite."""
+    from sim import _lp_compiled as kern
+
+    for family in FAMILIES:
+        for m in MS:
+            l, lam, C = _instances(family, m)
+            lam = lam / lam.sum(axis=-1, keepdims=True)
+            assert kern.check_inputs(l, lam, np.ascontiguousarray(C), sd._compiled_params()) == (-1, kern.CHECK_OK)
+    good = ([1.0, 2.0], [0.5, 0.5], np.eye(2))
+    for change, code in ((dict(l=[1.0, np.inf]), kern.CHECK_LOSSES), (dict(l=[1.0, -2.0]), kern.CHECK_LOSSES),
+                         (dict(lam=[0.5, 0.6]), kern.CHECK_PREFS), (dict(lam=[0.0, 1.0]), kern.CHECK_PREFS),
+                         (dict(C=[[1.0, np.inf], [np.inf, 1.0]]), kern.CHECK_GRAM),
+                         (dict(C=[[1.0, np.nan], [np.nan, 1.0]]), kern.CHECK_GRAM),
+                         (dict(C=[[1.0, 0.2], [0.0, 1.0]]), kern.CHECK_GRAM),
+                         (dict(C=[[1.0, 3.0], [3.0, 1.0]]), kern.CHECK_PSD)):
+        bad = dict(zip(("l", "lam", "C"), good, strict=True))
+        bad.update(change)
+        rows = [good, good, (bad["l"], bad["lam"], bad["C"])]  # the third instance of a batch is the bad one
+        l, lam, C = (np.ascontiguousarray([np.asarray(r[i], dtype=float) for r in rows]) for i in range(3))
+        assert kern.check_inputs(l, lam, C, sd._compiled_params()) == (2, code), change
 
 
 # ------------------------------------------------------------------------------------------------ end to end

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -28,7 +29,7 @@ import sim.algorithm as al
 from sim.cluster import deviations, dispersion
 from sim.hull import descent_margin, eps_act, min_norm_element, near_active_set
 from sim.problems import PerturbedClients, PlantedQuadraticCluster
-from sim.source import ClientSource, Source, check_source
+from sim.source import ClientSource, Source, as_source, check_batch_size, check_clients, check_psi_star, check_source
 
 DEV = xps.Device("device1")
 CPU = xps.Device("CPU_DEVICE")
@@ -189,16 +190,40 @@ class _Broken(ClientSource):
         losses, gram, combine = ev.losses, ev.gram, ev.combine
         if self.fault == "scaled_combine":  # combine no longer matches the Gram
             combine = lambda mu: 2.0 * ev.combine(mu)  # noqa: E731
+        elif self.fault == "nonlinear_combine":
+            combine = lambda mu: ev.combine(mu**2)  # noqa: E731
         elif self.fault == "asymmetric_gram":
             gram = gram.copy()
             gram[:, 0, 1] += 1e-3
+        elif self.fault == "negative_diagonal":  # one entry of one client, the Gram still symmetric
+            gram = gram.copy()
+            gram[1, 0, 0] = -1.0
+        elif self.fault == "float32_gram":
+            gram = gram.astype(np.float32)
         elif self.fault == "float32_losses":
             losses = losses.astype(np.float32)
+        elif self.fault == "losses_differ" and batches is None:  # 1e-9 relative: below numpy's default atol
+            losses = losses * (1.0 + 1e-9)
         return SimpleNamespace(losses=losses, gram=gram, combine=combine)
 
+    def losses(self, W, clients):
+        l = super().losses(W, clients)
+        return l.astype(np.float32) if self.fault == "float32_losses_method" else l
 
-@pytest.mark.parametrize("fault,match", [("scaled_combine", "μᵀCμ"), ("asymmetric_gram", "symmetric"),
-                                         ("float32_losses", "float64")])
+    def episode(self, rng, client, size):
+        idx = super().episode(rng, client, size)
+        return idx + 1000 if self.fault == "episode_out_of_range" else idx
+
+
+@pytest.mark.parametrize("fault,match", [
+    ("scaled_combine", "μᵀCμ"), ("asymmetric_gram", "symmetric"), ("float32_losses", "float64"),
+    ("nonlinear_combine", "population combine must be linear"),
+    ("negative_diagonal", "population gram must have a non-negative diagonal"),
+    ("float32_gram", r"population gram must be float64 numpy \(n, m, m\)"),
+    ("losses_differ", r"evaluate\(batches=None\)\.losses must equal losses\(\)"),
+    ("float32_losses_method", r"losses must return float64 numpy \(n, m\) = \(2, 3\)"),
+    ("episode_out_of_range", r"episode of client 0 must hold distinct indices in \[0, 19\]"),
+])
 def test_check_source_catches_contract_violations(fault, match):
     """Negative control of the conformance check: each violation is named."""
     p = _f1()
@@ -206,6 +231,43 @@ def test_check_source_catches_contract_violations(fault, match):
     src = _Broken(p, s, fault)
     with pytest.raises(AssertionError, match=match):
         check_source(src, p.centres.mean(axis=0), np.array([0, 1]), np.random.default_rng(0), batch_size=3)
+
+
+def test_check_source_refuses_what_is_not_a_source():
+    with pytest.raises(AssertionError, match=r"^dict: does not implement the Source protocol \(see sim\.source\)$"):
+        check_source({}, np.zeros(2), np.array([0]), np.random.default_rng(0))
+
+
+def test_client_checks_name_the_bad_client():
+    """Client lists outside ``0..N-1`` (one past either end), a ψ* unknown for one client of several, a batch too
+    large for the second client only: each refused naming the value."""
+    p = _f1()  # 6 clients
+    src = ClientSource(p, p.with_samples(np.random.default_rng(1), np.array([20, 3, 20, 20, 20, 20]), 0.1))
+    for bad in ([6], [0, 6], [-1], [-1, 2]):
+        with pytest.raises(ValueError, match=re.escape(f"clients must lie in [0, 5]; got {bad}")):
+            check_clients(src, bad)
+    np.testing.assert_array_equal(check_clients(src, [5, 0]), [5, 0])
+    psi = p.psi_star.copy()
+    psi[3] = np.nan
+    one_unknown = ClientSource(p, psi_star=psi)
+    with pytest.raises(ValueError, match=re.escape("psi_star is unknown for client(s) [3]")):
+        check_psi_star(one_unknown, np.array([2, 3, 4]))
+    np.testing.assert_array_equal(check_psi_star(one_unknown, np.array([2, 4])), p.psi_star[[2, 4]])
+    with pytest.raises(ValueError, match=re.escape("S=5 is larger than client 1's local dataset (n_i=3)")):
+        check_batch_size(src, np.array([0, 1, 2]), 5, "S")
+    check_batch_size(src, np.array([0, 2]), 5, "S")
+
+
+def test_sample_data_and_single_clients_make_a_source():
+    """``as_source`` wraps sample-level data with its problem; the losses of one client at its own point are the
+    problem's."""
+    p = _f1()
+    s = p.with_samples(np.random.default_rng(1), 20, 0.1)
+    src = as_source(s)
+    assert isinstance(src, ClientSource) and src.problem is p and src.samples is s
+    w = p.centres.mean(axis=0)[None, :] + 0.3
+    full = np.broadcast_to(w, (p.n_clients, p.n_params))
+    np.testing.assert_array_equal(src.losses(w, np.array([4])), p.losses_per_client(full)[[4]])
 
 
 def test_algorithm_refuses_a_source_with_bad_host_arrays():
