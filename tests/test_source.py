@@ -29,7 +29,15 @@ import sim.algorithm as al
 from sim.cluster import deviations, dispersion
 from sim.hull import descent_margin, eps_act, min_norm_element, near_active_set
 from sim.problems import PerturbedClients, PlantedQuadraticCluster
-from sim.source import ClientSource, Source, as_source, check_batch_size, check_clients, check_psi_star, check_source
+from sim.source import (
+    ClientSource,
+    Source,
+    as_source,
+    check_batch_size,
+    check_clients,
+    check_psi_star,
+    check_source,
+)
 
 DEV = xps.Device("device1")
 CPU = xps.Device("CPU_DEVICE")
