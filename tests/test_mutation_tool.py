@@ -109,6 +109,14 @@ def test_reverse_scale_and_negation_operators(tmp_path):
     assert len(old) == len({(m.span, m.replacement) for m in mutants if m.id in old})
 
 
+def test_compile_options_and_ellipsis_bodies_are_not_mutated(tmp_path):
+    """numba's decorator options and a Protocol's ``...`` body give no mutant; the decorated body does."""
+    mutants, _ = _mutants_of(tmp_path, "@njit(cache=True, inline='always')\ndef h(a):\n    return a + 1\n\n\n"
+                                       "class P:\n    def f(self) -> int: ...\n")
+    assert {m.line for m in mutants} == {3}
+    assert {m.operator for m in mutants} >= {"binop", "constant", "return-none"}
+
+
 def test_every_mutant_of_the_kernels_compiles_and_changes_the_module():
     for rel in ("sim/cluster.py", "sim/hull.py"):
         source = (ROOT / rel).read_bytes()

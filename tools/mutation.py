@@ -44,7 +44,10 @@ in array code):
 * ``delete``      a simple statement (assignment, call, ``raise``, ``assert``, ``del``) → ``pass``
 * ``break-continue`` ``break`` ↔ ``continue``
 
-Annotations, docstrings, imports and ``__all__`` are not mutated. A mutant is applied by splicing the unparsed,
+Annotations, docstrings, imports, ``__all__``, ``...`` bodies (``pass`` is the same no-op) and numba's compile
+options (the arguments of ``@njit(cache=True, error_model="numpy", inline="always")``: under ``NUMBA_DISABLE_JIT``
+the decorator is not applied, so no test run of that set-up can see them; they are left to the compiled twin
+tests of the default tier) are not mutated. A mutant is applied by splicing the unparsed,
 mutated node into the original bytes at the node's position, so the rest of the file (and its line numbers) is
 unchanged; mutants that do not compile are dropped before sampling (counted as ``invalid``).
 
@@ -149,6 +152,8 @@ _BINOP = {
     ast.LShift: (ast.RShift,),
     ast.RShift: (ast.LShift,),
 }
+#: numba's decorators: their arguments are compile options (caching, inlining, error model), not mutated
+_COMPILE_DECORATORS = {"njit", "jit", "vectorize", "guvectorize", "cfunc", "stencil"}
 _SWAP_NAMES = {}
 for _a, _b in (
     ("min", "max"),
@@ -264,6 +269,10 @@ class _Collector(ast.NodeVisitor):
 
     def _visit_function(self, node) -> None:
         self._body_docstring(node.body)
+        for dec in node.decorator_list:  # numba's compile options (@njit(cache=True, ...)): see the docstring
+            f = dec.func if isinstance(dec, ast.Call) else dec
+            if (f.id if isinstance(f, ast.Name) else getattr(f, "attr", None)) in _COMPILE_DECORATORS:
+                self._mark_skip(dec)
         for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs:
             self._mark_skip(a.annotation)
         for a in (node.args.vararg, node.args.kwarg):
@@ -318,6 +327,8 @@ class _Collector(ast.NodeVisitor):
         self.generic_visit(node)
 
     def visit_Expr(self, node: ast.Expr) -> None:
+        if isinstance(node.value, ast.Constant) and node.value.value is Ellipsis:
+            return None  # a `...` body (a Protocol's method): `pass` is the same no-op
         self._delete(node)
         self.generic_visit(node)
 
