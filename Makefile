@@ -21,7 +21,7 @@ LLM_SWEEP ?=
 MUTATION_COMPARISON := random_partition,comparison_clusterings,same_partition,phase1_by_clustering
 MUTATION_FILES ?= sim/preference.py sim/direction.py=tests/test_direction.py,tests/test_direction_twin.py \
                   sim/cluster.py sim/hull.py \
-                  sim/algorithm.py=tests/test_algorithm.py,tests/test_clustering_comparison.py \
+                  sim/algorithm.py=tests/test_algorithm.py,tests/test_clustering_comparison.py,tests/test_source.py \
                   sim/algorithm.py::$(MUTATION_COMPARISON)=tests/test_clustering_comparison.py \
                   sim/source.py sim/_lp_compiled.py=tests/test_direction_twin.py@NUMBA_DISABLE_JIT=1
 MUTATION_N     ?= 60

@@ -1526,8 +1526,8 @@ CLUSTERING_NAMES = ("stage1_stage2", "stage1_only", "random")
 def random_partition(rng: np.random.Generator, sizes) -> list[np.ndarray]:
     """A uniformly random partition of the positions ``0 .. sum(sizes) - 1`` into groups of exactly ``sizes``
     (sorted index arrays; one ``rng.permutation``)."""
-    sizes = [int(s) for s in sizes]
-    if any(s < 1 for s in sizes):
+    sizes = list(sizes)
+    if any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 1 for s in sizes):
         raise ValueError(f"sizes must be positive integers; got {sizes}")
     perm = rng.permutation(int(sum(sizes)))
     out, start = [], 0

@@ -11,6 +11,7 @@ Measured numbers asserted below (seeded, deterministic):
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import replace
 
@@ -470,7 +471,7 @@ def test_lp_without_solution_raises(monkeypatch, f1_samples):
 # ------------------------------------------------------------------------------------- records, seeds
 
 
-def _small_run(seed):
+def _small_run(seed, **kw):
     spec = ProblemSpec(m=3, n_w=4, n_groups=1, n_train=3, n_new=2, train_samples=30, new_samples=60)
     src, w_ref, train, new, _ = build_problem(spec, np.random.default_rng(seed))
     cfg = al.AlgorithmConfig(
@@ -480,7 +481,7 @@ def _small_run(seed):
         pipeline2=al.Pipeline2Config(max_steps=10, record_every=4),
     )
     return al.run_algorithm(src, cfg, np.random.default_rng(seed), w_ref=w_ref, train_clients=train,
-                            new_clients=new)
+                            new_clients=new, **kw)
 
 
 def test_records_are_tidy_and_runs_are_deterministic():
@@ -515,7 +516,6 @@ def test_records_are_tidy_and_runs_are_deterministic():
         (lambda: al.Phase1Config(alpha_server=-1.0), "alpha_server"),
         (lambda: al.Phase1Config(tau=0), "tau"),
         (lambda: al.Phase1Config(eps_mode=-1e-3), "eps_mode"),
-        (lambda: al.Phase1Config(descent="loose"), "descent"),
         (lambda: al.Phase2Config(eta_meta_inner=0.0), "eta_meta_inner"),
         (lambda: al.Phase2Config(alpha_server=float("nan")), "alpha_server"),
         (lambda: al.Phase2Config(K=0), "K"),
@@ -524,7 +524,6 @@ def test_records_are_tidy_and_runs_are_deterministic():
         (lambda: al.AdaptConfig(p_minus=2.0, p_plus=1.0), "p_minus"),
         (lambda: al.AdaptConfig(preconditioner="fixed"), r"preconditioner='fixed' needs an SPD matrix P; got P=None"),
         (lambda: al.AdaptConfig(preconditioner="fixed", P=-np.eye(2)), "positive definite"),
-        (lambda: al.AdaptConfig(preconditioner="adam"), "preconditioner"),
         (lambda: al.AdaptConfig(beta2=1.0), "beta2"),
         (lambda: al.Pipeline2Config(eta=0.0), "eta"),
         (lambda: al.ClusterConfig(threshold=None, k=None), "threshold"),
@@ -534,6 +533,10 @@ def test_records_are_tidy_and_runs_are_deterministic():
          r"method='kmeans' needs k and no threshold; got threshold=0\.25, k=3"),
         (lambda: al.Pipeline2Config(decay_steps=0.0), r"Pipeline2Config\.decay_steps must be a finite number > 0; got 0\.0"),
         (lambda: al.Pipeline2Config(decay_steps=-5), r"decay_steps must be a finite number > 0; got -5"),
+        (lambda: al.Phase1Config(rounds=-1), r"^Phase1Config\.rounds must be an integer >= 0; got -1$"),
+        (lambda: al.Phase1Config(descent="loose"), r"^Phase1Config\.descent must be one of \('restricted', "),
+        (lambda: al.Phase2Config(B=-1.0), r"^Phase2Config\.B must be a finite number > 0; got -1\.0$"),
+        (lambda: al.AdaptConfig(preconditioner="adam"), r"^AdaptConfig\.preconditioner must be one of \('identity', "),
     ],
 )
 def test_bad_configuration_raises(make, match):
@@ -542,7 +545,14 @@ def test_bad_configuration_raises(make, match):
 
 
 def test_documented_configurations_are_accepted():
-    """The settings the docstrings name: k-means with k and no threshold, a constant Pipeline-2 step."""
+    """The settings the docstrings name: k-means with k and no threshold, a constant Pipeline-2 step, no rounds;
+    and the defaults a user gets."""
+    assert al.Phase1Config(rounds=0).rounds == 0 and al.Phase2Config(B=2.5).B == 2.5
+    assert (al.Phase1Config().rounds, al.Phase1Config().tau, al.Phase1Config().eta_local) == (100, 1, 0.1)
+    p2 = al.Phase2Config()
+    assert (p2.rounds, p2.S, p2.K, p2.eta_meta_inner, p2.alpha_server) == (50, 8, 5, 0.05, 1.0)
+    ad = al.AdaptConfig()
+    assert (ad.K, ad.S, ad.alpha_adapt, ad.preconditioner, ad.p_minus, ad.p_plus) == (20, 8, 0.1, "identity", 0.5, 2.0)
     assert al.ClusterConfig(method="kmeans", k=3, threshold=None).k == 3
     assert al.Pipeline2Config(decay_steps=None).decay_steps is None
     assert al.Pipeline2Config(decay_steps=50).decay_steps == 50
@@ -673,6 +683,65 @@ def test_adamw_steps_are_the_hand_computed_updates():
     np.testing.assert_allclose(state.v, v, rtol=1e-15)
     np.testing.assert_allclose(P1, 1.0 / (np.sqrt(vhat) + eps), rtol=1e-15)
     np.testing.assert_allclose(W2, W1 * (1 - a * wd) - a * mhat / (np.sqrt(vhat) + eps), rtol=1e-15)
+
+
+def test_rmsprop_current_step_is_the_hand_computed_update():
+    """``rmsprop_current``: ``v_k = β₂v_{k-1} + (1-β₂)g_k²`` first, then ``w - α P g`` with ``P`` from ``v_k``."""
+    W0, g = np.array([[1.0, -2.0, 0.5]]), np.array([[0.5, 4.0, -1.0]])
+    state = al.PreconditionerState.zeros(W0.shape)
+    W1, P = al.preconditioned_step(W0, g, 0, state, preconditioner="rmsprop_current", alpha=0.1, p_minus=0.5,
+                                   p_plus=2.0, beta2=0.9)
+    v = 0.1 * g**2
+    r = np.sqrt(v)
+    expected_P = np.clip(1.0 / (r / r.mean() + 1e-8), 0.5, 2.0)  # r/s = (0.4, 3.2, 0.8)/... -> (2, 0.5, 1.0526)
+    np.testing.assert_allclose(state.v, v, rtol=1e-15)
+    np.testing.assert_allclose(P, expected_P, rtol=1e-15)
+    np.testing.assert_allclose(W1, W0 - 0.1 * expected_P * g, rtol=1e-15)
+    with pytest.raises(ValueError, match=r"^preconditioner must be one of \('identity', .*; got 'adam'$"):
+        al.preconditioned_step(W0, g, 0, state, preconditioner="adam", alpha=0.1)
+
+
+def test_phase_and_pipeline_records_name_their_defaults(f1_samples):
+    """Without ``cluster=`` / ``phase=``: Phase 1 records cluster 0, Pipeline 1 the phase "pipeline1"."""
+    src, w0 = f1_samples
+    ph = al.phase1(src, np.arange(3), w0, al.Phase1Config(rounds=1), np.random.default_rng(0))
+    assert set(ph.records["cluster"]) == {0} and set(ph.records["phase"]) == {"phase1"}
+    p1 = al.pipeline1(src, np.array([4]), w0, al.AdaptConfig(K=1, S=2), np.random.default_rng(0))
+    assert set(p1.records["phase"]) == {"pipeline1"} and set(p1.records["cluster"]) == {-1}
+
+
+def test_overflowing_gradients_name_the_pipeline_step_and_step_size():
+    """Gradients of norm 1e200 (finite losses, their Gram overflows): Pipeline 1 and Pipeline 2 stop at step 0
+    naming the client, the Gram entry and the step size."""
+    A = np.array([[1e200, 0.0], [0.0, 1.0]])
+    prob = _LinearClients(A)
+    src = al.ClientSource(prob, _LinearSamples(prob))
+    with pytest.raises(al.DivergenceError, match=r"^pipeline1 step 0: client 0 has a non-finite gradient Gram entry "
+                                                 r"C\[0, 0\] = inf .* with step size 0\.1: the iteration diverged"):
+        al.pipeline1(src, np.arange(2), np.zeros(2), al.AdaptConfig(K=2, S=2, direction="linear"),
+                     np.random.default_rng(0))
+    with pytest.raises(al.DivergenceError, match=r"^pipeline2 step 0: client 0 .* with step size 0\.2: the iter"):
+        al.pipeline2(src, np.arange(2), np.zeros(2), al.Pipeline2Config(max_steps=2))
+    # a loss that overflows (1e300 · 1e10) is named with its objective
+    with pytest.raises(al.DivergenceError, match=r"^pipeline1 step 0: client 0 has a non-finite loss \(inf, objective "
+                                                 r"0\) with step size 0\.1: the iteration diverged"):
+        huge = _LinearClients(A * 1e100)
+        al.pipeline1(al.ClientSource(huge, _LinearSamples(huge)), np.arange(2), np.array([1e10, 0.0]),
+                     al.AdaptConfig(K=1, S=2), np.random.default_rng(0))
+    # gradients of norm 8e153: their Gram (6.4e307) is finite, ε_act = 2·η·B² is not at η = 2
+    big = _LinearClients(np.array([[8e153, 0.0], [0.0, 1.0]]))
+    with pytest.raises(al.DivergenceError, match=r"^phase1 cluster 0 round 0 diagnostic: client 0 has a gradient of "
+                                                 r"norm 8\.000e\+153, so ε_act = 2·η·λ_max·B² overflows with step size "
+                                                 r"2\.0: the iteration diverged"):
+        al.phase1(big, np.arange(2), np.zeros(2), al.Phase1Config(rounds=1, eta_local=2.0), np.random.default_rng(0))
+
+
+def test_run_algorithm_keeps_trajectories_only_when_asked():
+    res = _small_run(0, keep_trajectory=False)
+    assert all(ph.trajectory is None for c in res.phases.values() for ph in c.values())
+    assert all(a.trajectory is None for a in res.adaptation.values())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        res.summary = {}
 
 
 def test_bad_run_inputs_raise(f1_samples):

@@ -3,6 +3,8 @@ inputs in the records (a source's ``record_lp_inputs``), on a planted F1 problem
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -29,6 +31,13 @@ def test_random_partition_sizes_and_errors():
     assert all(np.all(np.diff(p) > 0) for p in parts)
     with pytest.raises(ValueError, match="positive integers"):
         al.random_partition(rng, [2, 0])
+    # sizes from any iterable of integers (numpy's too); a fractional size is refused, not truncated
+    gen = al.random_partition(np.random.default_rng(0), (n for n in [3, 1, 2]))
+    assert [len(p) for p in gen] == [3, 1, 2] and all(np.array_equal(a, b) for a, b in zip(gen, parts, strict=True))
+    assert [len(p) for p in al.random_partition(rng, np.array([2, 2]))] == [2, 2]
+    for bad in ([2.5, 1], [2, True]):
+        with pytest.raises(ValueError, match=re.escape(f"sizes must be positive integers; got {bad}")):
+            al.random_partition(rng, bad)
 
 
 def test_comparison_clusterings_are_the_stage1_groups_and_random_partitions_of_the_same_sizes(problem):
@@ -36,6 +45,7 @@ def test_comparison_clusterings_are_the_stage1_groups_and_random_partitions_of_t
     parts = al.comparison_clusterings(clus, np.random.default_rng(1), 3)
     assert [(n, d) for n, d, _ in parts] == [("stage1_stage2", 0), ("stage1_only", 0), ("random", 0), ("random", 1),
                                              ("random", 2)]
+    assert tuple(dict.fromkeys(n for n, _, _ in parts)) == al.CLUSTERING_NAMES  # the names the studies group by
     assert al.same_partition(parts[0][2], clus.clusters)
     l = src.losses(np.broadcast_to(w_ref, (train.size, src.n_params)), train)
     s1 = cluster_clients(l, src.prefs[train], key="ordering", stage2=False)
@@ -48,6 +58,10 @@ def test_comparison_clusterings_are_the_stage1_groups_and_random_partitions_of_t
     assert not al.same_partition(parts[0][2], [np.arange(train.size)])
     with pytest.raises(ValueError, match="n_random"):
         al.comparison_clusterings(clus, np.random.default_rng(1), -1)
+    # no random partition asked for: the two clusterings of Algorithm 1 alone; the Stage-1 groups in their order
+    only = al.comparison_clusterings(clus, np.random.default_rng(1), 0)
+    assert [n for n, _, _ in only] == ["stage1_stage2", "stage1_only"]
+    assert [c.tolist() for c in only[1][2]] == [c.tolist() for c in s1.clusters]
 
 
 def test_phase1_by_clustering_is_phase1_per_cluster(problem):
@@ -67,6 +81,29 @@ def test_phase1_by_clustering_is_phase1_per_cluster(problem):
             pd.testing.assert_frame_equal(got, want.reset_index(drop=True), check_exact=True)
     with pytest.raises(ValueError, match="rho"):
         al.phase1_by_clustering(src, train, w_ref, parts, cfg, np.random.default_rng(2), rho=np.ones(3))
+
+
+def test_phase1_by_clustering_takes_the_weighting_rule_and_client_lists(problem):
+    """``rho="uniform"`` is the default rule; ``rho="samples"`` weighs each cluster's clients by their sample counts
+    (the records' ``rho`` column); clients may be a list; an empty cluster is refused as a client list; no
+    clustering at all gives the empty records with their columns."""
+    src, w_ref, train, clus = problem
+    cfg = al.Phase1Config(rounds=1)
+    parts = [("stage1_stage2", 0, clus.clusters)]
+    base = al.phase1_by_clustering(src, train, w_ref, parts, cfg, np.random.default_rng(2))
+    uni = al.phase1_by_clustering(src, train.tolist(), w_ref, parts, cfg, np.random.default_rng(2), rho="uniform")
+    pd.testing.assert_frame_equal(uni, base)
+    counts = np.arange(1, src.n_clients + 1) * 10
+    weighted = al.ClientSource(src.problem, src.problem.with_samples(np.random.default_rng(0), counts, 0.1))
+    rec = al.phase1_by_clustering(weighted, train, w_ref, parts, cfg, np.random.default_rng(2), rho="samples")
+    for c, members in enumerate(clus.clusters):
+        rows = rec[(rec["cluster"] == c) & (rec["round"] == 0)].set_index("client")["rho"]
+        n = counts[train[members]]
+        np.testing.assert_allclose(rows.loc[train[members]].to_numpy(), n / n.sum(), rtol=1e-15)
+    with pytest.raises(ValueError, match="clients must be a non-empty 1-D integer array"):
+        al.phase1_by_clustering(src, train, w_ref, [("empty", 0, [[]])], cfg, np.random.default_rng(2))
+    empty = al.phase1_by_clustering(src, train, w_ref, [], cfg, np.random.default_rng(2))
+    assert empty.empty and list(empty.columns) == ["clustering", "draw", *al.RECORD_COLUMNS]
 
 
 def test_recorded_lp_inputs_re_solve_to_the_recorded_weights(problem, tmp_path):

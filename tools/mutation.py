@@ -106,12 +106,13 @@ REPO = Path(__file__).resolve().parent.parent
 #: sim/direction.py holds the numpy reference of the LP kernel *and* the backend registry of its compiled twin; the
 #: registry's tests and the reference-against-twin equality are in tests/test_direction_twin.py, so both test files
 #: are its own. The twin sim/_lp_compiled.py runs as Python under NUMBA_DISABLE_JIT=1 against the twin tests (a
-#: compiled mutant would cost minutes of compilation). Remark H.8's clustering comparison is the last part of
-#: sim/algorithm.py; it is also sampled on its own against its test file.
+#: compiled mutant would cost minutes of compilation). sim/algorithm.py runs against its own tests, the clustering
+#: comparison's and the kernel boundary's (Algorithm 1 through an opaque source: divergence, streamed records);
+#: Remark H.8's clustering comparison is the last part of sim/algorithm.py, also sampled on its own.
 CLUSTERING_COMPARISON = "random_partition,comparison_clusterings,same_partition,phase1_by_clustering"
 DEFAULT_FILES = ("sim/preference.py", "sim/direction.py=tests/test_direction.py,tests/test_direction_twin.py",
                  "sim/cluster.py", "sim/hull.py",
-                 "sim/algorithm.py=tests/test_algorithm.py,tests/test_clustering_comparison.py",
+                 "sim/algorithm.py=tests/test_algorithm.py,tests/test_clustering_comparison.py,tests/test_source.py",
                  f"sim/algorithm.py::{CLUSTERING_COMPARISON}=tests/test_clustering_comparison.py",
                  "sim/source.py", "sim/_lp_compiled.py=tests/test_direction_twin.py@NUMBA_DISABLE_JIT=1")
 DEFAULT_EQUIVALENTS = REPO / "tools" / "mutation_equivalents.toml"
