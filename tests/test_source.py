@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -31,6 +32,7 @@ from sim.hull import descent_margin, eps_act, min_norm_element, near_active_set
 from sim.problems import PerturbedClients, PlantedQuadraticCluster
 from sim.source import (
     ClientSource,
+    GradientEvaluation,
     Source,
     as_source,
     check_batch_size,
@@ -210,6 +212,8 @@ class _Broken(ClientSource):
             gram = gram.astype(np.float32)
         elif self.fault == "float32_losses":
             losses = losses.astype(np.float32)
+        elif self.fault == "transposed_combine":
+            combine = lambda mu: ev.combine(mu).T  # noqa: E731
         elif self.fault == "losses_differ" and batches is None:  # 1e-9 relative: below numpy's default atol
             losses = losses * (1.0 + 1e-9)
         return SimpleNamespace(losses=losses, gram=gram, combine=combine)
@@ -220,7 +224,14 @@ class _Broken(ClientSource):
 
     def episode(self, rng, client, size):
         idx = super().episode(rng, client, size)
+        if self.fault == "episode_negative_index":
+            idx = idx.copy()
+            idx[0] = -1
         return idx + 1000 if self.fault == "episode_out_of_range" else idx
+
+    def to_host(self, x):
+        h = super().to_host(x)
+        return h.astype(np.float32) if self.fault == "float32_to_host" else h
 
 
 @pytest.mark.parametrize("fault,match", [
@@ -231,6 +242,9 @@ class _Broken(ClientSource):
     ("losses_differ", r"evaluate\(batches=None\)\.losses must equal losses\(\)"),
     ("float32_losses_method", r"losses must return float64 numpy \(n, m\) = \(2, 3\)"),
     ("episode_out_of_range", r"episode of client 0 must hold distinct indices in \[0, 19\]"),
+    ("episode_negative_index", r"episode of client 0 must hold distinct indices in \[0, 19\]"),
+    ("float32_to_host", r"^_Broken: to_host must return a float64 numpy array of the array's shape$"),
+    ("transposed_combine", r"^_Broken: combine must return \(2, 7\) arrays of the parameters' namespace$"),
 ])
 def test_check_source_catches_contract_violations(fault, match):
     """Negative control of the conformance check: each violation is named."""
@@ -239,6 +253,33 @@ def test_check_source_catches_contract_violations(fault, match):
     src = _Broken(p, s, fault)
     with pytest.raises(AssertionError, match=match):
         check_source(src, p.centres.mean(axis=0), np.array([0, 1]), np.random.default_rng(0), batch_size=3)
+
+
+class _InPlace(ClientSource):
+    """A source that writes into the rows it is given (allowed: they are the caller's fresh arrays)."""
+
+    def losses(self, W, clients):
+        W[...] = W + 0.0
+        return super().losses(W, clients)
+
+
+def test_check_source_hands_the_source_writable_rows():
+    p = _f1()
+    check_source(_InPlace(p), p.centres.mean(axis=0), np.array([0, 1]), np.random.default_rng(0))
+
+
+def test_huge_gradients_give_an_infinite_gram_without_a_warning():
+    """Gradients whose inner products overflow: the Gram holds inf (Algorithm 1 then names it), numpy stays quiet."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ev = GradientEvaluation(np.ones((1, 2)), np.full((1, 3, 2), 1e200))
+    assert np.isinf(ev.gram).all()
+
+
+def test_minibatches_need_sample_level_data():
+    p = _f1()
+    with pytest.raises(ValueError, match=r"^minibatches: "):
+        ClientSource(p).minibatch(np.zeros((1, p.n_params)), np.array([0]), [np.array([0])])
 
 
 def test_check_source_refuses_what_is_not_a_source():
@@ -254,6 +295,10 @@ def test_client_checks_name_the_bad_client():
     for bad in ([6], [0, 6], [-1], [-1, 2]):
         with pytest.raises(ValueError, match=re.escape(f"clients must lie in [0, 5]; got {bad}")):
             check_clients(src, bad)
+    for bad in ([], [[0, 1]], [0.5, 1.0], "01"):
+        with pytest.raises(ValueError, match=re.escape(
+                f"clients must be a non-empty 1-D integer array of client indices; got {bad!r}")):
+            check_clients(src, bad)
     np.testing.assert_array_equal(check_clients(src, [5, 0]), [5, 0])
     psi = p.psi_star.copy()
     psi[3] = np.nan
@@ -264,6 +309,9 @@ def test_client_checks_name_the_bad_client():
     with pytest.raises(ValueError, match=re.escape("S=5 is larger than client 1's local dataset (n_i=3)")):
         check_batch_size(src, np.array([0, 1, 2]), 5, "S")
     check_batch_size(src, np.array([0, 2]), 5, "S")
+    check_batch_size(src, np.array([0, 1]), 3, "S")  # a batch of the whole dataset
+    with pytest.raises(ValueError, match=re.escape("S=20 is larger than client 1's local dataset (n_i=3)")):
+        check_batch_size(src, np.array([0, 1]), 20, "S")  # client 0 holds exactly 20: not the one named
 
 
 def test_sample_data_and_single_clients_make_a_source():
