@@ -182,19 +182,21 @@ def test_a_file_may_name_several_test_files():
             mt._parse_files([spec])
 
 
-def test_a_file_may_select_functions_and_set_its_environment():
+def test_a_file_may_select_functions_and_set_its_environment(tmp_path):
     t, = mt._parse_files(["sim/algorithm.py::random_partition,same_partition=tests/test_clustering_comparison.py"
                           "@NUMBA_DISABLE_JIT=1,A_B="])
     assert (t.src, t.tests, t.functions) == ("sim/algorithm.py", "tests/test_clustering_comparison.py",
                                              ("random_partition", "same_partition"))
     assert t.env == (("NUMBA_DISABLE_JIT", "1"), ("A_B", ""))
     assert t.label == "sim/algorithm.py::random_partition,same_partition"
-    mutants, _ = mt.enumerate_mutants(ROOT / t.src, t.src)
+    mutants, _ = _mutants_of(tmp_path, "def random_partition(x):\n    return x + 1\n\n\ndef same_partition(a):\n"
+                                       "    return a * 2\n\n\ndef other(b):\n    return b - 1\n\n\nclass ClusterConfig:\n"
+                                       "    k: int = 3\n\n    def check(self):\n        return self.k > 0\n")
     picked = [m for m in mutants if t.selects(m)]
     assert picked and {m.function for m in picked} == {"random_partition", "same_partition"}
     # a class name selects its methods
     cfg, = mt._parse_files(["sim/algorithm.py::ClusterConfig"])
-    assert {m.function for m in mutants if cfg.selects(m)} == {"ClusterConfig", "ClusterConfig.__post_init__"}
+    assert {m.function for m in mutants if cfg.selects(m)} == {"ClusterConfig", "ClusterConfig.check"}
     for spec, named in (("sim/hull.py::", "empty function name"), ("sim/hull.py@X", "'X'"),
                         ("sim/hull.py@1A=2", "'1A=2'"), ("sim/hull.py sim/hull.py", "twice")):
         with pytest.raises(ValueError, match=re.escape(named)):
