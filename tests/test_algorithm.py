@@ -702,10 +702,12 @@ def test_rmsprop_current_step_is_the_hand_computed_update():
 
 
 def test_phase_and_pipeline_records_name_their_defaults(f1_samples):
-    """Without ``cluster=`` / ``phase=``: Phase 1 records cluster 0, Pipeline 1 the phase "pipeline1"."""
+    """Without ``cluster=`` / ``phase=`` / ``round_offset=``: Phase 1 records cluster 0 and its rounds as the time
+    ``t``, Pipeline 1 the phase "pipeline1"."""
     src, w0 = f1_samples
     ph = al.phase1(src, np.arange(3), w0, al.Phase1Config(rounds=1), np.random.default_rng(0))
     assert set(ph.records["cluster"]) == {0} and set(ph.records["phase"]) == {"phase1"}
+    assert ph.records["t"].tolist() == ph.records["round"].tolist() == [0, 0, 0, 1, 1, 1]
     p1 = al.pipeline1(src, np.array([4]), w0, al.AdaptConfig(K=1, S=2), np.random.default_rng(0))
     assert set(p1.records["phase"]) == {"pipeline1"} and set(p1.records["cluster"]) == {-1}
 

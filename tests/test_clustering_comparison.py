@@ -79,7 +79,7 @@ def test_phase1_by_clustering_is_phase1_per_cluster(problem):
             got = recs[(recs["clustering"] == name) & (recs["draw"] == draw) & (recs["cluster"] == c)]
             got = got.drop(columns=["clustering", "draw"]).reset_index(drop=True)
             pd.testing.assert_frame_equal(got, want.reset_index(drop=True), check_exact=True)
-    with pytest.raises(ValueError, match="rho"):
+    with pytest.raises(ValueError, match=re.escape("rho must be 'uniform' or 'samples' (one rule for every cluster)")):
         al.phase1_by_clustering(src, train, w_ref, parts, cfg, np.random.default_rng(2), rho=np.ones(3))
 
 
