@@ -90,7 +90,10 @@ def test_phase1_by_clustering_takes_the_weighting_rule_and_client_lists(problem)
     src, w_ref, train, clus = problem
     cfg = al.Phase1Config(rounds=1)
     parts = [("stage1_stage2", 0, clus.clusters)]
-    base = al.phase1_by_clustering(src, train, w_ref, parts, cfg, np.random.default_rng(2))
+    calls = []
+    base = al.phase1_by_clustering(src, train, w_ref, parts, cfg, np.random.default_rng(2),
+                                   progress=lambda *a: calls.append(a))
+    assert {name for name, *_ in calls} == {f"phase1 cluster {c}" for c in range(len(clus.clusters))}
     uni = al.phase1_by_clustering(src, train.tolist(), w_ref, parts, cfg, np.random.default_rng(2), rho="uniform")
     pd.testing.assert_frame_equal(uni, base)
     counts = np.arange(1, src.n_clients + 1) * 10
