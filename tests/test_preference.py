@@ -593,6 +593,31 @@ def test_check_shapes_with_batched_gram():
         check_shapes(l, lam[:2])
 
 
+def test_single_instance_losses_with_a_gram_are_checked():
+    """1-D losses (one instance) with a Gram of the wrong size are refused; the right size passes."""
+    check_shapes(np.ones(3), np.full(3, 1 / 3), np.eye(3))
+    with pytest.raises(ValueError, match=re.escape("gram must have shape (..., 3, 3) to match losses; got (2, 2)")):
+        check_shapes(np.ones(3), np.full(3, 1 / 3), np.eye(2))
+
+
+def test_a_gram_at_exactly_the_semi_definiteness_tolerance_is_accepted():
+    """The tolerance is inclusive: smallest eigenvalue exactly -δ (δ = GRAM_RTOL·max(1, ‖C‖_∞) = 1e-10 here) passes,
+    a little below it is refused."""
+    check_gram(np.diag([1.0, -1e-10]))
+    with pytest.raises(ValueError, match="positive semi-definite"):
+        check_gram(np.diag([1.0, -1.0000001e-10]))
+
+
+def test_the_error_for_one_bad_row_prints_that_row_only():
+    """A batch with one preference row off the simplex: the message names and prints that row, not the batch."""
+    lam = np.full((3, 2), 0.5)
+    lam[1] = [0.5, 0.6]
+    with pytest.raises(ValueError) as info:
+        check_preferences(lam)
+    msg = str(info.value)
+    assert "row (1,) = [0.5, 0.6] sums to 1.1" in msg and msg.count("0.5") == 1, msg
+
+
 def test_ray_point_overflow_names_the_entry_without_a_warning():
     """An overflow of ψ/λ is an error naming the entry, not an inf with a RuntimeWarning (warnings are errors here)."""
     import warnings
