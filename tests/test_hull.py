@@ -357,6 +357,16 @@ def test_integer_inputs_are_converted_before_arithmetic():
     assert big == pytest.approx(0.5e20, rel=1e-15)
 
 
+def test_descent_margin_from_gram_takes_weights_of_any_real_type():
+    """Weights as exact fractions (an exact LP's output) give the float weights' margin."""
+    from fractions import Fraction
+
+    C = np.array([[2.0, 0.5], [0.5, 1.0]])
+    lam, mask = np.array([0.25, 0.75]), np.array([True, True])
+    exact = descent_margin_from_gram([Fraction(1, 4), Fraction(3, 4)], C, lam, mask)
+    assert exact == descent_margin_from_gram([0.25, 0.75], C, lam, mask) == min(0.25 * 0.875, 0.75 * 0.875)
+
+
 def test_descent_margin_from_gram_equals_descent_margin():
     """``min_{j∈mask} λ_j (Cμ)_j`` equals ``min_{j∈mask} λ_j (Gμ)ᵀg_j`` (d = Gμ) to round-off, batched and single."""
     rng = np.random.default_rng(8)
