@@ -1059,3 +1059,27 @@ def test_restriction_row_is_decided_per_instance_in_a_batch(backend):
     res = lp_direction(l, lam, -np.eye(3), eps_mode=10.0, on_infeasible="fallback_preference", validate=False)
     assert res.status.tolist() == ["fallback", "infeasible"]
     assert res.beta[1] == 0.0 and not res.adjustment[1].any()
+
+
+def test_kkt_residual_counts_a_positive_dual():
+    """The certificate's residual ``max(max_j (c - Aᵀy)_j, max_i y_i, |cᵀμ - bᵀy|, 0)``: with every other term 0, a
+    dual ``y_1 = 0.5 > 0`` (the second dual -2 is feasible) is the residual."""
+    c, D, e = np.array([[1.0]]), np.zeros((1, 2, 1)), np.zeros((1, 2))
+    mu, y = np.array([[1.0]]), np.array([[1.0, 0.5, -2.0]])
+    assert sd._certificate(c, D, e, mu, y).tolist() == [0.5]
+    assert sd._certificate(c, D, e, mu, np.array([[1.0, -0.5, -2.0]])).tolist() == [0.0]
+
+
+def test_numpy_solver_runs_without_floating_point_warnings():
+    """Every LP family through the numpy solver with warnings as errors: no division by zero on the columns that
+    cannot enter."""
+    import warnings
+
+    from sim.problems.generic import LP_FAMILIES
+
+    for family in LP_FAMILIES:
+        inst = lp_instance_family(family, np.random.default_rng(3), 40, 4)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            res = sd.lp_direction(inst.losses, inst.prefs, inst.gram, backend="numpy")
+        assert res.weights.shape == (40, 4), family
