@@ -14,16 +14,10 @@ LLM_RUN ?=
 # make report LLM_SWEEP=DIR: the LLM section reads that sweep of `python -m llm_runs sweep` (e.g. the study preset
 # over 8 seeds: `make llm-study`) and opens with the pre-registered statistics
 LLM_SWEEP ?=
-# mutation testing (outside the default tier): files, sample size per file (0 = every mutant), parallel jobs
-# (SRC[::FUNCTIONS][=TESTS][@ENV]: SRC=TESTS names a file's test files, comma-separated; ::F1,F2 restricts the
-# mutants to those functions (Remark H.8's clustering comparison in sim/algorithm.py); @NAME=VALUE sets the
-# environment of that file's test runs (the compiled twin runs as Python): README, "Mutation testing")
-MUTATION_COMPARISON := random_partition,comparison_clusterings,same_partition,phase1_by_clustering
-MUTATION_FILES ?= sim/preference.py sim/direction.py=tests/test_direction.py,tests/test_direction_twin.py \
-                  sim/cluster.py sim/hull.py \
-                  sim/algorithm.py=tests/test_algorithm.py,tests/test_clustering_comparison.py,tests/test_source.py \
-                  sim/algorithm.py::$(MUTATION_COMPARISON)=tests/test_clustering_comparison.py \
-                  sim/source.py sim/_lp_compiled.py=tests/test_direction_twin.py@NUMBA_DISABLE_JIT=1
+# mutation testing (outside the default tier): files (default: tools/mutation.py's DEFAULT_FILES, the kernels,
+# Algorithm 1, Remark H.8's clustering comparison, the kernel boundary and the compiled twin; an entry is
+# SRC[::FUNCTIONS][=TESTS][@ENV]: README, "Mutation testing"), sample size per file (0 = every mutant), parallel jobs
+MUTATION_FILES ?=
 MUTATION_N     ?= 60
 JOBS           ?= 1
 
@@ -103,7 +97,7 @@ bench: $(STAMP)
 
 ## mutation: mutants of each file run against its own test file; report in reports/mutation.json
 mutation: $(STAMP)
-	$(BIN)/python tools/mutation.py --files $(MUTATION_FILES) --n $(MUTATION_N) --seed $(SEED) --jobs $(JOBS) \
+	$(BIN)/python tools/mutation.py $(if $(MUTATION_FILES),--files $(MUTATION_FILES)) --n $(MUTATION_N) --seed $(SEED) --jobs $(JOBS) \
 		--json reports/mutation.json
 
 ## lint: ruff over the code, mypy over the typed public API (pyproject.toml [tool.mypy])

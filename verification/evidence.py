@@ -1009,7 +1009,8 @@ class Evidence:
         )
 
     @classmethod
-    def merged(cls, main: Evidence, parts: Sequence[tuple]) -> Evidence:
+    def merged(cls, main: Evidence, parts: Sequence[tuple[Mapping[str, Any], Evidence] | tuple[Mapping[str, Any],
+               Evidence, Any]]) -> Evidence:
         """``main`` with the instances of further checks of the same statement (``parts``: ``(label, Evidence)``,
         e.g. the tight points of the family found by the falsification search) added: conclusions merged by name
         (counts summed, tightness and detection factor the maxima; a conclusion whose role differs from the one
@@ -1018,7 +1019,7 @@ class Evidence:
         are ``main``'s plus ``details["added_points"]`` (one summary per part). A part may be ``(label, Evidence,
         seed)``: its summary and soft counterexamples then carry the seed it ran with. A conclusion's ``worst``
         instance from a part names it (``added_point``, and ``seed``)."""
-        seeds = [p[2] if len(p) > 2 else None for p in parts]
+        seeds = [{} if len(p) < 3 or p[2] is None else {"seed": p[2]} for p in parts]  # each part's seed, if given
         parts = [(p[0], p[1]) for p in parts]
         evs = [main] + [e for _, e in parts]
         for e in evs:
@@ -1030,9 +1031,8 @@ class Evidence:
         for k, e in enumerate(evs):
             for c in e.conclusions:
                 if k > 0:  # an added point: its detection is not the default family's; its worst names the point
-                    p, sd = parts[k - 1][0], seeds[k - 1]
-                    worst = None if c.worst is None else {**c.worst, "added_point": dict(p),
-                                                          **({} if sd is None else {"seed": sd})}
+                    worst = None if c.worst is None else {**c.worst, "added_point": dict(parts[k - 1][0]),
+                                                          **seeds[k - 1]}
                     c = dataclasses.replace(c, family_detect_factor=None, worst=worst)
                 o = by_name.get(c.name)
                 if o is not None and o.role != c.role:  # e.g. a soft Monte Carlo row of an added point
@@ -1068,15 +1068,14 @@ class Evidence:
                    "vacuous" if all(v == "vacuous" for v in verdicts) else "holds")
         tights = [e.tightness for e in evs if e.tightness is not None]
         details = dict(main.details)
-        details["added_points"] = [{"point": dict(p), **({} if sd is None else {"seed": sd}),
+        details["added_points"] = [{"point": dict(p), **sd,
                                     "instances": e.instances, "excluded": e.excluded, "verdict": e.verdict,
                                     "tightness": {c.name: c.tightness for c in e.conclusions if c.numeric}}
                                    for (p, e), sd in zip(parts, seeds, strict=True)]
         soft: dict[str, list] = {}
-        for (p, e), sd in [(({}, main), None)] + list(zip(parts, seeds, strict=True)):
+        for (p, e), sd in [(({}, main), {})] + list(zip(parts, seeds, strict=True)):
             for name, recs in (e.details.get("soft_counterexamples") or {}).items():
-                soft.setdefault(name, []).extend(
-                    (dict(r, point=dict(p), **({} if sd is None else {"seed": sd})) if p else r) for r in recs)
+                soft.setdefault(name, []).extend(dict(r, point=dict(p), **sd) if p else r for r in recs)
         if soft:
             details["soft_counterexamples"] = {k: v[:MAX_STORED_COUNTEREXAMPLES] for k, v in soft.items()}
         cex = [c for e in evs for c in e.counterexamples]

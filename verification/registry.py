@@ -206,8 +206,8 @@ def register_module(module: ModuleType | str) -> list[Statement]:
     """Register the statement(s) of ``module`` (a module object or its importable name) that follows the
     statement-module contract: ``STATEMENT_ID``, ``NAME``, ``run(config, rng) -> Evidence`` and optionally
     ``negative_control``, ``Config``, ``NUMBER``, ``SEARCH``, ``REASONS``, ``TIGHT_POINTS``, ``TIGHT_SEEDS`` (or
-    ``STATEMENTS``, a
-    list of :class:`Statement`), exactly as a module of :mod:`verification.statements`. Returns the statements.
+    ``STATEMENTS``, a list of :class:`Statement`), exactly as a module of :mod:`verification.statements`. Returns
+    the statements.
 
     Raises :class:`StatementImportError` when the module cannot be imported or lacks the required names."""
     global _CACHE
@@ -341,9 +341,10 @@ def run_statement(stmt: Statement, seed: int = DEFAULT_SEED, config: Any = None,
     Each gets a fresh :func:`statement_rng` ``(seed, jitter, jitter_seed)`` (so either can be reproduced alone) and
     the same config (``config`` or ``stmt.config_factory()``); the check also runs at the statement's
     ``TIGHT_POINTS`` (each with a fresh generator of the same seed and jitter, and of ``TIGHT_SEEDS - 1`` seeds
-    derived from it, :func:`tight_point_seed`) and their instances join its evidence. The returned Evidence carries ``negative_control``
-    ("detected" iff the control's ``control_detected`` is True, "missed" otherwise, "none" without a
-    control), the control's own Evidence in ``control``, and ``seconds`` (check + control wall time).
+    derived from it, :func:`tight_point_seed`) and their instances join its evidence. The returned Evidence
+    carries ``negative_control`` ("detected" iff the control's ``control_detected`` is True, "missed" otherwise,
+    "none" without a control), the control's own Evidence in ``control``, and ``seconds`` (check + control wall
+    time).
     """
     if config is None and stmt.config_factory is not None:
         config = stmt.config_factory()
