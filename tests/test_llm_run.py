@@ -642,7 +642,10 @@ def _cpu_federation(pm, p, seed=0):
 def test_at_the_base_model_every_loss_is_ln2_on_the_default_model():
     """SmolLM2-135M at the LoRA initialisation, the cpu preset's settings (48 tokens, its precision): a client's
     training losses (in the CPU layout) and the held-out losses (float32) are ln 2 to 1e-4. The negative control: a
-    reference computed in a padded batch (the old cache), here under bf16 autocast, is off by more than 1e-4."""
+    reference computed as the old cache did (one padded batch under bf16 autocast) against the policy as the preset
+    runs it (per sequence, its own precision) is off by more than 1e-4. The layout alone (per sequence against one
+    padded batch, both in bf16) depends on the CPU's bf16 kernels: it gave exactly 0 on an AMD EPYC with AVX512_BF16
+    (2026-12-02), so it cannot be the control."""
     from llm_runs.objectives import _pair_key
 
     p, pm = _cpu_preset_model()
@@ -659,9 +662,10 @@ def test_at_the_base_model_every_loss_is_ln2_on_the_default_model():
     by_length = {len(pm._encode(k)[0]): k for k in every}  # sequences of different lengths: a padded batch
     keys = list(by_length.values())[:16]
     assert len(keys) >= 4
-    pm.settings = replace(pm.settings, autocast=torch.bfloat16)
+    assert pm.settings.autocast is None  # the cpu preset's precision: float32
     with torch.no_grad():
         alone = torch.stack([pm.sequence_logps([k])[0] for k in keys])
+        pm.settings = replace(pm.settings, autocast=torch.bfloat16)
         with pm.model.disable_adapter():
             padded = pm.sequence_logps(keys)
     assert float((alone - padded).abs().max()) > 1e-4
