@@ -84,7 +84,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """argparse's raw-description formatter that never breaks a word at a hyphen (``mc-calibration``,
     ``--shipped-baseline`` stay whole on one line)."""
 
-    def _split_lines(self, text, width):
+    def _split_lines(self, text: str, width: int) -> list[str]:
         import textwrap
 
         return textwrap.wrap(self._whitespace_matcher.sub(" ", text).strip(), width, break_on_hyphens=False)

@@ -39,7 +39,9 @@ from sim.preference import bottleneck_set, check_gram, check_losses, check_prefe
 __all__ = [
     "ENUMERATION_MAX_K",
     "KKT_TOL",
+    "WOLFE_MAX_ITER",
     "MinNormResult",
+    "WolfeNotConvergedError",
     "eps_act",
     "near_active_set",
     "min_norm_element",
@@ -57,6 +59,16 @@ _U_TOL = 1e-10
 #: Wolfe's iteration stops when the KKT residual ``‖d_M‖² − min_j v_jᵀd_M`` is at most ``KKT_TOL · max_j ‖v_j‖²``:
 #: the resolution of a computed minimum-norm point (a residual below it is zero for a check of the KKT property).
 KKT_TOL = 1e-12
+
+#: Wolfe's method runs at most this many major cycles (each adds a generator to the corral) per instance; an instance
+#: not converged by then raises :class:`WolfeNotConvergedError` instead of returning a point that is not the minimiser.
+#: In exact arithmetic a corral never repeats (‖p‖ strictly decreases), so with ``k <= 13`` active generators the
+#: limit (above ``2^13 - 1`` corrals) cannot be reached.
+WOLFE_MAX_ITER = 10_000
+
+
+class WolfeNotConvergedError(RuntimeError):
+    """Wolfe's minimum-norm-point algorithm did not converge within :data:`WOLFE_MAX_ITER` major cycles."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -203,8 +215,10 @@ def _enumerate(K: np.ndarray, mask: np.ndarray, V: np.ndarray | None, max_size: 
     return best_u
 
 
-def _wolfe(K: np.ndarray, active: np.ndarray, max_iter: int = 10_000) -> np.ndarray:
-    """Wolfe's minimum-norm-point algorithm on one Gram matrix ``K`` (k, k), restricted to ``active`` (k,)."""
+def _wolfe(K: np.ndarray, active: np.ndarray, instance: tuple = ()) -> np.ndarray:
+    """Wolfe's minimum-norm-point algorithm on one Gram matrix ``K`` (k, k), restricted to ``active`` (k,).
+
+    Raises :class:`WolfeNotConvergedError` (naming ``instance``) after :data:`WOLFE_MAX_ITER` major cycles."""
     k = K.shape[0]
     idx = np.flatnonzero(active)
     diag = np.diag(K)
@@ -214,7 +228,7 @@ def _wolfe(K: np.ndarray, active: np.ndarray, max_iter: int = 10_000) -> np.ndar
     S = [j0]
     u = np.zeros(k)
     u[j0] = 1.0
-    for _ in range(max_iter):
+    for _ in range(WOLFE_MAX_ITER):
         Ku = K @ u
         pp = float(u @ Ku)
         cand = idx[np.argmin(Ku[idx])]
@@ -243,6 +257,11 @@ def _wolfe(K: np.ndarray, active: np.ndarray, max_iter: int = 10_000) -> np.ndar
             u[S] = uS[keep] / uS[keep].sum()
         if degenerate:
             break
+    else:
+        raise WolfeNotConvergedError(
+            f"Wolfe's minimum-norm-point algorithm did not converge within WOLFE_MAX_ITER = {WOLFE_MAX_ITER} "
+            f"major cycles at instance {instance}"
+        )
     return u
 
 
@@ -260,7 +279,8 @@ def _solve(K: np.ndarray, mask: np.ndarray, V: np.ndarray | None, method: str) -
         max_size = k if V is None else min(k, V.shape[-2] + 1)
         u = _enumerate(Kf, mf, Vf, max_size)
     elif method == "wolfe":
-        u = np.stack([_wolfe(Kf[r], mf[r]) for r in range(Kf.shape[0])]) if Kf.shape[0] else np.zeros((0, k))
+        u = (np.stack([_wolfe(Kf[r], mf[r], tuple(int(i) for i in np.unravel_index(r, batch))) for r in range(Kf.shape[0])])
+             if Kf.shape[0] else np.zeros((0, k)))
     else:
         raise ValueError(f"method must be 'auto', 'enumerate' or 'wolfe'; got {method!r}")
     return u.reshape(batch + (k,))
@@ -274,6 +294,10 @@ def min_norm_element(vectors, mask=None, *, method: str = "auto") -> MinNormResu
         mask: optional boolean ``(..., k)`` selecting the generators (e.g. :func:`near_active_set`); every
             instance must select at least one.
         method: ``"auto"`` (enumeration for ``k ≤ 8``, Wolfe above), ``"enumerate"`` or ``"wolfe"``.
+
+    Raises:
+        WolfeNotConvergedError: Wolfe's method has not converged within 10 000 major cycles
+            (:data:`WOLFE_MAX_ITER`) on an instance; the message names it.
 
     Returns:
         :class:`MinNormResult` with ``point = V u``, the weights ``u`` (zero outside the mask), ``‖d_M‖`` and the

@@ -301,7 +301,7 @@ class PreferenceParts:
         self.beta = np.maximum(first - L[..., 0], 0.0)
         self._y = y
         self._lam = lam
-        self._terms = None
+        self._terms: tuple[np.ndarray, np.ndarray] | None = None
 
     def _pairs(self) -> np.ndarray:
         return self._y[..., :, None] - self._y[..., None, :]  # y_j - y_k

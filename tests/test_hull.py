@@ -7,6 +7,7 @@ import pytest
 from error_patterns import float_value, names
 from scipy.optimize import minimize
 
+import sim.hull as hull
 from sim.hull import (
     ENUMERATION_MAX_K,
     descent_margin,
@@ -436,3 +437,56 @@ def test_descent_margin_from_gram_equals_descent_margin():
 def test_bad_inputs_raise(call, pattern):
     with pytest.raises(ValueError, match=pattern):
         call()
+
+
+def test_wolfe_that_runs_out_of_major_cycles_raises_naming_the_instance(monkeypatch):
+    """A Wolfe run stopped by its cycle limit raises instead of returning a point that is not the minimiser: the
+    instance below needs three major cycles (v3 = (-1, 0) starts, v1 and v2 enter, the third cycle finds the KKT
+    property), so a limit of two stops it early; the error names the instance of the batch and the limit."""
+    V = np.array([[2.0, -2.0, -1.0], [-2.0, 2.0, 0.0]])
+    monkeypatch.setattr(hull, "WOLFE_MAX_ITER", 2)
+    with pytest.raises(hull.WolfeNotConvergedError, match=r"WOLFE_MAX_ITER = 2 major cycles at instance \(1,\)"):
+        min_norm_element(np.stack([V[:, [0]] @ np.ones((1, 3)), V]), method="wolfe")
+    monkeypatch.setattr(hull, "WOLFE_MAX_ITER", 3)
+    np.testing.assert_array_equal(min_norm_element(V, method="wolfe").weights, [0.5, 0.5, 0.0])
+
+
+def test_wolfe_cycle_limit_is_the_documented_one():
+    """min_norm_element's documentation states the limit users can rely on; it is the one the code applies."""
+    stated = f"within {hull.WOLFE_MAX_ITER:,} major cycles".replace(",", " ")
+    assert stated in " ".join(min_norm_element.__doc__.split())
+
+
+def test_gram_version_gives_the_vector_versions_weights_bit_for_bit():
+    """On affinely independent generators (k <= n) the minimiser's support is unique and both entry points solve
+    its KKT system on the same symmetrised Gram VᵀV: the Gram version's weights are min_norm_element's, bit for bit
+    (a Gram rescaled inside one of them would agree only to round-off)."""
+    rng = np.random.default_rng(5)
+    for k in (2, 3, 5):
+        V = rng.standard_normal((100, 6, k))
+        u = min_norm_weights_from_gram(np.swapaxes(V, -1, -2) @ V)
+        np.testing.assert_array_equal(u, min_norm_element(V).weights)
+
+
+def test_scale_is_the_largest_squared_norm_among_the_selected_generators():
+    V = np.array([[3.0, 1.0, 0.0], [0.0, 1.0, 0.5]])
+    mask = np.array([[True, True, True], [False, True, True], [False, False, True]])
+    res = min_norm_element(np.broadcast_to(V, (3, 2, 3)), mask)
+    np.testing.assert_array_equal(res.scale, [9.0, 2.0, 0.25])
+
+
+def test_near_active_set_checks_its_inputs_once(monkeypatch):
+    """near_active_set checks losses and prefs itself; the bottleneck set it adds reuses them (validate=False), so
+    prefs are not checked and renormalised a second time."""
+    import sim.preference as preference
+
+    calls = []
+    checked = preference.check_preferences
+
+    def counting(*args, **kwargs):
+        calls.append(args)
+        return checked(*args, **kwargs)
+
+    monkeypatch.setattr(preference, "check_preferences", counting)
+    near_active_set([1.0, 2.0, 0.5], [0.2, 0.3, 0.5], 0.1)
+    assert calls == []

@@ -703,3 +703,18 @@ def test_bottleneck_from_log_ratios_takes_array_likes_and_includes_the_band_edge
     assert bottleneck_from_log_ratios([0.0, -TIE_RTOL, -2 * TIE_RTOL]).tolist() == [True, True, False]
     assert bottleneck_from_log_ratios([[1.0, 0.5], [0.0, 0.0]], tol=[0.0, 0.0]).tolist() == [[True, False],
                                                                                            [True, True]]
+
+
+def test_check_gram_proves_a_singular_gram_without_an_eigendecomposition(monkeypatch):
+    """The documented fast path: a PSD Gram, even a singular one (collinear gradients, the common case of a
+    bottleneck), is proved by one Cholesky factorisation of C + δI; the eigenvalues are computed only when that
+    fails. A shifted factorisation that could not prove a singular Gram (C - δI) would fall through to eigvalsh."""
+    g = np.array([[1.0, -2.0, 0.5], [0.3, 0.1, -1.0]])
+    C = np.stack([g.T @ g, np.outer(g[0], g[0]), np.zeros((3, 3))])
+    assert np.linalg.eigvalsh(C)[:, 0].max() < 1e-12  # singular: the smallest eigenvalue is 0 up to round-off
+
+    def eigvalsh(*args, **kwargs):
+        raise AssertionError("check_gram computed eigenvalues of a Gram its Cholesky test should prove")
+
+    monkeypatch.setattr(np.linalg, "eigvalsh", eigvalsh)
+    np.testing.assert_array_equal(check_gram(C), C)

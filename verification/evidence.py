@@ -1020,8 +1020,8 @@ class Evidence:
         seed)``: its summary and soft counterexamples then carry the seed it ran with. A conclusion's ``worst``
         instance from a part names it (``added_point``, and ``seed``)."""
         seeds = [{} if len(p) < 3 or p[2] is None else {"seed": p[2]} for p in parts]  # each part's seed, if given
-        parts = [(p[0], p[1]) for p in parts]
-        evs = [main] + [e for _, e in parts]
+        pairs: list[tuple[Mapping[str, Any], Evidence]] = [(p[0], p[1]) for p in parts]
+        evs = [main] + [e for _, e in pairs]
         for e in evs:
             if e.id != main.id:
                 raise ValueError(f"cannot merge Evidence {e.id!r} into {main.id!r}")
@@ -1071,9 +1071,9 @@ class Evidence:
         details["added_points"] = [{"point": dict(p), **sd,
                                     "instances": e.instances, "excluded": e.excluded, "verdict": e.verdict,
                                     "tightness": {c.name: c.tightness for c in e.conclusions if c.numeric}}
-                                   for (p, e), sd in zip(parts, seeds, strict=True)]
+                                   for (p, e), sd in zip(pairs, seeds, strict=True)]
         soft: dict[str, list] = {}
-        for (p, e), sd in [(({}, main), {})] + list(zip(parts, seeds, strict=True)):
+        for (p, e), sd in [(({}, main), {})] + list(zip(pairs, seeds, strict=True)):
             for name, recs in (e.details.get("soft_counterexamples") or {}).items():
                 soft.setdefault(name, []).extend(dict(r, point=dict(p), **sd) if p else r for r in recs)
         if soft:
