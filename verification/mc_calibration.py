@@ -311,7 +311,7 @@ def two_point_exact(sub: MeanSubtest, *, lcb: LCB = _protocol_lcb) -> dict:
 
 
 def replicate_mean(subs: Sequence[MeanSubtest], family: str, replications: int, rng: np.random.Generator, *,
-                   lcb: LCB = _protocol_lcb, scales: Sequence[float] | None = None) -> int:
+                   lcb: LCB = _protocol_lcb, scales: Sequence[float | None] | None = None) -> int:
     """Replications (of ``replications``) in which at least one of the claims ``subs`` fails, each claim drawn
     independently at its boundary from ``family`` (``two_point`` or ``own_samples``, the latter rescaled by
     ``scales``, default :func:`boundary_scale`), with ``N`` its own sample size."""
@@ -320,7 +320,7 @@ def replicate_mean(subs: Sequence[MeanSubtest], family: str, replications: int, 
     if replications < 1:
         raise ValueError(f"replications must be >= 1; got {replications!r}")
     sizes = [s.n for s in subs]
-    pools = []
+    pools: list[np.ndarray | None] = []
     for j, s in enumerate(subs):
         if family == "own_samples":
             sc = boundary_scale(s.samples, s.bound, s.cap) if scales is None else scales[j]
@@ -416,7 +416,7 @@ def _calibrate_mean(a: Assertion, R: int, seed: int, row: int, alpha: float, lcb
             {"label": s.label, "N": s.n, "delta": s.delta, "scale": sc,
              "observed_capped_mean_over_bound": float(np.minimum(s.samples, s.cap).mean() / s.bound),
              "rescaled_capped_mean_over_bound": _capped_mean(s.samples, sc, s.cap) / s.bound}
-            for s, sc in zip(a.mean, scales, strict=True)]}
+            for s, sc in zip(a.mean, scales, strict=True) if s.samples is not None and sc is not None]}
     return {"families": fams, "exact_part": exact_part,
             "exact_subtests": [{"label": e.label, "delta": e.delta, "law": e.law} for e in a.exact]}
 

@@ -120,7 +120,7 @@ class Statement:
     tight_points: tuple = ()  # points of the search box the check also runs at (dicts of parameters)
     tight_seeds: int = 1  # seeds per tight point (tight_point_seed)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if isinstance(self.tight_seeds, bool) or not isinstance(self.tight_seeds, int) or self.tight_seeds < 1:
             raise ValueError(f"statement {self.id}: TIGHT_SEEDS must be an integer >= 1; got {self.tight_seeds!r}")
 
@@ -325,7 +325,7 @@ def tight_point_seed(seed: int, j: int) -> int | list[int]:
     return seed if j == 0 else [int(seed), int(j)]
 
 
-def statement_rng(seed: int = DEFAULT_SEED, jitter: float = 0.0, jitter_seed: int = 0) -> np.random.Generator:
+def statement_rng(seed: int | list[int] = DEFAULT_SEED, jitter: float = 0.0, jitter_seed: int = 0) -> np.random.Generator:
     """The generator a check receives: ``numpy.random.default_rng(seed)``, or with ``jitter > 0`` the same stream with
     every continuous draw perturbed by the relative amount ``jitter`` (:class:`sim.roundoff.JitteredGenerator`,
     jitter stream seeded by ``jitter_seed``): the roundoff-sensitivity mode of ``run --jitter``."""

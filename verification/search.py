@@ -144,7 +144,7 @@ class SearchSpace:
         out = {}
         for key in REACH:
             if got[key]:
-                out[key] = "; ".join(self.param(n).describe() for n in names[key] if self.param(n) is not None)
+                out[key] = "; ".join(p.describe() for p in map(self.param, names[key]) if p is not None)
             elif key in self.excluded:
                 out[key] = f"excluded: {self.excluded[key]}"
             else:
@@ -493,7 +493,7 @@ def merge_records(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
     best: dict[str, dict] = {}
     cex: list[dict] = []
     detecting: dict[str, int] = {}
-    out = {"evaluations": 0, "n_counterexamples": 0, "errors": [], "cpu_seconds": 0.0}
+    out: dict[str, Any] = {"evaluations": 0, "n_counterexamples": 0, "errors": [], "cpu_seconds": 0.0}
     for r in records:
         for name, n in r.get("detecting", {}).items():
             detecting[name] = detecting.get(name, 0) + int(n)
@@ -571,7 +571,7 @@ def refine_cells(out: str | Path, stmts, evaluations: int, seed: int) -> list:
     from .dask_engine import Cell
 
     cells = []
-    by_stmt = {}
+    by_stmt: dict[str, list] = {}
     for c in design_cells(out, stmts, evaluations, seed):
         by_stmt.setdefault(c.args[0], []).append(c)
     for s in stmts:
