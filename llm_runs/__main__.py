@@ -2,6 +2,8 @@
 
 ``python -m llm_runs data build``  generate the candidate responses (resumable) and score them into the data file
 ``python -m llm_runs data stats``  print the objectives' within-prompt rank agreement and pair counts
+``python -m llm_runs data check PATH [--columns C=COL,...] [--objectives A,B] [--preset P]``  validate a data file
+    of any schema of :mod:`llm_runs.formats` (before any model is loaded) and print what a run would use
 ``python -m llm_runs probe conflict``  per-objective gradient cosines at the base model for synthetic clients
 ``python -m llm_runs probe dpo``  a short single-objective conservative-DPO run with held-out evaluation
 ``python -m llm_runs run --preset smoke|cpu|gpu --out DIR [--model DIR] [--device auto|cpu|cuda] [--seed N]``
@@ -86,7 +88,10 @@ def _add_run_options(p, default_data) -> None:
                    help="a local Hugging Face causal-LM directory (default: the embedded SmolLM2-135M-Instruct)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                    help="auto: CUDA when available (default %(default)s)")
-    p.add_argument("--data", default=str(default_data), help="data file (default: the shipped file)")
+    p.add_argument("--data", default=str(default_data), metavar="PATH",
+                   help="data file or folder: the shipped kind, or JSON Lines / Parquet / CSV / a saved dataset in "
+                        "one of the schemas of docs/your-data.md (default: the shipped file)")
+    _add_data_options(p)
     p.add_argument("--cache-dir", default=None, help="cache of the converted default model")
     p.add_argument("--quick", action="store_true",
                    help="the preset's sizes with one round of each phase and one adaptation step, and 2 evaluation "
@@ -103,11 +108,42 @@ def _add_run_options(p, default_data) -> None:
                         "GPU and on a CPU with native bf16 matrix instructions, float32 elsewhere)")
 
 
+def _columns(text: str) -> dict[str, str]:
+    """``--columns canonical=column,...``."""
+    from llm_runs.formats import parse_columns
+
+    try:
+        return parse_columns(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _objectives(text: str) -> tuple[str, ...]:
+    """``--objectives a,b,...``: at least two distinct names."""
+    names = tuple(x.strip() for x in text.split(","))
+    if any(not n for n in names):
+        raise argparse.ArgumentTypeError(f"empty objective name in {text!r}")
+    if len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"objectives repeat a name: {text!r}")
+    if len(names) < 2:
+        raise argparse.ArgumentTypeError(f"need at least two objectives, got {text!r}")
+    return names
+
+
+def _add_data_options(p) -> None:
+    p.add_argument("--columns", type=_columns, default={}, metavar="CANONICAL=COLUMN,...",
+                   help="the file's names of the schema's columns, e.g. prompt=question,response=answer")
+    p.add_argument("--objectives", type=_objectives, default=None, metavar="A,B,...",
+                   help="the aspects to train on (default: the preset's for the shipped file, every aspect of "
+                        "another file)")
+
+
 def build_parser(prog: str = "python -m llm_runs") -> argparse.ArgumentParser:
     """The parser of this command line (``prog``: the name its messages give it, e.g. ``prefalign llm``); building
     it imports no torch."""
     from llm_runs.data import DEFAULT_DATA_FILE
     from llm_runs.generate import GenerationSettings
+    from llm_runs.run import PRESETS
 
     d = GenerationSettings()
     parser = cli.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0], epilog=cli.exit_status_help())
@@ -157,6 +193,20 @@ def build_parser(prog: str = "python -m llm_runs") -> argparse.ArgumentParser:
     rs.add_argument("--data", default=str(DEFAULT_DATA_FILE), help="data file (default: the shipped file)")
     rs.add_argument("--out", default=None, help="data file to write (default: the --data file)")
     rs.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ck = dsub.add_parser("check", help="validate a data file of any schema (before any model is loaded) and print "
+                                       "what a run would use: prompts, responses, pairs per objective after "
+                                       "truncation, rank agreement, correlation with length")
+    ck.add_argument("path", metavar="PATH", help="data file or folder (docs/your-data.md)")
+    _add_data_options(ck)
+    ck.add_argument("--preset", choices=sorted(PRESETS), default="smoke",
+                    help="the run preset whose response limit, margin and clients are checked (default %(default)s)")
+    ck.add_argument("--model", default=None, metavar="DIR",
+                    help="the tokenizer of this Hugging Face model directory (default: SmolLM2's, shipped)")
+    size = ck.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="the preset's --quick variant (as run --quick)")
+    size.add_argument("--shrink", action="store_true", help="the preset's --shrink variant (as run --shrink)")
+    ck.add_argument("--seed", type=cli.seed, default=0, help="the seed whose clients are dealt (default 0)")
+    ck.add_argument("--json", action="store_true", help="print the statistics as JSON")
     pr = sub.add_parser("probe", help="measurements on the data file with the default model")
     psub = pr.add_subparsers(dest="action", required=True)
     common = cli.ArgumentParser(add_help=False)
@@ -184,8 +234,6 @@ def build_parser(prog: str = "python -m llm_runs") -> argparse.ArgumentParser:
     dp.add_argument("--steps", type=positive_int, default=20)
     dp.add_argument("--lr", type=positive_float, default=5e-4)
     dp.add_argument("--eval-every", type=positive_int, default=5)
-
-    from llm_runs.run import PRESETS
 
     r = sub.add_parser("run", help="Algorithm 1 on LoRA fine-tuning of the model (trajectory.csv, summary.json)")
     r.add_argument("--preset", choices=sorted(PRESETS), default="smoke",
@@ -246,7 +294,28 @@ def _preset_of(args):
         from llm_runs.run import resolve_autocast
 
         preset = replace(preset, autocast=resolve_autocast(args.autocast, args.device))
-    return preset
+    return _with_objectives(preset, args, getattr(args, "data", None))
+
+
+def _with_objectives(preset, args, data):
+    """``preset`` with the objectives of ``--objectives``, or of the data file when it is not the shipped kind and
+    none are given (every aspect it has); a data file that cannot be read is a usage error."""
+    from dataclasses import replace
+
+    from llm_runs.data import DataFileError
+    from llm_runs.formats import is_candidates_file, load_data
+
+    objectives = args.objectives
+    try:
+        if objectives is None and not is_candidates_file(data):
+            objectives = load_data(data, columns=args.columns).objectives
+            if len(objectives) < 2:
+                raise DataFileError(f"data file {data}: it has one objective ({objectives[0]}); a run needs two")
+    except DataFileError as exc:
+        raise cli.UsageError(f"argument --data: {exc}") from None
+    if objectives is None:
+        return preset
+    return replace(preset, design=replace(preset.design, objectives=tuple(objectives)))
 
 
 def _check_sweep_args(args):
@@ -273,7 +342,7 @@ def _check_run_args(args):
     import numpy as np
 
     from llm_runs.clients import DataShortageError, build_federation
-    from llm_runs.data import DataFileError
+    from llm_runs.data import DataFileError, UnknownObjectiveError
     from llm_runs.run import training_candidates
 
     if args.model is not None:
@@ -294,14 +363,14 @@ def _check_run_args(args):
     preset = _preset_of(args)
     try:
         # pairs exist only on the trained text: the responses cut at the preset's token limit by the run's tokenizer
-        _, cands = training_candidates(preset, _tokenizer(args.model), args.data)
+        _, cands = training_candidates(preset, _tokenizer(args.model), args.data, args.columns)
         build_federation(cands, preset.design, np.random.default_rng(args.seed))
-    except (DataFileError, DataShortageError) as exc:
+    except (DataFileError, DataShortageError, UnknownObjectiveError) as exc:
         raise cli.UsageError(f"argument --data: {exc}") from None
     return preset
 
 
-def _run(args, preset) -> int:
+def _run(args, preset, argv=None) -> int:
     from llm_runs.run import run
 
     if args.threads:
@@ -313,7 +382,8 @@ def _run(args, preset) -> int:
 
         inject_fault(os.environ[FAULT_ENV])
     s = run(preset, args.out, model_dir=args.model, device=args.device, seed=args.seed, data=args.data,
-            cache_dir=args.cache_dir, progress=not args.no_progress, layout=args.layout)
+            cache_dir=args.cache_dir, progress=not args.no_progress, layout=args.layout, columns=args.columns,
+            argv=argv)
     print(_run_screen(s, args.out))
     return 0
 
@@ -535,6 +605,28 @@ def _data_stats(args) -> int:
     return 0
 
 
+def _data_check(args, prog: str) -> int:
+    """``data check PATH``: :func:`llm_runs.formats.data_check`; a fault is a usage error (exit 2, one line)."""
+    from llm_runs.data import DataFileError
+    from llm_runs.formats import data_check
+    from llm_runs.run import PRESETS
+
+    preset = PRESETS[args.preset]
+    preset = preset.shrunk() if args.shrink else preset.quick() if args.quick else preset
+    try:
+        report = data_check(args.path, columns=args.columns, objectives=args.objectives, preset=preset,
+                            tokenizer=_tokenizer(args.model), seed=args.seed)
+    except DataFileError as exc:
+        return cli.print_usage_error(cli.UsageError(str(exc)), prog)
+    if args.json:
+        import json
+
+        print(json.dumps({k: v for k, v in report.items() if k != "text"}, indent=1, default=str))
+    else:
+        print(report["text"])
+    return 0
+
+
 def _tokenizer(model_dir):
     """The tokenizer of a Hugging Face model directory, or SmolLM2's (shipped with the package; imports no torch)."""
     from llm_runs.tokenizer import smollm2_tokenizer
@@ -577,7 +669,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m llm_runs") -> int
     try:
         if args.command == "run":
             _ensure_malloc_env(argv, prog)
-            return _run(args, preset)
+            return _run(args, preset, argv)
         if args.command == "sweep":
             _ensure_malloc_env(argv, prog)  # the workers of a local cluster inherit the malloc and OpenMP settings
             from llm_runs.sweep import command
@@ -591,6 +683,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m llm_runs") -> int
             return _data_build(args)
         if args.command == "data" and args.action == "stats":
             return _data_stats(args)
+        if args.command == "data" and args.action == "check":
+            return _data_check(args, prog)
         if args.command == "data" and args.action == "rescore":
             return _data_rescore(args)
         if args.command == "probe":

@@ -65,6 +65,7 @@ __all__ = [
     "PreferencePair",
     "UnknownObjectiveError",
     "agreement_table",
+    "check_pairs",
     "load_candidates",
     "preference_pairs",
     "rank_agreement",
@@ -107,6 +108,18 @@ class Candidates:
     max_response_tokens: int | None = None
     #: the file's scores of the full texts (objective -> (P, K)); for full texts the same as ``scores``
     full_scores: dict[str, np.ndarray] = field(default_factory=dict)
+    #: ``"rewards"``: the scores are the offline rewards of :mod:`llm_runs.rewards`, recomputed on the trained text;
+    #: ``"annotations"``: fixed labels of the full texts (a researcher's own data, :mod:`llm_runs.formats`), which
+    #: hold on the trained text only where the response is not cut
+    labels: str = "rewards"
+    #: ``(P, K)`` bool: which slots hold a response (None: all). Prompts of a researcher's file may have different
+    #: numbers of responses; the missing slots have the text ``""`` and the score NaN
+    present: np.ndarray | None = None
+
+    @property
+    def present_mask(self) -> np.ndarray:
+        """``(P, K)`` bool: the slots that hold a response."""
+        return np.ones(self.n_tokens.shape, dtype=bool) if self.present is None else self.present
 
     @property
     def objectives(self) -> tuple[str, ...]:
@@ -357,8 +370,15 @@ class PreferencePair:
 
 
 def within_prompt_scale(scores: np.ndarray) -> float:
-    """``sqrt(mean_p var_p(r))``: the within-prompt standard deviation of a reward, pooled over prompts."""
-    return float(np.sqrt(np.mean(np.var(scores, axis=1))))
+    """``sqrt(mean_p var_p(r))``: the within-prompt standard deviation of a reward, pooled over prompts. A NaN
+    score (no label on that slot: a missing response, or an annotated response cut by the token limit) is left out:
+    ``var_p`` is then over the prompt's labelled responses, and the mean over the prompts with at least two."""
+    scores = np.asarray(scores, dtype=np.float64)
+    if not np.isnan(scores).any():
+        return float(np.sqrt(np.mean(np.var(scores, axis=1))))
+    rows = [r[np.isfinite(r)] for r in scores]
+    v = [np.var(r) for r in rows if r.size >= 2]
+    return float(np.sqrt(np.mean(v))) if v else 0.0
 
 
 def preference_pairs(cands: Candidates, objective: str, *, margin: float = 0.25, prompt_ids=None) -> list[PreferencePair]:
@@ -386,7 +406,7 @@ def preference_pairs(cands: Candidates, objective: str, *, margin: float = 0.25,
         for a in range(k):
             for b in range(a + 1, k):
                 gap = s[p, a] - s[p, b]
-                if abs(gap) < thr or gap == 0 or texts[a] == texts[b]:
+                if not math.isfinite(gap) or abs(gap) < thr or gap == 0 or texts[a] == texts[b]:
                     continue
                 c, r = (a, b) if gap > 0 else (b, a)
                 pairs.append(
@@ -394,6 +414,25 @@ def preference_pairs(cands: Candidates, objective: str, *, margin: float = 0.25,
                                    float(abs(gap)), c, r)
                 )
     return pairs
+
+
+def check_pairs(cands: Candidates, objectives=None, *, margin: float = 0.25) -> None:
+    """Raise :class:`DataFileError` naming the first objective of ``objectives`` (default: all) without any
+    preference pair at ``margin`` in ``cands`` (on trained texts: after the truncation rule)."""
+    for o in cands.check_objectives(objectives if objectives is not None else cands.objectives):
+        if preference_pairs(cands, o, margin=margin):
+            continue
+        s = cands.scores_of(o)
+        where = "" if cands.max_response_tokens is None else f" on the trained text (responses cut at " \
+                f"{cands.max_response_tokens} tokens"
+        if where and cands.labels == "annotations":
+            lost = int((cands.present_mask & ~np.isfinite(s)).sum())
+            where += f"; {lost} of {int(cands.present_mask.sum())} responses are longer, their labels left out"
+        where += ")" if where else ""
+        raise DataFileError(f"data file {cands.path}: column {o!r}: objective {o!r} has no preference pair{where} "
+                            f"at a margin of {margin} within-prompt sd (labelled responses: {int(np.isfinite(s).sum())}, "
+                            f"within-prompt sd {within_prompt_scale(s):.4g}); drop it from --objectives, or use a "
+                            f"preset with a longer response limit")
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -407,7 +446,8 @@ def rank_agreement(cands: Candidates, a: str, b: str) -> dict:
     sa, sb = cands.scores_of(a), cands.scores_of(b)
     taus = []
     for x, y in zip(sa, sb, strict=True):
-        if np.ptp(x) == 0 or np.ptp(y) == 0:
+        x, y = _labelled(x, y)
+        if x.size < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
             continue
         taus.append(kendalltau(x, y).statistic)
     t = np.asarray(taus, dtype=float)
@@ -428,6 +468,12 @@ def rank_agreement(cands: Candidates, a: str, b: str) -> dict:
         "n_prompts": int(t.size),
         "n_excluded": int(len(sa) - t.size),
     }
+
+
+def _labelled(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``x`` and ``y`` at the slots where both are labelled (finite); unchanged when all are."""
+    keep = np.isfinite(x) & np.isfinite(y)
+    return (x, y) if keep.all() else (x[keep], y[keep])
 
 
 def _reversal_rate(cands, a, b, margin):
@@ -451,7 +497,7 @@ def agreement_table(cands: Candidates, objectives=None, *, margin: float = 0.25)
     for i, a in enumerate(names):
         for b in names[i + 1 :]:
             r = rank_agreement(cands, a, b)
-            xa, xb = cands.scores_of(a).ravel(), cands.scores_of(b).ravel()
+            xa, xb = _labelled(cands.scores_of(a).ravel(), cands.scores_of(b).ravel())
             r["pooled_spearman"] = float(spearmanr(xa, xb).statistic)
             r["pooled_kendall"] = float(kendalltau(xa, xb).statistic)
             r["reversal_a_by_b"] = _reversal_rate(cands, a, b, margin)
@@ -461,28 +507,33 @@ def agreement_table(cands: Candidates, objectives=None, *, margin: float = 0.25)
     per_obj = {
         o: {"pairs": len(preference_pairs(cands, o, margin=margin)),
             "within_prompt_sd": within_prompt_scale(cands.scores_of(o)),
-            "mean": float(cands.scores_of(o).mean()),
+            "mean": float(np.nanmean(cands.scores_of(o))),
+            "labelled": int(np.isfinite(cands.scores_of(o)).sum()),
             "tau_with_length": _within_prompt_tau(cands.scores_of(o), words)}
         for o in names
     }
-    n_resp = cands.n_tokens.size
+    here = cands.present_mask
+    n_resp = int(here.sum())
+    finished = int((cands.finished & here).sum())
     resp = {
         "prompts": len(cands.prompt_ids),
-        "responses": int(n_resp),
-        "finished": int(cands.finished.sum()),
-        "cut_off": int(n_resp - cands.finished.sum()),
+        "responses": n_resp,
+        "finished": finished,
+        "cut_off": int(n_resp - finished),
         "cut_off_length": sum(c == "length" for row in cands.cut_off for c in row),
         "cut_off_timeout": sum(c == "timeout" for row in cands.cut_off for c in row),
-        "mean_tokens": float(cands.n_tokens.mean()),
-        "max_new_tokens": cands.header["generation"].get("max_new_tokens"),
+        "mean_tokens": float(cands.n_tokens[here].mean()),
+        "max_new_tokens": cands.header.get("generation", {}).get("max_new_tokens"),
     }
     cut_note = ("full texts" if cands.max_response_tokens is None
-                else f"trained texts: responses cut at {cands.max_response_tokens} tokens, rewards recomputed")
+                else f"trained texts: responses cut at {cands.max_response_tokens} tokens, rewards recomputed"
+                if cands.labels == "rewards" else
+                f"trained texts: annotated responses longer than {cands.max_response_tokens} tokens left out")
     lines = [
-        f"[{cut_note}] data file {cands.path}: {resp['prompts']} prompts x {n_resp // max(resp['prompts'], 1)} responses, "
+        f"[{cut_note}] data file {cands.path}: {resp['prompts']} prompts, {n_resp} responses, "
         f"{resp['cut_off']} of {n_resp} cut off ({resp['cut_off_length']} at the token limit, "
         f"{resp['cut_off_timeout']} by a call deadline), mean {resp['mean_tokens']:.0f} new tokens "
-        f"(max {resp['max_new_tokens']}), model {cands.header['model'].get('name')}",
+        f"(max {resp['max_new_tokens']}), model {cands.header.get('model', {}).get('name')}",
         "",
         f"within-prompt Kendall tau_b (mean over prompts, sd, [q25, q75], share < 0), pooled correlations, "
         f"pair reversal rates (margin {margin} within-prompt sd)",
@@ -540,7 +591,11 @@ def trained_candidates(cands: Candidates, tokenizer, max_tokens: int, objectives
     """``cands`` with every response replaced by its trained text at ``max_tokens`` tokens (:func:`trained_text`)
     and the rewards of ``objectives`` (default: all of the file's) recomputed on those texts; ``full_scores`` keeps
     the file's scores of the full texts, ``n_tokens`` the trained token counts and ``finished`` whether the response
-    ended within the limit. Results are cached per data file, limit, tokenizer vocabulary and objectives."""
+    ended within the limit. Results are cached per data file, limit, tokenizer vocabulary and objectives.
+
+    Annotations (``cands.labels == "annotations"``: a researcher's labels of the full texts) cannot be recomputed
+    on a cut text, so a response longer than ``max_tokens`` tokens loses its labels (score NaN for every
+    objective): it forms no pair, and every pair that is left has its labels on exactly the text trained."""
     from llm_runs.rewards import score_responses
 
     if cands.max_response_tokens is not None:
@@ -549,7 +604,8 @@ def trained_candidates(cands: Candidates, tokenizer, max_tokens: int, objectives
     T = int(max_tokens)
     if T != max_tokens or T < 1:
         raise ValueError(f"max_response_tokens must be a positive integer; got {max_tokens!r}")
-    key = (cands.path, cands.header.get("created"), len(cands.prompt_ids), T, _tokenizer_key(tokenizer), names)
+    key = (cands.path, cands.header.get("created"), cands.header.get("digest"), len(cands.prompt_ids), T,
+           _tokenizer_key(tokenizer), names)
     hit = _TRAINED_CACHE.get(key)
     if hit is not None:
         return hit
@@ -564,15 +620,19 @@ def trained_candidates(cands: Candidates, tokenizer, max_tokens: int, objectives
         ntok.append(n_row)
     P, K = len(texts), len(texts[0]) if texts else 0
     cut = np.array([[len(_response_ids(tokenizer, r)) > T for r in row] for row in cands.responses], dtype=bool)
-    flat = [t for row in texts for t in row]
-    prompts = [p for p in cands.prompts for _ in range(K)]
-    scores = score_responses(prompts, flat, list(names))
+    if cands.labels == "annotations":
+        scores = {n: np.where(cut, np.nan, cands.scores[n]) for n in names}
+    else:
+        flat = [t for row in texts for t in row]
+        prompts = [p for p in cands.prompts for _ in range(K)]
+        scored = score_responses(prompts, flat, list(names))
+        scores = {n: np.asarray(scored[n], dtype=np.float64).reshape(P, K) for n in names}
     out = replace(
         cands,
         responses=tuple(texts),
         n_tokens=np.asarray(ntok, dtype=np.int64).reshape(P, K),
         finished=cands.finished & ~cut,
-        scores={n: np.asarray(scores[n], dtype=np.float64).reshape(P, K) for n in names},
+        scores=scores,
         cut_off=tuple(tuple("length" if cut[p, k] else cands.cut_off[p][k] for k in range(K)) for p in range(P)),
         max_response_tokens=T,
         full_scores={n: cands.scores[n] for n in names},
@@ -584,7 +644,11 @@ def trained_candidates(cands: Candidates, tokenizer, max_tokens: int, objectives
 def _within_prompt_tau(a: np.ndarray, b: np.ndarray) -> float:
     from scipy.stats import kendalltau
 
-    taus = [kendalltau(x, y).statistic for x, y in zip(a, b, strict=True) if np.ptp(x) > 0 and np.ptp(y) > 0]
+    taus = []
+    for x, y in zip(a, b, strict=True):
+        x, y = _labelled(x, y)
+        if x.size >= 2 and np.ptp(x) > 0 and np.ptp(y) > 0:
+            taus.append(kendalltau(x, y).statistic)
     return float(np.mean(taus)) if taus else math.nan
 
 
@@ -599,7 +663,9 @@ def truncation_table(cands: Candidates, tokenizer, tokens, objectives=None, *, m
     """Per objective and response token limit ``T`` in ``tokens``: pairs of the full texts and of the trained
     texts, the share of full-text pairs that compare two cut-off responses, the agreement of the full-text labels
     with the reward of the trained texts (ties count 1/2), and the reward's within-prompt Kendall τ with the
-    response length (words of the trained text; of the full text for ``T = None``). JSON-able, with ``text``."""
+    response length (words of the trained text; of the full text for ``T = None``). JSON-able, with ``text``.
+    For annotations (not recomputed: a pair keeps its labels, neither response cut, or is left out) the agreement
+    is NaN."""
     names = cands.check_objectives(objectives if objectives is not None else cands.objectives)
     rows = []
     words_full = response_words(cands)
@@ -615,14 +681,15 @@ def truncation_table(cands: Candidates, tokenizer, tokens, objectives=None, *, m
             for p in full_pairs:
                 i = p_index[p.prompt_id]
                 d = trained[i, p.chosen_index] - trained[i, p.rejected_index]
-                agree.append(1.0 if d > 0 else 0.5 if d == 0 else 0.0)
+                if math.isfinite(d):  # annotations of a cut response are NaN: that pair is left out
+                    agree.append(1.0 if d > 0 else 0.5 if d == 0 else 0.0)
                 both_cut += bool(cut[i, p.chosen_index] and cut[i, p.rejected_index])
             rows.append({
                 "objective": o, "max_response_tokens": int(T),
                 "pairs_full_text": len(full_pairs),
                 "pairs_trained_text": len(preference_pairs(tc, o, margin=margin)),
                 "both_cut_share": both_cut / len(full_pairs) if full_pairs else math.nan,
-                "full_label_agreement": float(np.mean(agree)) if agree else math.nan,
+                "full_label_agreement": float(np.mean(agree)) if agree and cands.labels == "rewards" else math.nan,
                 "tau_with_length": _within_prompt_tau(trained, words),
                 "tau_with_length_full_text": _within_prompt_tau(cands.scores_of(o), words_full),
             })

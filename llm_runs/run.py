@@ -351,16 +351,22 @@ PRESETS: dict[str, RunPreset] = {
 }
 
 
-def training_candidates(preset: RunPreset, tokenizer, data=None):
-    """The data file ``data`` (default: the shipped one) as ``preset`` trains on it: ``(full, trained)``, the file's
-    candidates and their trained texts (:func:`llm_runs.data.trained_candidates`: every response cut at the preset's
-    ``max_response_tokens`` by ``tokenizer``, the objectives' rewards recomputed on that text). Raises the data
-    file's errors, or :class:`~llm_runs.data.UnknownObjectiveError` for an objective the file lacks."""
-    from llm_runs.data import load_candidates, trained_candidates
+def training_candidates(preset: RunPreset, tokenizer, data=None, columns=None):
+    """The data ``data`` (default: the shipped file; else any ``--data`` of :func:`llm_runs.formats.load_data`, with
+    the column mapping ``columns``) as ``preset`` trains on it: ``(full, trained)``, the file's candidates and their
+    trained texts (:func:`llm_runs.data.trained_candidates`: every response cut at the preset's
+    ``max_response_tokens`` by ``tokenizer``, the objectives' rewards recomputed on that text, or an annotated
+    response longer than that left out). Raises the data file's errors (:func:`llm_runs.data.check_pairs`: an
+    objective without any pair on the trained text), or :class:`~llm_runs.data.UnknownObjectiveError` for an
+    objective the file lacks."""
+    from llm_runs.data import check_pairs, trained_candidates
+    from llm_runs.formats import load_data
 
-    full = load_candidates(data)
+    full = load_data(data, columns=columns, objectives=preset.design.objectives)
     objectives = full.check_objectives(preset.design.objectives)
-    return full, trained_candidates(full, tokenizer, preset.max_response_tokens, objectives)
+    trained = trained_candidates(full, tokenizer, preset.max_response_tokens, objectives)
+    check_pairs(trained, objectives, margin=preset.design.margin)
+    return full, trained
 
 
 def _phase1_evaluations(preset: RunPreset) -> int:
@@ -585,12 +591,16 @@ def _model_info(pm, model_dir, device, preset: RunPreset) -> dict:
 
 
 def run(preset: RunPreset, out: Path, *, model_dir=None, device: str = "auto", seed: int = 0, data=None,
-        cache_dir=None, progress: bool = True, tokenizer=None, layout: str | None = None) -> dict:
+        cache_dir=None, progress: bool = True, tokenizer=None, layout: str | None = None, columns=None,
+        argv: list[str] | None = None) -> dict:
     """Run ``preset`` and write ``trajectory.csv``, ``summary.json`` and ``figure.png`` to ``out`` (see the module
     docstring); returns the summary. ``model_dir``: a local Hugging Face causal-LM directory (default: the
     embedded SmolLM2-135M-Instruct); ``tokenizer`` overrides its tokenizer; ``layout``: the gradient layout of
     :class:`~llm_runs.source.LoraObjectives` (default: the device's, :func:`~llm_runs.source.default_layout`),
-    recorded in ``summary.json`` (``layout``)."""
+    recorded in ``summary.json`` (``layout``); ``data``/``columns``: the data (:func:`training_candidates`). On
+    annotated data (a researcher's own labels, :mod:`llm_runs.formats`) no offline reward can score a generated
+    response, so the generation evaluation is not run (``summary.json``: ``generation_rewards.skipped``).
+    ``argv``: the command line recorded in ``summary.json`` (default: this process's)."""
     import torch
     from tqdm import tqdm
 
@@ -608,7 +618,8 @@ def run(preset: RunPreset, out: Path, *, model_dir=None, device: str = "auto", s
     objectives = list(design.objectives)
     summary: dict = {
         "status": "running", "preset": preset.name, "description": preset.description, "seed": seed,
-        "command": " ".join([Path(sys.executable).name, "-m", "llm_runs", *sys.argv[1:]]) if sys.argv else "",
+        "command": " ".join([Path(sys.executable).name, "-m", "llm_runs", *(sys.argv[1:] if argv is None else argv)])
+        if sys.argv or argv is not None else "",
         "objectives": objectives,
         "preset_config": preset.to_dict(),
         "psi_star_note": "psi_i* is unknown for an LLM: psi_hat_i* is the best psi_i of Pipeline 2 on the client's "
@@ -634,13 +645,27 @@ def run(preset: RunPreset, out: Path, *, model_dir=None, device: str = "auto", s
     stages.mark("model")
 
     # the labels score exactly the text the model trains on: every response cut at the preset's token limit
-    full, cands = training_candidates(preset, tok, data)
+    full, cands = training_candidates(preset, tok, data, columns)
     fed: Federation = build_federation(cands, design, rng)
     summary["data_file"] = {"path": str(full.path), "prompts": len(full.prompt_ids),
-                            "complete": full.header.get("complete"), "created": full.header.get("created")}
+                            "complete": full.header.get("complete"), "created": full.header.get("created"),
+                            "labels": full.labels}
+    if full.labels == "annotations":
+        summary["data_file"].update(schema=full.header["schema"], columns=full.header["columns"],
+                                    responses=int(full.present_mask.sum()), sha256=full.header["digest"])
+        if preset.generation is not None:
+            preset = replace(preset, generation=None)
+            summary["preset_config"] = preset.to_dict()
+            summary["generation_rewards"] = {
+                "skipped": "the objectives are the data's annotations: no offline reward scores a generated "
+                           "response, so generations.csv is not written"}
     summary["labels"] = {
         "text": f"the trained text: each response's first {preset.max_response_tokens} tokens, decoded; every "
-                "objective's reward recomputed on it, pairs built from those scores (pairs of equal texts dropped)",
+                "objective's reward recomputed on it, pairs built from those scores (pairs of equal texts dropped)"
+                if full.labels == "rewards" else
+                f"the trained text: each response's first {preset.max_response_tokens} tokens, decoded; the "
+                "annotations are labels of the full texts, so a response longer than that is left out (its labels "
+                "would not hold on the text trained), pairs built from the rest (pairs of equal texts dropped)",
         "max_response_tokens": preset.max_response_tokens,
         "truncation": [r for r in truncation_table(full, tok, [preset.max_response_tokens], objectives,
                                                    margin=design.margin)["rows"]],

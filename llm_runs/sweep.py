@@ -3,7 +3,8 @@ r"""Seeds of an LLM run as cells of the Dask sweep engine (``python -m llm_runs 
 .. code-block:: text
 
     python -m llm_runs sweep --preset PRESET --seeds A:B [--workers K | --scheduler ADDRESS] [--threads T]
-                             [--model DIR] [--data FILE] [--device auto|cpu|cuda] [--quick | --shrink]
+                             [--model DIR] [--data PATH [--columns C=COL,...]] [--objectives A,B,...]
+                             [--device auto|cpu|cuda] [--quick | --shrink]
                              [--layout L] [--autocast bfloat16|none] --out DIR
 
 **Cells.** Every seed ``A, A+1, ..., B-1`` is one cell of :mod:`verification.dask_engine`, the engine of
@@ -24,7 +25,8 @@ set explicitly inside the cell). The folder ``DIR`` holds
   ``--preset smoke --shrink``);
 * ``params.json``: what every cell depends on besides its seed (:func:`sweep_params`): the preset's name and full
   configuration (:meth:`~llm_runs.run.RunPreset.to_dict`), the model directory (or ``embedded default``), the data
-  file (its path, or ``shipped: <name>`` for the shipped file, and its sha256), the device, the threads, the
+  file (its path, or ``shipped: <name>`` for the shipped file, and its sha256: of a folder's files for a folder;
+  the ``--columns`` mapping when given; ``--objectives`` is part of the preset's configuration), the device, the threads, the
   layout and the package version;
 * ``llm_sweep.json``: the summary (:func:`summarize`): per seed its status, seconds and CPU-seconds, the
   CPU-seconds and seconds per seed (mean and max), the wall time of the last invocation, and ``run_dirs``: the
@@ -124,15 +126,21 @@ def run_dir(out: str | Path, seed: int) -> Path:
 
 
 def _sha256(path: Path) -> str:
+    """The SHA-256 of a file, or of a folder's files (a saved dataset, a folder of data files): their relative
+    paths and contents in path order."""
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for f in files:
+        if path.is_dir():
+            h.update(f.relative_to(path).as_posix().encode() + b"\0")
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
     return h.hexdigest()
 
 
 def sweep_params(preset, *, model_dir: str | None = None, data: str | Path | None = None, device: str = "auto",
-                 threads: int = 1, layout: str | None = None) -> dict[str, Any]:
+                 threads: int = 1, layout: str | None = None, columns: dict[str, str] | None = None) -> dict[str, Any]:
     """The ``params.json`` of an LLM sweep: everything its cells depend on besides the seed (module docstring).
     Raises ``OSError`` when the data file cannot be read."""
     from llm_runs.data import DEFAULT_DATA_FILE
@@ -142,7 +150,8 @@ def sweep_params(preset, *, model_dir: str | None = None, data: str | Path | Non
     return folder_params(
         SWEEP_KIND, preset=preset.name, preset_config=preset.to_dict(),
         model="embedded default" if model_dir is None else str(Path(model_dir).expanduser().resolve()),
-        data={"path": f"shipped: {data_path.name}" if shipped else str(data_path), "sha256": _sha256(data_path)},
+        data={"path": f"shipped: {data_path.name}" if shipped else str(data_path), "sha256": _sha256(data_path),
+              **({"columns": dict(sorted(columns.items()))} if columns else {})},
         device=device, threads=int(threads), layout=layout)
 
 
@@ -198,7 +207,7 @@ def _small_entries(s: dict[str, Any]) -> dict[str, Any]:
 
 def llm_cell(preset, seed: int, out: str, *, model_dir: str | None = None, data: str | None = None,
              device: str = "auto", threads: int = 1, layout: str | None = None,
-             cache_dir: str | None = None) -> dict[str, Any]:
+             cache_dir: str | None = None, columns: dict[str, str] | None = None) -> dict[str, Any]:
     """The result of the run of ``preset`` at ``seed`` into ``run_dir(out, seed)`` (runs on a worker; ``out`` an
     absolute path the worker can write): the keys of :data:`CELL_KEYS`, the host, the CPU and the small entries of
     the run's summary; ``status: failed`` with ``error`` when the run raised (the traceback on the worker's
@@ -222,7 +231,7 @@ def llm_cell(preset, seed: int, out: str, *, model_dir: str | None = None, data:
     wall0, cpu0 = time.perf_counter(), time.process_time()
     try:
         s = run(preset, rd, model_dir=model_dir, device=device, seed=int(seed), data=data, cache_dir=cache_dir,
-                progress=False, layout=layout)
+                progress=False, layout=layout, columns=columns or None)
     except Exception as exc:  # noqa: BLE001 - a failed run is a result: the cell says why
         traceback.print_exception(exc, file=sys.stderr)
         row.update(error=" ".join(f"{type(exc).__name__}: {exc}".split()), seconds=time.perf_counter() - wall0,
@@ -270,7 +279,7 @@ def read_cells(out: str | Path, preset_name: str, seeds: Sequence[int]) -> dict[
 
 def run_sweep(client, out: str | Path, preset, seeds: Sequence[int], *, model_dir: str | None = None,
               data: str | None = None, device: str = "auto", threads: int = 1, layout: str | None = None,
-              cache_dir: str | None = None, progress: bool = True,
+              cache_dir: str | None = None, progress: bool = True, columns: dict[str, str] | None = None,
               on_written: Callable[[Cell, Any], None] | None = None) -> CellRun:
     """Run the seeds of ``seeds`` whose cell is not yet in ``out`` on the cluster of ``client`` (``params.json``
     first, after :func:`~verification.dask_engine.check_params`; a bad cell file is refused before any work). With
@@ -278,12 +287,13 @@ def run_sweep(client, out: str | Path, preset, seeds: Sequence[int], *, model_di
     out = Path(out)
     model_dir = None if model_dir is None else str(Path(model_dir).expanduser().resolve())
     data = None if data is None else str(Path(data).expanduser().resolve())
-    params = sweep_params(preset, model_dir=model_dir, data=data, device=device, threads=threads, layout=layout)
+    params = sweep_params(preset, model_dir=model_dir, data=data, device=device, threads=threads, layout=layout,
+                          columns=columns)
     check_params(out, params)
     dask_engine.write_params(out, params)
     read_cells(out, preset.name, seeds)
     cells = sweep_cells(out, preset, seeds, model_dir=model_dir, data=data, device=device, threads=int(threads),
-                        layout=layout, cache_dir=cache_dir)
+                        layout=layout, cache_dir=cache_dir, columns=columns or None)
     return dask_engine.run_cells(client, cells, desc="llm-sweep", progress=progress, on_written=on_written)
 
 
@@ -405,7 +415,7 @@ def check_folder(args, preset) -> tuple[dict[str, Any], list[int]]:
     out = cli.check_writable_dir(args.out, "--out")
     try:
         params = sweep_params(preset, model_dir=args.model, data=args.data, device=args.device,
-                              threads=args.threads, layout=args.layout)
+                              threads=args.threads, layout=args.layout, columns=args.columns)
     except OSError as exc:
         raise cli.UsageError(f"argument --data: cannot read data file {str(args.data)!r}: {exc}") from None
     try:
@@ -430,7 +440,7 @@ def command(args, preset, params: dict[str, Any], prog: str = "python -m llm_run
     def go(client):
         return run_sweep(client, out, preset, seeds, model_dir=args.model, data=args.data, device=args.device,
                          threads=args.threads, layout=args.layout, cache_dir=args.cache_dir,
-                         progress=not args.quiet)
+                         progress=not args.quiet, columns=args.columns)
 
     try:
         if not pending:
