@@ -135,7 +135,7 @@ def test_help_names_the_actions_of_each_command_line(capsys):
         actions = [f"{a} {'|'.join(n for n, _, _ in sub_commands(p))}".rstrip() for a, _, p in sub_commands(parser)]
         assert actions and COMMANDS[name].actions() == actions
         assert ", ".join(actions) in out, (name, actions)
-    assert "data build|stats|rescore" in COMMANDS["llm"].actions()
+    assert "data build|stats|rescore|check" in COMMANDS["llm"].actions()
 
 
 def test_an_action_added_to_a_command_line_needs_no_edit_here(tmp_path, monkeypatch, capsys):
