@@ -180,7 +180,8 @@ def build_parser(prog: str = "python -m llm_runs") -> argparse.ArgumentParser:
 
     s = dsub.add_parser("stats", help="print the within-prompt rank agreement of the objectives and pair counts, on "
                                       "the full texts and on the texts the presets train on")
-    s.add_argument("--data", default=str(DEFAULT_DATA_FILE), help="data file (default: the shipped file)")
+    s.add_argument("--data", default=str(DEFAULT_DATA_FILE),
+                   help="data file (default: the shipped file; any schema of docs/your-data.md)")
     s.add_argument("--json", action="store_true", help="print the statistics as JSON")
     s.add_argument("--tokens", type=_token_limits, default=None, metavar="T[,T...]",
                    help="response token limits of the trained texts (default: every preset's max_response_tokens)")
@@ -574,10 +575,11 @@ def _data_build(args) -> int:
 def _data_stats(args) -> int:
     import json
 
-    from llm_runs.data import agreement_table, load_candidates, trained_candidates, truncation_table
+    from llm_runs.data import agreement_table, trained_candidates, truncation_table
+    from llm_runs.formats import load_data
     from llm_runs.run import PRESETS
 
-    cands = load_candidates(args.data)
+    cands = load_data(args.data)  # the shipped kind, or a file of any schema (llm_runs.formats)
     if args.objectives:
         objectives = cands.check_objectives(args.objectives.split(","))
         trained_objectives = objectives

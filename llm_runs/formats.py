@@ -45,6 +45,7 @@ import hashlib
 import json
 import math
 from pathlib import Path
+from typing import NoReturn
 
 import numpy as np
 
@@ -124,9 +125,9 @@ def read_rows(path) -> list[dict]:
         raise DataFileError(f"data file {path} does not exist")
     try:
         import datasets
-    except ModuleNotFoundError as exc:  # the llm extra is not installed
-        raise DataFileError(f"data file {path}: reading it needs the datasets library ({exc.name} is missing: "
-                            f"pip install 'prefalign-verify[llm]')") from None
+    except ImportError as exc:  # the llm extra is not installed
+        raise DataFileError(f"data file {path}: reading it needs the datasets library ({exc.name or 'datasets'} is "
+                            f"missing: pip install 'prefalign-verify[llm]')") from None
     datasets.disable_progress_bars()
     datasets.logging.set_verbosity_error()
     try:
@@ -158,7 +159,7 @@ def read_rows(path) -> list[dict]:
 # ---------------------------------------------------------------------------------------------------- values
 
 
-def _fail(path, row: int, column: str, msg: str):
+def _fail(path, row: int, column: str, msg: str) -> NoReturn:
     raise DataFileError(f"data file {path}: row {row}: column {column!r} {msg}")
 
 

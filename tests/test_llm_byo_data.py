@@ -174,6 +174,12 @@ def test_data_check_prints_what_a_run_would_use(capsys, tok):
     assert prefalign(["llm", "data", "check", str(path)]) == 0
     text = capsys.readouterr().out
     assert "within-prompt Kendall tau_b" in text and "tau(length)" in text and "schema responses" in text
+    code, out, err = _main(capsys, "data", "stats", "--data", path, "--json", "--tokens", "16")
+    assert code == 0, err
+    rows = {r["objective"]: r for r in json.loads(out)["truncation"]["rows"]}
+    for o in c.objectives:  # data stats reads the same file: the same pairs; no agreement for annotations
+        assert rows[o]["pairs_trained_text"] == rep["per_objective"][o]["pairs_trained_text"]
+        assert np.isnan(rows[o]["full_label_agreement"])
 
 
 def _edit_rows(name, tmp_path, edit):
