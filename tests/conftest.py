@@ -3,7 +3,11 @@ as Ctrl-C would interrupt it."""
 
 from __future__ import annotations
 
+import copy
+import json
 import os
+import resource
+from collections import defaultdict
 
 import pytest
 
@@ -14,6 +18,26 @@ from verification import registry
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 _RUN_STATEMENT = registry.run_statement
+
+
+_DEFAULT_RUNS: dict = {}
+
+
+@pytest.fixture(scope="session")
+def default_run():
+    """``default_run(stmt_id, seed=registry.DEFAULT_SEED)``: :func:`verification.registry.run_statement` of the
+    registered statement with its default Config (no jitter, no bound factor), computed once per session, keyed by
+    (id, seed), and handed out as a deep copy: the statement tests and the search and power tests that read the same
+    default run share one. A test that checks determinism (two runs, same numbers) or that runs under a changed
+    context (``bound_factor``, a monkeypatched kernel) calls ``registry.run_statement`` itself."""
+
+    def get(stmt_id: str, seed: int = registry.DEFAULT_SEED):
+        key = (stmt_id, seed)
+        if key not in _DEFAULT_RUNS:
+            _DEFAULT_RUNS[key] = _RUN_STATEMENT(registry.get_statement(stmt_id), seed=seed)
+        return copy.deepcopy(_DEFAULT_RUNS[key])
+
+    return get
 
 
 @pytest.fixture
@@ -44,3 +68,65 @@ def interrupt_after(monkeypatch):
         return ran
 
     return arm
+
+
+@pytest.fixture(scope="session")
+def _dask_session_client():
+    """One LocalCluster of 2 worker processes (as `sweep --workers 2` starts) and its client for the whole session:
+    the sweeps of verification (tests/test_sweep.py) and of the LLM runs (tests/test_llm_sweep.py) share it instead
+    of starting a cluster each."""
+    pytest.importorskip("distributed")
+    from verification.dask_engine import dask_client
+
+    with dask_client(2) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def dask_client_2(_dask_session_client):
+    """The session's 2-worker cluster, for a test module, with both workers up (a worker killed by an earlier
+    module's test is restarted by its nanny; the scheduler may not have registered it again yet)."""
+    _dask_session_client.wait_for_workers(2, timeout=120)
+    return _dask_session_client
+
+
+# --cpu-times FILE: the CPU seconds (user + sys, this process and its waited-for children) of each test file,
+# its collection (the module's imports) and its tests' set-up, call and tear-down (a module or session fixture is
+# charged to the file whose test first sets it up or last tears it down), written to FILE as JSON.
+def pytest_addoption(parser):
+    parser.addoption("--cpu-times", metavar="FILE", default=None,
+                     help="write each test file's CPU seconds (user + sys, with children) to FILE as JSON")
+
+
+_CPU: dict[str, float] = defaultdict(float)
+_TESTS: dict[str, float] = {}
+
+
+def _cpu() -> float:
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    start = _cpu()
+    yield
+    if isinstance(collector, pytest.Module) and collector.config.getoption("--cpu-times"):
+        _CPU[collector.nodeid] += _cpu() - start
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    start = _cpu()
+    yield
+    if item.config.getoption("--cpu-times"):
+        _TESTS[item.nodeid] = _cpu() - start
+        _CPU[item.nodeid.split("::")[0]] += _TESTS[item.nodeid]
+
+
+def pytest_sessionfinish(session):
+    path = session.config.getoption("--cpu-times")
+    if path:
+        with open(path, "w") as f:
+            json.dump({"total": _cpu(), "files": dict(sorted(_CPU.items(), key=lambda kv: -kv[1])),
+                       "tests": dict(sorted(_TESTS.items(), key=lambda kv: -kv[1]))}, f, indent=1)

@@ -105,11 +105,11 @@ def test_search_space_evaluates_the_check_at_the_centre(sid):
     assert any(c.numeric for c in ev.conclusions)
 
 
-def test_tight_points_join_the_check():
+def test_tight_points_join_the_check(default_run):
     """The points the search found (TIGHT_POINTS) run with the check; their instances are in its evidence."""
     stmt = registry.get_statement("H.15")
     assert stmt.tight_points
-    ev = registry.run_statement(stmt)
+    ev = default_run("H.15")
     pts = ev.details["added_points"]
     assert len(pts) == len(stmt.tight_points) * stmt.tight_seeds
     assert ev.instances == 300 + sum(p["instances"] for p in pts)
@@ -125,7 +125,7 @@ def test_tight_points_join_the_check():
     assert c.worst["added_point"] in [dict(p) for p in stmt.tight_points] and "seed" in c.worst
 
 
-def test_tight_point_seeds_are_the_run_seed_then_independent_streams():
+def test_tight_point_seeds_are_the_run_seed_then_independent_streams(default_run):
     assert registry.tight_point_seed(7, 0) == 7
     assert registry.tight_point_seed(7, 2) == [7, 2]
     draws = {str(registry.statement_rng(registry.tight_point_seed(7, j)).random(3)) for j in range(4)}
@@ -133,7 +133,7 @@ def test_tight_point_seeds_are_the_run_seed_then_independent_streams():
     # one seed per point (the default) is the plain run at the run's seed
     stmt = registry.get_statement("H.28")
     assert stmt.tight_seeds == 1
-    ev = registry.run_statement(stmt)
+    ev = default_run("H.28")
     assert [p["seed"] for p in ev.details["added_points"]] == [registry.DEFAULT_SEED] * len(stmt.tight_points)
 
 
@@ -198,7 +198,7 @@ def test_roundoff_decided_search_instances_are_decided_by_the_allowances(sid):
     assert not bad, bad
 
 
-def test_the_search_finds_region_sampled_constants_optimistic_on_the_trajectory():
+def test_the_search_finds_region_sampled_constants_optimistic_on_the_trajectory(default_run):
     """A finding of the search (H.19, O-8): with m = 10 objectives in n_w = 2 dimensions the iterates approach the
     optimum, where the descent margin is worst, and the constants from 2000 uniform points of the region miss it:
     c_d r_i - m_i exceeds b_i by a factor ~37 at iterate 145."""
@@ -209,4 +209,4 @@ def test_the_search_finds_region_sampled_constants_optimistic_on_the_trajectory(
     c = ev.conclusion("eq 51 at the iterates with region constants: c_d r_i - m_i <= b_i")
     assert ev.verdict == "violated" and c.counterexamples > 0
     assert c.detect_factor == pytest.approx(36.927103185189246, rel=1e-9)
-    assert registry.run_statement(stmt).verdict == "holds"  # the default family does not reach it
+    assert default_run("H.19").verdict == "holds"  # the default family does not reach it

@@ -25,20 +25,13 @@ from verification.statements import h44_pipeline_comparison as H44
 
 IDS = ("H.39-41", "H.42", "H.43", "H.44", "H.45", "ThmA")
 MONTE_CARLO = {"H.39-41", "H.43", "H.44", "H.45", "ThmA"}
-_RESULTS: dict = {}
-
-
-def _run(stmt_id):
-    if stmt_id not in _RESULTS:
-        _RESULTS[stmt_id] = registry.run_statement(registry.get_statement(stmt_id), seed=registry.DEFAULT_SEED)
-    return _RESULTS[stmt_id]
 
 
 @pytest.mark.parametrize(
     "stmt_id", [pytest.param(s, marks=pytest.mark.mc) if s in MONTE_CARLO else s for s in IDS]
 )
-def test_adaptation_statement(stmt_id):
-    ev = _run(stmt_id)
+def test_adaptation_statement(stmt_id, default_run):
+    ev = default_run(stmt_id)
     assert ev.id == stmt_id
     assert ev.verdict == "holds", (ev.verdict, ev.counterexamples[:3])
     assert ev.negative_control == "detected", ev.control.details if ev.control else None
@@ -70,24 +63,24 @@ def test_adaptation_statement(stmt_id):
 
 
 @pytest.mark.mc
-def test_family_wise_budget_adds_up():
+def test_family_wise_budget_adds_up(default_run):
     """Every confidence-level assertion of the default run is in one budget: each budgeted statement makes exactly
     the declared number of assertions, and their δ add up to at most FAMILY_WISE_BUDGET = 1e-3."""
     spent = {}
     for sid in sorted(ASSERTIONS):
-        recs = _run(sid).details["confidence_assertions"]
+        recs = default_run(sid).details["confidence_assertions"]
         assert len(recs) == ASSERTIONS[sid], (sid, [r["label"] for r in recs])
         spent[sid] = sum(r["delta"] for r in recs)
     assert sum(spent.values()) <= FAMILY_WISE_BUDGET * (1 + 1e-12), spent
     for sid in sorted(set(IDS) - set(ASSERTIONS)):
-        assert not _run(sid).details.get("confidence_assertions")
+        assert not default_run(sid).details.get("confidence_assertions")
 
 
 @pytest.mark.mc
-def test_monte_carlo_detects_a_halved_bound():
+def test_monte_carlo_detects_a_halved_bound(default_run):
     """Under bound_factor(0.5) every tight Monte Carlo row fails (and its crossing factor said it would); the
     lagged-RMSprop rows, far from their bound, do not."""
-    base = _run("H.43")
+    base = default_run("H.43")
     with bound_factor(0.5):
         halved = registry.run_statement(registry.get_statement("H.43"), seed=registry.DEFAULT_SEED)
     assert halved.verdict == "violated"
@@ -135,12 +128,12 @@ def test_beta_segment_constant_bounds_the_gradient_on_the_segment():
 
 
 @pytest.mark.mc
-def test_h44_per_sample_segment_constant_and_chain_links():
+def test_h44_per_sample_segment_constant_and_chain_links(default_run):
     """H.44(b): the per-sample mean-value constant of [c, w_K] gives a valid and tighter per-sample bound than the
     ball constant L_beta (same samples); the chain is checked link by link (link 2, Jensen, detected at factor 0.5;
     link 3 is the Monte Carlo eq 93 row); the chain's Monte Carlo assertion stays, so the budget is unchanged; the
     controls of the new rows are detected (the half segment, the small ball; link 1 fails there)."""
-    ev = _run("H.44")
+    ev = default_run("H.44")
     per, seg = ev.conclusion(H44.C_PER_SAMPLE), ev.conclusion(H44.C_SEGMENT)
     assert seg.instances == per.instances > 0 and seg.counterexamples == 0 and seg.kind == "bound"
     assert seg.detect_factor > per.detect_factor

@@ -28,9 +28,8 @@ EXPECTED = {
 
 
 @pytest.mark.parametrize("stmt_id", sorted(EXPECTED))
-def test_cluster_statement(stmt_id):
-    stmt = registry.get_statement(stmt_id)
-    ev = registry.run_statement(stmt, seed=registry.DEFAULT_SEED)
+def test_cluster_statement(stmt_id, default_run):
+    ev = default_run(stmt_id)
     assert ev.id == stmt_id
     assert ev.verdict == EXPECTED[stmt_id], (ev.verdict, ev.counterexamples[:2], ev.details.get("finding"))
     assert ev.negative_control == "detected", ev.control.to_record() if ev.control else None

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from sim.preference import adjustment
-from verification import registry
 from verification.evidence import bound_factor
 from verification.statements import h10_adjustment_lipschitz as H10
 
@@ -19,9 +18,8 @@ LP_STATEMENTS = ["H.1-3", "H.4", "H.5", "H.6", "H.7", "H.9", "H.10", "H.11"]
 
 
 @pytest.mark.parametrize("stmt_id", LP_STATEMENTS)
-def test_lp_statement_holds_and_control_detected(stmt_id):
-    stmt = registry.get_statement(stmt_id)
-    ev = registry.run_statement(stmt)
+def test_lp_statement_holds_and_control_detected(stmt_id, default_run):
+    ev = default_run(stmt_id)
     assert ev.id == stmt_id
     assert ev.verdict == "holds", (ev.verdict, ev.counterexamples[:1], ev.details)
     assert ev.instances - ev.excluded > 0

@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from verification import registry
-
 REGULARITY_IDS = ["H.19", "H.20", "H.22", "H.27", "H.30", "H.34"]
 
 
 @pytest.mark.parametrize("stmt_id", REGULARITY_IDS)
-def test_statement_holds_and_control_detected(stmt_id):
-    stmt = registry.get_statement(stmt_id)
-    ev = registry.run_statement(stmt)
+def test_statement_holds_and_control_detected(stmt_id, default_run):
+    ev = default_run(stmt_id)
     assert ev.id == stmt_id
     assert ev.verdict == "holds", (ev.verdict, ev.counterexamples[:3], ev.exclusion_reasons)
     assert ev.instances - ev.excluded > 0

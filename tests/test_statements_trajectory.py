@@ -21,9 +21,8 @@ IDS = ("H.25", "H.28", "H.29", "H.31", "CorC", "H.32", "H.37")
 
 
 @pytest.mark.parametrize("stmt_id", IDS)
-def test_trajectory_statement(stmt_id):
-    stmt = registry.get_statement(stmt_id)
-    ev = registry.run_statement(stmt, seed=registry.DEFAULT_SEED)
+def test_trajectory_statement(stmt_id, default_run):
+    ev = default_run(stmt_id)
     assert ev.id == stmt_id
     assert ev.verdict == "holds", (ev.verdict, ev.counterexamples[:2])
     assert ev.negative_control == "detected", ev.control.to_record() if ev.control else None
@@ -47,10 +46,10 @@ def test_trajectory_statement(stmt_id):
         assert all(len(v) <= 2000 for tab in fig.values() for v in tab.values())
 
 
-def test_double_well_control_numbers():
+def test_double_well_control_numbers(default_run):
     """T-H31(e): the double well is stuck at the spurious minimum (r_T ≈ 0.4998) against a band of a few
     hundredths, with c_d ≈ 6.21 estimated on the left well (THEOREMS.md §6 chk14)."""
-    ev = registry.run_statement(registry.get_statement("H.31"), seed=registry.DEFAULT_SEED)
+    ev = default_run("H.31")
     dw = [c for c in ev.control.details["controls"] if c["family"] == "F4 double well"]
     assert len(dw) == 2
     for c in dw:
