@@ -50,10 +50,10 @@ def tiny_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def client():
-    """A LocalCluster of 2 worker processes (as `sweep --workers 2` starts) and its client."""
-    with dask_engine.dask_client(2) as c:
-        yield c
+def client(dask_client_2):
+    """The session's LocalCluster of 2 worker processes (as `sweep --workers 2` starts, tests/conftest.py) and its
+    client, both workers up."""
+    return dask_client_2
 
 
 def _cli(*args: str) -> tuple[int, str]:

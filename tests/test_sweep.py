@@ -20,7 +20,7 @@ from scipy import stats
 from sim.simulate import PRESETS, preset_variant, simulate
 from verification import dask_engine, registry, regression, sweep
 from verification.__main__ import main as cli_main
-from verification.dask_engine import WORKER_ENV, dask_client, run_cells
+from verification.dask_engine import WORKER_ENV, run_cells
 
 FAST = ("H.9", "S4")  # statements whose cells take a fraction of a second
 SEEDS = (0, 1)
@@ -31,10 +31,10 @@ def _without_seconds(row: dict) -> dict:
 
 
 @pytest.fixture(scope="module")
-def client():
-    """A LocalCluster of 2 worker processes (as `sweep --workers 2` starts) and its client."""
-    with dask_client(2) as c:
-        yield c
+def client(dask_client_2):
+    """The session's LocalCluster of 2 worker processes (as `sweep --workers 2` starts, tests/conftest.py) and its
+    client, both workers up."""
+    return dask_client_2
 
 
 @pytest.fixture(scope="module")
