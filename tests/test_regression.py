@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from verification import registry
 from verification.regression import compare, load_results, shipped_baseline
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -81,13 +82,26 @@ def test_committed_baseline_covers_the_default_run():
     assert all(r["verdict"] in ("holds", "finding") for r in rows), "the committed baseline must be green"
 
 
-def test_current_run_matches_committed_baseline():
-    proc = _run_cli(*SUBSET, "--shipped-baseline")  # the baseline shipped in the package
+@pytest.fixture(scope="module")
+def subset_run(tmp_path_factory):
+    """One `run SUBSET --shipped-baseline --json PATH` (the real command line): its process and its results log,
+    which the changed-baseline test resumes instead of running the same statements again."""
+    path = tmp_path_factory.mktemp("subset") / "results.json"
+    return _run_cli(*SUBSET, "--shipped-baseline", "--json", str(path)), path
+
+
+def test_current_run_matches_committed_baseline(subset_run):
+    proc, _ = subset_run  # the baseline shipped in the package
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "0 regression(s)" in proc.stdout
 
 
-def test_deliberately_changed_baseline_fails(tmp_path):
+def test_deliberately_changed_baseline_fails(subset_run, tmp_path, capsys):
+    """The rows of the subset run (its results log, --resume), compared by `run` with a baseline in which H.14's
+    bound was much looser and H.15's finding a holds."""
+    from verification.__main__ import main
+
+    _, results = subset_run
     rows = load_results(BASELINE)
     for r in rows:
         if r["id"] == "H.14":
@@ -97,9 +111,12 @@ def test_deliberately_changed_baseline_fails(tmp_path):
             r["verdict"] = "holds"
     changed = tmp_path / "baseline.json"
     changed.write_text(json.dumps(rows))
-    proc = _run_cli(*SUBSET, "--baseline", str(changed))
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "REGRESSION H.14: tightness" in proc.stdout
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(registry, "run_statement", lambda *a, **k: pytest.fail("a statement of the log ran again"))
+        code = main(["run", *SUBSET, "--json", str(results), "--resume", "--baseline", str(changed)])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert "REGRESSION H.14: tightness" in out
 
 
 def test_counterexample_count_change_is_a_regression():
