@@ -23,8 +23,17 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=120)
 
 
-def test_list():
-    res = _cli("list")
+def _in_process(capsys, *args: str) -> subprocess.CompletedProcess:
+    """``python -m verification ARGS`` as this process runs it (the imports done once for the module; the real
+    command line is run by test_usage_error_exit_status_of_the_real_command_lines and tests/test_regression.py)."""
+    capsys.readouterr()
+    code = cli_main(list(args))
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(["python", "-m", "verification", *args], code, out, err)
+
+
+def test_list(capsys):
+    res = _in_process(capsys, "list")
     assert res.returncode == 0, res.stderr
     lines = res.stdout.strip().splitlines()
     rows = {ln.split()[0]: ln.split(None, 2) for ln in lines}
@@ -34,9 +43,9 @@ def test_list():
     assert len(rows) == len(lines)  # one line per statement, unique ids
 
 
-def test_run_json(tmp_path):
+def test_run_json(tmp_path, capsys):
     out = tmp_path / "out.json"
-    res = _cli("run", "S1", "S4", "--json", str(out), "--seed", "5")
+    res = _in_process(capsys, "run", "S1", "S4", "--json", str(out), "--seed", "5")
     assert res.returncode == 0, res.stderr
     data = json.loads(out.read_text())
     assert [d["id"] for d in data] == ["S1", "S4"]
@@ -50,8 +59,8 @@ def test_run_json(tmp_path):
     assert res.stderr.count("\n") >= 2  # one progress line per statement
 
 
-def test_unknown_id():
-    res = _cli("run", "S1", "NOPE.7")
+def test_unknown_id(capsys, no_statement_runs):
+    res = _in_process(capsys, "run", "S1", "NOPE.7")
     assert res.returncode != 0
     assert "NOPE.7" in res.stderr and "Valid ids" in res.stderr and "S26" in res.stderr
 
@@ -134,7 +143,7 @@ def test_usage_error_exit_status_of_the_real_command_lines(tmp_path):
     res = subprocess.run([sys.executable, "-m", "sim.simulate", "--seed", "-2", "--out", str(tmp_path / "sim")],
                          cwd=REPO, capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1, res.stderr
-    assert "argument --seed" in res.stderr and "'-2'" in res.stderr
+    assert res.stderr.startswith("python -m sim.simulate: error: argument --seed") and "'-2'" in res.stderr
     assert list(tmp_path.iterdir()) == []
 
 
