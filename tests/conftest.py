@@ -80,6 +80,10 @@ def _dask_session_client():
 
     with dask_client(2) as c:
         yield c
+        start = _cpu()
+    # the worker processes' CPU time is the children's, counted as the cluster closes (the session's last tear-down):
+    # --cpu-times names it instead of charging it to the last test file
+    _SESSION_CPU[_CLUSTER_KEY] = _cpu() - start
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +96,8 @@ def dask_client_2(_dask_session_client):
 
 # --cpu-times FILE: the CPU seconds (user + sys, this process and its waited-for children) of each test file,
 # its collection (the module's imports) and its tests' set-up, call and tear-down (a module or session fixture is
-# charged to the file whose test first sets it up or last tears it down), written to FILE as JSON.
+# charged to the file whose test first sets it up or last tears it down; the shared Dask cluster's tear-down, where
+# its worker processes' CPU time is counted, to itself), written to FILE as JSON.
 def pytest_addoption(parser):
     parser.addoption("--cpu-times", metavar="FILE", default=None,
                      help="write each test file's CPU seconds (user + sys, with children) to FILE as JSON")
@@ -100,6 +105,8 @@ def pytest_addoption(parser):
 
 _CPU: dict[str, float] = defaultdict(float)
 _TESTS: dict[str, float] = {}
+_SESSION_CPU: dict[str, float] = {}  # a session fixture's tear-down in the current test, charged to itself
+_CLUSTER_KEY = "(the shared Dask cluster: its worker processes, tests/test_sweep.py and tests/test_llm_sweep.py)"
 
 
 def _cpu() -> float:
@@ -120,8 +127,11 @@ def pytest_runtest_protocol(item, nextitem):
     start = _cpu()
     yield
     if item.config.getoption("--cpu-times"):
-        _TESTS[item.nodeid] = _cpu() - start
+        _TESTS[item.nodeid] = _cpu() - start - sum(_SESSION_CPU.values())
         _CPU[item.nodeid.split("::")[0]] += _TESTS[item.nodeid]
+        for k, v in _SESSION_CPU.items():
+            _CPU[k] += v
+        _SESSION_CPU.clear()
 
 
 def pytest_sessionfinish(session):
