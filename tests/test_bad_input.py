@@ -169,7 +169,10 @@ def test_an_interrupt_while_the_modules_import_is_one_line_and_exit_130(tmp_path
     import sys
     import time
 
-    script = "import sys; from prefalign.__main__ import main; sys.exit(main(sys.argv[1:]))"
+    # A test run started as a background job (`make test &`, nohup) inherits SIGINT ignored, and Python then installs
+    # no KeyboardInterrupt handler: the script installs the one Python installs at start-up from a terminal.
+    script = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+              "from prefalign.__main__ import main; sys.exit(main(sys.argv[1:]))")
     p = subprocess.Popen([sys.executable, "-c", script, "verify", "run", "H.4", "--json", str(tmp_path / "s.json")],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(0.8)  # within the imports of the verification modules (a second or two), or the run just after
