@@ -153,23 +153,25 @@ def _nmax(a, b):
 
 
 @njit(cache=True, error_model="numpy")
-def _check_instance(l, lam, C, P, L):
-    """Input checks of one instance; returns a CHECK_* code. ``L`` is an (m, m) workspace for the Cholesky factor."""
-    m = l.shape[0]
+def _check_instance(l, lam, C, t, P, L, row):
+    """Input checks of instance ``t`` of ``l, λ, C`` ((N, m), (N, m), (N, m, m)); returns a CHECK_* code. ``L`` is an
+    (m, m) workspace for the Cholesky factor, ``row`` an (m) one for ``Σλ``."""
+    m = l.shape[1]
     for j in range(m):
-        v = l[j]
+        v = l[t, j]
         if not (v > 0.0 and v < _INF):
             return CHECK_LOSSES
     for j in range(m):
-        v = lam[j]
+        v = lam[t, j]
         if not (v > 0.0 and v < _INF):
             return CHECK_PREFS
-    if abs(_np_sum(lam) - 1.0) > P[P_SIMPLEX]:
+        row[j] = v
+    if abs(_np_sum(row) - 1.0) > P[P_SIMPLEX]:
         return CHECK_PREFS
     cmax = 0.0
     for i in range(m):
         for j in range(m):
-            v = C[i, j]
+            v = C[t, i, j]
             if not (abs(v) < _INF):
                 return CHECK_GRAM
             cmax = max(cmax, abs(v))
@@ -178,24 +180,24 @@ def _check_instance(l, lam, C, P, L):
     for i in range(m):
         rs = 0.0
         for j in range(m):
-            if abs(C[i, j] - C[j, i]) > P[P_GRAM] * scale:
+            if abs(C[t, i, j] - C[t, j, i]) > P[P_GRAM] * scale:
                 return CHECK_GRAM
-            rs += abs(C[i, j])
+            rs += abs(C[t, i, j])
         rowmax = max(rowmax, rs)
     # λ_min(C) >= -δ, δ = GRAM_RTOL·max(1, ‖C‖_∞): a Cholesky factorisation of C + δI proves it.
     delta = P[P_GRAM] * max(1.0, rowmax)
     for j in range(m):
-        s = C[j, j] + delta
-        for t in range(j):
-            s -= L[j, t] * L[j, t]
+        s = C[t, j, j] + delta
+        for u in range(j):
+            s -= L[j, u] * L[j, u]
         if not (s > 0.0):
             return CHECK_PSD
         d = math.sqrt(s)
         L[j, j] = d
         for i in range(j + 1, m):
-            s = C[i, j]
-            for t in range(j):
-                s -= L[i, t] * L[j, t]
+            s = C[t, i, j]
+            for u in range(j):
+                s -= L[i, u] * L[j, u]
             L[i, j] = s / d
     return CHECK_OK
 
@@ -205,8 +207,9 @@ def check_inputs(l, lam, C, P):
     """Checks of every instance (shapes (N, m), (N, m), (N, m, m)); returns ``(first bad instance or -1, code)``."""
     N, m = l.shape
     L = np.zeros((m, m))
+    row = np.empty(m)
     for n in range(N):
-        code = _check_instance(l[n], lam[n], C[n], P, L)
+        code = _check_instance(l, lam, C, n, P, L, row)
         if code != CHECK_OK:
             return n, code
     return -1, CHECK_OK
@@ -215,115 +218,131 @@ def check_inputs(l, lam, C, P):
 # ------------------------------------------------------------------------------------------------ builder
 
 
+# Rows of the builder's workspace ``w`` (one flat array of ``W_ROWS·m`` entries, row ``r`` at offset ``r·m``: the
+# kernels index it instead of taking views, whose reference counting would cost more than the arithmetic).
+W_Y, W_LHAT, W_X, W_A, W_RESA, W_T0, W_T1, W_T2, W_CA, W_ERRA = range(10)
+W_ROWS = 10
+
+
 @njit(cache=True, error_model="numpy")
-def _preference_parts(l, lam, P, w):
-    """:class:`sim.preference.PreferenceParts` of one instance into the workspace rows ``w[0..7]`` and ``w[9]``:
-    ``y, lhat, x, A, res_A`` (rows 0-4; rows 5-7 are scratch), ``err_A`` (row 9, the roundoff part of ``res_A``:
-    ``PreferenceParts.adjustment_roundoff``); returns ``(beta, spread, beta_resolution)``."""
-    m = l.shape[0]
-    y, lhat, x, A, resA, t0, t1, t2, errA = w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7], w[9]
+def _preference_parts(l, lam, t, P, w):
+    """:class:`sim.preference.PreferenceParts` of instance ``t`` of ``l, λ`` ((N, m)) into the rows of the flat
+    workspace ``w``: ``y, lhat, x, A, res_A`` (rows ``W_Y..W_RESA``; ``W_T0..W_T2`` are scratch), ``err_A`` (row
+    ``W_ERRA``, the roundoff part of ``res_A``: ``PreferenceParts.adjustment_roundoff``); returns
+    ``(beta, spread, beta_resolution)``."""
+    m = l.shape[1]
+    y, lh, x, A, rA, t0, t1, t2, eA = W_Y * m, W_LHAT * m, W_X * m, W_A * m, W_RESA * m, W_T0 * m, W_T1 * m, \
+        W_T2 * m, W_ERRA * m
     tie, eps = P[P_TIE], P[P_EPS]
     # y_j = log(λ_j l_j) - c with exact power-of-two rescaling (_log_weights)
     emax = -(2**62)
     for j in range(m):
-        ma, ea = math.frexp(l[j])
-        mb, eb = math.frexp(lam[j])
-        t0[j] = ma * mb
+        ma, ea = math.frexp(l[t, j])
+        mb, eb = math.frexp(lam[t, j])
+        w[t0 + j] = ma * mb
         ex = ea + eb
-        t1[j] = ex
+        w[t1 + j] = ex
         emax = max(emax, ex)
     ymax, ymin = -_INF, _INF
     for j in range(m):
-        y[j] = math.log(t0[j]) + (t1[j] - emax) * P[P_LN2]
-        ymax = max(ymax, y[j])
-        ymin = min(ymin, y[j])
+        v = math.log(w[t0 + j]) + (w[t1 + j] - emax) * P[P_LN2]
+        w[y + j] = v
+        ymax = max(ymax, v)
+        ymin = min(ymin, v)
     spread = ymax - ymin
-    centre = _np_sum(y) / m if spread <= P[P_CENTRE] else ymax
+    centre = _pairwise_sum(w, y, m) / m if spread <= P[P_CENTRE] else ymax
     for j in range(m):
-        t0[j] = y[j] - centre  # d
-        t1[j] = math.expm1(t0[j])  # u
-    S = _np_sum(t1) / m
+        w[t0 + j] = w[y + j] - centre  # d
+        w[t1 + j] = math.expm1(w[t0 + j])  # u
+    S = _pairwise_sum(w, t1, m) / m
     Lg = math.log1p(S)
     for j in range(m):
-        t1[j] = 1.0 + t1[j]  # ed
+        w[t1 + j] = 1.0 + w[t1 + j]  # ed
     den = m * (1.0 + S)
     for j in range(m):
-        lhat[j] = math.exp(t0[j]) / den  # e^d, as sim.preference: small entries keep their relative accuracy
-        x[j] = t0[j] - Lg
-        t2[j] = t1[j] * t0[j]
-    first = (_np_sum(t2) / m) / (1.0 + S)
+        d = w[t0 + j]
+        w[lh + j] = math.exp(d) / den  # e^d, as sim.preference: small entries keep their relative accuracy
+        w[x + j] = d - Lg
+        w[t2 + j] = w[t1 + j] * d
+    first = (_pairwise_sum(w, t2, m) / m) / (1.0 + S)
     beta = max(first - Lg, 0.0)
     # A_j = λ_j Σ_k ĺ_k (y_j - y_k); its resolution (PreferenceParts.adjustment_resolution)
-    lsum = _np_sum(lhat)
+    lsum = _pairwise_sum(w, lh, m)
     for j in range(m):
+        yj = w[y + j]
         for k in range(m):
-            t0[k] = (y[j] - y[k]) * lhat[k]
-        a = _pairwise_sum(t0, 0, m)
+            w[t0 + k] = (yj - w[y + k]) * w[lh + k]
+        a = _pairwise_sum(w, t0, m)
         for k in range(m):
-            t0[k] = abs(y[j] - y[k]) * lhat[k]
-        sp = _pairwise_sum(t0, 0, m)
+            w[t0 + k] = abs(yj - w[y + k]) * w[lh + k]
+        sp = _pairwise_sum(w, t0, m)
         for k in range(m):
             off = 0.0 if k == j else 1.0
-            t0[k] = (off * (abs(y[j]) + abs(y[k]) + abs(y[j] - y[k]))) * lhat[k]
-        rnd = _pairwise_sum(t0, 0, m)
-        A[j] = lam[j] * a
-        rest = max(lsum - lhat[j], 0.0)
-        resA[j] = lam[j] * (2.0 * tie * (rest + sp) + 4.0 * m * eps * rnd)
-        errA[j] = lam[j] * (4.0 * m * eps * rnd)
+            yk = w[y + k]
+            w[t0 + k] = (off * (abs(yj) + abs(yk) + abs(yj - yk))) * w[lh + k]
+        rnd = _pairwise_sum(w, t0, m)
+        lj = lam[t, j]
+        w[A + j] = lj * a
+        rest = max(lsum - w[lh + j], 0.0)
+        w[rA + j] = lj * (2.0 * tie * (rest + sp) + 4.0 * m * eps * rnd)
+        w[eA + j] = lj * (4.0 * m * eps * rnd)
     for j in range(m):
-        t0[j] = lhat[j] * abs(x[j] - beta)
-    res_beta = tie * _pairwise_sum(t0, 0, m) + 8.0 * m * eps * beta
+        w[t0 + j] = w[lh + j] * abs(w[x + j] - beta)
+    res_beta = tie * _pairwise_sum(w, t0, m) + 8.0 * m * eps * beta
     return beta, spread, res_beta
 
 
 @njit(cache=True, error_model="numpy")
-def _build_instance(l, lam, C, eps_mode, restricted, tlog, P, w, c, D, e, active, CA, J, Jstar):
-    """``sim.direction._build`` for one instance: fills ``c (m), D (m+1, m), e (m+1), active (m+1), CA, J, J*``
-    and the workspace rows of :func:`_preference_parts` (``A`` in ``w[3]``); ``tlog``: ``J*``'s tolerance in log
-    units ``(widened, exact)`` (``sim.direction._jstar_tol``); returns ``(beta, balance, ambiguous)``."""
-    m = l.shape[0]
+def _build_instance(l, lam, C, t, eps_mode, restricted, tlog, P, w, c, D, e, active, flags, ft):
+    """``sim.direction._build`` for instance ``t`` of ``l, λ, C`` ((N, m), (N, m), (N, m, m)): fills ``c (m),
+    D (m+1, m), e (m+1), active (m+1)``, ``J`` and ``J*`` into ``flags[ft, :m]`` and ``flags[ft, m:2m]``, and the
+    workspace rows of :func:`_preference_parts` (``A`` in row ``W_A``, ``CA`` in row ``W_CA``); ``tlog``: ``J*``'s
+    tolerance in log units ``(widened, exact)`` (``sim.direction._jstar_tol``); returns ``(beta, balance,
+    ambiguous)``."""
+    m = l.shape[1]
     tie, eps = P[P_TIE], P[P_EPS]
-    tw, t0 = tlog[0], tlog[1]
-    beta, spread, res_beta = _preference_parts(l, lam, P, w)
-    x, A, resA, errA = w[2], w[3], w[4], w[9]
+    tw, tx = tlog[0], tlog[1]
+    beta, spread, res_beta = _preference_parts(l, lam, t, P, w)
+    x, A, rA, eA, tmp, CA = W_X * m, W_A * m, W_RESA * m, W_ERRA * m, W_T0 * m, W_CA * m
     # (R1) on the ray within the resolution: β = 0 and A = 0 exactly.
     if spread <= tie:
         beta = 0.0
         for j in range(m):
-            A[j] = 0.0
+            w[A + j] = 0.0
     # (R2) J*: weighted losses within the resolution of the maximum are ties.
     xmax = -_INF
     for j in range(m):
-        xmax = max(xmax, x[j])
+        xmax = max(xmax, w[x + j])
     # Reported: every entry a rule changes, every decision within the resolution band of its threshold.
     amb = spread > 0.0 and spread <= 3.0 * tie
     for j in range(m):
-        Jstar[j] = x[j] >= xmax - tw
-        xg = xmax - x[j]
-        if xg > t0 and xg <= tw + 2.0 * tie:
+        flags[ft, m + j] = w[x + j] >= xmax - tw
+        xg = xmax - w[x + j]
+        if xg > tx and xg <= tw + 2.0 * tie:
             amb = True
     # (R3) entries of CA whose computed value does not decide their sign are exactly 0.
     anyJ = False
     anyCA = False
     camax = -_INF
-    tmp = w[5]
     for i in range(m):
-        s = _dot(C[i], A, m, tmp)
         for j in range(m):
-            tmp[j] = abs(C[i, j]) * (resA[j] + 4.0 * m * eps * abs(A[j]))
-        r = _pairwise_sum(tmp, 0, m)
+            w[tmp + j] = C[t, i, j] * w[A + j]
+        s = _pairwise_sum(w, tmp, m)
         for j in range(m):
-            tmp[j] = abs(C[i, j]) * (errA[j] + 4.0 * m * eps * abs(A[j]))
-        err = _pairwise_sum(tmp, 0, m)
+            w[tmp + j] = abs(C[t, i, j]) * (w[rA + j] + 4.0 * m * eps * abs(w[A + j]))
+        r = _pairwise_sum(w, tmp, m)
+        for j in range(m):
+            w[tmp + j] = abs(C[t, i, j]) * (w[eA + j] + 4.0 * m * eps * abs(w[A + j]))
+        err = _pairwise_sum(w, tmp, m)
         if abs(s) <= err:
             if s != 0.0:
                 amb = True
             s = 0.0
         if s != 0.0 and abs(s) <= 3.0 * r:
             amb = True
-        CA[i] = s
-        J[i] = s > 0.0
-        anyJ = anyJ or J[i]
+        w[CA + i] = s
+        flags[ft, i] = s > 0.0
+        anyJ = anyJ or s > 0.0
         anyCA = anyCA or s != 0.0
         camax = max(camax, s)
     balance = beta > eps_mode
@@ -332,15 +351,16 @@ def _build_instance(l, lam, C, eps_mode, restricted, tlog, P, w, c, D, e, active
     # Balancing mode: with J ≠ ∅, rows J̄ ∪ J* (rhs (CA)_j on J̄ ∖ J*, 0 on J*); with J = ∅, all rows, rhs 0.
     bal = balance and anyJ
     for i in range(m):
-        active[i] = (not bal) or (not J[i]) or Jstar[i]
-        e[i] = CA[i] if (bal and not Jstar[i]) else 0.0
+        js = flags[ft, m + i]
+        active[i] = (not bal) or (not flags[ft, i]) or js
+        e[i] = w[CA + i] if (bal and not js) else 0.0
         for j in range(m):
-            D[i, j] = C[i, j]
+            D[i, j] = C[t, i, j]
     # Uniform-descent mode: the restricted LP adds μᵀCA >= min(max CA, 0), left out where CA = 0 (R4).
     active[m] = restricted and (not balance) and anyCA
     e[m] = min(camax, 0.0)
     for j in range(m):
-        D[m, j] = CA[j]
+        D[m, j] = w[CA + j]
     for i in range(m + 1):
         if not active[i]:
             for j in range(m):
@@ -348,11 +368,11 @@ def _build_instance(l, lam, C, eps_mode, restricted, tlog, P, w, c, D, e, active
             e[i] = -1.0
     for j in range(m):
         if balance:
-            c[j] = CA[j]
+            c[j] = w[CA + j]
         else:  # C.sum(axis=1): the rows added in order
-            s = C[0, j]
+            s = C[t, 0, j]
             for i in range(1, m):
-                s += C[i, j]
+                s += C[t, i, j]
             c[j] = s
     return beta, balance, amb
 
@@ -564,7 +584,9 @@ def _feasibility(D, e, mu, tmp):
     k, m = D.shape
     rows = -_INF
     for i in range(k):
-        rows = _nmax(rows, e[i] - _dot(D[i], mu, m, tmp))
+        for j in range(m):  # (D[i] * mu).sum(): the products, then numpy's pairwise sum
+            tmp[j] = D[i, j] * mu[j]
+        rows = _nmax(rows, e[i] - _pairwise_sum(tmp, 0, m))
     mumin = _INF
     for j in range(m):
         mumin = -_nmax(-mumin, -mu[j])
@@ -623,7 +645,8 @@ def _resolve_basis(D, e, basis, B, xB):
 def _solve_lp(c, D, e, max_iter, P, T, basis, prow, f, y, xB, xr, B, tmp, mu):
     """Dual simplex, recovery and certificate of one scaled LP (``sim.direction._solve_batched`` per instance).
 
-    Returns ``(code, iterations, kkt, unique)``; the weights are in ``mu`` (NaN unless code 0)."""
+    Returns ``(code, iterations, kkt, unique, feasibility)`` (``feasibility``: :func:`_feasibility` of the
+    returned weights, NaN unless code 0); the weights are in ``mu`` (NaN unless code 0)."""
     k, m = D.shape
     n, p = m + k, k + 1
     if max_iter < 0:
@@ -632,7 +655,7 @@ def _solve_lp(c, D, e, max_iter, P, T, basis, prow, f, y, xB, xr, B, tmp, mu):
     if code != 0:
         for j in range(m):
             mu[j] = _NAN
-        return code, iters, _NAN, False
+        return code, iters, _NAN, False, _NAN
     for i in range(k):
         y[1 + i] = T[p, m + i]
     jb = basis[0]
@@ -646,11 +669,13 @@ def _solve_lp(c, D, e, max_iter, P, T, basis, prow, f, y, xB, xr, B, tmp, mu):
     for t in range(p):
         xB[t] = T[t, n]
     _weights_from(xB, basis, m, mu)
-    kkt = _nmax(_certificate(c, D, e, mu, y, tmp), _feasibility(D, e, mu, tmp))
+    feas = _feasibility(D, e, mu, tmp)
+    kkt = _nmax(_certificate(c, D, e, mu, y, tmp), feas)
     if kkt > P[P_CERT]:
         if _resolve_basis(D, e, basis, B, xr):  # an exactly singular basis keeps the tableau's weights
             _weights_from(xr, basis, m, mu)
-            kkt = _nmax(_certificate(c, D, e, mu, y, tmp), _feasibility(D, e, mu, tmp))
+            feas = _feasibility(D, e, mu, tmp)
+            kkt = _nmax(_certificate(c, D, e, mu, y, tmp), feas)
     unique = True
     for j in range(n):
         basic = False
@@ -661,7 +686,7 @@ def _solve_lp(c, D, e, max_iter, P, T, basis, prow, f, y, xB, xr, B, tmp, mu):
         if not basic and not (T[p, j] < -P[P_UNIQUE]):
             unique = False
             break
-    return code, iters, kkt, unique
+    return code, iters, kkt, unique, feas
 
 
 # ------------------------------------------------------------------------------------------------ driver
@@ -677,71 +702,76 @@ B_BALANCE, B_UNIQUE, B_AMBIGUOUS, B_REDO = 0, 1, 2, 3  # offsets from 2m
 
 @njit(cache=True, error_model="numpy")
 def _workspace(m):
-    """Scratch arrays for one instance: vectors ``V`` (rows: preference parts 0-9, c, c scaled, e, e scaled, pivot
-    row, pivot column, duals, basic values, re-solved values), ``D`` and its scaled copy, the tableau, ``B``, the
-    basis and the active rows."""
+    """Scratch arrays, allocated once per batch: the builder's flat workspace ``w`` (rows ``W_*``), vectors ``V``
+    (rows: c, c scaled, e, e scaled, pivot row, pivot column, duals, basic values, re-solved values, scratch,
+    weights), ``D`` and its scaled copy, the tableau, ``B``, the basis and the active rows."""
     k = m + 1
     n, p = m + k, k + 1
-    return (np.empty((10, m)), np.empty((10, n + 1)), np.empty((k, m)), np.empty((k, m)), np.empty((p + 1, n + 1)),
+    return (np.empty(W_ROWS * m), np.empty((11, n + 1)), np.empty((k, m)), np.empty((k, m)), np.empty((p + 1, n + 1)),
             np.empty((p, p)), np.empty(p, dtype=np.int64), np.empty(k, dtype=np.bool_))
 
 
 @njit(cache=True, error_model="numpy")
-def direction_instance(t, l, lam, C, eps_mode, restricted, tlog, policy, max_iter, P, w, V, D, Ds, T, B, basis,
-                       active, F, Fl, I):
-    """The LP direction of instance ``t`` (``sim.direction._finish`` per instance) into row ``t`` of the outputs
-    ``F, Fl, I`` (column layout above); the scratch arrays come from :func:`_workspace`."""
+def instance_loop(l, lam, C, eps_mode, restricted, tlog, policy, max_iter, P, w, V, D, Ds, T, B, basis, active, F,
+                  Fl, I):
+    """The LP direction of every instance (``sim.direction._finish`` per instance) into its row of the outputs
+    ``F, Fl, I`` (column layout above), with the scratch arrays of :func:`_workspace` and the outputs given (no
+    checks). The scratch vectors are cut from ``V`` once for the whole batch and every kernel indexes its inputs and
+    outputs by instance: no array view is made per instance (each would cost two atomic reference counts)."""
     m = l.shape[1]
     k = m + 1
     p = k + 1
-    c, cs, e, es, prow, f, y, xB, xr, tmp = V[0, :m], V[1, :m], V[2, :k], V[3, :k], V[4], V[5, : p + 1], \
-        V[6, :p], V[7, :p], V[8, :p], V[9]
-    CA = w[8]
-    mu = F[t, :m]
-    beta, balance, amb = _build_instance(l[t], lam[t], C[t], eps_mode, restricted, tlog, P, w, c, D, e, active,
-                                         CA, Fl[t, :m], Fl[t, m : 2 * m])
-    _scale(c, D, e, cs, Ds, es)
-    code, iters, kkt, unique = _solve_lp(cs, Ds, es, max_iter, P, T, basis, prow, f, y, xB, xr, B, tmp, mu)
-    st = S_OPTIMAL if code == 0 else (S_INFEASIBLE if code == 1 else S_ITERLIMIT)
-    redo = code == 1 and (not balance) and active[m]
-    if redo:
-        if policy == POLICY_RELAXED:  # drop the restriction row μᵀCA >= min(max CA, 0) and re-solve
-            for j in range(m):
-                Ds[m, j] = 0.0
-            es[m] = -1.0
-            code2, it2, kkt, unique = _solve_lp(cs, Ds, es, max_iter, P, T, basis, prow, f, y, xB, xr, B, tmp, mu)
-            iters += it2
-            st = S_RELAXED if code2 == 0 else S_INFEASIBLE
-        elif policy == POLICY_FALLBACK:  # the EPO training scripts' μ = λ / Σλ
-            s = _np_sum(lam[t])
-            for j in range(m):
-                mu[j] = lam[t, j] / s
-            kkt = _NAN
-            unique = False
-            st = S_FALLBACK
-    solved = True
-    for j in range(m):
-        if not (abs(mu[j]) < _INF):
-            solved = False
-    if solved:
-        g = _dot(mu, CA, m, tmp)
-        ob = _dot(mu, c, m, tmp)
-        fe = _feasibility(Ds, es, mu, tmp)
-    else:
-        g = ob = fe = _NAN
-    for j in range(m):
-        F[t, m + j] = w[3, j]
-    F[t, 2 * m + F_GAIN] = g
-    F[t, 2 * m + F_BETA] = beta
-    F[t, 2 * m + F_OBJ] = ob
-    F[t, 2 * m + F_FEAS] = fe
-    F[t, 2 * m + F_KKT] = kkt
-    Fl[t, 2 * m + B_BALANCE] = balance
-    Fl[t, 2 * m + B_UNIQUE] = unique and solved
-    Fl[t, 2 * m + B_AMBIGUOUS] = amb
-    Fl[t, 2 * m + B_REDO] = redo
-    I[t, 0] = st
-    I[t, 1] = iters
+    c, cs, e, es, prow, f, y, xB, xr, tmp, mu = V[0, :m], V[1, :m], V[2, :k], V[3, :k], V[4], V[5, : p + 1], \
+        V[6, :p], V[7, :p], V[8, :p], V[9], V[10, :m]
+    ca = W_CA * m
+    for t in range(l.shape[0]):
+        beta, balance, amb = _build_instance(l, lam, C, t, eps_mode, restricted, tlog, P, w, c, D, e, active, Fl, t)
+        _scale(c, D, e, cs, Ds, es)
+        code, iters, kkt, unique, fe = _solve_lp(cs, Ds, es, max_iter, P, T, basis, prow, f, y, xB, xr, B, tmp, mu)
+        st = S_OPTIMAL if code == 0 else (S_INFEASIBLE if code == 1 else S_ITERLIMIT)
+        redo = code == 1 and (not balance) and active[m]
+        if redo:
+            if policy == POLICY_RELAXED:  # drop the restriction row μᵀCA >= min(max CA, 0) and re-solve
+                for j in range(m):
+                    Ds[m, j] = 0.0
+                es[m] = -1.0
+                code2, it2, kkt, unique, fe = _solve_lp(cs, Ds, es, max_iter, P, T, basis, prow, f, y, xB, xr, B,
+                                                        tmp, mu)
+                iters += it2
+                st = S_RELAXED if code2 == 0 else S_INFEASIBLE
+            elif policy == POLICY_FALLBACK:  # the EPO training scripts' μ = λ / Σλ
+                s = _np_sum(lam[t])
+                for j in range(m):
+                    mu[j] = lam[t, j] / s
+                kkt = _NAN
+                unique = False
+                st = S_FALLBACK
+                fe = _feasibility(Ds, es, mu, tmp)
+        solved = True
+        for j in range(m):
+            if not (abs(mu[j]) < _INF):
+                solved = False
+        if solved:
+            for j in range(m):  # _dot(mu, CA)
+                tmp[j] = mu[j] * w[ca + j]
+            g = _pairwise_sum(tmp, 0, m)
+            ob = _dot(mu, c, m, tmp)
+        else:
+            g = ob = fe = _NAN
+        for j in range(m):
+            F[t, j] = mu[j]
+            F[t, m + j] = w[W_A * m + j]
+        F[t, 2 * m + F_GAIN] = g
+        F[t, 2 * m + F_BETA] = beta
+        F[t, 2 * m + F_OBJ] = ob
+        F[t, 2 * m + F_FEAS] = fe
+        F[t, 2 * m + F_KKT] = kkt
+        Fl[t, 2 * m + B_BALANCE] = balance
+        Fl[t, 2 * m + B_UNIQUE] = unique and solved
+        Fl[t, 2 * m + B_AMBIGUOUS] = amb
+        Fl[t, 2 * m + B_REDO] = redo
+        I[t, 0] = st
+        I[t, 1] = iters
 
 
 @njit(cache=True, error_model="numpy")
@@ -759,8 +789,9 @@ def directions(l, lam, C, eps_mode, restricted, tlog, policy, max_iter, P, check
             return bad, code, np.empty((0, 2 * m + 5)), np.empty((0, 2 * m + 4), dtype=np.bool_), \
                 np.empty((0, 2), dtype=np.int64)
         lam = lam.copy()
+        flat = lam.reshape(N * m)
         for t in range(N):
-            s = _np_sum(lam[t])
+            s = _pairwise_sum(flat, t * m, m)  # _np_sum(lam[t])
             for j in range(m):
                 lam[t, j] = lam[t, j] / s
     F = np.empty((N, 2 * m + 5))
@@ -773,15 +804,6 @@ def directions(l, lam, C, eps_mode, restricted, tlog, policy, max_iter, P, check
 
 
 @njit(cache=True, error_model="numpy")
-def instance_loop(l, lam, C, eps_mode, restricted, tlog, policy, max_iter, P, w, V, D, Ds, T, B, basis, active, F,
-                  Fl, I):
-    """:func:`direction_instance` for every instance, with scratch arrays and outputs given (no checks)."""
-    for t in range(l.shape[0]):
-        direction_instance(t, l, lam, C, eps_mode, restricted, tlog, policy, max_iter, P, w, V, D, Ds, T, B, basis,
-                           active, F, Fl, I)
-
-
-@njit(cache=True, error_model="numpy")
 def build_lps(l, lam, C, eps_mode, restricted, tlog, P):
     """The compiled builder alone, batched: ``(c, D, e, active, beta, A, CA, J, J*, balance, ambiguous)`` as
     ``sim.direction._build`` returns them (for the twin tests)."""
@@ -790,14 +812,16 @@ def build_lps(l, lam, C, eps_mode, restricted, tlog, P):
     c, D, e = np.empty((N, m)), np.empty((N, k, m)), np.empty((N, k))
     active = np.empty((N, k), dtype=np.bool_)
     beta, A, CA = np.empty(N), np.empty((N, m)), np.empty((N, m))
-    J, Js = np.empty((N, m), dtype=np.bool_), np.empty((N, m), dtype=np.bool_)
+    flags = np.empty((N, 2 * m), dtype=np.bool_)  # J, J*
     balance, amb = np.empty(N, dtype=np.bool_), np.empty(N, dtype=np.bool_)
-    w = np.empty((10, m))
+    w = np.empty(W_ROWS * m)
     for t in range(N):
-        beta[t], balance[t], amb[t] = _build_instance(l[t], lam[t], C[t], eps_mode, restricted, tlog, P, w, c[t],
-                                                      D[t], e[t], active[t], CA[t], J[t], Js[t])
-        A[t] = w[3]
-    return c, D, e, active, beta, A, CA, J, Js, balance, amb
+        beta[t], balance[t], amb[t] = _build_instance(l, lam, C, t, eps_mode, restricted, tlog, P, w, c[t], D[t],
+                                                      e[t], active[t], flags, t)
+        for j in range(m):
+            A[t, j] = w[W_A * m + j]
+            CA[t, j] = w[W_CA * m + j]
+    return c, D, e, active, beta, A, CA, flags[:, :m], flags[:, m:], balance, amb
 
 
 @njit(cache=True, error_model="numpy")
@@ -816,6 +840,6 @@ def solve_lps(c, D, e, max_iter, P):
     T, prow, f, y = np.empty((p + 1, n + 1)), np.empty(n + 1), np.empty(p + 1), np.empty(p)
     xB, xr, B, tmp = np.empty(p), np.empty(p), np.empty((p, p)), np.empty(p)
     for t in range(N):
-        code[t], iters[t], kkt[t], unique[t] = _solve_lp(c[t], D[t], e[t], max_iter, P, T, basis[t], prow, f, y,
-                                                          xB, xr, B, tmp, mu[t])
+        code[t], iters[t], kkt[t], unique[t], _ = _solve_lp(c[t], D[t], e[t], max_iter, P, T, basis[t], prow, f, y,
+                                                             xB, xr, B, tmp, mu[t])
     return mu, code, iters, kkt, unique, basis
