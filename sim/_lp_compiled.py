@@ -218,149 +218,222 @@ def check_inputs(l, lam, C, P):
 # ------------------------------------------------------------------------------------------------ builder
 
 
-# Rows of the builder's workspace ``w`` (one flat array of ``W_ROWS·m`` entries, row ``r`` at offset ``r·m``: the
-# kernels index it instead of taking views, whose reference counting would cost more than the arithmetic).
-W_Y, W_LHAT, W_X, W_A, W_RESA, W_T0, W_T1, W_T2, W_CA, W_ERRA = range(10)
-W_ROWS = 10
+# The builder runs on blocks of up to BLOCK instances at once: its scratch ``S`` holds one row per quantity (per
+# objective j: row ``R_*·m + j``; the Gram entries: row ``R_C·m + i·m + j``; per instance: rows ``Q_*`` after them)
+# and one column per instance of the block, so that every step of the preference parts and of the resolution rules is a
+# loop over the instances (SIMD lanes) performing, per instance, the rounded operations of sim.direction._build in
+# its order. Sums over the objective axis are numpy's: below 8 terms added in order (lane by lane), longer ones by
+# numpy's pairwise order (_pairwise_sum_long, per instance). The result of an instance does not depend on its block.
+BLOCK = 64
+R_L, R_LAM, R_Y, R_LH, R_X, R_A, R_RA, R_EA, R_D, R_U, R_T, R_CA, R_C = range(13)
+(Q_EMAX, Q_YMAX, Q_YMIN, Q_SPREAD, Q_CENTRE, Q_S, Q_LG, Q_DEN, Q_BETA, Q_LSUM, Q_SUM, Q_SP, Q_RND, Q_RESB, Q_XMAX,
+ Q_CAMAX, Q_R, Q_ERR) = range(18)
+N_Q = 18
+# Flag rows of the block: ambiguous, J ≠ ∅, CA ≠ 0, balancing mode, then J (m rows) and J* (m rows).
+G_AMB, G_ANYJ, G_ANYCA, G_BAL, G_J = range(5)
 
 
 @njit(cache=True, error_model="numpy")
-def _preference_parts(l, lam, t, P, w):
-    """:class:`sim.preference.PreferenceParts` of instance ``t`` of ``l, λ`` ((N, m)) into the rows of the flat
-    workspace ``w``: ``y, lhat, x, A, res_A`` (rows ``W_Y..W_RESA``; ``W_T0..W_T2`` are scratch), ``err_A`` (row
-    ``W_ERRA``, the roundoff part of ``res_A``: ``PreferenceParts.adjustment_roundoff``); returns
-    ``(beta, spread, beta_resolution)``."""
+def _block_scratch(m):
+    """The builder's block scratch: ``S`` (rows above, BLOCK) and the flags ``G`` (4 + 2m, BLOCK)."""
+    return np.empty(((R_C + m) * m + N_Q, BLOCK)), np.empty((G_J + 2 * m, BLOCK), dtype=np.bool_)
+
+
+@njit(cache=True, error_model="numpy")
+def _lane_sum(S, r0, n, nb, out, vec):
+    """``S[out, b]`` = numpy's sum of ``S[r0 : r0 + n, b]`` for the lanes ``b < nb`` (``vec``: n scratch)."""
+    if n < 8:
+        for b in range(nb):
+            S[out, b] = 0.0
+        for j in range(n):
+            for b in range(nb):
+                S[out, b] += S[r0 + j, b]
+    else:
+        for b in range(nb):
+            for j in range(n):
+                vec[j] = S[r0 + j, b]
+            S[out, b] = _pairwise_sum_long(vec, 0, n)
+
+
+@njit(cache=True, error_model="numpy")
+def _build_block(l, lam, C, t0, nb, eps_mode, tlog, P, S, G, vec):
+    """:class:`sim.preference.PreferenceParts` and the resolution rules (R1)-(R3) of ``sim.direction._build`` for
+    the instances ``t0 .. t0+nb-1`` of ``l, λ, C`` ((N, m), (N, m), (N, m, m)), into the block scratch ``S, G``
+    (lane ``b``: instance ``t0 + b``): ``β`` (row ``Q_BETA``), ``A`` (rows ``R_A``), ``CA`` (rows ``R_CA``), its
+    maximum (``Q_CAMAX``), ``J``, ``J*``, the mode and ``ambiguous`` (flags ``G``); ``tlog``: ``J*``'s tolerance in
+    log units ``(widened, exact)`` (``sim.direction._jstar_tol``); ``vec``: m scratch."""
     m = l.shape[1]
-    y, lh, x, A, rA, t0, t1, t2, eA = W_Y * m, W_LHAT * m, W_X * m, W_A * m, W_RESA * m, W_T0 * m, W_T1 * m, \
-        W_T2 * m, W_ERRA * m
-    tie, eps = P[P_TIE], P[P_EPS]
-    # y_j = log(λ_j l_j) - c with exact power-of-two rescaling (_log_weights)
-    emax = -(2**62)
+    tie, eps, ln2 = P[P_TIE], P[P_EPS], P[P_LN2]
+    tw, tx = tlog[0], tlog[1]
+    rl, rlam, y, lh, x, A, rA, eA, d, u, tm, CA, rc = R_L * m, R_LAM * m, R_Y * m, R_LH * m, R_X * m, R_A * m, \
+        R_RA * m, R_EA * m, R_D * m, R_U * m, R_T * m, R_CA * m, R_C * m
+    q = rc + m * m
+    EMAX, YMAX, YMIN, SPREAD, CENTRE, SS, LG, DEN, BETA = q + Q_EMAX, q + Q_YMAX, q + Q_YMIN, q + Q_SPREAD, \
+        q + Q_CENTRE, q + Q_S, q + Q_LG, q + Q_DEN, q + Q_BETA
+    LSUM, SUM, SP, RND, RESB, XMAX, CAMAX, RR, ERR = q + Q_LSUM, q + Q_SUM, q + Q_SP, q + Q_RND, q + Q_RESB, \
+        q + Q_XMAX, q + Q_CAMAX, q + Q_R, q + Q_ERR
+    J, JS = G_J, G_J + m
+    for b in range(nb):  # the block's data, one column per instance
+        t = t0 + b
+        for j in range(m):
+            S[rl + j, b] = l[t, j]
+            S[rlam + j, b] = lam[t, j]
+        for i in range(m):
+            for j in range(m):
+                S[rc + i * m + j, b] = C[t, i, j]
+    # y_j = log(λ_j l_j) - c with exact power-of-two rescaling (sim.preference._log_weights)
+    for b in range(nb):
+        S[EMAX, b] = -(2.0**62)
     for j in range(m):
-        ma, ea = math.frexp(l[t, j])
-        mb, eb = math.frexp(lam[t, j])
-        w[t0 + j] = ma * mb
-        ex = ea + eb
-        w[t1 + j] = ex
-        emax = max(emax, ex)
-    ymax, ymin = -_INF, _INF
+        for b in range(nb):
+            ma, ea = math.frexp(S[rl + j, b])
+            mb, eb = math.frexp(S[rlam + j, b])
+            S[d + j, b] = ma * mb
+            ex = ea + eb
+            S[u + j, b] = ex
+            S[EMAX, b] = max(S[EMAX, b], S[u + j, b])
+    for b in range(nb):
+        S[YMAX, b] = -_INF
+        S[YMIN, b] = _INF
     for j in range(m):
-        v = math.log(w[t0 + j]) + (w[t1 + j] - emax) * P[P_LN2]
-        w[y + j] = v
-        ymax = max(ymax, v)
-        ymin = min(ymin, v)
-    spread = ymax - ymin
-    centre = _pairwise_sum(w, y, m) / m if spread <= P[P_CENTRE] else ymax
+        for b in range(nb):
+            v = math.log(S[d + j, b]) + (S[u + j, b] - S[EMAX, b]) * ln2
+            S[y + j, b] = v
+            S[YMAX, b] = max(S[YMAX, b], v)
+            S[YMIN, b] = min(S[YMIN, b], v)
+    _lane_sum(S, y, m, nb, CENTRE, vec)
+    for b in range(nb):
+        S[SPREAD, b] = S[YMAX, b] - S[YMIN, b]
+        S[CENTRE, b] = S[CENTRE, b] / m if S[SPREAD, b] <= P[P_CENTRE] else S[YMAX, b]
     for j in range(m):
-        w[t0 + j] = w[y + j] - centre  # d
-        w[t1 + j] = math.expm1(w[t0 + j])  # u
-    S = _pairwise_sum(w, t1, m) / m
-    Lg = math.log1p(S)
+        for b in range(nb):
+            dv = S[y + j, b] - S[CENTRE, b]
+            S[d + j, b] = dv
+            S[u + j, b] = math.expm1(dv)
+    _lane_sum(S, u, m, nb, SS, vec)
+    for b in range(nb):
+        S[SS, b] = S[SS, b] / m
+        S[LG, b] = math.log1p(S[SS, b])
+        S[DEN, b] = m * (1.0 + S[SS, b])
     for j in range(m):
-        w[t1 + j] = 1.0 + w[t1 + j]  # ed
-    den = m * (1.0 + S)
+        for b in range(nb):
+            dv = S[d + j, b]
+            ed = 1.0 + S[u + j, b]
+            S[lh + j, b] = math.exp(dv) / S[DEN, b]  # e^d, as sim.preference: small entries keep their accuracy
+            S[x + j, b] = dv - S[LG, b]
+            S[tm + j, b] = ed * dv
+    _lane_sum(S, tm, m, nb, SUM, vec)
+    for b in range(nb):
+        first = (S[SUM, b] / m) / (1.0 + S[SS, b])
+        S[BETA, b] = max(first - S[LG, b], 0.0)
+    # A_j = λ_j Σ_k ĺ_k (y_j - y_k); its resolution (PreferenceParts.adjustment_resolution) and roundoff
+    _lane_sum(S, lh, m, nb, LSUM, vec)
     for j in range(m):
-        d = w[t0 + j]
-        w[lh + j] = math.exp(d) / den  # e^d, as sim.preference: small entries keep their relative accuracy
-        w[x + j] = d - Lg
-        w[t2 + j] = w[t1 + j] * d
-    first = (_pairwise_sum(w, t2, m) / m) / (1.0 + S)
-    beta = max(first - Lg, 0.0)
-    # A_j = λ_j Σ_k ĺ_k (y_j - y_k); its resolution (PreferenceParts.adjustment_resolution)
-    lsum = _pairwise_sum(w, lh, m)
-    for j in range(m):
-        yj = w[y + j]
         for k in range(m):
-            w[t0 + k] = (yj - w[y + k]) * w[lh + k]
-        a = _pairwise_sum(w, t0, m)
+            for b in range(nb):
+                S[tm + k, b] = (S[y + j, b] - S[y + k, b]) * S[lh + k, b]
+        _lane_sum(S, tm, m, nb, SUM, vec)
         for k in range(m):
-            w[t0 + k] = abs(yj - w[y + k]) * w[lh + k]
-        sp = _pairwise_sum(w, t0, m)
+            for b in range(nb):
+                S[tm + k, b] = abs(S[y + j, b] - S[y + k, b]) * S[lh + k, b]
+        _lane_sum(S, tm, m, nb, SP, vec)
         for k in range(m):
             off = 0.0 if k == j else 1.0
-            yk = w[y + k]
-            w[t0 + k] = (off * (abs(yj) + abs(yk) + abs(yj - yk))) * w[lh + k]
-        rnd = _pairwise_sum(w, t0, m)
-        lj = lam[t, j]
-        w[A + j] = lj * a
-        rest = max(lsum - w[lh + j], 0.0)
-        w[rA + j] = lj * (2.0 * tie * (rest + sp) + 4.0 * m * eps * rnd)
-        w[eA + j] = lj * (4.0 * m * eps * rnd)
+            for b in range(nb):
+                yj, yk = S[y + j, b], S[y + k, b]
+                S[tm + k, b] = (off * (abs(yj) + abs(yk) + abs(yj - yk))) * S[lh + k, b]
+        _lane_sum(S, tm, m, nb, RND, vec)
+        for b in range(nb):
+            lj = S[rlam + j, b]
+            S[A + j, b] = lj * S[SUM, b]
+            rest = max(S[LSUM, b] - S[lh + j, b], 0.0)
+            S[rA + j, b] = lj * (2.0 * tie * (rest + S[SP, b]) + 4.0 * m * eps * S[RND, b])
+            S[eA + j, b] = lj * (4.0 * m * eps * S[RND, b])
     for j in range(m):
-        w[t0 + j] = w[lh + j] * abs(w[x + j] - beta)
-    res_beta = tie * _pairwise_sum(w, t0, m) + 8.0 * m * eps * beta
-    return beta, spread, res_beta
+        for b in range(nb):
+            S[tm + j, b] = S[lh + j, b] * abs(S[x + j, b] - S[BETA, b])
+    _lane_sum(S, tm, m, nb, RESB, vec)
+    for b in range(nb):
+        S[RESB, b] = tie * S[RESB, b] + 8.0 * m * eps * S[BETA, b]
+    # (R1) on the ray within the resolution: β = 0 and A = 0 exactly.
+    for b in range(nb):
+        sp = S[SPREAD, b]
+        if sp <= tie:
+            S[BETA, b] = 0.0
+        # Reported: every entry a rule changes, every decision within the resolution band of its threshold.
+        G[G_AMB, b] = sp > 0.0 and sp <= 3.0 * tie
+        S[XMAX, b] = -_INF
+    for j in range(m):
+        for b in range(nb):
+            if S[SPREAD, b] <= tie:
+                S[A + j, b] = 0.0
+            S[XMAX, b] = max(S[XMAX, b], S[x + j, b])
+    # (R2) J*: weighted losses within the resolution of the maximum are ties.
+    for j in range(m):
+        for b in range(nb):
+            G[JS + j, b] = S[x + j, b] >= S[XMAX, b] - tw
+            xg = S[XMAX, b] - S[x + j, b]
+            if xg > tx and xg <= tw + 2.0 * tie:
+                G[G_AMB, b] = True
+    # (R3) entries of CA whose computed value does not decide their sign are exactly 0.
+    for b in range(nb):
+        G[G_ANYJ, b] = False
+        G[G_ANYCA, b] = False
+        S[CAMAX, b] = -_INF
+    for i in range(m):
+        ci = rc + i * m
+        for j in range(m):
+            for b in range(nb):
+                S[tm + j, b] = S[ci + j, b] * S[A + j, b]
+        _lane_sum(S, tm, m, nb, SUM, vec)
+        for j in range(m):
+            for b in range(nb):
+                S[tm + j, b] = abs(S[ci + j, b]) * (S[rA + j, b] + 4.0 * m * eps * abs(S[A + j, b]))
+        _lane_sum(S, tm, m, nb, RR, vec)
+        for j in range(m):
+            for b in range(nb):
+                S[tm + j, b] = abs(S[ci + j, b]) * (S[eA + j, b] + 4.0 * m * eps * abs(S[A + j, b]))
+        _lane_sum(S, tm, m, nb, ERR, vec)
+        for b in range(nb):
+            s = S[SUM, b]
+            if abs(s) <= S[ERR, b]:
+                if s != 0.0:
+                    G[G_AMB, b] = True
+                s = 0.0
+            if s != 0.0 and abs(s) <= 3.0 * S[RR, b]:
+                G[G_AMB, b] = True
+            S[CA + i, b] = s
+            G[J + i, b] = s > 0.0
+            G[G_ANYJ, b] = G[G_ANYJ, b] or s > 0.0
+            G[G_ANYCA, b] = G[G_ANYCA, b] or s != 0.0
+            S[CAMAX, b] = max(S[CAMAX, b], s)
+    for b in range(nb):
+        beta = S[BETA, b]
+        G[G_BAL, b] = beta > eps_mode
+        if beta > 0.0 and abs(beta - eps_mode) <= S[RESB, b]:
+            G[G_AMB, b] = True
 
 
 @njit(cache=True, error_model="numpy")
-def _build_instance(l, lam, C, t, eps_mode, restricted, tlog, P, w, c, D, e, active, flags, ft):
-    """``sim.direction._build`` for instance ``t`` of ``l, λ, C`` ((N, m), (N, m), (N, m, m)): fills ``c (m),
-    D (m+1, m), e (m+1), active (m+1)``, ``J`` and ``J*`` into ``flags[ft, :m]`` and ``flags[ft, m:2m]``, and the
-    workspace rows of :func:`_preference_parts` (``A`` in row ``W_A``, ``CA`` in row ``W_CA``); ``tlog``: ``J*``'s
-    tolerance in log units ``(widened, exact)`` (``sim.direction._jstar_tol``); returns ``(beta, balance,
-    ambiguous)``."""
-    m = l.shape[1]
-    tie, eps = P[P_TIE], P[P_EPS]
-    tw, tx = tlog[0], tlog[1]
-    beta, spread, res_beta = _preference_parts(l, lam, t, P, w)
-    x, A, rA, eA, tmp, CA = W_X * m, W_A * m, W_RESA * m, W_ERRA * m, W_T0 * m, W_CA * m
-    # (R1) on the ray within the resolution: β = 0 and A = 0 exactly.
-    if spread <= tie:
-        beta = 0.0
-        for j in range(m):
-            w[A + j] = 0.0
-    # (R2) J*: weighted losses within the resolution of the maximum are ties.
-    xmax = -_INF
-    for j in range(m):
-        xmax = max(xmax, w[x + j])
-    # Reported: every entry a rule changes, every decision within the resolution band of its threshold.
-    amb = spread > 0.0 and spread <= 3.0 * tie
-    for j in range(m):
-        flags[ft, m + j] = w[x + j] >= xmax - tw
-        xg = xmax - w[x + j]
-        if xg > tx and xg <= tw + 2.0 * tie:
-            amb = True
-    # (R3) entries of CA whose computed value does not decide their sign are exactly 0.
-    anyJ = False
-    anyCA = False
-    camax = -_INF
-    for i in range(m):
-        for j in range(m):
-            w[tmp + j] = C[t, i, j] * w[A + j]
-        s = _pairwise_sum(w, tmp, m)
-        for j in range(m):
-            w[tmp + j] = abs(C[t, i, j]) * (w[rA + j] + 4.0 * m * eps * abs(w[A + j]))
-        r = _pairwise_sum(w, tmp, m)
-        for j in range(m):
-            w[tmp + j] = abs(C[t, i, j]) * (w[eA + j] + 4.0 * m * eps * abs(w[A + j]))
-        err = _pairwise_sum(w, tmp, m)
-        if abs(s) <= err:
-            if s != 0.0:
-                amb = True
-            s = 0.0
-        if s != 0.0 and abs(s) <= 3.0 * r:
-            amb = True
-        w[CA + i] = s
-        flags[ft, i] = s > 0.0
-        anyJ = anyJ or s > 0.0
-        anyCA = anyCA or s != 0.0
-        camax = max(camax, s)
-    balance = beta > eps_mode
-    if beta > 0.0 and abs(beta - eps_mode) <= res_beta:
-        amb = True
+def _lp_rows(C, t, S, G, b, restricted, c, D, e, active):
+    """The LP data of instance ``t`` (lane ``b`` of the block built by :func:`_build_block`): ``c (m), D (m+1, m),
+    e (m+1), active (m+1)`` as ``sim.direction._build`` builds them."""
+    m = C.shape[1]
+    CA = R_CA * m
+    balance = G[G_BAL, b]
     # Balancing mode: with J ≠ ∅, rows J̄ ∪ J* (rhs (CA)_j on J̄ ∖ J*, 0 on J*); with J = ∅, all rows, rhs 0.
-    bal = balance and anyJ
+    bal = balance and G[G_ANYJ, b]
     for i in range(m):
-        js = flags[ft, m + i]
-        active[i] = (not bal) or (not flags[ft, i]) or js
-        e[i] = w[CA + i] if (bal and not js) else 0.0
+        js = G[G_J + m + i, b]
+        active[i] = (not bal) or (not G[G_J + i, b]) or js
+        e[i] = S[CA + i, b] if (bal and not js) else 0.0
         for j in range(m):
             D[i, j] = C[t, i, j]
     # Uniform-descent mode: the restricted LP adds μᵀCA >= min(max CA, 0), left out where CA = 0 (R4).
-    active[m] = restricted and (not balance) and anyCA
-    e[m] = min(camax, 0.0)
+    active[m] = restricted and (not balance) and G[G_ANYCA, b]
+    e[m] = min(S[R_C * m + m * m + Q_CAMAX, b], 0.0)
     for j in range(m):
-        D[m, j] = w[CA + j]
+        D[m, j] = S[CA + j, b]
     for i in range(m + 1):
         if not active[i]:
             for j in range(m):
@@ -368,13 +441,12 @@ def _build_instance(l, lam, C, t, eps_mode, restricted, tlog, P, w, c, D, e, act
             e[i] = -1.0
     for j in range(m):
         if balance:
-            c[j] = w[CA + j]
+            c[j] = S[CA + j, b]
         else:  # C.sum(axis=1): the rows added in order
             s = C[t, 0, j]
             for i in range(1, m):
                 s += C[t, i, j]
             c[j] = s
-    return beta, balance, amb
 
 
 @njit(cache=True, error_model="numpy")
@@ -702,76 +774,87 @@ B_BALANCE, B_UNIQUE, B_AMBIGUOUS, B_REDO = 0, 1, 2, 3  # offsets from 2m
 
 @njit(cache=True, error_model="numpy")
 def _workspace(m):
-    """Scratch arrays, allocated once per batch: the builder's flat workspace ``w`` (rows ``W_*``), vectors ``V``
-    (rows: c, c scaled, e, e scaled, pivot row, pivot column, duals, basic values, re-solved values, scratch,
-    weights), ``D`` and its scaled copy, the tableau, ``B``, the basis and the active rows."""
+    """Scratch arrays, allocated once per batch: the builder's block scratch ``S, G`` (:func:`_block_scratch`),
+    vectors ``V`` (rows: c, c scaled, e, e scaled, pivot row, pivot column, duals, basic values, re-solved values,
+    scratch, weights), ``D`` and its scaled copy, the tableau, ``B``, the basis and the active rows."""
     k = m + 1
     n, p = m + k, k + 1
-    return (np.empty(W_ROWS * m), np.empty((11, n + 1)), np.empty((k, m)), np.empty((k, m)), np.empty((p + 1, n + 1)),
+    S, G = _block_scratch(m)
+    return (S, G, np.empty((11, n + 1)), np.empty((k, m)), np.empty((k, m)), np.empty((p + 1, n + 1)),
             np.empty((p, p)), np.empty(p, dtype=np.int64), np.empty(k, dtype=np.bool_))
 
 
 @njit(cache=True, error_model="numpy")
-def instance_loop(l, lam, C, eps_mode, restricted, tlog, policy, max_iter, P, w, V, D, Ds, T, B, basis, active, F,
-                  Fl, I):
+def instance_loop(l, lam, C, eps_mode, restricted, tlog, policy, max_iter, P, S, G, V, D, Ds, T, B, basis, active,
+                  F, Fl, I):
     """The LP direction of every instance (``sim.direction._finish`` per instance) into its row of the outputs
     ``F, Fl, I`` (column layout above), with the scratch arrays of :func:`_workspace` and the outputs given (no
-    checks). The scratch vectors are cut from ``V`` once for the whole batch and every kernel indexes its inputs and
-    outputs by instance: no array view is made per instance (each would cost two atomic reference counts)."""
-    m = l.shape[1]
+    checks). The LP data are built a block of instances at a time (:func:`_build_block`), then each LP is scaled,
+    solved and certified. The scratch vectors are cut from ``V`` once for the whole batch and every kernel indexes its
+    inputs and outputs by instance: no array view is made per instance (each would cost two atomic reference
+    counts)."""
+    N, m = l.shape
     k = m + 1
     p = k + 1
     c, cs, e, es, prow, f, y, xB, xr, tmp, mu = V[0, :m], V[1, :m], V[2, :k], V[3, :k], V[4], V[5, : p + 1], \
         V[6, :p], V[7, :p], V[8, :p], V[9], V[10, :m]
-    ca = W_CA * m
-    for t in range(l.shape[0]):
-        beta, balance, amb = _build_instance(l, lam, C, t, eps_mode, restricted, tlog, P, w, c, D, e, active, Fl, t)
-        _scale(c, D, e, cs, Ds, es)
-        code, iters, kkt, unique, fe = _solve_lp(cs, Ds, es, max_iter, P, T, basis, prow, f, y, xB, xr, B, tmp, mu)
-        st = S_OPTIMAL if code == 0 else (S_INFEASIBLE if code == 1 else S_ITERLIMIT)
-        redo = code == 1 and (not balance) and active[m]
-        if redo:
-            if policy == POLICY_RELAXED:  # drop the restriction row μᵀCA >= min(max CA, 0) and re-solve
-                for j in range(m):
-                    Ds[m, j] = 0.0
-                es[m] = -1.0
-                code2, it2, kkt, unique, fe = _solve_lp(cs, Ds, es, max_iter, P, T, basis, prow, f, y, xB, xr, B,
-                                                        tmp, mu)
-                iters += it2
-                st = S_RELAXED if code2 == 0 else S_INFEASIBLE
-            elif policy == POLICY_FALLBACK:  # the EPO training scripts' μ = λ / Σλ
-                s = _np_sum(lam[t])
-                for j in range(m):
-                    mu[j] = lam[t, j] / s
-                kkt = _NAN
-                unique = False
-                st = S_FALLBACK
-                fe = _feasibility(Ds, es, mu, tmp)
-        solved = True
-        for j in range(m):
-            if not (abs(mu[j]) < _INF):
-                solved = False
-        if solved:
-            for j in range(m):  # _dot(mu, CA)
-                tmp[j] = mu[j] * w[ca + j]
-            g = _pairwise_sum(tmp, 0, m)
-            ob = _dot(mu, c, m, tmp)
-        else:
-            g = ob = fe = _NAN
-        for j in range(m):
-            F[t, j] = mu[j]
-            F[t, m + j] = w[W_A * m + j]
-        F[t, 2 * m + F_GAIN] = g
-        F[t, 2 * m + F_BETA] = beta
-        F[t, 2 * m + F_OBJ] = ob
-        F[t, 2 * m + F_FEAS] = fe
-        F[t, 2 * m + F_KKT] = kkt
-        Fl[t, 2 * m + B_BALANCE] = balance
-        Fl[t, 2 * m + B_UNIQUE] = unique and solved
-        Fl[t, 2 * m + B_AMBIGUOUS] = amb
-        Fl[t, 2 * m + B_REDO] = redo
-        I[t, 0] = st
-        I[t, 1] = iters
+    ra, ca, beta_row = R_A * m, R_CA * m, R_C * m + m * m + Q_BETA
+    for t0 in range(0, N, BLOCK):
+        nb = min(BLOCK, N - t0)
+        _build_block(l, lam, C, t0, nb, eps_mode, tlog, P, S, G, tmp)
+        for b in range(nb):
+            t = t0 + b
+            _lp_rows(C, t, S, G, b, restricted, c, D, e, active)
+            balance = G[G_BAL, b]
+            _scale(c, D, e, cs, Ds, es)
+            code, iters, kkt, unique, fe = _solve_lp(cs, Ds, es, max_iter, P, T, basis, prow, f, y, xB, xr, B, tmp,
+                                                     mu)
+            st = S_OPTIMAL if code == 0 else (S_INFEASIBLE if code == 1 else S_ITERLIMIT)
+            redo = code == 1 and (not balance) and active[m]
+            if redo:
+                if policy == POLICY_RELAXED:  # drop the restriction row μᵀCA >= min(max CA, 0) and re-solve
+                    for j in range(m):
+                        Ds[m, j] = 0.0
+                    es[m] = -1.0
+                    code2, it2, kkt, unique, fe = _solve_lp(cs, Ds, es, max_iter, P, T, basis, prow, f, y, xB, xr,
+                                                            B, tmp, mu)
+                    iters += it2
+                    st = S_RELAXED if code2 == 0 else S_INFEASIBLE
+                elif policy == POLICY_FALLBACK:  # the EPO training scripts' μ = λ / Σλ
+                    s = _np_sum(lam[t])
+                    for j in range(m):
+                        mu[j] = lam[t, j] / s
+                    kkt = _NAN
+                    unique = False
+                    st = S_FALLBACK
+                    fe = _feasibility(Ds, es, mu, tmp)
+            solved = True
+            for j in range(m):
+                if not (abs(mu[j]) < _INF):
+                    solved = False
+            if solved:
+                for j in range(m):  # _dot(mu, CA)
+                    tmp[j] = mu[j] * S[ca + j, b]
+                g = _pairwise_sum(tmp, 0, m)
+                ob = _dot(mu, c, m, tmp)
+            else:
+                g = ob = fe = _NAN
+            for j in range(m):
+                F[t, j] = mu[j]
+                F[t, m + j] = S[ra + j, b]
+                Fl[t, j] = G[G_J + j, b]
+                Fl[t, m + j] = G[G_J + m + j, b]
+            F[t, 2 * m + F_GAIN] = g
+            F[t, 2 * m + F_BETA] = S[beta_row, b]
+            F[t, 2 * m + F_OBJ] = ob
+            F[t, 2 * m + F_FEAS] = fe
+            F[t, 2 * m + F_KKT] = kkt
+            Fl[t, 2 * m + B_BALANCE] = balance
+            Fl[t, 2 * m + B_UNIQUE] = unique and solved
+            Fl[t, 2 * m + B_AMBIGUOUS] = G[G_AMB, b]
+            Fl[t, 2 * m + B_REDO] = redo
+            I[t, 0] = st
+            I[t, 1] = iters
 
 
 @njit(cache=True, error_model="numpy")
@@ -797,9 +880,9 @@ def directions(l, lam, C, eps_mode, restricted, tlog, policy, max_iter, P, check
     F = np.empty((N, 2 * m + 5))
     Fl = np.empty((N, 2 * m + 4), dtype=np.bool_)
     I = np.empty((N, 2), dtype=np.int64)
-    w, V, D, Ds, T, B, basis, active = _workspace(m)
-    instance_loop(l, lam, C, eps_mode, restricted, tlog, policy, max_iter, P, w, V, D, Ds, T, B, basis, active, F,
-                  Fl, I)
+    S, G, V, D, Ds, T, B, basis, active = _workspace(m)
+    instance_loop(l, lam, C, eps_mode, restricted, tlog, policy, max_iter, P, S, G, V, D, Ds, T, B, basis, active,
+                  F, Fl, I)
     return -1, CHECK_OK, F, Fl, I
 
 
@@ -812,16 +895,25 @@ def build_lps(l, lam, C, eps_mode, restricted, tlog, P):
     c, D, e = np.empty((N, m)), np.empty((N, k, m)), np.empty((N, k))
     active = np.empty((N, k), dtype=np.bool_)
     beta, A, CA = np.empty(N), np.empty((N, m)), np.empty((N, m))
-    flags = np.empty((N, 2 * m), dtype=np.bool_)  # J, J*
+    J, Js = np.empty((N, m), dtype=np.bool_), np.empty((N, m), dtype=np.bool_)
     balance, amb = np.empty(N, dtype=np.bool_), np.empty(N, dtype=np.bool_)
-    w = np.empty(W_ROWS * m)
-    for t in range(N):
-        beta[t], balance[t], amb[t] = _build_instance(l, lam, C, t, eps_mode, restricted, tlog, P, w, c[t], D[t],
-                                                      e[t], active[t], flags, t)
-        for j in range(m):
-            A[t, j] = w[W_A * m + j]
-            CA[t, j] = w[W_CA * m + j]
-    return c, D, e, active, beta, A, CA, flags[:, :m], flags[:, m:], balance, amb
+    S, G = _block_scratch(m)
+    vec = np.empty(m)
+    for t0 in range(0, N, BLOCK):
+        nb = min(BLOCK, N - t0)
+        _build_block(l, lam, C, t0, nb, eps_mode, tlog, P, S, G, vec)
+        for b in range(nb):
+            t = t0 + b
+            _lp_rows(C, t, S, G, b, restricted, c[t], D[t], e[t], active[t])
+            beta[t] = S[R_C * m + m * m + Q_BETA, b]
+            balance[t] = G[G_BAL, b]
+            amb[t] = G[G_AMB, b]
+            for j in range(m):
+                A[t, j] = S[R_A * m + j, b]
+                CA[t, j] = S[R_CA * m + j, b]
+                J[t, j] = G[G_J + j, b]
+                Js[t, j] = G[G_J + m + j, b]
+    return c, D, e, active, beta, A, CA, J, Js, balance, amb
 
 
 @njit(cache=True, error_model="numpy")
