@@ -141,7 +141,7 @@ def _dot(a, b, n, tmp):
     return _pairwise_sum(tmp, 0, n)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def _nmax(a, b):
     """``numpy.maximum`` of two scalars (NaN propagates)."""
     if a != a or b != b:
@@ -153,65 +153,83 @@ def _nmax(a, b):
 
 
 @njit(cache=True, error_model="numpy")
-def _check_instance(l, lam, C, t, P, L, row):
-    """Input checks of instance ``t`` of ``l, λ, C`` ((N, m), (N, m), (N, m, m)); returns a CHECK_* code. ``L`` is an
-    (m, m) workspace for the Cholesky factor, ``row`` an (m) one for ``Σλ``."""
+def _check_block(l, lam, C, t0, nb, P, L, W, code):
+    """Input checks of the instances ``t0 .. t0+nb-1`` of ``l, λ, C`` ((N, m), (N, m), (N, m, m)), one SIMD lane per
+    instance: ``code[b]`` is the CHECK_* code of instance ``t0 + b``, the first check it fails in the order losses,
+    preferences (positive, finite, ``|Σλ - 1| <= SIMPLEX_ATOL``), Gram entries (finite, symmetric), positive
+    semi-definiteness. ``L`` (m·m, BLOCK) holds the Cholesky factors, ``W`` (4, BLOCK) scalars per lane."""
     m = l.shape[1]
-    for j in range(m):
-        v = l[t, j]
-        if not (v > 0.0 and v < _INF):
-            return CHECK_LOSSES
-    for j in range(m):
-        v = lam[t, j]
-        if not (v > 0.0 and v < _INF):
-            return CHECK_PREFS
-        row[j] = v
-    if abs(_np_sum(row) - 1.0) > P[P_SIMPLEX]:
-        return CHECK_PREFS
-    cmax = 0.0
+    SUM, CMAX, ROWMAX, RS = 0, 1, 2, 3
+    for b in range(nb):
+        code[b] = CHECK_OK
+        W[SUM, b] = 0.0
+        W[CMAX, b] = 0.0
+        W[ROWMAX, b] = 0.0
+    for b in range(nb):
+        t = t0 + b
+        for j in range(m):
+            v = l[t, j]
+            if not (v > 0.0 and v < _INF):
+                code[b] = CHECK_LOSSES
+    for j in range(m):  # Σλ in order (numpy's sum below 8 terms); longer: numpy's pairwise order below
+        for b in range(nb):
+            v = lam[t0 + b, j]
+            if not (v > 0.0 and v < _INF) and code[b] == CHECK_OK:
+                code[b] = CHECK_PREFS
+            W[SUM, b] += v
+    for b in range(nb):
+        if m >= 8:
+            W[SUM, b] = _np_sum(lam[t0 + b])
+        if abs(W[SUM, b] - 1.0) > P[P_SIMPLEX] and code[b] == CHECK_OK:
+            code[b] = CHECK_PREFS
     for i in range(m):
         for j in range(m):
-            v = C[t, i, j]
-            if not (abs(v) < _INF):
-                return CHECK_GRAM
-            cmax = max(cmax, abs(v))
-    scale = max(1.0, cmax)
-    rowmax = 0.0
+            for b in range(nb):
+                v = C[t0 + b, i, j]
+                if not (abs(v) < _INF) and code[b] == CHECK_OK:
+                    code[b] = CHECK_GRAM
+                W[CMAX, b] = max(W[CMAX, b], abs(v))
     for i in range(m):
-        rs = 0.0
+        for b in range(nb):
+            W[RS, b] = 0.0
         for j in range(m):
-            if abs(C[t, i, j] - C[t, j, i]) > P[P_GRAM] * scale:
-                return CHECK_GRAM
-            rs += abs(C[t, i, j])
-        rowmax = max(rowmax, rs)
+            for b in range(nb):
+                t = t0 + b
+                if abs(C[t, i, j] - C[t, j, i]) > P[P_GRAM] * max(1.0, W[CMAX, b]) and code[b] == CHECK_OK:
+                    code[b] = CHECK_GRAM
+                W[RS, b] += abs(C[t, i, j])
+        for b in range(nb):
+            W[ROWMAX, b] = max(W[ROWMAX, b], W[RS, b])
     # λ_min(C) >= -δ, δ = GRAM_RTOL·max(1, ‖C‖_∞): a Cholesky factorisation of C + δI proves it.
-    delta = P[P_GRAM] * max(1.0, rowmax)
     for j in range(m):
-        s = C[t, j, j] + delta
-        for u in range(j):
-            s -= L[j, u] * L[j, u]
-        if not (s > 0.0):
-            return CHECK_PSD
-        d = math.sqrt(s)
-        L[j, j] = d
-        for i in range(j + 1, m):
-            s = C[t, i, j]
+        for b in range(nb):
+            s = C[t0 + b, j, j] + P[P_GRAM] * max(1.0, W[ROWMAX, b])
             for u in range(j):
-                s -= L[i, u] * L[j, u]
-            L[i, j] = s / d
-    return CHECK_OK
+                s -= L[j * m + u, b] * L[j * m + u, b]
+            if not (s > 0.0) and code[b] == CHECK_OK:
+                code[b] = CHECK_PSD
+            L[j * m + j, b] = math.sqrt(s)
+        for i in range(j + 1, m):
+            for b in range(nb):
+                s = C[t0 + b, i, j]
+                for u in range(j):
+                    s -= L[i * m + u, b] * L[j * m + u, b]
+                L[i * m + j, b] = s / L[j * m + j, b]
 
 
 @njit(cache=True, error_model="numpy")
 def check_inputs(l, lam, C, P):
-    """Checks of every instance (shapes (N, m), (N, m), (N, m, m)); returns ``(first bad instance or -1, code)``."""
+    """Checks of every instance (shapes (N, m), (N, m), (N, m, m)), a block at a time (:func:`_check_block`);
+    returns ``(first bad instance or -1, code)``."""
     N, m = l.shape
-    L = np.zeros((m, m))
-    row = np.empty(m)
-    for n in range(N):
-        code = _check_instance(l, lam, C, n, P, L, row)
-        if code != CHECK_OK:
-            return n, code
+    L, W = np.zeros((m * m, BLOCK)), np.zeros((4, BLOCK))
+    code = np.empty(BLOCK, dtype=np.int64)
+    for t0 in range(0, N, BLOCK):
+        nb = min(BLOCK, N - t0)
+        _check_block(l, lam, C, t0, nb, P, L, W, code)
+        for b in range(nb):
+            if code[b] != CHECK_OK:
+                return t0 + b, code[b]
     return -1, CHECK_OK
 
 
@@ -414,7 +432,7 @@ def _build_block(l, lam, C, t0, nb, eps_mode, tlog, P, S, G, vec):
             G[G_AMB, b] = True
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def _lp_rows(C, t, S, G, b, restricted, c, D, e, active):
     """The LP data of instance ``t`` (lane ``b`` of the block built by :func:`_build_block`): ``c (m), D (m+1, m),
     e (m+1), active (m+1)`` as ``sim.direction._build`` builds them."""
@@ -449,7 +467,7 @@ def _lp_rows(C, t, S, G, b, restricted, c, D, e, active):
             c[j] = s
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def _scale(c, D, e, cs, Ds, es):
     """Rows and objective scaled to max-norm 1 (``sim.direction._scale_lp``)."""
     k, m = D.shape
@@ -474,7 +492,7 @@ def _scale(c, D, e, cs, Ds, es):
 # ------------------------------------------------------------------------------------------------ simplex
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def _dual_simplex(c, D, e, max_iter, bland_after, P, T, basis, prow, f):
     """``sim.direction._dual_simplex`` for one instance (same tableau, same pivots); returns
     ``(code, iterations)`` with code 0 optimal, 1 infeasible, 2 iteration limit. The final tableau stays in ``T``
@@ -617,7 +635,7 @@ def _reselect(T, basis, D, e, bland, P, U, tmp):
     return r, (1 if _row_state(T, r, U, m, n, ptol, pivtol, tmp) == 2 else -1)
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def _weights_from(xB, basis, m, mu):
     """``sim.direction._weights``: ``μ = max(x_{:m}, 0) / Σ``."""
     for j in range(m):
@@ -630,7 +648,7 @@ def _weights_from(xB, basis, m, mu):
         mu[j] = mu[j] / s
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def _certificate(c, D, e, mu, y, tmp):
     """KKT residual ``max(max_j (c - Aᵀy)_j, max_i y_i, |cᵀμ - bᵀy|, 0)`` (``sim.direction._certificate``)."""
     k, m = D.shape
@@ -650,7 +668,7 @@ def _certificate(c, D, e, mu, y, tmp):
     return _nmax(_nmax(zmax, ymax), _nmax(gap, 0.0))
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def _feasibility(D, e, mu, tmp):
     """``sim.direction._feasibility_residual`` of one instance."""
     k, m = D.shape
@@ -713,7 +731,7 @@ def _resolve_basis(D, e, basis, B, xB):
     return True
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", inline="always")
 def _solve_lp(c, D, e, max_iter, P, T, basis, prow, f, y, xB, xr, B, tmp, mu):
     """Dual simplex, recovery and certificate of one scaled LP (``sim.direction._solve_batched`` per instance).
 
