@@ -1,9 +1,11 @@
 r"""Compiled twin of the EPO direction LP kernel (numba, ``cache=True``); the numpy code of :mod:`sim.direction`
 is the reference and :mod:`sim.direction` is the only entry point (``lp_direction(..., backend="compiled")``).
 
-This module mirrors, instance by instance, what the numpy reference does on a whole batch:
+This module performs, instance by instance, the rounded operations the numpy reference performs on a whole batch;
+the checks and the builder run on blocks of 64 instances, one SIMD lane per instance (so per instance the same
+operations in the same order: a result does not depend on the batch around it), the solver one instance at a time:
 
-* the input checks of :mod:`sim.preference` in one pass per instance, ``O(m³)`` flops (finite and positive
+* the input checks of :mod:`sim.preference`, ``O(m³)`` flops per instance (finite and positive
   losses and preferences, ``|Σλ - 1| <= SIMPLEX_ATOL`` with ``λ`` then renormalised, a finite symmetric Gram matrix
   with ``C + δI`` Cholesky-factorisable). An instance that fails any of them is reported to the caller, which runs
   the numpy checks to name the bad value (and to decide the rare semi-definite case that needs eigenvalues);

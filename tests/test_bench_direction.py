@@ -6,9 +6,10 @@ For each m, on ``N_BATCH = 1024`` instances of the ``gaussian`` family:
   ``N_REFERENCE`` instances per round, each round the next ones: the reference every ratio is taken against;
 * ``numpy``     — ``lp_direction(..., backend="numpy")`` on the whole batch (the vectorised reference solver);
 * ``compiled``  — ``lp_direction(..., backend="compiled")`` on the whole batch;
-* ``loop``      — a straight compiled loop over the same instances (:func:`straight_loop`: the per-instance kernel
-  of the compiled twin called N times from compiled code, outputs preallocated, no input checks, no result
-  assembly): the limit of this design, which the batched call should stay within 2x of;
+* ``loop``      — a straight compiled loop over the same instances (:func:`straight_loop`: the compiled twin's loop
+  over the instances — the builder a block of instances at a time, the solver per instance — called once from Python,
+  outputs preallocated, no input checks, no result assembly): the limit of this design, which the batched call should
+  stay within 2x of;
 * ``single``    — ``lp_direction(l_i, λ_i, C_i)`` one instance per call (``auto``: the compiled twin), over
   ``N_SINGLE`` instances: how a training loop calls the kernel for one client at a time;
 * ``single_numpy`` — the same with ``backend="numpy"``.
@@ -52,8 +53,8 @@ def _instances(m):
 
 
 def straight_loop(l, lam, C):
-    """The compiled twin's per-instance kernel called over every instance from one compiled loop (no checks, no
-    result assembly), with its outputs and scratch arrays allocated once: the reference of the batched call."""
+    """The compiled twin's loop over every instance (``instance_loop``: no checks, no result assembly), with its
+    outputs and scratch arrays allocated once: the reference of the batched call."""
     from sim import _lp_compiled as kern
     from sim.direction import _compiled_params, _jstar_tol
 

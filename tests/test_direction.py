@@ -1083,3 +1083,23 @@ def test_numpy_solver_runs_without_floating_point_warnings():
             warnings.simplefilter("error")
             res = sd.lp_direction(inst.losses, inst.prefs, inst.gram, backend="numpy")
         assert res.weights.shape == (40, 4), family
+
+
+@pytest.mark.parametrize("m", [3, 5, 9])
+def test_an_instance_result_does_not_depend_on_the_batch_around_it(m):
+    """Each instance's result is bit-identical alone, in its batch, and in the batch reversed and shifted: the compiled
+    twin checks and builds blocks of 64 instances, one SIMD lane each (m = 9: sums by numpy's pairwise order), and a
+    lane that read another's data, or a per-block quantity not reset, would change a result with its position."""
+    l, lam, _, C = random_lp_instances(np.random.default_rng([m, 11]), 150, m)
+    names = ("weights", "mode", "status", "gain", "beta", "adjustment", "J", "J_star", "objective",
+             "feasibility_residual", "kkt_residual", "iterations", "unique", "ambiguous")
+    for eps_mode in (1e-4, 10.0):
+        batch = lp_direction(l, lam, C, eps_mode=eps_mode)
+        order = np.roll(np.arange(len(l))[::-1], 37)
+        moved = lp_direction(l[order], lam[order], C[order], eps_mode=eps_mode)
+        for name in names:
+            np.testing.assert_array_equal(getattr(moved, name), getattr(batch, name)[order], err_msg=name)
+        for i in (0, 1, 63, 64, 100, 149):
+            one = lp_direction(l[i], lam[i], C[i], eps_mode=eps_mode)
+            for name in names:
+                np.testing.assert_array_equal(getattr(one, name), getattr(batch, name)[i], err_msg=f"{name} [{i}]")
