@@ -208,8 +208,10 @@ def _check_block(l, lam, C, t0, nb, P, L, W, code):
             s = C[t0 + b, j, j] + P[P_GRAM] * max(1.0, W[ROWMAX, b])
             for u in range(j):
                 s -= L[j * m + u, b] * L[j * m + u, b]
-            if not (s > 0.0) and code[b] == CHECK_OK:
-                code[b] = CHECK_PSD
+            if not (s > 0.0):  # the lane fails here (if it has not failed before); its factor is not used
+                if code[b] == CHECK_OK:
+                    code[b] = CHECK_PSD
+                s = 1.0
             L[j * m + j, b] = math.sqrt(s)
         for i in range(j + 1, m):
             for b in range(nb):
@@ -224,10 +226,11 @@ def check_inputs(l, lam, C, P):
     """Checks of every instance (shapes (N, m), (N, m), (N, m, m)), a block at a time (:func:`_check_block`);
     returns ``(first bad instance or -1, code)``."""
     N, m = l.shape
-    L, W = np.zeros((m * m, BLOCK)), np.zeros((4, BLOCK))
-    code = np.empty(BLOCK, dtype=np.int64)
-    for t0 in range(0, N, BLOCK):
-        nb = min(BLOCK, N - t0)
+    width = max(1, min(N, BLOCK))  # a single instance: no block-sized scratch
+    L, W = np.zeros((m * m, width)), np.zeros((4, width))
+    code = np.empty(width, dtype=np.int64)
+    for t0 in range(0, N, width):
+        nb = min(width, N - t0)
         _check_block(l, lam, C, t0, nb, P, L, W, code)
         for b in range(nb):
             if code[b] != CHECK_OK:
@@ -254,9 +257,10 @@ G_AMB, G_ANYJ, G_ANYCA, G_BAL, G_J = range(5)
 
 
 @njit(cache=True, error_model="numpy")
-def _block_scratch(m):
-    """The builder's block scratch: ``S`` (rows above, BLOCK) and the flags ``G`` (4 + 2m, BLOCK)."""
-    return np.empty(((R_C + m) * m + N_Q, BLOCK)), np.empty((G_J + 2 * m, BLOCK), dtype=np.bool_)
+def _block_scratch(m, width):
+    """The builder's block scratch for blocks of ``width`` instances: ``S`` (rows above, width) and the flags ``G``
+    (4 + 2m, width)."""
+    return np.empty(((R_C + m) * m + N_Q, width)), np.empty((G_J + 2 * m, width), dtype=np.bool_)
 
 
 @njit(cache=True, error_model="numpy")
@@ -793,13 +797,14 @@ B_BALANCE, B_UNIQUE, B_AMBIGUOUS, B_REDO = 0, 1, 2, 3  # offsets from 2m
 
 
 @njit(cache=True, error_model="numpy")
-def _workspace(m):
-    """Scratch arrays, allocated once per batch: the builder's block scratch ``S, G`` (:func:`_block_scratch`),
+def _workspace(m, width=BLOCK):
+    """Scratch arrays, allocated once per batch: the builder's block scratch ``S, G`` for blocks of ``width``
+    instances (:func:`_block_scratch`),
     vectors ``V`` (rows: c, c scaled, e, e scaled, pivot row, pivot column, duals, basic values, re-solved values,
     scratch, weights), ``D`` and its scaled copy, the tableau, ``B``, the basis and the active rows."""
     k = m + 1
     n, p = m + k, k + 1
-    S, G = _block_scratch(m)
+    S, G = _block_scratch(m, width)
     return (S, G, np.empty((11, n + 1)), np.empty((k, m)), np.empty((k, m)), np.empty((p + 1, n + 1)),
             np.empty((p, p)), np.empty(p, dtype=np.int64), np.empty(k, dtype=np.bool_))
 
@@ -819,8 +824,9 @@ def instance_loop(l, lam, C, eps_mode, restricted, tlog, policy, max_iter, P, S,
     c, cs, e, es, prow, f, y, xB, xr, tmp, mu = V[0, :m], V[1, :m], V[2, :k], V[3, :k], V[4], V[5, : p + 1], \
         V[6, :p], V[7, :p], V[8, :p], V[9], V[10, :m]
     ra, ca, beta_row = R_A * m, R_CA * m, R_C * m + m * m + Q_BETA
-    for t0 in range(0, N, BLOCK):
-        nb = min(BLOCK, N - t0)
+    width = S.shape[1]  # instances per block
+    for t0 in range(0, N, width):
+        nb = min(width, N - t0)
         _build_block(l, lam, C, t0, nb, eps_mode, tlog, P, S, G, tmp)
         for b in range(nb):
             t = t0 + b
@@ -900,7 +906,7 @@ def directions(l, lam, C, eps_mode, restricted, tlog, policy, max_iter, P, check
     F = np.empty((N, 2 * m + 5))
     Fl = np.empty((N, 2 * m + 4), dtype=np.bool_)
     I = np.empty((N, 2), dtype=np.int64)
-    S, G, V, D, Ds, T, B, basis, active = _workspace(m)
+    S, G, V, D, Ds, T, B, basis, active = _workspace(m, max(1, min(N, BLOCK)))
     instance_loop(l, lam, C, eps_mode, restricted, tlog, policy, max_iter, P, S, G, V, D, Ds, T, B, basis, active,
                   F, Fl, I)
     return -1, CHECK_OK, F, Fl, I
@@ -917,10 +923,11 @@ def build_lps(l, lam, C, eps_mode, restricted, tlog, P):
     beta, A, CA = np.empty(N), np.empty((N, m)), np.empty((N, m))
     J, Js = np.empty((N, m), dtype=np.bool_), np.empty((N, m), dtype=np.bool_)
     balance, amb = np.empty(N, dtype=np.bool_), np.empty(N, dtype=np.bool_)
-    S, G = _block_scratch(m)
+    width = max(1, min(N, BLOCK))
+    S, G = _block_scratch(m, width)
     vec = np.empty(m)
-    for t0 in range(0, N, BLOCK):
-        nb = min(BLOCK, N - t0)
+    for t0 in range(0, N, width):
+        nb = min(width, N - t0)
         _build_block(l, lam, C, t0, nb, eps_mode, tlog, P, S, G, vec)
         for b in range(nb):
             t = t0 + b
