@@ -745,6 +745,14 @@ def _jstar_tol(tol_Jstar) -> tuple[float, float]:
     return float(jstar_log_tolerance(tol_Jstar)), float(jstar_log_tolerance(tol_Jstar, widen=False))
 
 
+def _kernel_input(a: np.ndarray) -> np.ndarray:
+    """``a`` as the one kind of array the compiled twin receives: C-contiguous, writeable float64. numba compiles
+    (and caches) a specialisation per layout and read-only flag of each argument, about 12 s each; a read-only or
+    broadcast input is copied instead (the kernel never writes its inputs)."""
+    a = np.ascontiguousarray(a, dtype=np.float64)
+    return a if a.flags.writeable else a.copy()
+
+
 def _direction_compiled(losses, prefs, gram, eps_mode, descent, on_infeasible, tol_Jstar, validate, max_iter):
     """The compiled twin: checks, builder, solver and policy in one compiled call (:mod:`sim._lp_compiled`).
 
@@ -763,18 +771,18 @@ def _direction_compiled(losses, prefs, gram, eps_mode, descent, on_infeasible, t
                   and C.shape == l.shape + l.shape[-1:] and l.shape[-1] > 0)
     if simple:
         batch, m = l.shape[:-1], l.shape[-1]
-        l2, lam2 = np.ascontiguousarray(l).reshape(-1, m), np.ascontiguousarray(lam).reshape(-1, m)
-        C2 = np.ascontiguousarray(C).reshape(-1, m, m)
+        l2, lam2, C2 = _kernel_input(l.reshape(-1, m)), _kernel_input(lam.reshape(-1, m)), _kernel_input(
+            C.reshape(-1, m, m))
     else:
         l2, lam2, C2, batch = _prepare(losses, prefs, gram, validate)
-        l2, lam2, C2 = (np.ascontiguousarray(a, dtype=f8) for a in (l2, lam2, C2))
+        l2, lam2, C2 = (_kernel_input(a) for a in (l2, lam2, C2))
     args = (float(eps_mode), descent == "restricted", _jstar_tol(tol_Jstar), _POLICIES[on_infeasible],
             -1 if max_iter is None else int(max_iter), _compiled_params())
     bad, _, F, Fl, I = kern.directions(l2, lam2, C2, *args, simple and validate)
     if bad >= 0:  # name the bad value (the numpy checks raise); a PSD test the Cholesky proof could not pass is
         # decided there by the eigenvalues, and the checked data are solved
         l2, lam2, C2, batch = _prepare(losses, prefs, gram, True)
-        l2, lam2, C2 = (np.ascontiguousarray(a) for a in (l2, lam2, C2))
+        l2, lam2, C2 = (_kernel_input(a) for a in (l2, lam2, C2))
         bad, _, F, Fl, I = kern.directions(l2, lam2, C2, *args, False)
     m = l2.shape[1]
     if on_infeasible == "raise" and Fl[:, 2 * m + kern.B_REDO].any():

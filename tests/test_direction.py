@@ -1103,3 +1103,28 @@ def test_an_instance_result_does_not_depend_on_the_batch_around_it(m):
             one = lp_direction(l[i], lam[i], C[i], eps_mode=eps_mode)
             for name in names:
                 np.testing.assert_array_equal(getattr(one, name), getattr(batch, name)[i], err_msg=f"{name} [{i}]")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("numba") is None or not sd.backend_status()["compiled_available"],
+                    reason="the compiled twin is unavailable")
+def test_read_only_and_broadcast_inputs_reuse_the_compiled_twins_one_specialisation():
+    """numba compiles the twin once per layout and read-only flag of each argument (about 12 s each on a 2-core
+    machine, on every fresh clone): read-only, broadcast and strided inputs reach it as the same C-contiguous
+    writeable float64 arrays, so they add no specialisation, and their results are those of plain arrays."""
+    kern, _ = sd._load_compiled()
+    rng = np.random.default_rng(3)
+    inst = random_lp_instances(rng, 4, 3)
+    l, lam, C = inst.losses, inst.prefs, inst.gram
+    ref = lp_direction(l, lam, C, backend="compiled")
+    before = len(kern.directions.signatures)
+    ro = [np.array(a) for a in (l, lam, C)]
+    for a in ro:
+        a.flags.writeable = False
+    wide = [np.repeat(a, 2, axis=0)[::2] for a in (l, lam, C)]  # strided views
+    same = np.broadcast_to(lam[0], lam.shape)
+    for args in (ro, wide, (l, same, C), (ro[0], ro[1][0], ro[2])):
+        res = lp_direction(*args, backend="compiled")
+        want = ref if args[1] is not same and args[1].ndim == 2 else lp_direction(l, np.array(same), C,
+                                                                                   backend="compiled")
+        np.testing.assert_array_equal(res.weights, want.weights)
+    assert len(kern.directions.signatures) == before
