@@ -448,3 +448,46 @@ def test_with_duals_equals_the_second_lp_basis_pass():
         seen["basis" if info.is_basis else "no basis"] += 1
         seen["strict" if want.strictly_complementary else "not strict"] += 1
     assert min(seen.values()) > 0, seen
+
+
+def test_client_bases_equals_client_basis_per_client():
+    """The batched classification gives, for every client of a cluster, exactly what client_basis gives (every
+    field, bitwise), on clusters with bases, degenerate vertices, dependent rows and descent-mode clients; its
+    errors name the client."""
+    import dataclasses
+
+    from sim.constants import client_bases, client_basis
+    from sim.direction import lp_direction
+
+    rng = np.random.default_rng(5)
+    seen = {"basis": 0, "no basis": 0, "dom": 0}
+    for _ in range(80):
+        m, N = int(rng.integers(2, 5)), int(rng.integers(1, 6))
+        G = rng.standard_normal((m + 1, m))
+        l = rng.uniform(0.2, 2.0, m)
+        if rng.random() < 0.3:  # two identical objectives: degenerate vertices, dependent active rows
+            G[:, 1], l[1] = G[:, 0], l[0]
+        C = G.T @ G
+        lam = rng.dirichlet(np.ones(m), size=N)
+        if rng.random() < 0.3:
+            lam[0] = (1 / l) / (1 / l).sum()  # on the preference ray: descent mode
+        res = lp_direction(np.broadcast_to(l, (N, m)), lam, np.broadcast_to(C, (N, m, m)), eps_mode=0.0)
+        got = client_bases(l, lam, C, res.weights, res.mode, dual_tol=1e-10)
+        for i in range(N):
+            want = client_basis(l, lam[i], C, res.weights[i], str(res.mode[i]), dual_tol=1e-10)
+            assert (got[i].dual_feasible, got[i].min_dual) == (want.dual_feasible, want.min_dual)
+            if want.info is None:
+                assert got[i].info is None
+                seen["dom"] += 1
+                continue
+            seen["basis" if want.info.is_basis else "no basis"] += 1
+            for f in dataclasses.fields(want.info):
+                a, b = getattr(want.info, f.name), getattr(got[i].info, f.name)
+                if isinstance(a, np.ndarray):
+                    np.testing.assert_array_equal(a, b, err_msg=f.name)
+                else:
+                    assert a == b, f.name
+    assert min(seen.values()) > 0, seen
+    l, C = np.array([1.0, 2.0]), np.eye(2)
+    with pytest.raises(ValueError, match="client 1: weights must be >= 0"):
+        client_bases(l, [[0.6, 0.4], [0.7, 0.3]], C, [[0.5, 0.5], [1.2, -0.2]], ["balance", "balance"])

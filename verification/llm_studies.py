@@ -57,7 +57,7 @@ import numpy as np
 import pandas as pd
 
 from sim.algorithm import CLUSTERING_NAMES
-from sim.constants import band_radius, client_basis, descent_margin_constants, h20_constants
+from sim.constants import band_radius, client_bases, descent_margin_constants, h20_constants
 from sim.hull import min_norm_weights_from_gram, near_active_set
 from sim.preference import bottleneck_set
 from verification.evidence import to_jsonable
@@ -498,11 +498,11 @@ def _h6_status_records(modes: np.ndarray, jstar: np.ndarray | None) -> str:
 
 def _h6_status_lp(g: pd.DataFrame, C: np.ndarray, mu: np.ndarray, l: np.ndarray, lam: np.ndarray) -> str:
     """H.6 at one cluster iterate from the recorded LP inputs: every client's LP re-classified by
-    :func:`sim.constants.client_basis` (the synthetic study's statuses, :data:`verification.studies.H6_STATUSES`)."""
+    :func:`sim.constants.client_bases` (the synthetic study's statuses, :data:`verification.studies.H6_STATUSES`)."""
     modes = g["lp_mode"].to_numpy()
     if np.any(modes != "balance"):
         return "descent_client"
-    bases = [client_basis(l[k], lam[k], C[k], mu[k], str(modes[k])) for k in range(len(g))]
+    bases = client_bases(l, lam, C, mu, modes)
     return _h6_status(modes, bases)
 
 

@@ -52,7 +52,7 @@ from sim.algorithm import (
     preconditioned_step,
 )
 from sim.cluster import Clustering
-from sim.constants import client_basis
+from sim.constants import client_bases
 from sim.direction import lp_direction
 from sim.hull import min_norm_element, near_active_set
 from sim.problems import CommonMinimizer
@@ -471,8 +471,7 @@ def study_h6_basis(config: H6BasisConfig | None, rng: np.random.Generator) -> St
                 C = G[0].T @ G[0]
                 C = 0.5 * (C + C.T)
                 dr = lp_direction(l, lam, np.broadcast_to(C, (clients.size,) + C.shape), eps_mode=cfg.eps_mode)
-                bases = [client_basis(l[k], lam[k], C, dr.weights[k], str(dr.mode[k]))
-                         for k in range(clients.size)]
+                bases = client_bases(l, lam, C, dr.weights, dr.mode)
                 status = _h6_status(dr.mode, bases)
                 d = dr.weights @ G[0].T
                 H = float(np.mean(np.sum((d - d.mean(axis=0)) ** 2, axis=1)))

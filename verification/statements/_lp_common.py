@@ -20,7 +20,7 @@ import numpy as np
 
 from sim import cluster as cl
 from sim import constants as K
-from sim.constants import client_basis
+from sim.constants import client_bases
 from sim.direction import HIGHS_OPTIONS, lp_direction
 from sim.preference import normalized_losses
 from sim.problems import PlantedQuadraticCluster
@@ -147,8 +147,7 @@ def analyse_cluster(problem: PlantedQuadraticCluster, w: np.ndarray, rho: np.nda
     gap = float(np.linalg.norm(Gi - Gi[:1], axis=1).max())
     res = lp_direction(np.broadcast_to(l, (N, l.shape[0])), problem.prefs, np.broadcast_to(C, (N,) + C.shape),
                        eps_mode=0.0)
-    bases = tuple(client_basis(l, problem.prefs[i], C, res.weights[i], str(res.mode[i]), dual_tol=DUAL_TOL)
-                  for i in range(N))
+    bases = client_bases(l, problem.prefs, C, res.weights, res.mode, dual_tol=DUAL_TOL)
     return ClusterLP(l, G, C, gap, problem.prefs.copy(), res.adjustment, res.weights, rho, res.mode, res.status,
                      bases, float(problem.spread), w)
 
