@@ -231,18 +231,18 @@ def _wolfe(K: np.ndarray, active: np.ndarray, instance: tuple = ()) -> np.ndarra
     for _ in range(WOLFE_MAX_ITER):
         Ku = K @ u
         pp = float(u @ Ku)
-        cand = idx[np.argmin(Ku[idx])]
+        cand = int(idx[np.argmin(Ku[idx])])
         if pp - Ku[cand] <= tol or cand in S:
             break
-        S.append(int(cand))
+        S.append(cand)
         degenerate = False
         for _minor in range(len(S) + k + 1):
-            y = _kkt_solve(K[np.ix_(S, S)][None])[0]
-            if not np.all(np.isfinite(y)):  # affinely dependent (round-off only): keep the current point
+            y = _kkt_solve(K[S][:, S][None])[0]
+            if not np.isfinite(y).all():  # affinely dependent (round-off only): keep the current point
                 S.pop()
                 degenerate = True
                 break
-            if np.all(y > 0.0):
+            if (y > 0.0).all():
                 u[:] = 0.0
                 u[S] = y
                 break
