@@ -215,52 +215,85 @@ def _enumerate(K: np.ndarray, mask: np.ndarray, V: np.ndarray | None, max_size: 
     return best_u
 
 
-def _wolfe(K: np.ndarray, active: np.ndarray, instance: tuple = ()) -> np.ndarray:
-    """Wolfe's minimum-norm-point algorithm on one Gram matrix ``K`` (k, k), restricted to ``active`` (k,).
+def _wolfe(K: np.ndarray, active: np.ndarray, batch: tuple = ()) -> np.ndarray:
+    """Wolfe's minimum-norm-point algorithm on a flat batch of Gram matrices ``K`` (b, k, k), each restricted to
+    its ``active`` (b, k) generators, the instances in lockstep: one batched ``K u`` per major step, one batched
+    KKT solve per support size and minor step. Each instance follows its own support ``S`` (in the order its
+    generators entered) exactly as the one-instance algorithm does.
 
-    Raises :class:`WolfeNotConvergedError` (naming ``instance``) after :data:`WOLFE_MAX_ITER` major cycles."""
-    k = K.shape[0]
-    idx = np.flatnonzero(active)
-    diag = np.diag(K)
-    scale = max(float(diag[idx].max()), np.finfo(float).tiny)
+    Raises :class:`WolfeNotConvergedError` naming the first instance (its index in the batch shape ``batch`` of
+    the caller) not converged after :data:`WOLFE_MAX_ITER` major cycles."""
+    b, k, _ = K.shape
+    u = np.zeros((b, k))
+    if b == 0:
+        return u
+    diag = np.einsum("bii->bi", K)
+    scale = np.maximum(np.where(active, diag, -np.inf).max(axis=1), np.finfo(float).tiny)
     tol = KKT_TOL * scale
-    j0 = int(idx[np.argmin(diag[idx])])
-    S = [j0]
-    u = np.zeros(k)
-    u[j0] = 1.0
+    rows = np.arange(b)
+    j0 = np.argmin(np.where(active, diag, np.inf), axis=1)
+    S = np.zeros((b, k), dtype=np.intp)  # S[r, :size[r]]: the support, in entry order
+    S[:, 0] = j0
+    size = np.ones(b, dtype=np.intp)
+    u[rows, j0] = 1.0
+    major = np.ones(b, dtype=bool)  # still iterating
     for _ in range(WOLFE_MAX_ITER):
-        Ku = K @ u
-        pp = float(u @ Ku)
-        cand = int(idx[np.argmin(Ku[idx])])
-        if pp - Ku[cand] <= tol or cand in S:
+        r = np.flatnonzero(major)
+        if r.size == 0:
             break
-        S.append(cand)
-        degenerate = False
-        for _minor in range(len(S) + k + 1):
-            y = _kkt_solve(K[S][:, S][None])[0]
-            if not np.isfinite(y).all():  # affinely dependent (round-off only): keep the current point
-                S.pop()
-                degenerate = True
+        Ku = (K[r] @ u[r][:, :, None])[:, :, 0]
+        pp = (u[r][:, None, :] @ Ku[:, :, None])[:, 0, 0]
+        cand = np.argmin(np.where(active[r], Ku, np.inf), axis=1)
+        in_S = np.any((S[r] == cand[:, None]) & (np.arange(k) < size[r][:, None]), axis=1)
+        stop = (pp - Ku[np.arange(r.size), cand] <= tol[r]) | in_S
+        major[r[stop]] = False
+        r, cand = r[~stop], cand[~stop]
+        S[r, size[r]] = cand
+        size[r] += 1
+        limit = size[r] + k + 1  # the minor steps of this major step
+        minor = r
+        for step in range(int(limit.max()) if r.size else 0):
+            minor = minor[step < limit[np.searchsorted(r, minor)]]
+            if minor.size == 0:
                 break
-            if (y > 0.0).all():
-                u[:] = 0.0
-                u[S] = y
-                break
-            uS = u[S]
-            neg = y <= 0.0
-            theta = float(np.min(uS[neg] / (uS[neg] - y[neg])))
-            uS = uS + theta * (y - uS)
-            keep = uS > 1e-15
-            keep[np.argmin(np.where(neg, uS, np.inf))] = False  # the generator that reached zero leaves
-            u[:] = 0.0
-            S = [s for s, kp in zip(S, keep, strict=True) if kp]
-            u[S] = uS[keep] / uS[keep].sum()
-        if degenerate:
-            break
-    else:
+            leave = np.zeros(minor.size, dtype=bool)
+            for s in np.unique(size[minor]):
+                g = np.flatnonzero(size[minor] == s)
+                q = minor[g]
+                Sq = S[q, :s]
+                y = _kkt_solve(K[q[:, None, None], Sq[:, :, None], Sq[:, None, :]])
+                bad = ~np.all(np.isfinite(y), axis=1)  # affinely dependent (round-off only): keep the point
+                size[q[bad]] -= 1
+                major[q[bad]] = False
+                pos = np.all(y > 0.0, axis=1) & ~bad
+                u[q[pos]] = 0.0
+                u[q[pos][:, None], Sq[pos]] = y[pos]
+                leave[g[bad | pos]] = True
+                step_ = ~(bad | pos)
+                if not step_.any():
+                    continue
+                q, Sq, y = q[step_], Sq[step_], y[step_]
+                uS = u[q[:, None], Sq]
+                neg = y <= 0.0
+                theta = np.where(neg, uS / np.where(neg, uS - y, 1.0), np.inf).min(axis=1)
+                uS = uS + theta[:, None] * (y - uS)
+                keep = uS > 1e-15
+                keep[np.arange(q.size), np.argmin(np.where(neg, uS, np.inf), axis=1)] = False
+                u[q] = 0.0
+                n_keep = keep.sum(axis=1)
+                for n in np.unique(n_keep):
+                    h = np.flatnonzero(n_keep == n)
+                    kept = Sq[h][keep[h]].reshape(h.size, n)
+                    val = uS[h][keep[h]].reshape(h.size, n)
+                    S[q[h], :n] = kept
+                    size[q[h]] = n
+                    u[q[h][:, None], kept] = val / val.sum(axis=1, keepdims=True)
+            minor = minor[~leave]
+    if major.any():
+        at = tuple(int(i) for i in np.unravel_index(int(np.flatnonzero(major)[0]), batch)) if batch else ()
         raise WolfeNotConvergedError(
             f"Wolfe's minimum-norm-point algorithm did not converge within WOLFE_MAX_ITER = {WOLFE_MAX_ITER} "
-            f"major cycles at instance {instance}"
+            f"major cycles at instance {at}"
         )
     return u
 
@@ -279,8 +312,7 @@ def _solve(K: np.ndarray, mask: np.ndarray, V: np.ndarray | None, method: str) -
         max_size = k if V is None else min(k, V.shape[-2] + 1)
         u = _enumerate(Kf, mf, Vf, max_size)
     elif method == "wolfe":
-        u = (np.stack([_wolfe(Kf[r], mf[r], tuple(int(i) for i in np.unravel_index(r, batch))) for r in range(Kf.shape[0])])
-             if Kf.shape[0] else np.zeros((0, k)))
+        u = _wolfe(Kf, mf, batch)
     else:
         raise ValueError(f"method must be 'auto', 'enumerate' or 'wolfe'; got {method!r}")
     return u.reshape(batch + (k,))

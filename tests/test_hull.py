@@ -490,3 +490,23 @@ def test_near_active_set_checks_its_inputs_once(monkeypatch):
     monkeypatch.setattr(preference, "check_preferences", counting)
     near_active_set([1.0, 2.0, 0.5], [0.2, 0.3, 0.5], 0.1)
     assert calls == []
+
+
+def test_wolfe_batch_in_lockstep_equals_each_instance_alone():
+    """Wolfe's iteration runs a batch in lockstep: every instance gets bitwise the weights it gets alone, with
+    duplicated and affinely dependent generators and partial masks in the batch."""
+    from sim.hull import _wolfe
+
+    rng = np.random.default_rng(3)
+    b, n, k = 60, 5, 11
+    V = rng.standard_normal((b, n, k))
+    V[::3, :, 1] = V[::3, :, 0]
+    V[1::4, :, 2] = 0.5 * (V[1::4, :, 0] + V[1::4, :, 1])
+    K = np.swapaxes(V, -1, -2) @ V
+    K = 0.5 * (K + np.swapaxes(K, -1, -2))
+    mask = rng.random((b, k)) < 0.8
+    mask[:, 3] = True
+    u = _wolfe(K, mask)
+    for r in range(b):
+        np.testing.assert_array_equal(u[r], _wolfe(K[r:r + 1], mask[r:r + 1])[0])
+    assert np.all(u[~mask] == 0.0) and np.allclose(u.sum(axis=1), 1.0)
