@@ -210,3 +210,19 @@ def test_the_search_finds_region_sampled_constants_optimistic_on_the_trajectory(
     assert ev.verdict == "violated" and c.counterexamples > 0
     assert c.detect_factor == pytest.approx(36.927103185189246, rel=1e-9)
     assert default_run("H.19").verdict == "holds"  # the default family does not reach it
+
+
+def test_every_statement_with_a_config_has_a_larger_paper_preset():
+    """`--scale paper` scales every statement whose conclusions are counted over samples: each Config has a
+    ``paper()`` preset that changes at least one size of the default; only the exact (symbolic) statements have
+    no Config."""
+    import dataclasses
+
+    for stmt in registry.all_statements():
+        if stmt.config_factory is None:
+            assert stmt.module == registry.SYMBOLIC_MODULE, stmt.id
+            continue
+        default, paper = registry.statement_config(stmt, "default"), registry.statement_config(stmt, "paper")
+        grown = [f.name for f in dataclasses.fields(default)
+                 if isinstance(getattr(default, f.name), int) and getattr(paper, f.name) > getattr(default, f.name)]
+        assert grown, f"{stmt.id}: its paper() preset enlarges no sample size of the default Config"

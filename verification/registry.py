@@ -378,7 +378,11 @@ def run_statement(stmt: Statement, seed: int = DEFAULT_SEED, config: Any = None,
 
 
 def statement_config(stmt: Statement, scale: str = "default") -> Any:
-    """The Config of ``stmt`` at ``scale``: the default Config, or its ``paper()`` preset where one exists."""
+    """The Config of ``stmt`` at ``scale``: the default Config, or its ``paper()`` preset where one exists.
+
+    Every statement module of :mod:`verification.statements` has a ``paper()`` preset (its conclusions are
+    counted over samples, runs or Monte Carlo replications); the symbolic identities S1–S26 have no Config: they
+    are exact (sympy), with no sample size or run length to scale."""
     if scale not in SCALES:
         raise ValueError(f"scale must be one of {SCALES}; got {scale!r}")
     factory = stmt.config_factory

@@ -768,12 +768,27 @@ def _calibration_rows(cal: dict) -> list[dict[str, str]]:
     return out
 
 
+def _id_ranges(ids: list[str]) -> str:
+    """``S1, S2, S3, S7`` as ``S1–S3, S7`` (runs of consecutive numbers of one prefix)."""
+    out: list[list] = []
+    for sid in ids:
+        head, num = sid.rstrip("0123456789"), sid[len(sid.rstrip("0123456789")):]
+        if num and out and out[-1][0] == head and out[-1][2] + 1 == int(num):
+            out[-1][2] = int(num)
+        else:
+            out.append([head, int(num), int(num)] if num else [sid, None, None])
+    return ", ".join(h if a is None else f"{h}{a}" if a == b else f"{h}{a}–{h}{b}" for h, a, b in out)
+
+
 def _scale_note(results, scale: str) -> str:
     with_paper = [s.id for s, _, _ in results if s.config_factory is not None and hasattr(s.config_factory, "paper")]
+    exact = [s.id for s, _, _ in results if s.config_factory is None]
+    none = (f" {_id_ranges(exact)} have no configuration (exact identities: no sample size or run length)."
+            if exact else "")
     if scale == "paper":
         return (f"Paper-scale presets were used for {', '.join(with_paper) or 'no statement'}; the other checks ran "
-                "at their default configuration.")
-    return f"Default configurations (paper-scale presets exist for {', '.join(with_paper) or 'no statement'})."
+                "at their default configuration." + none)
+    return f"Default configurations (paper-scale presets exist for {', '.join(with_paper) or 'no statement'})." + none
 
 
 def dashboard_markdown(res: ReportResult, results, study_results, *, scale: str, seed: int) -> str:

@@ -74,6 +74,11 @@ class Config:
     f2_shift: float = 0.02
     control_runs: int = 6
 
+    @classmethod
+    def paper(cls) -> Config:
+        """The paper-scale preset (`--scale paper`): the samples the conclusions are counted over, larger."""
+        return cls(n_runs=64)
+
 
 def _problem(rng, k: int, cfg: Config):
     m = int(cfg.m_values[k % len(cfg.m_values)])

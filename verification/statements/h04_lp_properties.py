@@ -78,6 +78,11 @@ class Config:
     i4_curvature_factor: float = 0.1  # s ≤ factor·(γ/Z)/β''
     i4_rate_band: tuple = (0.5, 1.5)
 
+    @classmethod
+    def paper(cls) -> Config:
+        """The paper-scale preset (`--scale paper`): the samples the conclusions are counted over, larger."""
+        return cls(n_instances=12000)
+
 
 @dataclass(frozen=True, eq=False)
 class _Instance:

@@ -57,6 +57,11 @@ class Config:
     radius: tuple = (0.05, 1.0)
     eq9_rtol: float = 1e-10
 
+    @classmethod
+    def paper(cls) -> Config:
+        """The paper-scale preset (`--scale paper`): the samples the conclusions are counted over, larger."""
+        return cls(n_per_family=240)
+
 
 def _instance(rng, family: str, shift: float, cfg: Config, k: int) -> dict:
     m = int(cfg.m_values[k % len(cfg.m_values)])

@@ -69,6 +69,11 @@ class Config:
     control_spread: float = 1.0
     control_clusters: int = 100
 
+    @classmethod
+    def paper(cls) -> Config:
+        """The paper-scale preset (`--scale paper`): the samples the conclusions are counted over, larger."""
+        return cls(n_clusters=1600)
+
 
 def clusters(rng, n: int, spreads, cfg) -> list[LC.ClusterLP]:
     """The T-H6/T-H7 cluster instances (spreads cycled)."""

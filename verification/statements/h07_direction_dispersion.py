@@ -64,6 +64,11 @@ class Config:
     control_clusters: int = 120
     control_switch_pairs: int = 4
 
+    @classmethod
+    def paper(cls) -> Config:
+        """The paper-scale preset (`--scale paper`): the samples the conclusions are counted over, larger."""
+        return cls(n_clusters=1600)
+
 
 def _rhs10(c: LC.ClusterLP, kappa: float) -> float:
     return kappa**2 * c.sigma_max * c.adjustment_variance

@@ -67,6 +67,11 @@ class Config:
     radius_max: float = 1.0
     tiny_entry: float = 1e-8
 
+    @classmethod
+    def paper(cls) -> Config:
+        """The paper-scale preset (`--scale paper`): the samples the conclusions are counted over, larger."""
+        return cls(n_clusters=240)
+
 
 def _cluster(rng, k, cfg):
     m = int(cfg.m_values[k % len(cfg.m_values)])

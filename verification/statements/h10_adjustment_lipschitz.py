@@ -93,6 +93,11 @@ class Config:
     sup_grid_max: int = 64
     sup_rtol: float = 1e-2
 
+    @classmethod
+    def paper(cls) -> Config:
+        """The paper-scale preset (`--scale paper`): the samples the conclusions are counted over, larger."""
+        return cls(n_pairs=40000)
+
 
 def _interior(rng, m, concentration: float = 1.0):
     p = 0.95 * rng.dirichlet(np.full(m, concentration)) + 0.05 / m

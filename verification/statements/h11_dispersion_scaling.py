@@ -76,6 +76,11 @@ class Config:
     slope_tol: float = 0.2
     control_switch_pairs: int = 5
 
+    @classmethod
+    def paper(cls) -> Config:
+        """The paper-scale preset (`--scale paper`): the samples the conclusions are counted over, larger."""
+        return cls(n_clusters=800)
+
 
 def _c1(c: LC.ClusterLP, kappa: float) -> float:
     return float(K.h11_constant(kappa, c.gram, c.l_adj()))

@@ -98,6 +98,11 @@ class Config:
     control_spread: float = 1.0
     control_clusters: int = 100
 
+    @classmethod
+    def paper(cls) -> Config:
+        """The paper-scale preset (`--scale paper`): the samples the conclusions are counted over, larger."""
+        return cls(n_clusters=600)
+
 
 def _draw_cluster(rng, cfg: Config, spread: float):
     m, n_w = cc.draw_dims(rng, cfg.m_choices, cfg.n_w_max)

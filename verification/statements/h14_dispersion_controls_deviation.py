@@ -72,6 +72,11 @@ class Config:
     eps_mode: float = 0.0
     control_random: int = 1000
 
+    @classmethod
+    def paper(cls) -> Config:
+        """The paper-scale preset (`--scale paper`): the samples the conclusions are counted over, larger."""
+        return cls(n_random=4000, n_lp_clusters=800)
+
 
 def _rho_ok(rho) -> tuple[bool, float]:
     try:

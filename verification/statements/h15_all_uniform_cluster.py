@@ -76,6 +76,11 @@ class Config:
     control_shift: float = 0.3
     control_clusters: int = 300
 
+    @classmethod
+    def paper(cls) -> Config:
+        """The paper-scale preset (`--scale paper`): the samples the conclusions are counted over, larger."""
+        return cls(n_clusters=1200)
+
 
 def _evaluate(cfg: Config, rng, shifts, n_clusters: int, declare_zero: bool):
     N = cfg.n_clients

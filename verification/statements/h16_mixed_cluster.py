@@ -107,6 +107,11 @@ class Config:
     control_clusters: int = 200
     control_rho_zero: float = 0.9
 
+    @classmethod
+    def paper(cls) -> Config:
+        """The paper-scale preset (`--scale paper`): the samples the conclusions are counted over, larger."""
+        return cls(n_f2=400, n_f1=400, n_targeted=600)
+
 
 # ------------------------------------------------------------------------------------------ instance sets
 

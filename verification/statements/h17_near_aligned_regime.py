@@ -100,6 +100,11 @@ class Config:
     control_beta_min_at_opt: float = 1e-3
     control_max_tries: int = 50
 
+    @classmethod
+    def paper(cls) -> Config:
+        """The paper-scale preset (`--scale paper`): the samples the conclusions are counted over, larger."""
+        return cls(n_problems=24)
+
 
 def _sample(rng, P, lam, center, n: int, cfg: Config) -> dict:
     """``n`` i.i.d. points ``center + rξ`` and the LP quantities there."""

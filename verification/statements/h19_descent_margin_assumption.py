@@ -110,6 +110,11 @@ class Config:
     kink_steps: int = 60
     n_region_1d: int = 2001
 
+    @classmethod
+    def paper(cls) -> Config:
+        """The paper-scale preset (`--scale paper`): the samples the conclusions are counted over, larger."""
+        return cls(n_runs=36)
+
 
 H_REGION = "w in N (region where the constants were estimated)"
 H_BETA = "beta_i(w) <= beta_bar_i"

@@ -121,6 +121,11 @@ class Config:
     n_kink_estimate: int = 200
     kink_check: tuple = (0.01, 0.03, 0.05, 0.07, 0.09, -0.05, -0.09, 0.2)
 
+    @classmethod
+    def paper(cls) -> Config:
+        """The paper-scale preset (`--scale paper`): the samples the conclusions are counted over, larger."""
+        return cls(n_problems=16)
+
 
 def _fd_descent(problem, client: int, W: np.ndarray, dM: np.ndarray) -> np.ndarray:
     """``−ψ_i'(w; −d_M)`` by central differences along ``d_M`` with a parameter step of ``FD_STEP_PARAMS``."""

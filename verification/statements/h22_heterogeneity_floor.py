@@ -89,6 +89,11 @@ class Config:
     eps_mode: float = 1e-10
     control_kappa_factor: float = 2.0
 
+    @classmethod
+    def paper(cls) -> Config:
+        """The paper-scale preset (`--scale paper`): the samples the conclusions are counted over, larger."""
+        return cls(n_problems=160)
+
 
 def beta_floor(kappa, L_A, Delta, drift):
     """``β̄ = ((L_AΔ + √(L_A²Δ² + 4κ_β·drift)) / (2κ_β))²`` with ``drift = L₀B²τη`` (eq 53)."""

@@ -85,6 +85,11 @@ class Config:
     n_mc: int = 1000
     eps_mode: float = 1e-10
 
+    @classmethod
+    def paper(cls) -> Config:
+        """The paper-scale preset (`--scale paper`): the samples the conclusions are counted over, larger."""
+        return cls(n_runs=24, n_uniform_problems=80)
+
 
 def _instances(cfg: Config, rng: np.random.Generator) -> dict:
     L, lam, src, uni = [], [], [], []

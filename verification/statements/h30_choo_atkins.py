@@ -82,6 +82,11 @@ class Config:
     control_factor: float = 1.1
     off_pareto_step: float = 0.3
 
+    @classmethod
+    def paper(cls) -> Config:
+        """The paper-scale preset (`--scale paper`): the samples the conclusions are counted over, larger."""
+        return cls(n_instances=200)
+
 
 def weak_pareto_gap(problem, w: np.ndarray) -> float:
     """``s* = max_{w', s} s`` s.t. ``l_j(w') + s ≤ l_j(w)`` (``s* = 0`` iff ``w`` is weakly Pareto optimal).

@@ -74,6 +74,11 @@ class Config:
     dw_grid: tuple = (-2.0, 2.0)
     n_dw_grid: int = 401
 
+    @classmethod
+    def paper(cls) -> Config:
+        """The paper-scale preset (`--scale paper`): the samples the conclusions are counted over, larger."""
+        return cls(n_problems=80)
+
 
 def _samples(cfg: Config, rng: np.random.Generator, n_problems: int, use_lambda_max: bool) -> dict:
     rec = {k: [] for k in ("lhs", "rhs", "mu", "mu_true", "kkt", "problem", "client", "s")}

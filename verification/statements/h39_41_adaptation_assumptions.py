@@ -95,6 +95,11 @@ class Config:
     dw_region: tuple = (-1.4, -0.6)
     dw_grid: int = 2001
 
+    @classmethod
+    def paper(cls) -> Config:
+        """The paper-scale preset (`--scale paper`): the samples the conclusions are counted over, larger."""
+        return cls(n_points=80, iter_runs=1600)
+
 
 def _settings(prob, U, cfg):
     pm, pp = cfg.p

@@ -62,6 +62,11 @@ class Config:
     alpha: float = 0.1
     lambda_wd: float = 0.01
 
+    @classmethod
+    def paper(cls) -> Config:
+        """The paper-scale preset (`--scale paper`): the samples the conclusions are counted over, larger."""
+        return cls(n_random=80)
+
 
 def decoupled(w, g, P, alpha, lam_wd):
     """AdamW-style decoupled weight decay: ``w − αPg − αλ_wd w``."""

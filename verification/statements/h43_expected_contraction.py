@@ -93,6 +93,11 @@ class Config:
     bias_alpha: float = 0.5
     bias_K: int = 50
 
+    @classmethod
+    def paper(cls) -> Config:
+        """The paper-scale preset (`--scale paper`): the samples the conclusions are counted over, larger."""
+        return cls(n_onestep=200, mc_runs=16000)
+
 
 def _P_for(kind: str, prob: CommonMinimizer, U: np.ndarray, pm: float, pp: float) -> np.ndarray:
     return np.eye(prob.n_params) if kind == "identity" else A.spectral_preconditioner(U, pm, pp)

@@ -130,6 +130,11 @@ class Config:
     control_runs: int = 500  # the (b) per-sample controls: identity-P runs from the instance's w0
     control_K: int = 3
 
+    @classmethod
+    def paper(cls) -> Config:
+        """The paper-scale preset (`--scale paper`): the samples the conclusions are counted over, larger."""
+        return cls(n_endpoint=8000, mc_runs=16000)
+
 
 def _qg(prob, W):
     """H.34 margin ``ψ − ψ* − (μ/2)‖w − c‖²`` at the points (``μ = λ_{j*}λ_min(Q)``, exact for F3)."""

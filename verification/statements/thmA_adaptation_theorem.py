@@ -68,6 +68,11 @@ class Config:
     confidence_contract: bool = True
     fig_K_step: int = 2
 
+    @classmethod
+    def paper(cls) -> Config:
+        """The paper-scale preset (`--scale paper`): the samples the conclusions are counted over, larger."""
+        return cls(n_random=24, mc_runs=16000)
+
 
 def _instances(rng, cfg: Config) -> list[tuple[str, CommonMinimizer]]:
     out = [("reference", CommonMinimizer.reference())]
