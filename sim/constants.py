@@ -39,7 +39,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -468,7 +468,7 @@ def _classify(l, lam, C, mu, tol: float, eps_mode: float, tol_Jstar: float, feas
                        kappa)
 
 
-def _frozen(a: np.ndarray | None) -> np.ndarray | None:
+def _frozen(a: Any) -> Any:
     """``a`` made read-only in place (an array of this module's own, not the caller's)."""
     if a is not None:
         a.flags.writeable = False
