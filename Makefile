@@ -8,6 +8,8 @@ CONSTRAINTS := constraints.txt
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 SEED   ?= 0
+# make report SCALE=paper: the paper-scale presets of every statement and the larger falsification search
+SCALE  ?= default
 # make report LLM_RUN=DIR: the dashboard's LLM section reads that run directory of `python -m llm_runs run`
 # (e.g. a cpu-preset run) instead of running the smoke preset; LLM_RUN=none skips the section
 LLM_RUN ?=
@@ -68,7 +70,7 @@ docs: $(STAMP)
 ## report: run every executable statement and the studies, and the LLM section (the LLM smoke preset, or
 ## LLM_RUN=DIR); write the dashboard and figures to reports/
 report: $(STAMP)
-	$(BIN)/python -m verification report --out reports --seed $(SEED) \
+	$(BIN)/python -m verification report --out reports --seed $(SEED) --scale $(SCALE) \
 		$(if $(LLM_SWEEP),--llm-sweep $(LLM_SWEEP),$(if $(filter none,$(LLM_RUN)),--no-llm,$(if $(LLM_RUN),--llm-run $(LLM_RUN))))
 
 ## llm-study: the pre-registered personalisation study, the study preset over seeds 0-7 as cells of a Dask sweep
