@@ -3,7 +3,7 @@ r"""Shared helpers of the LP-level statements H.6, H.7 and H.11 (private: the re
 One *cluster instance* (THEOREMS.md §3.1 T-H6/T-H7): an F1 cluster (common objectives, so H.5 holds) of ``N``
 planted clients with mixing spread ``s_u``, evaluated at ``w = w*(u_0) + r·ξ/‖ξ‖`` with ``r ~ Unif(r_lo, r_hi)``;
 every client solves the EPO LP (:func:`sim.direction.lp_direction`, ``eps_mode = 0``: the theory's "β > 0") at
-the common ``(l, C)``, and :func:`client_basis` classifies its optimal vertex in the LP matrix form of §1.5
+the common ``(l, C)``, and :func:`sim.constants.client_basis` classifies its optimal vertex in the LP matrix form of §1.5
 (:func:`sim.constants.lp_basis`).
 
 Duals. :func:`sim.constants.client_basis` computes the duals of the vertex (unique at a basis) and decides
