@@ -100,7 +100,6 @@ def _pairwise_sum_long(a, lo, n):
     state = np.zeros(64, dtype=np.int64)  # 0: left half not summed yet, 1: right half pending, 2: both done
     left = np.empty(64)
     right = np.empty(64)
-    sp = 0
     slo[0], sn[0], state[0] = lo, n, 0
     sp = 1
     total = 0.0

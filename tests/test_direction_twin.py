@@ -475,3 +475,129 @@ def test_bad_input_gives_the_same_error_on_both_backends(kwargs):
             lp_direction(args["losses"], args["prefs"], args["gram"], backend=backend)
         msgs.append(str(info.value))
     assert msgs[0] == msgs[1]
+
+
+# ------------------------------------------------------------------------------------------------ boundaries
+
+
+@needs_numba
+def test_compiled_checks_of_an_instance_do_not_depend_on_the_block_before_it():
+    """The checks' per-lane scalars (Σλ, the largest |C| entry, the largest row sum) start afresh for every block:
+    an instance that opens the second block is refused exactly as it is alone, although the instance in its lane of
+    the first block has entries 10⁸ times larger (which would widen its symmetry and semi-definiteness tolerances
+    to 10⁻² if they were carried over)."""
+    from sim import _lp_compiled as kern
+
+    P = sd._compiled_params()
+    big = ([1.0, 2.0], [0.5, 0.5], 1e8 * np.eye(2))
+    good = ([1.0, 2.0], [0.5, 0.5], np.eye(2))
+    for C_bad, code in (([[1.0, 1e-8], [0.0, 1.0]], kern.CHECK_GRAM),  # asymmetry 1e-8 > GRAM_RTOL
+                        ([[1.0, 0.0], [0.0, -1e-6]], kern.CHECK_PSD)):  # λ_min = -1e-6 < -GRAM_RTOL
+        bad = ([1.0, 2.0], [0.5, 0.5], C_bad)
+        alone = tuple(np.ascontiguousarray([np.asarray(x, dtype=float)]) for x in bad)
+        assert kern.check_inputs(*alone, P) == (0, code)
+        rows = [big] + [good] * (kern.BLOCK - 1) + [bad]
+        batch = (np.ascontiguousarray([np.asarray(r[i], dtype=float) for r in rows]) for i in range(3))
+        assert kern.check_inputs(*batch, P) == (kern.BLOCK, code), C_bad
+
+
+def test_gram_symmetry_tolerance_is_inclusive_on_both_backends():
+    """A Gram matrix whose asymmetry is exactly ``GRAM_RTOL·max(1, max|C|)`` is accepted (the documented test is
+    ``asym > tol`` refused), by both backends, with the same direction; one ulp more is refused by both."""
+    from sim.preference import GRAM_RTOL
+
+    at = np.array([[1.0, GRAM_RTOL], [0.0, 1.0]])
+    over = np.array([[1.0, np.nextafter(GRAM_RTOL, 1.0)], [0.0, 1.0]])
+    res = [lp_direction([1.0, 2.0], [0.5, 0.5], at, backend=b) for b in ("numpy", "auto")]
+    np.testing.assert_array_equal(res[1].weights, res[0].weights)
+    if HAVE_NUMBA:  # the compiled fast path accepts it too (else every such input would pay the numpy checks)
+        from sim import _lp_compiled as kern
+
+        one = (np.array([[1.0, 2.0]]), np.array([[0.5, 0.5]]), at[None].copy())
+        assert kern.check_inputs(*one, sd._compiled_params()) == (-1, kern.CHECK_OK)
+        assert kern.check_inputs(*one[:2], over[None].copy(), sd._compiled_params()) == (0, kern.CHECK_GRAM)
+    for backend in ("numpy", "auto"):
+        with pytest.raises(ValueError, match="symmetric"):
+            lp_direction([1.0, 2.0], [0.5, 0.5], over, backend=backend)
+
+
+@needs_numba
+def test_objective_entry_exactly_at_the_tie_tolerance_is_a_tie_on_both_solvers():
+    """Dantzig's start column ``k*`` is the first objective entry within ``TIE_RTOL`` of the maximum, inclusive: with
+    ``c_0 = fl(1 - TIE_RTOL)`` and ``c_1 = 1`` both solvers start at column 0 and take the same pivots to the same
+    basis; starting at column 1 instead changes the iterations."""
+    from sim import _lp_compiled as kern
+    from sim.roundoff import TIE_RTOL
+
+    c = np.array([[1.0 - TIE_RTOL, 1.0, 0.0]])
+    assert c[0, 1] - TIE_RTOL == c[0, 0]  # exactly at the tolerance
+    D = np.array([[[1.0, 0.0, 0.0], [0.0, 0.0, 1.0], [0.2, -1.0, 0.3]]])
+    e = np.array([[0.3, 0.2, -1.0]])
+    P = sd._compiled_params()
+    k, m = D.shape[1:]
+    n, p = m + k, k + 1
+    basis, code, iters, reduced, xB = sd._dual_simplex(c, D, e, max_iter=50 * (m + p), bland_after=4 * p)
+    T, b2, prow, f = np.empty((p + 1, n + 1)), np.empty(p, dtype=np.int64), np.empty(n + 1), np.empty(p + 1)
+    assert kern._dual_simplex(c[0], D[0], e[0], 50 * (m + p), 4 * p, P, T, b2, prow, f) == (code[0], iters[0])
+    np.testing.assert_array_equal(b2, basis[0])
+    np.testing.assert_array_equal(T[p, :n], reduced[0])
+    # the tie decides: an entry one ulp further down is no tie, and the other start takes another path
+    c_no_tie = c.copy()
+    c_no_tie[0, 0] = np.nextafter(c[0, 0], 0.0)
+    _, code_n, iters_n, _, _ = sd._dual_simplex(c_no_tie, D, e, max_iter=50 * (m + p), bland_after=4 * p)
+    assert (code_n[0], iters_n[0]) != (code[0], iters[0])
+
+
+@needs_numba
+def test_builder_twin_zeroes_the_same_entries_of_CA_at_the_roundoff_scale():
+    """(R3) near its threshold: ``C = P⊥ + εI`` with ``P⊥`` the projector orthogonal to the adjustment ``A``, so that
+    ``CA = εA`` up to roundoff, swept over ε across the roundoff bound of ``CA`` (log weights ``y ≈ -0.05`` with a
+    spread of 1e-3, where the bound is dominated by the roundoff of ``A``, ``Σ_k ĺ_k (|y_j| + |y_k| + |y_j - y_k|)``).
+    Both builders zero the same entries and flag the same instances. The sweep has the power to see the bound
+    change by a factor of 2: at least 5 of its points fall between the bound and twice it."""
+    from sim import _lp_compiled as kern
+
+    lam = np.array([0.3, 0.3, 0.4])
+    l = 0.95 * (1.0 + np.array([0.0, 1e-3, -0.5e-3])) / lam  # λ_j l_j ≈ 0.95: y_j ≈ log 0.95
+    parts = preference_parts(l, lam)
+    A = parts.adjustment
+    Pperp = np.eye(3) - np.outer(A, A) / (A @ A)
+    eps_grid = np.geomspace(1e-15, 1e-9, 240)
+    C = np.array([Pperp + s * np.eye(3) for s in eps_grid])
+    C = 0.5 * (C + np.swapaxes(C, 1, 2))
+    N = len(eps_grid)
+    L, LAM = np.tile(l, (N, 1)), np.tile(lam, (N, 1))
+    l2, lam2, C2, built = _numpy_lp(L, LAM, C, 1e-4)
+    _, _, _, CA, J, _, _, ambiguous = built
+    _, _, _, _, _, _, CA2, J2, _, _, ambiguous2 = kern.build_lps(
+        l2, lam2, np.ascontiguousarray(C2), 1e-4, True, sd._jstar_tol(0.0), sd._compiled_params())
+    # the roundoff bound of CA as sim.direction computes it (the decision's threshold), and the raw CA
+    raw = (C2 * preference_parts(l2, lam2, validate=False).adjustment[:, None, :]).sum(axis=2)
+    err = (np.abs(C2) * (parts.adjustment_roundoff + 4.0 * 3 * np.finfo(float).eps * np.abs(A))[None, None, :]
+           ).sum(axis=2)
+    ratio = np.abs(raw) / err
+    assert np.count_nonzero((ratio > 1.0) & (ratio < 2.0)) >= 5
+    assert np.any(ratio < 0.5) and np.any(ratio > 4.0)
+    clear = np.abs(ratio - 1.0) > 1e-6  # away from the threshold by more than the builders' last-bit differences
+    np.testing.assert_array_equal((CA2 == 0.0)[clear], (CA == 0.0)[clear])
+    np.testing.assert_array_equal(J2[clear.all(axis=1)], J[clear.all(axis=1)])
+    np.testing.assert_array_equal(ambiguous2[clear.all(axis=1)], ambiguous[clear.all(axis=1)])
+
+
+@needs_numba
+def test_twin_outputs_keep_their_layout_on_the_refused_path():
+    """A batch refused by the checks returns empty outputs in the layout of a solved one (columns ``2m + 5``,
+    ``2m + 4``, ``2``; float64, bool, int64), so that both paths have one type (numba unifies them)."""
+    from sim import _lp_compiled as kern
+
+    m = 3
+    l = np.ascontiguousarray([[1.0, 2.0, 3.0], [1.0, -1.0, 1.0]])
+    lam = np.full((2, m), 1.0 / 3.0)
+    C = np.ascontiguousarray(np.tile(np.eye(m), (2, 1, 1)))
+    P = sd._compiled_params()
+    args = (1e-4, True, sd._jstar_tol(0.0), 0, -1, P, True)
+    bad, code, F, Fl, I = kern.directions(l, lam, C, *args)
+    assert (bad, code) == (1, kern.CHECK_LOSSES)
+    _, _, F1, Fl1, I1 = kern.directions(l[:1], lam[:1], C[:1], *args)
+    for empty, solved in ((F, F1), (Fl, Fl1), (I, I1)):
+        assert empty.shape == (0,) + solved.shape[1:] and empty.dtype == solved.dtype, (empty.shape, solved.shape)
