@@ -795,6 +795,13 @@ def _compare_clusterings(src, train, w_ref, clustering, preset: RunPreset, rng, 
     return recs, (cw if not recs.empty else None), info, len(same) * _phase1_evaluations(preset)
 
 
+def _spec(value, preset: RunPreset, field: str):
+    """``preset.<field>`` for a stage that needs it (a preset without it never reaches that stage)."""
+    if value is None:
+        raise ValueError(f"preset {preset.name!r} has no {field} specification")
+    return value
+
+
 def _eval_models(res, n_clients: int) -> list[EvalModel]:
     """Every distinct model of an Algorithm-1 run: the base model, each cluster's w_I, w_II and FedAvg model, and
     each new client's model at the end of every adaptation run and of Pipeline 2."""
@@ -815,7 +822,7 @@ def _generation_rewards(lobj, fed, cands, res, preset: RunPreset, seed: int, out
     evaluation prompts, scored (``generations.csv``); the summary entry."""
     from llm_runs.evaluation import evaluation_prompts, generation_rewards
 
-    spec = preset.generation
+    spec = _spec(preset.generation, preset, "generation")
     stage("generation rewards", 0, 1)
     models = _eval_models(res, fed.n_clients) + list(extra_models)
     if preset.personalisation is not None:
@@ -865,7 +872,7 @@ def _hcn_at_w_ref(lobj, fed, res, preset: RunPreset, rng, timer, progress, w_ref
     client's population gradients at ``w_ref`` (each client evaluated once)."""
     from llm_runs.source import TorchSource
 
-    spec = preset.personalisation
+    spec = _spec(preset.personalisation, preset, "personalisation")
     parts = comparison_clusterings(res.clustering, rng, int(spec.hcn_draws))
     src = TorchSource(_CachedAtPoint(lobj, w_ref), fed.prefs, fed.n_samples, psi_star=psi_star, timer=timer,
                       progress=None)
@@ -912,6 +919,7 @@ def _personalisation(lobj, fed, res, preset: RunPreset, rng, out: Path, stage, t
     from llm_runs.source import TorchSource
 
     a = preset.algorithm
+    spec = _spec(preset.personalisation, preset, "personalisation")
     m = len(fed.objectives)
     stage("H_Cn at w_ref", 0, 1)
     hcn = _hcn_at_w_ref(lobj, fed, res, preset, rng, timer, progress, w_ref, psi_star)
@@ -935,7 +943,7 @@ def _personalisation(lobj, fed, res, preset: RunPreset, rng, out: Path, stage, t
     new_rows = []
     for k, i in enumerate(res.new_clients):
         c = int(res.assignment[k])
-        for label in (preset.personalisation.personalised_model, "local_only"):
+        for label in (spec.personalised_model, "local_only"):
             models.append(EvalModel(label, res.adaptation[label].w[k], c, (int(i),)))
         new_rows.append({"client": int(i), "prefs": fed.prefs[i].tolist(), "cluster": c,
                          "centre": int(fed.centre[i])})
@@ -970,13 +978,13 @@ def _personalisation(lobj, fed, res, preset: RunPreset, rng, out: Path, stage, t
                              "policy and reference were not the same computation")
     entry = {
         "file": "heldout_margins.csv", "beta": float(preset.beta), "objectives": list(fed.objectives),
-        "personalised_model": preset.personalisation.personalised_model,
+        "personalised_model": spec.personalised_model,
         "new_clients": new_rows,
         "models": [{"label": mm.label, "cluster": int(mm.cluster),
                     "client": int(mm.clients[0]) if len(mm.clients) == 1 and mm.label != "global_uniform" else -1}
                    for mm in models],
         "heldout": {"pairs_per_objective": len(fed.heldout[0]), "prompts": list(fed.heldout_prompt_ids)},
-        "generation_models": list(preset.personalisation.generation_models),
+        "generation_models": list(spec.generation_models),
         "hcn_at_w_ref": hcn,
         "global_uniform": {"file": "global_uniform.csv", "rounds": fa.rounds, "tau": fa.tau,
                            "clients": [int(i) for i in fed.train],
