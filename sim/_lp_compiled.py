@@ -41,8 +41,9 @@ N_PARAMS = 11
 S_OPTIMAL, S_RELAXED, S_FALLBACK, S_INFEASIBLE, S_ITERLIMIT = 0, 1, 2, 3, 4
 # on_infeasible policies.
 POLICY_RELAXED, POLICY_FALLBACK, POLICY_RAISE = 0, 1, 2
-# Input check failures (the caller names the value with the numpy checks).
-CHECK_OK, CHECK_LOSSES, CHECK_PREFS, CHECK_GRAM, CHECK_PSD = 0, 1, 2, 3, 4
+# Input check failures (the caller names the value with the numpy checks); CHECK_OVERFLOW: the LP data built from
+# finite inputs are not finite (C·A or Σ_i C_ij overflow float64), found by the builder.
+CHECK_OK, CHECK_LOSSES, CHECK_PREFS, CHECK_GRAM, CHECK_PSD, CHECK_OVERFLOW = 0, 1, 2, 3, 4, 5
 
 _NAN = np.nan
 _INF = np.inf
@@ -816,7 +817,8 @@ def instance_loop(l, lam, C, eps_mode, restricted, tlog, policy, max_iter, P, S,
     checks). The LP data are built a block of instances at a time (:func:`_build_block`), then each LP is scaled,
     solved and certified. The scratch vectors are cut from ``V`` once for the whole batch and every kernel indexes its
     inputs and outputs by instance: no array view is made per instance (each would cost two atomic reference
-    counts)."""
+    counts). Returns -1, or the first instance whose LP data (``CA``, ``c``) are not finite: the outputs are then
+    filled up to that instance only."""
     N, m = l.shape
     k = m + 1
     p = k + 1
@@ -830,6 +832,9 @@ def instance_loop(l, lam, C, eps_mode, restricted, tlog, policy, max_iter, P, S,
         for b in range(nb):
             t = t0 + b
             _lp_rows(C, t, S, G, b, restricted, c, D, e, active)
+            for j in range(m):
+                if not (abs(c[j]) < _INF and abs(S[ca + j, b]) < _INF):
+                    return t
             balance = G[G_BAL, b]
             _scale(c, D, e, cs, Ds, es)
             code, iters, kkt, unique, fe = _solve_lp(cs, Ds, es, max_iter, P, T, basis, prow, f, y, xB, xr, B, tmp,
@@ -880,6 +885,7 @@ def instance_loop(l, lam, C, eps_mode, restricted, tlog, policy, max_iter, P, S,
             Fl[t, 2 * m + B_REDO] = redo
             I[t, 0] = st
             I[t, 1] = iters
+    return -1
 
 
 @njit(cache=True, error_model="numpy")
@@ -887,8 +893,9 @@ def directions(l, lam, C, eps_mode, restricted, tlog, policy, max_iter, P, check
     """Every instance of ``(l, λ, C)`` (shapes (N, m), (N, m), (N, m, m), C-contiguous float64).
 
     With ``check``, the inputs are checked first (:func:`check_inputs`) and ``λ`` is renormalised. Returns
-    ``(bad, code, F, Fl, I)``: ``bad`` is the first instance that failed a check (-1: none; then nothing was solved
-    and the outputs are empty) with its CHECK_* ``code``; ``F, Fl, I`` hold the results (column layout above).
+    ``(bad, code, F, Fl, I)``: ``bad`` is the first instance that failed a check, or whose LP data overflow
+    (``CHECK_OVERFLOW``, checked with or without ``check``), with its CHECK_* ``code`` (-1 and CHECK_OK: none; else
+    the outputs are empty); ``F, Fl, I`` hold the results (column layout above).
     """
     N, m = l.shape
     if check:
@@ -906,8 +913,10 @@ def directions(l, lam, C, eps_mode, restricted, tlog, policy, max_iter, P, check
     Fl = np.empty((N, 2 * m + 4), dtype=np.bool_)
     I = np.empty((N, 2), dtype=np.int64)
     S, G, V, D, Ds, T, B, basis, active = _workspace(m, max(1, min(N, BLOCK)))
-    instance_loop(l, lam, C, eps_mode, restricted, tlog, policy, max_iter, P, S, G, V, D, Ds, T, B, basis, active,
-                  F, Fl, I)
+    ovf = instance_loop(l, lam, C, eps_mode, restricted, tlog, policy, max_iter, P, S, G, V, D, Ds, T, B, basis,
+                        active, F, Fl, I)
+    if ovf >= 0:
+        return ovf, CHECK_OVERFLOW, F[:0], Fl[:0], I[:0]
     return -1, CHECK_OK, F, Fl, I
 
 

@@ -116,6 +116,7 @@ __all__ = [
     "BACKENDS",
     "BackendUnavailableError",
     "DirectionResult",
+    "LPDataOverflowError",
     "LPInfeasibleError",
     "STATUSES",
     "backend_status",
@@ -138,6 +139,29 @@ _RATIO_TIE = 1e-13  # ratio-test ties are broken by the smallest column index
 
 class LPInfeasibleError(RuntimeError):
     """Raised with ``on_infeasible="raise"`` when an LP has no feasible point."""
+
+
+class LPDataOverflowError(ValueError, OverflowError):
+    """The LP data of an instance with finite inputs are not finite: ``C·A`` or the column sums of ``C`` overflow
+    float64 (a Gram matrix near 1e306 with log weights hundreds apart). The direction does not change when the Gram
+    matrix is multiplied by a positive constant, so a rescaled one solves it."""
+
+
+def _check_lp_data(c, CA, l, lam, C, batch) -> None:
+    """Raise :class:`LPDataOverflowError` naming the first instance whose objective ``c`` or ``CA`` is not finite
+    (both backends: the same instance, the same message)."""
+    bad = ~(np.isfinite(c).all(axis=-1) & np.isfinite(CA).all(axis=-1))
+    if bad.any():
+        raise _overflow_error(int(np.flatnonzero(bad)[0]), l, lam, C, batch)
+
+
+def _overflow_error(t: int, l, lam, C, batch) -> LPDataOverflowError:
+    A = preference_parts(l[t], lam[t], validate=False).adjustment
+    where = f" at index {tuple(int(i) for i in np.unravel_index(t, batch))}" if batch else ""
+    return LPDataOverflowError(
+        f"the LP data overflow float64{where}: gram @ adjustment or the column sums of gram are not finite "
+        f"(max |gram| {float(np.abs(C[t]).max()):.3g}, max |adjustment| {float(np.abs(A).max()):.3g}); the direction "
+        "does not change when gram is multiplied by a positive constant: pass gram / max|gram|")
 
 
 @dataclass(frozen=True)
@@ -609,6 +633,7 @@ def _finish(lp_fn, backend, losses, prefs, gram, eps_mode, descent, on_infeasibl
             **solver_kw):
     l, lam, C, batch = _prepare(losses, prefs, gram, validate)
     lp, beta, A, CA, J, J_star, balance, ambiguous = _build(l, lam, C, eps_mode, descent, tol_Jstar)
+    _check_lp_data(lp.c, CA, l, lam, C, batch)
     scaled = _scale_lp(lp)
     mu, code, iters, kkt, unique = lp_fn(lp, scaled, **solver_kw)
     status = _CODE_NAMES[code]
@@ -778,12 +803,14 @@ def _direction_compiled(losses, prefs, gram, eps_mode, descent, on_infeasible, t
         l2, lam2, C2 = (_kernel_input(a) for a in (l2, lam2, C2))
     args = (float(eps_mode), descent == "restricted", _jstar_tol(tol_Jstar), _POLICIES[on_infeasible],
             -1 if max_iter is None else int(max_iter), _compiled_params())
-    bad, _, F, Fl, I = kern.directions(l2, lam2, C2, *args, simple and validate)
-    if bad >= 0:  # name the bad value (the numpy checks raise); a PSD test the Cholesky proof could not pass is
-        # decided there by the eigenvalues, and the checked data are solved
+    bad, code, F, Fl, I = kern.directions(l2, lam2, C2, *args, simple and validate)
+    if bad >= 0 and code != kern.CHECK_OVERFLOW:  # name the bad value (the numpy checks raise); a PSD test the
+        # Cholesky proof could not pass is decided there by the eigenvalues, and the checked data are solved
         l2, lam2, C2, batch = _prepare(losses, prefs, gram, True)
         l2, lam2, C2 = (_kernel_input(a) for a in (l2, lam2, C2))
-        bad, _, F, Fl, I = kern.directions(l2, lam2, C2, *args, False)
+        bad, code, F, Fl, I = kern.directions(l2, lam2, C2, *args, False)
+    if bad >= 0:  # checked inputs whose LP data overflow
+        raise _overflow_error(bad, l2, lam2, C2, batch)
     m = l2.shape[1]
     if on_infeasible == "raise" and Fl[:, 2 * m + kern.B_REDO].any():
         _raise_restricted_infeasible(Fl[:, 2 * m + kern.B_REDO])

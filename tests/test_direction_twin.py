@@ -601,3 +601,31 @@ def test_twin_outputs_keep_their_layout_on_the_refused_path():
     _, _, F1, Fl1, I1 = kern.directions(l[:1], lam[:1], C[:1], *args)
     for empty, solved in ((F, F1), (Fl, Fl1), (I, I1)):
         assert empty.shape == (0,) + solved.shape[1:] and empty.dtype == solved.dtype, (empty.shape, solved.shape)
+
+
+@pytest.mark.parametrize("case", ["CA", "column_sums"])
+def test_overflowing_lp_data_is_an_error_on_both_backends(case):
+    """Finite inputs whose LP data overflow float64 — ``C·A`` of a Gram near 1e306 with log weights 1,400 apart
+    (``inf - inf``), or the column sums of a Gram near 1e308 in descent mode — raise ``LPDataOverflowError`` naming
+    the instance on both backends (before, the numpy backend said "optimal" with NaN weights and the twin "optimal"
+    with weights of NaN data); the same Gram divided by its largest entry is solved."""
+    from sim.direction import LPDataOverflowError
+
+    if case == "CA":
+        a = 1e306
+        C = np.array([[a, -a, 0.0], [-a, a, 0.0], [0.0, 0.0, 1.0]])
+        l, lam = np.array([1e-300, 1e-300, 1e300]), np.array([0.4, 0.4, 0.2])
+    else:
+        a = 1e308
+        C = np.array([[a, a], [a, a]])
+        l, lam = np.array([1.0, 1.0]), np.array([0.5, 0.5])  # on the ray: A = 0, descent mode, c = Σ_i C_ij
+    batch = (np.stack([np.ones_like(l), l]), lam, np.stack([np.eye(len(l)), C]))
+    msgs = []
+    for backend in ("numpy", "auto"):
+        with pytest.raises(LPDataOverflowError, match=r"overflow float64 at index \(1,\)") as info:
+            with np.errstate(all="ignore"):
+                lp_direction(*batch, backend=backend)
+        msgs.append(str(info.value))
+        res = lp_direction(l, lam, C / a, backend=backend)
+        assert res.status == "optimal" and np.all(np.isfinite(res.weights)), backend
+    assert msgs[0] == msgs[1]
