@@ -624,7 +624,11 @@ def _raise_unsolved(status: np.ndarray) -> None:
 
 
 def _result(batch, backend: str, **out) -> DirectionResult:
+    """The result of every backend; its float zeros are +0.0 (``x + 0.0``): numpy's ``maximum`` returns either
+    zero of a ``(-0.0, 0.0)`` pair depending on the CPU's SIMD path, so the sign of a zero is not a result."""
     for name, v in out.items():
+        if v.dtype.kind == "f":
+            v = v + 0.0
         out[name] = v.reshape(batch + v.shape[1:])
     return DirectionResult(backend=backend, **out)
 
@@ -818,6 +822,7 @@ def _direction_compiled(losses, prefs, gram, eps_mode, descent, on_infeasible, t
     if on_infeasible == "raise":
         _raise_unsolved(status)
     mode = _MODE_NAMES[Fl[:, 2 * m + kern.B_BALANCE].view(np.int8)]
+    F += 0.0  # its zeros as +0.0, as _result makes them
     # Columns of the kernel's outputs as the result's arrays: views, shaped as the reference shapes them.
     if batch == ():  # one instance: 0-d and (m,) arrays
         F, Fl, I, mode, status = F[0], Fl[0], I[0], mode.reshape(()), status.reshape(())

@@ -298,6 +298,45 @@ def test_compiled_sums_are_numpys_pairwise_sums_at_every_length():
 
 
 @needs_numba
+def test_compiled_lane_sums_are_numpys_sums_at_every_length():
+    """The builder's sums over the objective axis, one per SIMD lane (``_lane_sum``), are bit-identical to
+    ``numpy.sum`` of each lane's entries at every length, across the switch from the in-order sum (below 8 terms) to
+    numpy's pairwise one."""
+    from sim import _lp_compiled as kern
+
+    rng = np.random.default_rng(11)
+    nb = 5
+    for n in (*range(1, 21), 127, 128, 129, 200):
+        S = rng.standard_normal((n + 3, nb)) * 10.0 ** rng.integers(-8, 9, size=(n + 3, nb))
+        vec = np.empty(n)
+        kern._lane_sum(S, 2, n, nb, 0, vec)
+        for b in range(nb):
+            assert S[0, b] == np.sum(S[2 : 2 + n, b].copy()), (n, b)
+
+
+@needs_numba
+def test_builder_twin_flags_instances_within_the_ray_resolution():
+    """(R1): an instance whose log-spread is in ``(0, 3·TIE_RTOL]`` is reported ``ambiguous`` by both builders (its
+    β and A are set to 0 up to ``TIE_RTOL``: a perturbation of the losses at that size could decide otherwise), and
+    one exactly on the ray (spread 0) or clearly off it (1e-9) is not."""
+    from sim import _lp_compiled as kern
+    from sim.roundoff import TIE_RTOL
+
+    lam = np.array([0.25, 0.25, 0.5])
+    rel = np.array([0.0, 0.5e-12, 1e-12, 2e-12, 2.9e-12, 1e-9])
+    l = np.array([[1.0 + r, 1.0, 1.0] for r in rel]) / lam  # λ_j l_j = 1 (+ r for the first)
+    L = np.tile(lam, (len(rel), 1))
+    l2, lam2, C2, built = _numpy_lp(l, L, np.tile(np.eye(3), (len(rel), 1, 1)), 1e-4)
+    ambiguous = built[-1]
+    got = kern.build_lps(l2, lam2, np.ascontiguousarray(C2), 1e-4, True, sd._jstar_tol(0.0), sd._compiled_params())
+    spread = preference_parts(l2, lam2).spread
+    inside = (spread > 0.0) & (spread <= 3.0 * TIE_RTOL)
+    assert inside.sum() >= 3 and not inside[0] and not inside[-1], spread
+    np.testing.assert_array_equal(ambiguous, inside)
+    np.testing.assert_array_equal(got[-1], inside)
+
+
+@needs_numba
 def test_compiled_checks_pass_every_family_instance_and_name_each_fault():
     """The compiled input checks (the fast path of ``backend="compiled"``) pass every instance of every family and
     flag the first bad instance of a batch with the fault's code: losses, preferences, Gram entries (not finite, not
@@ -320,7 +359,8 @@ def test_compiled_checks_pass_every_family_instance_and_name_each_fault():
         bad.update(change)
         rows = [good, good, (bad["l"], bad["lam"], bad["C"])]  # the third instance of a batch is the bad one
         l, lam, C = (np.ascontiguousarray([np.asarray(r[i], dtype=float) for r in rows]) for i in range(3))
-        assert kern.check_inputs(l, lam, C, sd._compiled_params()) == (2, code), change
+        got = kern.check_inputs(l, lam, C, sd._compiled_params())
+        assert got == (2, code) and isinstance(got[1], (int, np.integer)), (change, got)
 
 
 # ------------------------------------------------------------------------------------------------ end to end
@@ -408,6 +448,11 @@ def test_infeasibility_policies_agree(descent, policy):
     np.testing.assert_array_equal(b.iterations, a.iterations)
     np.testing.assert_allclose(b.weights, a.weights, rtol=0, atol=1e-12)
     np.testing.assert_array_equal(np.isnan(b.kkt_residual), np.isnan(a.kkt_residual))
+    # the residuals are the policy's own: a fallback μ = λ is infeasible (residual > 0) and has no certificate (NaN)
+    np.testing.assert_allclose(b.feasibility_residual, a.feasibility_residual, rtol=0, atol=1e-12)
+    if policy == "fallback_preference" and descent == "restricted":
+        fb = a.status == "fallback"
+        assert np.all(a.feasibility_residual[fb] > 1e-6) and np.all(np.isnan(a.kkt_residual[fb]))
 
 
 @needs_numba
@@ -449,6 +494,7 @@ def test_input_forms_agree(shape_case):
         assert x.shape == y.shape and x.dtype == y.dtype, (name, x.shape, y.shape, x.dtype, y.dtype)
         if x.dtype.kind == "f":
             np.testing.assert_allclose(y, x, rtol=1e-12, atol=1e-15, err_msg=name)
+            assert not np.any(np.signbit(x) & (x == 0.0)) and not np.any(np.signbit(y) & (y == 0.0)), name
         else:
             np.testing.assert_array_equal(y, x, err_msg=name)
 
@@ -629,3 +675,19 @@ def test_overflowing_lp_data_is_an_error_on_both_backends(case):
         res = lp_direction(l, lam, C / a, backend=backend)
         assert res.status == "optimal" and np.all(np.isfinite(res.weights)), backend
     assert msgs[0] == msgs[1]
+
+
+@pytest.mark.parametrize("family", ["ray_edge", "F6", "rank_deficient"])
+def test_zeros_of_every_float_result_are_positive_on_both_backends(family):
+    """A zero in a result is +0.0 on every backend (the feasibility residual of an exact vertex, a zero weight): the
+    sign of a zero is not part of a result (numpy's ``maximum`` returns either zero of ``(-0.0, 0.0)`` depending
+    on the CPU's SIMD path), so results compare bit for bit across backends and CPUs."""
+    l, lam, C = _instances(family, 3)
+    for backend in ("numpy", "auto"):
+        res = lp_direction(l, lam, C, eps_mode=10.0, backend=backend)
+        zeros = 0
+        for name in ("weights", "gain", "beta", "adjustment", "objective", "feasibility_residual", "kkt_residual"):
+            x = getattr(res, name)
+            assert not np.any(np.signbit(x) & (x == 0.0)), (backend, name)
+            zeros += np.count_nonzero(x == 0.0)
+        assert zeros > 0  # the family has zeros to check
