@@ -156,19 +156,29 @@ def test_committed_baseline_states_the_floor_of_the_residual_checks():
 ON_RAY = ["H.15", "H.28", "H.29", "H.31", "CorC"]
 
 
-def test_roundoff_sensitivity_mode_matches_the_baseline_on_the_on_ray_statements():
+def _run_main(capsys, *args) -> tuple[int, str]:
+    """``python -m verification run ARGS`` in this process (the jitter mode is under test here, not the process:
+    ``subset_run`` above runs the real command line)."""
+    from verification.__main__ import main
+
+    code = main(["run", *args])
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+def test_roundoff_sensitivity_mode_matches_the_baseline_on_the_on_ray_statements(capsys):
     """`run --jitter 1e-14`: every problem's data perturbed by a relative 1e-14; verdicts, negative controls,
     counterexample counts and tightness must match the committed baseline (this catches the next BLAS dependence
     without changing the BLAS kernel)."""
-    proc = _run_cli(*ON_RAY, "--jitter", "1e-14", "--baseline", str(BASELINE))
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert f"{len(ON_RAY)} statement(s) compared, 0 regression(s)" in proc.stdout
+    code, out = _run_main(capsys, *ON_RAY, "--jitter", "1e-14", "--baseline", str(BASELINE))
+    assert code == 0, out
+    assert f"{len(ON_RAY)} statement(s) compared, 0 regression(s)" in out
 
 
-def test_roundoff_sensitivity_mode_can_fail(tmp_path):
+def test_roundoff_sensitivity_mode_can_fail(capsys):
     """The jitter mode is not vacuous: at a relative 1e-3 the problems differ enough to move tightness."""
-    proc = _run_cli("H.15", "--jitter", "9e-4", "--baseline", str(BASELINE))
-    assert proc.returncode == 1 and "REGRESSION H.15" in proc.stdout, proc.stdout + proc.stderr
+    code, out = _run_main(capsys, "H.15", "--jitter", "9e-4", "--baseline", str(BASELINE))
+    assert code == 1 and "REGRESSION H.15" in out, out
 
 
 def test_non_finite_tightness_spelled_as_strings_is_compared():
