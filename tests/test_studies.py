@@ -43,20 +43,33 @@ EXPECTED_COLUMNS = {
     },
 }
 
-_CACHE: dict = {}
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """``runs(study_id)``: two runs of the study with its default config and seed 0, computed once per module: the
+    study's own ``run`` and ``ST.run_studies([study_id], seed=0, out_dir=...)`` (the same config and a fresh
+    generator of the same seed, so the determinism test compares two runs and the writer's test reads the second's
+    files), and the second's output folder."""
+    cache: dict = {}
+
+    def get(study_id: str):
+        if study_id not in cache:
+            s = ST.get_study(study_id)
+            out = tmp_path_factory.mktemp(f"studies-{study_id}")
+            first = s.run(s.config_factory(), np.random.default_rng(0))
+            (second,) = ST.run_studies([study_id], seed=0, out_dir=out)
+            cache[study_id] = (first, second), out
+        return cache[study_id]
+
+    return get
 
 
-def _runs(study_id: str):
-    """Two runs of the study with its default config and seed 0 (computed once per session)."""
-    if study_id not in _CACHE:
-        s = ST.get_study(study_id)
-        _CACHE[study_id] = tuple(s.run(s.config_factory(), np.random.default_rng(0)) for _ in range(2))
-    return _CACHE[study_id]
+def _runs(runs, study_id: str):
+    return runs(study_id)[0]
 
 
 @pytest.mark.parametrize("study_id", list(ST.STUDIES))
-def test_tables_and_summary(study_id):
-    res, _ = _runs(study_id)
+def test_tables_and_summary(study_id, runs):
+    res, _ = _runs(runs, study_id)
     assert res.id == study_id
     assert set(res.tables) == set(EXPECTED_COLUMNS[study_id])
     for name, cols in EXPECTED_COLUMNS[study_id].items():
@@ -69,17 +82,17 @@ def test_tables_and_summary(study_id):
 
 
 @pytest.mark.parametrize("study_id", list(ST.STUDIES))
-def test_deterministic(study_id):
-    a, b = _runs(study_id)
+def test_deterministic(study_id, runs):
+    a, b = _runs(runs, study_id)
     for name in a.tables:
         pd.testing.assert_frame_equal(a.tables[name], b.tables[name], check_exact=True)
     assert json.dumps(a.summary, sort_keys=True) == json.dumps(b.summary, sort_keys=True)
 
 
-def test_adamw_idealised_gaps_below_eq91():
+def test_adamw_idealised_gaps_below_eq91(runs):
     """H.43 / eq 91 holds for the idealised methods: exactly (moment recursion) for deterministic P, and for the
     Monte-Carlo means within 4 standard errors (identity, fixed, lagged RMSprop)."""
-    res, _ = _runs("study-adamw-adaptation")
+    res, _ = _runs(runs, "study-adamw-adaptation")
     t = res.tables["gap_vs_k"]
     ideal = t[t["preconditioner"].isin(["identity", "fixed"])]
     assert len(ideal) and ideal["step_condition"].all()
@@ -94,18 +107,18 @@ def test_adamw_idealised_gaps_below_eq91():
                                                "h41d_no_weight_decay"])]["holds"].any()
 
 
-def test_h20_Jstar_numerator_nonnegative_and_dM_rule():
+def test_h20_Jstar_numerator_nonnegative_and_dM_rule(runs):
     """(P-a)/(P-b): the LP direction never increases a bottleneck objective to first order, so the J* numerator is
     >= 0 up to the rounding tolerance; d_M ~ 0 points carry no ratio."""
-    res, _ = _runs("study-H20-ratio")
+    res, _ = _runs(runs, "study-H20-ratio")
     p = res.tables["points"]
     assert not p.loc[p["index_set"] == "J_star", "numerator_negative"].any()
     assert p.loc[p["dm_zero"], "ratio"].isna().all()
     assert p.loc[~p["dm_zero"], "ratio"].notna().all()
 
 
-def test_h6_fractions_and_h5():
-    res, _ = _runs("study-H6-basis")
+def test_h6_fractions_and_h5(runs):
+    res, _ = _runs(runs, "study-H6-basis")
     br = res.tables["by_round"]
     sums = br.groupby(["scope", "phase", "round"])["fraction"].sum()
     assert np.allclose(sums, 1.0)
@@ -113,8 +126,8 @@ def test_h6_fractions_and_h5():
     assert set(br["status"]) == set(ST.H6_STATUSES)
 
 
-def test_h8_random_partitions_have_stage2_sizes():
-    res, _ = _runs("study-H8-dispersion")
+def test_h8_random_partitions_have_stage2_sizes(runs):
+    res, _ = _runs(runs, "study-H8-dispersion")
     ref = res.tables["reference"]
     for _prob, g in ref.groupby("problem"):
         s12 = sorted(g[g["clustering"] == "stage1_stage2"]["size"])
@@ -194,8 +207,9 @@ def test_adaptation_runs_match_pipeline1(method):
     np.testing.assert_allclose(traj, ref.trajectory, rtol=1e-12, atol=1e-12)
 
 
-def test_run_studies_writes_tables(tmp_path):
-    out = ST.run_studies(["study-adamw-adaptation"], seed=0, out_dir=tmp_path)
+def test_run_studies_writes_tables(runs):
+    (first, second), tmp_path = runs("study-adamw-adaptation")  # second: run_studies(["study-adamw-adaptation"])
+    out = [second]
     assert [r.id for r in out] == ["study-adamw-adaptation"]
     d = tmp_path / "study-adamw-adaptation"
     for name, df in out[0].tables.items():
@@ -204,7 +218,7 @@ def test_run_studies_writes_tables(tmp_path):
     doc = json.loads((d / "summary.json").read_text())
     assert doc["id"] == "study-adamw-adaptation" and doc["seed"] == 0 and "summary" in doc
     assert "study-adamw-adaptation" in json.loads((tmp_path / "summary.json").read_text())
-    pd.testing.assert_frame_equal(out[0].tables["gap_vs_k"], _runs("study-adamw-adaptation")[0].tables["gap_vs_k"])
+    pd.testing.assert_frame_equal(out[0].tables["gap_vs_k"], first.tables["gap_vs_k"])
 
 
 def test_unknown_study_id():
