@@ -3,6 +3,7 @@ as Ctrl-C would interrupt it."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
@@ -70,20 +71,63 @@ def interrupt_after(monkeypatch):
     return arm
 
 
+_CLUSTER_FIXTURE = "_dask_session_client"
+_CLUSTER_STACK: list[contextlib.ExitStack] = []  # the open cluster's context, closed after its last test
+
+
 @pytest.fixture(scope="session")
 def _dask_session_client():
     """One LocalCluster of 2 worker processes (as `sweep --workers 2` starts) and its client for the whole session:
     the sweeps of verification (tests/test_sweep.py) and of the LLM runs (tests/test_llm_sweep.py) share it instead
-    of starting a cluster each."""
+    of starting a cluster each. Their modules run one after the other (:func:`pytest_collection_modifyitems`) and
+    the cluster closes after the last test that uses it (:func:`pytest_runtest_teardown`), not at the session's end:
+    an idle cluster costs CPU (its scheduler's event loop in this process, its nannies' and workers' heartbeats)."""
     pytest.importorskip("distributed")
     from verification.dask_engine import dask_client
 
-    with dask_client(2) as c:
-        yield c
+    stack = contextlib.ExitStack()
+    c = stack.enter_context(dask_client(2))
+    _CLUSTER_STACK.append(stack)
+    yield c
+    _close_cluster()
+
+
+def _close_cluster() -> None:
+    """Close the shared cluster if it is open; its worker processes' CPU time is the children's, counted as it
+    closes: --cpu-times names it instead of charging it to the test after which it closes."""
+    while _CLUSTER_STACK:
         start = _cpu()
-    # the worker processes' CPU time is the children's, counted as the cluster closes (the session's last tear-down):
-    # --cpu-times names it instead of charging it to the last test file
-    _SESSION_CPU[_CLUSTER_KEY] = _cpu() - start
+        _CLUSTER_STACK.pop().close()
+        _SESSION_CPU[_CLUSTER_KEY] = _SESSION_CPU.get(_CLUSTER_KEY, 0.0) + _cpu() - start
+
+
+def _uses_cluster(item) -> bool:
+    return _CLUSTER_FIXTURE in getattr(item, "fixturenames", ())
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session, config, items):
+    """The modules whose tests use the shared cluster run one after the other, from the first one's place (each
+    module's tests in their order), so that the cluster is not kept open, idle, across the modules in between."""
+    users = list(dict.fromkeys(i.module for i in items if _uses_cluster(i)))
+    if len(users) < 2:
+        return
+    first = next(k for k, i in enumerate(items) if getattr(i, "module", None) in users)
+    grouped = [i for m in users for i in items if getattr(i, "module", None) is m]
+    rest = [i for i in items if getattr(i, "module", None) not in users]
+    items[:] = rest[:first] + grouped + rest[first:]
+
+
+_LAST_CLUSTER_USER: list = []  # [the last item of the session that uses the shared cluster, or None]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    yield
+    if not _LAST_CLUSTER_USER:  # the session's items are final once tests run
+        _LAST_CLUSTER_USER.append(next((i for i in reversed(item.session.items) if _uses_cluster(i)), None))
+    if item is _LAST_CLUSTER_USER[0]:
+        _close_cluster()
 
 
 @pytest.fixture(scope="module")
