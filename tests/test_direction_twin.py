@@ -453,6 +453,8 @@ def test_infeasibility_policies_agree(descent, policy):
     if policy == "fallback_preference" and descent == "restricted":
         fb = a.status == "fallback"
         assert np.all(a.feasibility_residual[fb] > 1e-6) and np.all(np.isnan(a.kkt_residual[fb]))
+        assert not a.unique[fb].any()  # μ = λ is no LP optimum, unique or not
+    np.testing.assert_array_equal(b.unique, a.unique)
 
 
 @needs_numba
@@ -646,6 +648,15 @@ def test_twin_outputs_keep_their_layout_on_the_refused_path():
     assert (bad, code) == (1, kern.CHECK_LOSSES)
     _, _, F1, Fl1, I1 = kern.directions(l[:1], lam[:1], C[:1], *args)
     for empty, solved in ((F, F1), (Fl, Fl1), (I, I1)):
+        assert empty.shape == (0,) + solved.shape[1:] and empty.dtype == solved.dtype, (empty.shape, solved.shape)
+    # LP data that overflow (found while solving, the instances before solved): empty outputs too
+    a = 1e306
+    C_ovf = np.ascontiguousarray([np.eye(m), [[a, -a, 0.0], [-a, a, 0.0], [0.0, 0.0, 1.0]]])
+    l_ovf = np.ascontiguousarray([[1.0, 2.0, 3.0], [1e-300, 1e-300, 1e300]])
+    lam_ovf = np.ascontiguousarray([[0.4, 0.4, 0.2]] * 2)
+    bad, code, *outs = kern.directions(l_ovf, lam_ovf, C_ovf, *args)
+    assert (bad, code) == (1, kern.CHECK_OVERFLOW)
+    for empty, solved in zip(outs, (F1, Fl1, I1), strict=True):
         assert empty.shape == (0,) + solved.shape[1:] and empty.dtype == solved.dtype, (empty.shape, solved.shape)
 
 
