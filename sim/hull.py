@@ -159,59 +159,84 @@ def _check_mask(mask, k: int, batch: tuple[int, ...], name: str = "mask") -> np.
 
 
 def _kkt_solve(Ks: np.ndarray) -> np.ndarray:
-    """Solve ``[K_S 1; 1ᵀ 0][u; ν] = [0; 1]`` for a stack ``(b, s, s)``; returns ``u`` ``(b, s)`` (NaN if singular)."""
+    """Solve ``[K_S 1; 1ᵀ 0][u; ν] = [0; 1]`` for a stack ``(b, s, s)``; returns ``u`` ``(b, s)`` (NaN if singular).
+
+    Each system is solved on its own (LAPACK per matrix), so a system's solution does not depend on the others in
+    the stack; a stack holding a singular system is split in halves until the singular ones stand alone."""
     b, s, _ = Ks.shape
     M = np.zeros((b, s + 1, s + 1))
     M[:, :s, :s] = Ks
     M[:, :s, s] = 1.0
     M[:, s, :s] = 1.0
-    rhs = np.zeros((b, s + 1))
+    rhs = np.zeros((b, s + 1, 1))
     rhs[:, s] = 1.0
-    try:
-        sol = np.linalg.solve(M, rhs[..., None])[..., 0]
-    except np.linalg.LinAlgError:
-        sol = np.empty((b, s + 1))
-        for r in range(b):
-            try:
-                sol[r] = np.linalg.solve(M[r], rhs[r])
-            except np.linalg.LinAlgError:
-                sol[r] = np.nan  # affinely dependent support: a smaller support gives the same point
+    sol = np.empty((b, s + 1))
+    _solve_split(M, rhs, sol, 0, b)
     return sol[:, :s]
 
 
+def _solve_split(M: np.ndarray, rhs: np.ndarray, out: np.ndarray, lo: int, hi: int) -> None:
+    """``out[lo:hi]`` = the solutions of the systems ``M[lo:hi]``, NaN for a singular one (affinely dependent
+    support: a smaller support gives the same point)."""
+    try:
+        out[lo:hi] = np.linalg.solve(M[lo:hi], rhs[lo:hi])[..., 0]
+    except np.linalg.LinAlgError:
+        if hi - lo == 1:
+            out[lo] = np.nan
+            return
+        mid = (lo + hi) // 2
+        _solve_split(M, rhs, out, lo, mid)
+        _solve_split(M, rhs, out, mid, hi)
+
+
+#: Supports of one size solved per batched call of :func:`_enumerate` (instances × supports), bounding its memory.
+_ENUM_CHUNK = 1 << 14
+
+
 def _enumerate(K: np.ndarray, mask: np.ndarray, V: np.ndarray | None, max_size: int) -> np.ndarray:
-    """Exact support enumeration on a flat batch: ``K`` (b, k, k), ``mask`` (b, k), optional ``V`` (b, n, k)."""
+    """Exact support enumeration on a flat batch: ``K`` (b, k, k), ``mask`` (b, k), optional ``V`` (b, n, k).
+
+    All supports of one size are solved in one batched call over (instance, support); per instance the kept
+    candidate is the first support, in the order of :func:`itertools.combinations` by size, of smallest norm."""
     b, k, _ = K.shape
     best = np.full(b, np.inf)
     best_u = np.zeros((b, k))
     for size in range(1, max_size + 1):
-        for support in combinations(range(k), size):
-            S = np.array(support, dtype=np.intp)
-            rows = np.flatnonzero(mask[:, S].all(axis=1))
-            if rows.size == 0:
-                continue
+        supports = np.array(list(combinations(range(k), size)), dtype=np.intp)  # (n_s, size)
+        rows, which = np.nonzero(mask[:, supports].all(axis=2))  # the supports inside each instance's mask
+        if rows.size == 0:
+            continue
+        vals = np.full((b, supports.shape[0]), np.inf)
+        us = np.zeros((b, supports.shape[0], size))
+        for lo in range(0, rows.size, _ENUM_CHUNK):
+            r, w = rows[lo:lo + _ENUM_CHUNK], which[lo:lo + _ENUM_CHUNK]
+            S = supports[w]
+            Ks = K[r[:, None, None], S[:, :, None], S[:, None, :]]
             if size == 1:
-                u = np.ones((rows.size, 1))
+                u = np.ones((r.size, 1))
             else:
-                u = _kkt_solve(K[np.ix_(rows, S, S)])
+                u = _kkt_solve(Ks)
                 ok = np.all(np.isfinite(u), axis=1) & np.all(u >= -_U_TOL, axis=1)
-                rows, u = rows[ok], u[ok]
-                if rows.size == 0:
+                r, w, S, Ks, u = r[ok], w[ok], S[ok], Ks[ok], u[ok]
+                if r.size == 0:
                     continue
                 u = np.maximum(u, 0.0)
                 u = u / u.sum(axis=1, keepdims=True)
             if V is not None:
-                p = np.einsum("bnk,bk->bn", V[np.ix_(rows, np.arange(V.shape[1]), S)], u)
+                Vs = V[r[:, None, None], np.arange(V.shape[1])[None, :, None], S[:, None, :]]
+                p = np.einsum("bnk,bk->bn", Vs, u)
                 val = np.einsum("bn,bn->b", p, p)
             else:
-                Ks = K[np.ix_(rows, S, S)]
                 val = np.einsum("bi,bij,bj->b", u, Ks, u)
-            better = val < best[rows]
-            if np.any(better):
-                r = rows[better]
-                best[r] = val[better]
-                best_u[r] = 0.0
-                best_u[np.ix_(r, S)] = u[better]
+            vals[r, w] = val
+            us[r, w] = u
+        first = np.argmin(vals, axis=1)  # the first support of the smallest norm of this size
+        val = vals[np.arange(b), first]
+        better = np.flatnonzero(val < best)
+        if better.size:
+            best[better] = val[better]
+            best_u[better] = 0.0
+            best_u[better[:, None], supports[first[better]]] = us[better, first[better]]
     return best_u
 
 
