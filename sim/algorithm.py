@@ -772,8 +772,9 @@ class _Recorder:
         cols = RECORD_COLUMNS + tuple(self.extra)
         if not parts:
             return pd.DataFrame({c: [] for c in cols})
-        return pd.DataFrame({c: np.concatenate([p.get(c, np.full(len(next(iter(p.values()))), np.nan))
-                                                for p in parts]) for c in cols})
+        sizes = [len(next(iter(p.values()))) for p in parts]
+        return pd.DataFrame({c: np.concatenate([p[c] if c in p else np.full(n, np.nan)
+                                                for p, n in zip(parts, sizes, strict=True)]) for c in cols})
 
     def frame(self, params: dict) -> pd.DataFrame:
         df = self._frame(self.parts)
@@ -896,8 +897,7 @@ def _diagnostics(src: Source, ev: Evaluation, clients, lam, psi_star, rho, eta_e
         dr = step_dir
     psi = (lam * l).max(axis=-1)
     ea = eps_act(eta_eff, lam, B)
-    m_eps = near_active_set(l, lam, ea)
-    m_star = near_active_set(l, lam, 0.0)
+    m_eps, m_star = near_active_set(l, lam, np.stack([ea, np.zeros_like(ea)]))  # J*_ε and J* in one call
     u = min_norm_weights_from_gram(lam[:, :, None] * C * lam[:, None, :], m_eps)  # Gram of {λ_j g_j}; checks C
     d_norm, dev, H = _direction_spread(src, dr.d, rho)
     cols = dict(
