@@ -78,7 +78,10 @@ gradient bound, or else the largest population gradient norm ``‖g_i^{(j)}‖ =
 the current point included), ``‖d_M‖`` (minimum-norm element of ``conv{λ_j g_j : j ∈ J*_ε}``, weights from the
 Gram ``ΛCΛ`` by :func:`sim.hull.min_norm_weights_from_gram`, the point combined and measured by the source), and
 the step sizes in force. ``Δ_i = ‖d_i - d̄‖`` and ``H_{C_n} = Σ_i ρ_i Δ_i²`` are measured on the centred directions
-formed by the source's array namespace (exact where the directions agree). The columns ``n_lp_steps``,
+formed by the source's array namespace (exact where the directions agree). ``ε_act``, the ``J*``/``J*_ε`` sets,
+the margins and ``d_M``'s weights are computed for the rounds of a phase in one batched call of each kernel when
+the source's evaluations are host arrays (:class:`sim.source.GradientEvaluation`) and no ``on_rows`` streams the
+rows (else round by round; the numbers are the same bit for bit, each instance computed on its own). The columns ``n_lp_steps``,
 ``n_optimal``, ``n_relaxed``, ``n_fallback``, ``n_infeasible``, ``n_iteration_limit``, ``n_solver_error`` and
 ``n_descent_steps`` count the statuses of every LP solved by the client's training steps in that round: no LP
 fallback goes uncounted. ``lp_from_step`` says whether the row's ``lp_mode``/``lp_status``/``gain`` are those of
@@ -120,6 +123,7 @@ from sim.source import (
     ClientProblem,
     ClientSource,
     Evaluation,
+    GradientEvaluation,
     SampleData,
     Source,
     array_namespace,
@@ -872,9 +876,13 @@ def shared_iteration(source, clients, w0, rho, eta_eff, rounds: int, *, eps_mode
 
 def _diagnostics(src: Source, ev: Evaluation, clients, lam, psi_star, rho, eta_eff, B_cfg, B_seen,
                  step_dir: _Dir | None, cfg, direction,
-                 where) -> tuple[dict, float, dict | None, dict[str, np.ndarray] | None]:
+                 where) -> tuple[dict, float, dict | None, dict[str, np.ndarray] | None, tuple]:
     """Population diagnostics at the server model ``w_r`` (the population evaluation ``ev`` of every client there),
-    all from ``(l, C)`` and the source's combine; ``step_dir``: the round's first step when it is this LP."""
+    all from ``(l, C)`` and the source's combine; ``step_dir``: the round's first step when it is this LP.
+
+    Returns the round's columns but those of :func:`_hull_diagnostics` (ε_act, the margins, ``‖d_M‖``, ``|J*_ε|``),
+    whose inputs come last (``(l, C, μ, B, ev)``): :func:`_hull_diagnostics` computes them for a stack of rounds
+    in one call."""
     N = clients.size
     l, C = ev.losses, ev.gram
     gnorm = np.sqrt(np.diagonal(C, axis1=-2, axis2=-1))  # ‖g_ij‖ = √(C_i)_jj
@@ -896,20 +904,50 @@ def _diagnostics(src: Source, ev: Evaluation, clients, lam, psi_star, rho, eta_e
     else:
         dr = step_dir
     psi = (lam * l).max(axis=-1)
-    ea = eps_act(eta_eff, lam, B)
-    m_eps, m_star = near_active_set(l, lam, np.stack([ea, np.zeros_like(ea)]))  # J*_ε and J* in one call
-    u = min_norm_weights_from_gram(lam[:, :, None] * C * lam[:, None, :], m_eps)  # Gram of {λ_j g_j}; checks C
     d_norm, dev, H = _direction_spread(src, dr.d, rho)
     cols = dict(
         client=clients, rho=rho, psi=psi, psi_star=psi_star, gap=psi - psi_star, beta=dr.beta, gain=dr.gain,
         lp_mode=dr.mode, lp_status=dr.status, lp_from_step=np.full(N, step_dir is not None),
-        d_norm=d_norm, deviation=dev, dispersion=np.full(N, H),
-        margin_Jstar=descent_margin_from_gram(dr.weights, C, lam, m_star, validate=False),
-        margin_Jeps=descent_margin_from_gram(dr.weights, C, lam, m_eps, validate=False),
-        dM_norm=_row_norms(src, ev.combine(lam * u)), eps_act=ea, grad_bound=np.full(N, B), n_Jeps=m_eps.sum(axis=1),
+        d_norm=d_norm, deviation=dev, dispersion=np.full(N, H), grad_bound=np.full(N, B),
     )
     lp_inputs = lp_input_columns(C, dr.weights) if getattr(src, "record_lp_inputs", False) else None
-    return cols, B_seen, diag_counts, lp_inputs
+    return cols, B_seen, diag_counts, lp_inputs, (l, C, dr.weights, B, ev)
+
+
+def _hull_diagnostics(src: Source, lam, eta_eff, rounds: list[tuple]) -> list[dict]:
+    """The columns ``eps_act``, ``margin_Jstar``, ``margin_Jeps``, ``dM_norm`` and ``n_Jeps`` of a stack of rounds
+    (the inputs ``(l, C, μ, B, ev)`` that :func:`_diagnostics` returns, one per round): one call of each kernel for
+    all rounds and clients (each instance's numbers do not depend on the others in the stack); ``d_M`` is formed by
+    each round's combine. A kernel that refuses the stack is called round by round, so the error is the first
+    round's, as if the rounds had come one at a time."""
+    if len(rounds) > 1:
+        try:
+            return _hull_diagnostics_stack(src, lam, eta_eff, rounds)
+        except ValueError:
+            return [c for r in rounds for c in _hull_diagnostics_stack(src, lam, eta_eff, [r])]
+    return _hull_diagnostics_stack(src, lam, eta_eff, rounds)
+
+
+def _hull_diagnostics_stack(src: Source, lam, eta_eff, rounds: list[tuple]) -> list[dict]:
+    l = np.stack([r[0] for r in rounds])  # (R, N, m)
+    C = np.stack([r[1] for r in rounds])  # (R, N, m, m)
+    mu = np.stack([r[2] for r in rounds])
+    B = np.array([r[3] for r in rounds])[:, None]  # (R, 1)
+    lam_r = np.broadcast_to(lam, l.shape)
+    ea = eps_act(eta_eff, lam_r, B)
+    m_eps, m_star = near_active_set(l, lam_r, np.stack([ea, np.zeros_like(ea)]))  # J*_ε and J* in one call
+    u = min_norm_weights_from_gram(lam_r[..., :, None] * C * lam_r[..., None, :], m_eps)  # Gram of {λ_j g_j}; checks C
+    margin_star = descent_margin_from_gram(mu, C, lam_r, m_star, validate=False)
+    margin_eps = descent_margin_from_gram(mu, C, lam_r, m_eps, validate=False)
+    n_eps = m_eps.sum(axis=-1)
+    return [dict(margin_Jstar=margin_star[k], margin_Jeps=margin_eps[k],
+                 dM_norm=_row_norms(src, r[4].combine(lam * u[k])), eps_act=ea[k], n_Jeps=n_eps[k])
+            for k, r in enumerate(rounds)]
+
+
+#: Gradient entries (rounds × clients × parameters × objectives) of host evaluations that Algorithm 1 keeps while
+#: the rounds' hull diagnostics wait for one call (:func:`_hull_diagnostics`); beyond it they are computed.
+_PENDING_GRADIENTS = 1 << 21
 
 
 def lp_input_columns(gram, weights) -> dict[str, np.ndarray]:
@@ -940,62 +978,93 @@ def _federated(src: Source, clients, w0, rho, rng, *, phase: str, rounds: int, l
     step_counts, diag_counts = _zero_counts(), _zero_counts()
     B_seen = B_start
     params = dict(phase=phase, cluster=cluster, clients=clients.tolist(), rho=rho.tolist(), **step_cols)
-    for r in range(rounds + 1):
-        final = r == rounds
-        where = f"{phase} cluster {cluster} round {r}"
-        # batches of this round (drawn before any step; none on the final row)
-        batches = None
-        if not final and batch is not None:
-            if episodic:
-                ep = [src.episode(rng, int(i), batch) for i in clients]
-                batches = [ep] * local_steps
-            else:
-                batches = [[src.episode(rng, int(i), batch) for i in clients] for _ in range(local_steps)]
-        W = _rows(w, N)
-        # the population evaluation at w_r; with population gradients its LP is also the round's first step
-        first_step = not final and batch is None
-        ev = _evaluate(src, W, clients, None, where=where + (" step 0" if first_step else " diagnostic"),
-                       step_size=eta_inner if first_step else eta_eff)
-        first = _directions(ev, lam, direction, cfg, where=where + " step 0", clients=clients) if first_step else None
-        cols, B_seen, dc, lp_inputs = _diagnostics(src, ev, clients, lam, psi_star, rho, eta_eff, B_cfg, B_seen,
-                                                   first, cfg, direction, where + " diagnostic")
-        extra = _record_metrics(src, W, clients, ev.losses)
-        if lp_inputs is not None:
-            extra = {**(extra or {}), **lp_inputs}
-        del ev  # the source may hold the gradients of every client on its device
-        if dc is not None:
-            for s in STATUSES:
-                diag_counts[s] += dc[s]
-        counts = {s: np.zeros(N, dtype=np.int64) for s in STATUSES}
-        n_desc = np.zeros(N, dtype=np.int64)
-        if not final:
-            for k in range(local_steps):
-                if k == 0 and first is not None:
-                    dr = first
+    pending: list[tuple] = []  # rounds whose hull diagnostics wait for one call (_hull_diagnostics)
+    held = 0
+
+    def flush():  # the waiting rounds' hull diagnostics in one call, then their record rows in round order
+        nonlocal held
+        waiting = [p for p in pending if p["hull"] is None]
+        for p, hc in zip(waiting, _hull_diagnostics(src, lam, eta_eff, [p["hull_in"] for p in waiting]) if waiting
+                         else [], strict=True):
+            p["hull"] = hc
+        for p in pending:
+            rec.add(p["extra"], **p["row"], **p["hull"])
+        pending.clear()
+        held = 0
+
+    try:
+        for r in range(rounds + 1):
+            final = r == rounds
+            where = f"{phase} cluster {cluster} round {r}"
+            # batches of this round (drawn before any step; none on the final row)
+            batches = None
+            if not final and batch is not None:
+                if episodic:
+                    ep = [src.episode(rng, int(i), batch) for i in clients]
+                    batches = [ep] * local_steps
                 else:
-                    ev = _evaluate(src, W, clients, None if batches is None else batches[k],
-                                   where=f"{where} step {k}", step_size=eta_inner)
-                    dr = _directions(ev, lam, direction, cfg, where=f"{where} step {k}", clients=clients)
-                    del ev
-                if direction == "lp":
-                    for s in STATUSES:
-                        counts[s] += dr.status == s
-                    n_desc += dr.mode == "descent"
-                W = W - eta_inner * dr.d
-            g = W - w  # pseudo-gradients (N, n_w)
-            w = w + alpha_server * (rho_x @ g)
-            if traj is not None:
-                traj.append(w)
-            for s in STATUSES:
-                step_counts[s] += int(counts[s].sum())
-        rec.add(extra, phase=phase, round=r, t=r + round_offset, cluster=cluster, **cols,
+                    batches = [[src.episode(rng, int(i), batch) for i in clients] for _ in range(local_steps)]
+            W = _rows(w, N)
+            # the population evaluation at w_r; with population gradients its LP is also the round's first step
+            first_step = not final and batch is None
+            ev = _evaluate(src, W, clients, None, where=where + (" step 0" if first_step else " diagnostic"),
+                           step_size=eta_inner if first_step else eta_eff)
+            first = _directions(ev, lam, direction, cfg, where=where + " step 0", clients=clients) if first_step else None
+            cols, B_seen, dc, lp_inputs, hull_in = _diagnostics(src, ev, clients, lam, psi_star, rho, eta_eff, B_cfg,
+                                                                B_seen, first, cfg, direction, where + " diagnostic")
+            # host gradients wait for one hull call over the rounds; a device's are used now and released
+            keep = on_rows is None and isinstance(ev, GradientEvaluation)
+            row = {"hull_in": hull_in if keep else None, "row": cols, "extra": None,
+                   "hull": None if keep else _hull_diagnostics(src, lam, eta_eff, [hull_in])[0]}
+            pending.append(row)
+            held += ev.grads.size if keep else 0
+            del hull_in
+            row["extra"] = extra = _record_metrics(src, W, clients, ev.losses)
+            if lp_inputs is not None:
+                row["extra"] = {**(extra or {}), **lp_inputs}
+            del ev  # the source may hold the gradients of every client on its device
+            if dc is not None:
+                for s in STATUSES:
+                    diag_counts[s] += dc[s]
+            counts = {s: np.zeros(N, dtype=np.int64) for s in STATUSES}
+            n_desc = np.zeros(N, dtype=np.int64)
+            if not final:
+                for k in range(local_steps):
+                    if k == 0 and first is not None:
+                        dr = first
+                    else:
+                        ev = _evaluate(src, W, clients, None if batches is None else batches[k],
+                                       where=f"{where} step {k}", step_size=eta_inner)
+                        dr = _directions(ev, lam, direction, cfg, where=f"{where} step {k}", clients=clients)
+                        del ev
+                    if direction == "lp":
+                        for s in STATUSES:
+                            counts[s] += dr.status == s
+                        n_desc += dr.mode == "descent"
+                    W = W - eta_inner * dr.d
+                g = W - w  # pseudo-gradients (N, n_w)
+                w = w + alpha_server * (rho_x @ g)
+                if traj is not None:
+                    traj.append(w)
+                for s in STATUSES:
+                    step_counts[s] += int(counts[s].sum())
+            row["row"] = dict(
+                phase=phase, round=r, t=r + round_offset, cluster=cluster, **cols,
                 n_lp_steps=sum(counts[s] for s in STATUSES), **{f"n_{s}": counts[s] for s in STATUSES},
                 n_descent_steps=n_desc, local_steps=0 if final else local_steps,
                 batch_size=np.nan if batch is None else float(batch), eta_eff=eta_eff, alpha_server=alpha_server,
                 alpha_adapt=np.nan, preconditioner="none", p_min=np.nan, p_max=np.nan, p_at_lower=np.nan,
                 p_at_upper=np.nan, **step_cols)
-        if progress is not None:
-            progress(f"{phase} cluster {cluster}", r, rounds)
+            if not keep or final or held > _PENDING_GRADIENTS:
+                flush()
+            if progress is not None:
+                progress(f"{phase} cluster {cluster}", r, rounds)
+    except Exception:
+        # the waiting rounds' hull diagnostics first: an error of theirs is raised as if they had come one by one
+        waiting = [p["hull_in"] for p in pending if p["hull"] is None]
+        if waiting:
+            _hull_diagnostics(src, lam, eta_eff, waiting)
+        raise
     return PhaseResult(w=w, trajectory=None if traj is None else array_namespace(w).stack(traj),
                        records=rec.frame(params), step_status_counts=step_counts,
                        diagnostic_status_counts=diag_counts, B=B_seen)

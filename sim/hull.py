@@ -197,7 +197,9 @@ def _enumerate(K: np.ndarray, mask: np.ndarray, V: np.ndarray | None, max_size: 
     """Exact support enumeration on a flat batch: ``K`` (b, k, k), ``mask`` (b, k), optional ``V`` (b, n, k).
 
     All supports of one size are solved in one batched call over (instance, support); per instance the kept
-    candidate is the first support, in the order of :func:`itertools.combinations` by size, of smallest norm."""
+    candidate is the first support, in the order of :func:`itertools.combinations` by size, of smallest norm. Every
+    operation is per instance (batched solves and matrix products, row sums), so an instance's weights do not depend
+    on the other instances of the batch."""
     b, k, _ = K.shape
     best = np.full(b, np.inf)
     best_u = np.zeros((b, k))
@@ -227,7 +229,7 @@ def _enumerate(K: np.ndarray, mask: np.ndarray, V: np.ndarray | None, max_size: 
                 p = np.einsum("bnk,bk->bn", Vs, u)
                 val = np.einsum("bn,bn->b", p, p)
             else:
-                val = np.einsum("bi,bij,bj->b", u, Ks, u)
+                val = ((Ks @ u[:, :, None])[:, :, 0] * u).sum(axis=1)  # uᵀK_S u, per instance
             vals[r, w] = val
             us[r, w] = u
         first = np.argmin(vals, axis=1)  # the first support of the smallest norm of this size

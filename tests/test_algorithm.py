@@ -793,3 +793,30 @@ def test_cli_smoke_writes_trajectory_and_summary(tmp_path, capsys):
     assert summary["seed"] == 0 and summary["params"]["adapt"]["preconditioner"] == "rmsprop_lagged"
     assert summary["n_train_clients"] == 6 and summary["problem"]["n_train"] == 3  # --clients 6: 3 per group
     assert df[df.phase == "phase1"].client.nunique() == 6
+
+
+@pytest.mark.parametrize("batch_size", [None, 5])
+def test_hull_diagnostics_stacked_over_rounds_equal_round_by_round(monkeypatch, f1_samples, batch_size):
+    """The rounds' hull diagnostics (ε_act, J*_ε, d_M, the margins) of host evaluations wait for one call over the
+    rounds: the records are bitwise those of the rounds one by one (rows streamed to ``on_rows``, or a waiting
+    limit of zero), for Phase 1 (population and minibatch gradients) and Phase 2."""
+    src, w0 = f1_samples
+    clients = np.arange(src.n_clients)
+    runs = {
+        "phase1": lambda **kw: al.phase1(src, clients, w0, al.Phase1Config(rounds=12, tau=2, eta_local=0.05,
+                                                                           batch_size=batch_size),
+                                         np.random.default_rng(3), **kw),
+        "phase2": lambda **kw: al.phase2(src, clients, w0, al.Phase2Config(rounds=8, S=4, K=2),
+                                         np.random.default_rng(3), **kw),
+    }
+    for name, run in runs.items():
+        stacked = run().records
+        streamed_rows = []
+        streamed = run(on_rows=streamed_rows.append).records
+        monkeypatch.setattr(al, "_PENDING_GRADIENTS", 0)
+        one_by_one = run().records
+        monkeypatch.undo()
+        assert len(streamed_rows) == stacked["round"].nunique()  # one round at a time
+        assert np.isfinite(stacked["dM_norm"]).all() and (stacked["n_Jeps"] >= 1).all(), name
+        pd.testing.assert_frame_equal(stacked, streamed, check_exact=True)
+        pd.testing.assert_frame_equal(stacked, one_by_one, check_exact=True)

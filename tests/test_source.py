@@ -362,7 +362,9 @@ def test_gram_diagnostics_equal_gradient_formulas(family, direction):
         ev = src.evaluate(W, clients, batches)
         l, G = src.population(W, clients) if batches is None else src.minibatch(W, clients, batches)
         dr = al._directions(ev, lam, direction, cfg, where="test", clients=clients)
-        cols, B, _, _ = al._diagnostics(src, ev, clients, lam, psi_star, rho, eta, None, 0.0, dr, cfg, direction, "test")
+        cols, B, _, _, hull_in = al._diagnostics(src, ev, clients, lam, psi_star, rho, eta, None, 0.0, dr, cfg,
+                                                 direction, "test")
+        cols.update(al._hull_diagnostics(src, lam, eta, [hull_in])[0])
         d = np.einsum("nwm,nm->nw", G, dr.weights)
         np.testing.assert_array_equal(dr.d, d)  # combine is the family's d = G μ
         gn = np.linalg.norm(G, axis=1)
