@@ -726,7 +726,7 @@ def _directions(ev: Evaluation, lam, direction: str, cfg, *, where: str, clients
     l, C = ev.losses, ev.gram
     if direction == "lp":
         res = lp_direction(l, lam, C, eps_mode=cfg.eps_mode, descent=cfg.descent, on_infeasible=cfg.on_infeasible)
-        failed = np.isin(res.status, _FAILED)
+        failed = np.logical_or.reduce([res.status == s for s in _FAILED])  # (np.isin sorts the strings)
         if failed.any():
             r = int(np.argmax(failed))
             raise LPFailureError(
