@@ -702,3 +702,26 @@ def test_zeros_of_every_float_result_are_positive_on_both_backends(family):
             assert not np.any(np.signbit(x) & (x == 0.0)), (backend, name)
             zeros += np.count_nonzero(x == 0.0)
         assert zeros > 0  # the family has zeros to check
+
+
+@pytest.mark.parametrize("backend", ["numpy", "auto"])
+def test_an_objective_with_a_zero_gradient_is_solved(backend):
+    """An objective whose gradient is 0 (a zero row and column of the Gram) gives an LP row ``0·μ >= 0`` whose scale
+    is 0; the row is kept at scale 1 and the LP solved: the same optimal weights on both backends, on the simplex."""
+    C = np.diag([1.0, 0.0, 2.0])
+    for l in ([1.0, 2.0, 3.0], [3.0, 1.0, 2.0], [1.0, 1.0, 1.0]):
+        for eps_mode in (1e-4, 10.0):
+            res = lp_direction(l, [0.2, 0.3, 0.5], C, eps_mode=eps_mode, backend=backend)
+            ref = lp_direction(l, [0.2, 0.3, 0.5], C, eps_mode=eps_mode, backend="numpy")
+            assert res.status == "optimal" and np.all(np.isfinite(res.weights)), (l, eps_mode, res.status)
+            assert abs(res.weights.sum() - 1.0) < 1e-12 and res.weights.min() >= 0.0
+            assert 0.0 <= res.feasibility_residual <= 1e-12 and 0.0 <= res.kkt_residual <= 1e-12, res
+            np.testing.assert_allclose(res.weights, ref.weights, rtol=0, atol=1e-12)
+
+
+def test_a_result_built_without_a_backend_names_the_reference():
+    """``DirectionResult``'s ``backend`` defaults to ``"numpy"`` (the reference), documented as the solver that
+    produced the result."""
+    res = lp_direction([1.0, 2.0], [0.5, 0.5], np.eye(2), backend="numpy")
+    fields = {f: getattr(res, f) for f in res.__dataclass_fields__ if f != "backend"}
+    assert sd.DirectionResult(**fields).backend == "numpy"
