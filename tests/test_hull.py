@@ -536,3 +536,15 @@ def test_enumeration_batch_equals_each_instance_alone(gram_only):
             alone = _enumerate(K[r:r + 1], mask[r:r + 1], None if Vx is None else Vx[r:r + 1], size)[0]
             np.testing.assert_array_equal(u[r], alone)
         assert np.all(u[~mask] == 0.0) and np.allclose(u.sum(axis=1), 1.0)
+
+
+def test_enumeration_ties_between_sizes_keep_the_smallest_support():
+    """The minimum-norm point of conv{e1, e2, (e1 + e2)/2} is (e1 + e2)/2, reached both by the single generator 3
+    and by the pair {1, 2} with weights (1/2, 1/2), at exactly the same norm: the enumeration keeps the first
+    support in its order (by size), so the weights are (0, 0, 1) — the sparsest representation — on both entry
+    points."""
+    V = np.array([[1.0, 0.0, 0.5], [0.0, 1.0, 0.5]])  # columns are the generators
+    res = min_norm_element(V, method="enumerate")
+    np.testing.assert_array_equal(res.point, [0.5, 0.5])
+    np.testing.assert_array_equal(res.weights, [0.0, 0.0, 1.0])
+    np.testing.assert_array_equal(min_norm_weights_from_gram(V.T @ V, method="enumerate"), [0.0, 0.0, 1.0])
