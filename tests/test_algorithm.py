@@ -820,3 +820,16 @@ def test_hull_diagnostics_stacked_over_rounds_equal_round_by_round(monkeypatch, 
         assert np.isfinite(stacked["dM_norm"]).all() and (stacked["n_Jeps"] >= 1).all(), name
         pd.testing.assert_frame_equal(stacked, streamed, check_exact=True)
         pd.testing.assert_frame_equal(stacked, one_by_one, check_exact=True)
+
+
+def test_assign_to_cluster_names_a_clustering_of_other_clients(adaptation_setup):
+    """A new client is assigned by the training clients of the clustering given; a clustering of 4 clients with 6
+    training clients is refused with both counts named, not read against the wrong clients."""
+    src, w_I, new, _ = adaptation_setup
+    train = np.arange(6)
+    clustering = al.clustering_step(src, train[:4], w_I)
+    with pytest.raises(ValueError, match="clustering has 4 clients but train_clients has 6"):
+        al.assign_to_cluster(src, new, w_I, clustering, train)
+    full = al.clustering_step(src, train, w_I)
+    labels = al.assign_to_cluster(src, new, w_I, full, train)
+    assert labels.shape == new.shape and set(labels.tolist()) <= set(range(len(full.clusters)))
