@@ -736,6 +736,17 @@ def test_overflowing_gradients_name_the_pipeline_step_and_step_size():
                                                  r"norm 8\.000e\+153, so ε_act = 2·η·λ_max·B² overflows with step size "
                                                  r"2\.0: the iteration diverged"):
         al.phase1(big, np.arange(2), np.zeros(2), al.Phase1Config(rounds=1, eta_local=2.0), np.random.default_rng(0))
+    # at η = 1, 2·η·B² = 1.28e308 is finite: the diagnostics at w_0 are computed (0 rounds), ε_act included
+    ph = al.phase1(big, np.arange(2), np.zeros(2), al.Phase1Config(rounds=0, eta_local=1.0), np.random.default_rng(0))
+    eps = ph.records["eps_act"].to_numpy()
+    assert np.all(np.isfinite(eps)) and eps.max() > 1e307
+
+
+def test_shared_iteration_names_a_bad_round_count(f1_samples):
+    src, w0 = f1_samples
+    for bad in (-1, 1.5):
+        with pytest.raises(ValueError, match=rf"^shared_iteration\.rounds must be an integer >= 0; got {bad}$"):
+            al.shared_iteration(src, np.arange(3), w0, None, 0.1, bad)
 
 
 def test_run_algorithm_keeps_trajectories_only_when_asked():
