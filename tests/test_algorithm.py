@@ -708,6 +708,9 @@ def test_phase_and_pipeline_records_name_their_defaults(f1_samples):
     ph = al.phase1(src, np.arange(3), w0, al.Phase1Config(rounds=1), np.random.default_rng(0))
     assert set(ph.records["cluster"]) == {0} and set(ph.records["phase"]) == {"phase1"}
     assert ph.records["t"].tolist() == ph.records["round"].tolist() == [0, 0, 0, 1, 1, 1]
+    params = ph.records.attrs["params"]  # the run's parameters travel with its records
+    assert (params["phase"], params["cluster"], params["clients"]) == ("phase1", 0, [0, 1, 2])
+    assert len(params["rho"]) == 3 and abs(sum(params["rho"]) - 1.0) < 1e-12
     p1 = al.pipeline1(src, np.array([4]), w0, al.AdaptConfig(K=1, S=2), np.random.default_rng(0))
     assert set(p1.records["phase"]) == {"pipeline1"} and set(p1.records["cluster"]) == {-1}
 
