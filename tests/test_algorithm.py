@@ -683,6 +683,11 @@ def test_adamw_steps_are_the_hand_computed_updates():
     np.testing.assert_allclose(state.v, v, rtol=1e-15)
     np.testing.assert_allclose(P1, 1.0 / (np.sqrt(vhat) + eps), rtol=1e-15)
     np.testing.assert_allclose(W2, W1 * (1 - a * wd) - a * mhat / (np.sqrt(vhat) + eps), rtol=1e-15)
+    # the defaults are torch.optim.AdamW's (β₁ = 0.9, β₂ = 0.999, eps = 1e-8): the same two steps without them
+    state = al.PreconditionerState.zeros(W0.shape)
+    V1, _ = al.preconditioned_step(W0, g0, 0, state, preconditioner="adamw", alpha=a, weight_decay=wd)
+    V2, _ = al.preconditioned_step(V1, g1, 1, state, preconditioner="adamw", alpha=a, weight_decay=wd)
+    np.testing.assert_array_equal(V2, W2)
 
 
 def test_rmsprop_current_step_is_the_hand_computed_update():
