@@ -690,6 +690,22 @@ def test_adamw_steps_are_the_hand_computed_updates():
     np.testing.assert_array_equal(V2, W2)
 
 
+def test_rmsprop_lagged_steps_keep_the_hand_computed_second_moment():
+    """``rmsprop_lagged``: ``P_0 = clip(1)``, then ``P_k`` from ``v_{k-1}``; its state is the running second moment
+    ``v_k = β₂v_{k-1} + (1-β₂)g_k²`` (not a multiple of it: the diagonal is scale-free, the state is not)."""
+    W0 = np.array([[1.0, -2.0, 0.5]])
+    g0, g1 = np.array([[0.5, 4.0, -1.0]]), np.array([[-1.0, 2.0, 3.0]])
+    state = al.PreconditionerState.zeros(W0.shape)
+    kw = dict(preconditioner="rmsprop_lagged", alpha=0.1, p_minus=0.5, p_plus=2.0, beta2=0.9)
+    W1, P0 = al.preconditioned_step(W0, g0, 0, state, **kw)
+    np.testing.assert_array_equal(P0, np.ones_like(W0))
+    np.testing.assert_allclose(state.v, 0.1 * g0**2, rtol=1e-15)
+    W2, P1 = al.preconditioned_step(W1, g1, 1, state, **kw)
+    np.testing.assert_allclose(P1, al.rmsprop_diagonal(0.1 * g0**2, 0.5, 2.0, 1e-8), rtol=1e-15)
+    np.testing.assert_allclose(state.v, 0.9 * 0.1 * g0**2 + 0.1 * g1**2, rtol=1e-15)
+    np.testing.assert_allclose(W2, W1 - 0.1 * P1 * g1, rtol=1e-15)
+
+
 def test_rmsprop_current_step_is_the_hand_computed_update():
     """``rmsprop_current``: ``v_k = β₂v_{k-1} + (1-β₂)g_k²`` first, then ``w - α P g`` with ``P`` from ``v_k``."""
     W0, g = np.array([[1.0, -2.0, 0.5]]), np.array([[0.5, 4.0, -1.0]])
