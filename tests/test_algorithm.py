@@ -868,3 +868,41 @@ def test_assign_to_cluster_names_a_clustering_of_other_clients(adaptation_setup)
     full = al.clustering_step(src, train, w_I)
     labels = al.assign_to_cluster(src, new, w_I, full, train)
     assert labels.shape == new.shape and set(labels.tolist()) <= set(range(len(full.clusters)))
+
+
+def test_local_only_records_its_own_phase(f1_samples):
+    """The local-only baseline is Pipeline 1's optimiser, recorded under its own phase name."""
+    src, w0 = f1_samples
+    res = al.local_only(src, np.array([4]), w0, al.AdaptConfig(K=1, S=2), np.random.default_rng(0))
+    assert set(res.records["phase"]) == {"local_only"}
+
+
+def test_problem_spec_defaults_are_the_default_scenario():
+    """``ProblemSpec()``, the scenario ``python -m sim.simulate`` runs by default: 2 groups of 4 training and 2 new
+    clients, m = 3 objectives, 5 parameters, spread 0.05."""
+    spec = al.ProblemSpec()
+    assert (spec.m, spec.n_w, spec.n_groups, spec.n_train, spec.n_new, spec.spread) == (3, 5, 2, 4, 2, 0.05)
+    assert (spec.train_samples, spec.new_samples, spec.noise_scale, spec.w_ref_offset) == (200, 4000, 0.1, 0.5)
+
+
+def test_sgd_momentum_steps_are_torchs():
+    """``sgd`` with momentum (torch.optim.SGD, dampening 0): ``b_0 = g_0 + wd·w_0``, ``b_k = μ b_{k-1} + g_k + wd·w_k``,
+    ``w_{k+1} = w_k - α b_k``, written out for two steps."""
+    W0 = np.array([[1.0, -2.0, 0.5]])
+    g0, g1 = np.array([[0.5, 4.0, -1.0]]), np.array([[-1.0, 2.0, 3.0]])
+    state = al.PreconditionerState.zeros(W0.shape)
+    kw = dict(preconditioner="sgd", alpha=0.1, momentum=0.9, weight_decay=0.01)
+    W1, _ = al.preconditioned_step(W0, g0, 0, state, **kw)
+    b0 = g0 + 0.01 * W0
+    np.testing.assert_allclose(W1, W0 - 0.1 * b0, rtol=1e-15)
+    W2, _ = al.preconditioned_step(W1, g1, 1, state, **kw)
+    b1 = 0.9 * b0 + g1 + 0.01 * W1
+    np.testing.assert_allclose(W2, W1 - 0.1 * b1, rtol=1e-15)
+
+
+def test_pipeline1_records_its_preconditioner_on_every_row(f1_samples):
+    src, w0 = f1_samples
+    res = al.pipeline1(src, np.array([4, 5]), w0, al.AdaptConfig(K=2, S=2, preconditioner="adamw"),
+                       np.random.default_rng(0))
+    assert res.records["preconditioner"].tolist() == ["adamw"] * len(res.records)
+    assert sorted(set(res.records["round"])) == [0, 1, 2]  # the final row (k = K) included
