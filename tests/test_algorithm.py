@@ -906,3 +906,32 @@ def test_pipeline1_records_its_preconditioner_on_every_row(f1_samples):
                        np.random.default_rng(0))
     assert res.records["preconditioner"].tolist() == ["adamw"] * len(res.records)
     assert sorted(set(res.records["round"])) == [0, 1, 2]  # the final row (k = K) included
+
+
+def test_a_stack_of_rounds_refused_by_the_hull_checks_gives_the_round_by_round_error(f1_samples):
+    """A source whose third evaluation returns an asymmetric Gram (direction "linear": no LP checks it first): the
+    rounds' stacked hull diagnostics refuse it, and the error is the one the rounds give one at a time (rows
+    streamed to ``on_rows``): the refused round's own, naming its client."""
+    src0, w0 = f1_samples
+
+    class _Skew(al.ClientSource):
+        def __init__(self, problem, samples):
+            super().__init__(problem, samples)
+            self.calls = 0
+
+        def evaluate(self, W, clients, batches=None):
+            ev = super().evaluate(W, clients, batches)
+            self.calls += 1
+            if self.calls == 3:
+                C = ev.gram.copy()
+                C[1, 0, 1] += 1e-3
+                object.__setattr__(ev, "gram", C)
+            return ev
+
+    cfg = al.Phase1Config(rounds=4, direction="linear")
+    msgs = []
+    for kw in ({}, {"on_rows": lambda rows: None}):
+        with pytest.raises(ValueError, match="gram must be symmetric") as info:
+            al.phase1(_Skew(src0.problem, src0.samples), np.arange(3), w0, cfg, np.random.default_rng(0), **kw)
+        msgs.append(str(info.value))
+    assert msgs[0] == msgs[1]
