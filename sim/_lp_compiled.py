@@ -737,12 +737,16 @@ def _resolve_basis(D, e, basis, B, xB):
     return True
 
 
-@njit(cache=True, error_model="numpy", inline="always")
+@njit(cache=True, error_model="numpy")
 def _solve_lp(c, D, e, max_iter, P, T, basis, prow, f, y, xB, xr, B, tmp, mu):
     """Dual simplex, recovery and certificate of one scaled LP (``sim.direction._solve_batched`` per instance).
 
     Returns ``(code, iterations, kkt, unique, feasibility)`` (``feasibility``: :func:`_feasibility` of the
-    returned weights, NaN unless code 0); the weights are in ``mu`` (NaN unless code 0)."""
+    returned weights, NaN unless code 0); the weights are in ``mu`` (NaN unless code 0).
+
+    Not inlined (unlike the short helpers): :func:`instance_loop` calls it at two places, and inlining it there
+    (with :func:`_dual_simplex` inside) made the first compilation of :func:`directions` 60 CPU-s instead of 37,
+    for no measurable gain per instance (``make bench``, AMD EPYC, 2026-12-02)."""
     k, m = D.shape
     n, p = m + k, k + 1
     if max_iter < 0:
