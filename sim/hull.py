@@ -29,6 +29,7 @@ alone, so they serve callers (Algorithm 1 at the kernel boundary, LLM runs) that
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from itertools import combinations
 
@@ -189,8 +190,23 @@ def _solve_split(M: np.ndarray, rhs: np.ndarray, out: np.ndarray, lo: int, hi: i
         _solve_split(M, rhs, out, mid, hi)
 
 
-#: Supports of one size solved per batched call of :func:`_enumerate` (instances × supports), bounding its memory.
+#: (instance, support) pairs solved per batched call of :func:`_enumerate`; its instances are taken in blocks of at
+#: most this many pairs of the size with the most supports, so that its memory is bounded whatever the batch.
 _ENUM_CHUNK = 1 << 14
+
+
+def _enumerate_in_blocks(K: np.ndarray, mask: np.ndarray, V: np.ndarray | None, max_size: int) -> np.ndarray:
+    """:func:`_enumerate` on a batch of any size, in blocks of instances: a block holds at most ``_ENUM_CHUNK``
+    (instance, support) pairs of the size with the most supports, so that the dense ``(instances × supports)``
+    arrays of a call are bounded whatever the batch. An instance's weights do not depend on its block."""
+    b, k, _ = K.shape
+    most = max((math.comb(k, size) for size in range(1, max_size + 1)), default=1)
+    block = max(1, _ENUM_CHUNK // most)
+    if b <= block:
+        return _enumerate(K, mask, V, max_size)
+    return np.concatenate([_enumerate(K[lo:lo + block], mask[lo:lo + block],
+                                      None if V is None else V[lo:lo + block], max_size)
+                           for lo in range(0, b, block)])
 
 
 def _enumerate(K: np.ndarray, mask: np.ndarray, V: np.ndarray | None, max_size: int) -> np.ndarray:
@@ -199,7 +215,8 @@ def _enumerate(K: np.ndarray, mask: np.ndarray, V: np.ndarray | None, max_size: 
     All supports of one size are solved in one batched call over (instance, support); per instance the kept
     candidate is the first support, in the order of :func:`itertools.combinations` by size, of smallest norm. Every
     operation is per instance (batched solves and matrix products, row sums), so an instance's weights do not depend
-    on the other instances of the batch."""
+    on the other instances of the batch. Its arrays are dense over (instances × supports of one size): callers take
+    it through :func:`_enumerate_in_blocks`."""
     b, k, _ = K.shape
     best = np.full(b, np.inf)
     best_u = np.zeros((b, k))
@@ -337,7 +354,7 @@ def _solve(K: np.ndarray, mask: np.ndarray, V: np.ndarray | None, method: str) -
         # Carathéodory: the minimiser lies in the relative interior of an affinely independent face of at most
         # n + 1 generators, so supports larger than n + 1 never need to be tried.
         max_size = k if V is None else min(k, V.shape[-2] + 1)
-        u = _enumerate(Kf, mf, Vf, max_size)
+        u = _enumerate_in_blocks(Kf, mf, Vf, max_size)
     elif method == "wolfe":
         u = _wolfe(Kf, mf, batch)
     else:

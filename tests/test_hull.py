@@ -538,6 +538,52 @@ def test_enumeration_batch_equals_each_instance_alone(gram_only):
         assert np.all(u[~mask] == 0.0) and np.allclose(u.sum(axis=1), 1.0)
 
 
+def test_enumeration_in_blocks_of_instances_equals_one_block(monkeypatch):
+    """A batch larger than a block (``_ENUM_CHUNK`` pairs of the size with the most supports) is solved block by
+    block, bounding the dense (instances × supports) arrays: the weights are bitwise those of one block, for blocks
+    that divide the batch and one that does not, with partial masks and duplicated generators."""
+    import sim.hull as hull
+
+    rng = np.random.default_rng(11)
+    b, n, k = 23, 3, 6
+    V = rng.standard_normal((b, n, k))
+    V[::4, :, -1] = V[::4, :, 0]
+    K = np.swapaxes(V, -1, -2) @ V
+    mask = rng.random((b, k)) < 0.8
+    mask[:, 1] = True
+    whole = hull._enumerate(K, mask, V, 4)
+    gram_whole = hull._enumerate(K, mask, None, k)
+    one = hull._enumerate
+    for chunk in (20, 100, 20 * 23):  # the largest size has C(6, 3) = 20 supports: blocks of 1, 5 and 23 instances
+        monkeypatch.setattr(hull, "_ENUM_CHUNK", chunk)
+        calls = []
+        monkeypatch.setattr(hull, "_enumerate", lambda *a: calls.append(a[0].shape[0]) or one(*a))
+        np.testing.assert_array_equal(hull._enumerate_in_blocks(K, mask, V, 4), whole)
+        per = chunk // 20
+        assert calls == [per] * (b // per) + ([b % per] if b % per else [])
+        calls.clear()
+        np.testing.assert_array_equal(hull._enumerate_in_blocks(K, mask, None, k), gram_whole)  # sizes 1..6
+        assert max(calls) == per and sum(calls) == b
+        monkeypatch.setattr(hull, "_enumerate", one)
+    rng = np.random.default_rng(12)  # through the public entry point, in blocks of 2 instances of k = 8 (C(8, 4) = 70)
+    G = rng.standard_normal((9, 5, 8))
+    ref = hull.min_norm_element(G, method="enumerate").weights
+    monkeypatch.setattr(hull, "_ENUM_CHUNK", 140)
+    np.testing.assert_array_equal(hull.min_norm_element(G, method="enumerate").weights, ref)
+
+
+def test_enumeration_weights_sum_to_one_to_the_rounding_of_a_division():
+    """The enumeration's weights are normalised after the KKT solve: their sum is 1 within ``k·eps`` (each weight
+    divided once, then k terms summed), whatever the solve's own round-off (about 8 ulps on these instances before
+    the division), over generators scaled across 6 orders of magnitude."""
+    rng = np.random.default_rng(5)
+    for k, n in ((3, 2), (4, 7)):
+        V = rng.standard_normal((4000, n, k)) * np.exp(rng.uniform(-3.0, 3.0, (4000, 1, k)))
+        w = min_norm_element(V, method="enumerate").weights
+        assert np.abs(w.sum(axis=-1) - 1.0).max() <= k * np.finfo(float).eps
+        assert np.all(w >= 0.0)
+
+
 def test_enumeration_ties_between_sizes_keep_the_smallest_support():
     """The minimum-norm point of conv{e1, e2, (e1 + e2)/2} is (e1 + e2)/2, reached both by the single generator 3
     and by the pair {1, 2} with weights (1/2, 1/2), at exactly the same norm: the enumeration keeps the first
