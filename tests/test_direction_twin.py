@@ -143,6 +143,15 @@ def test_policy_codes_are_the_kernels():
 # ------------------------------------------------------------------------------------------------ solver twin
 
 
+def _build_lps(l, lam, C, *args):
+    """The twin's builder on the arrays as ``lp_direction`` hands them to the kernel (``sim.direction._kernel_input``:
+    C-contiguous and writeable), so that its compiled blocks are the ones ``directions`` uses (numba compiles a
+    specialisation per read-only flag, about 10 CPU-s each on an empty cache)."""
+    from sim import _lp_compiled as kern
+
+    return kern.build_lps(*(sd._kernel_input(a) for a in (l, lam, C)), *args)
+
+
 def _numpy_lp(l, lam, C, eps_mode, descent="restricted"):
     l, lam, C, _ = sd._prepare(l, lam, C, True)
     return l, lam, C, sd._build(l, lam, C, eps_mode, descent, 0.0)
@@ -265,7 +274,7 @@ def test_builder_twin_takes_the_same_decisions_and_data_to_1e15(family):
         for eps_mode in EPS_MODES:
             l, lam, C, built = _numpy_lp(*_instances(family, m, seed=1), eps_mode)
             lp, beta, A, CA, J, J_star, balance, ambiguous = built
-            c2, D2, e2, active2, beta2, A2, CA2, J2, J_star2, balance2, ambiguous2 = kern.build_lps(
+            c2, D2, e2, active2, beta2, A2, CA2, J2, J_star2, balance2, ambiguous2 = _build_lps(
                 l, lam, np.ascontiguousarray(C), eps_mode, True, sd._jstar_tol(0.0), sd._compiled_params())
             where = f"{family} m={m} eps_mode={eps_mode}"
             for name, a, b in (("active", lp.active, active2), ("J", J, J2), ("J*", J_star, J_star2),
@@ -328,7 +337,7 @@ def test_builder_twin_flags_instances_within_the_ray_resolution():
     L = np.tile(lam, (len(rel), 1))
     l2, lam2, C2, built = _numpy_lp(l, L, np.tile(np.eye(3), (len(rel), 1, 1)), 1e-4)
     ambiguous = built[-1]
-    got = kern.build_lps(l2, lam2, np.ascontiguousarray(C2), 1e-4, True, sd._jstar_tol(0.0), sd._compiled_params())
+    got = _build_lps(l2, lam2, np.ascontiguousarray(C2), 1e-4, True, sd._jstar_tol(0.0), sd._compiled_params())
     spread = preference_parts(l2, lam2).spread
     inside = (spread > 0.0) & (spread <= 3.0 * TIE_RTOL)
     assert inside.sum() >= 3 and not inside[0] and not inside[-1], spread
@@ -378,7 +387,7 @@ def _weights_bound(l, lam, C, eps_mode, res):
             continue
         lp = sd._build(l[sel], lam[sel], C[sel], eps_mode, descent, 0.0)[0]
         c, D, e = sd._scale_lp(lp)
-        c2, D2, e2, active2, *_ = kern.build_lps(l[sel], lam[sel], np.ascontiguousarray(C[sel]), eps_mode,
+        c2, D2, e2, active2, *_ = _build_lps(l[sel], lam[sel], np.ascontiguousarray(C[sel]), eps_mode,
                                                  descent == "restricted", sd._jstar_tol(0.0), sd._compiled_params())
         _, D2, e2 = sd._scale_lp(sd._LP(c=c2, D=D2, e=e2, active=active2))
         basis = sd._dual_simplex(c, D, e, max_iter=50 * (2 * l.shape[1] + 2), bland_after=4 * (l.shape[1] + 2))[0]
@@ -617,7 +626,7 @@ def test_builder_twin_zeroes_the_same_entries_of_CA_at_the_roundoff_scale():
     L, LAM = np.tile(l, (N, 1)), np.tile(lam, (N, 1))
     l2, lam2, C2, built = _numpy_lp(L, LAM, C, 1e-4)
     _, _, _, CA, J, _, _, ambiguous = built
-    _, _, _, _, _, _, CA2, J2, _, _, ambiguous2 = kern.build_lps(
+    _, _, _, _, _, _, CA2, J2, _, _, ambiguous2 = _build_lps(
         l2, lam2, np.ascontiguousarray(C2), 1e-4, True, sd._jstar_tol(0.0), sd._compiled_params())
     # the roundoff bound of CA as sim.direction computes it (the decision's threshold), and the raw CA
     raw = (C2 * preference_parts(l2, lam2, validate=False).adjustment[:, None, :]).sum(axis=2)
