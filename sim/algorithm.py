@@ -978,7 +978,7 @@ def _federated(src: Source, clients, w0, rho, rng, *, phase: str, rounds: int, l
     step_counts, diag_counts = _zero_counts(), _zero_counts()
     B_seen = B_start
     params = dict(phase=phase, cluster=cluster, clients=clients.tolist(), rho=rho.tolist(), **step_cols)
-    pending: list[tuple] = []  # rounds whose hull diagnostics wait for one call (_hull_diagnostics)
+    pending: list[dict[str, Any]] = []  # rounds whose hull diagnostics wait for one call (_hull_diagnostics)
     held = 0
 
     def flush():  # the waiting rounds' hull diagnostics in one call, then their record rows in round order
@@ -1014,10 +1014,10 @@ def _federated(src: Source, clients, w0, rho, rng, *, phase: str, rounds: int, l
                                                                 B_seen, first, cfg, direction, where + " diagnostic")
             # host gradients wait for one hull call over the rounds; a device's are used now and released
             keep = on_rows is None and isinstance(ev, GradientEvaluation)
-            row = {"hull_in": hull_in if keep else None, "row": cols, "extra": None,
+            row: dict[str, Any] = {"hull_in": hull_in if keep else None, "row": cols, "extra": None,
                    "hull": None if keep else _hull_diagnostics(src, lam, eta_eff, [hull_in])[0]}
             pending.append(row)
-            held += ev.grads.size if keep else 0
+            held += ev.grads.size if keep else 0  # type: ignore[attr-defined]  # keep: a GradientEvaluation
             del hull_in
             row["extra"] = extra = _record_metrics(src, W, clients, ev.losses)
             if lp_inputs is not None:

@@ -267,7 +267,6 @@ def _builder_scales(l, lam, C, A):
 @needs_numba
 @pytest.mark.parametrize("family", FAMILIES)
 def test_builder_twin_takes_the_same_decisions_and_data_to_1e15(family):
-    from sim import _lp_compiled as kern
 
     rel = 1e-15
     for m in MS:
@@ -328,7 +327,6 @@ def test_builder_twin_flags_instances_within_the_ray_resolution():
     """(R1): an instance whose log-spread is in ``(0, 3·TIE_RTOL]`` is reported ``ambiguous`` by both builders (its
     β and A are set to 0 up to ``TIE_RTOL``: a perturbation of the losses at that size could decide otherwise), and
     one exactly on the ray (spread 0) or clearly off it (1e-9) is not."""
-    from sim import _lp_compiled as kern
     from sim.roundoff import TIE_RTOL
 
     lam = np.array([0.25, 0.25, 0.5])
@@ -378,7 +376,6 @@ def test_compiled_checks_pass_every_family_instance_and_name_each_fault():
 def _weights_bound(l, lam, C, eps_mode, res):
     """Per instance, ``4‖B⁻¹‖_∞ (‖Δb‖_∞ + ‖ΔB‖_∞ ‖x_B‖_∞)``: the first-order change of the optimal vertex of the
     reference's final LP when its scaled data change by the difference between the two builders."""
-    from sim import _lp_compiled as kern
 
     bound = np.zeros(len(l))
     for descent in ("restricted", "relaxed"):
@@ -612,7 +609,6 @@ def test_builder_twin_zeroes_the_same_entries_of_CA_at_the_roundoff_scale():
     spread of 1e-3, where the bound is dominated by the roundoff of ``A``, ``Σ_k ĺ_k (|y_j| + |y_k| + |y_j - y_k|)``).
     Both builders zero the same entries and flag the same instances. The sweep has the power to see the bound
     change by a factor of 2: at least 5 of its points fall between the bound and twice it."""
-    from sim import _lp_compiled as kern
 
     lam = np.array([0.3, 0.3, 0.4])
     l = 0.95 * (1.0 + np.array([0.0, 1e-3, -0.5e-3])) / lam  # λ_j l_j ≈ 0.95: y_j ≈ log 0.95

@@ -556,8 +556,8 @@ def test_enumeration_in_blocks_of_instances_equals_one_block(monkeypatch):
     one = hull._enumerate
     for chunk in (20, 100, 20 * 23):  # the largest size has C(6, 3) = 20 supports: blocks of 1, 5 and 23 instances
         monkeypatch.setattr(hull, "_ENUM_CHUNK", chunk)
-        calls = []
-        monkeypatch.setattr(hull, "_enumerate", lambda *a: calls.append(a[0].shape[0]) or one(*a))
+        calls: list[int] = []
+        monkeypatch.setattr(hull, "_enumerate", lambda *a, calls=calls: calls.append(a[0].shape[0]) or one(*a))
         np.testing.assert_array_equal(hull._enumerate_in_blocks(K, mask, V, 4), whole)
         per = chunk // 20
         assert calls == [per] * (b // per) + ([b % per] if b % per else [])
