@@ -267,14 +267,13 @@ def _builder_scales(l, lam, C, A):
 @needs_numba
 @pytest.mark.parametrize("family", FAMILIES)
 def test_builder_twin_takes_the_same_decisions_and_data_to_1e15(family):
-
     rel = 1e-15
     for m in MS:
         for eps_mode in EPS_MODES:
             l, lam, C, built = _numpy_lp(*_instances(family, m, seed=1), eps_mode)
             lp, beta, A, CA, J, J_star, balance, ambiguous = built
             c2, D2, e2, active2, beta2, A2, CA2, J2, J_star2, balance2, ambiguous2 = _build_lps(
-                l, lam, np.ascontiguousarray(C), eps_mode, True, sd._jstar_tol(0.0), sd._compiled_params())
+                l, lam, C, eps_mode, True, sd._jstar_tol(0.0), sd._compiled_params())
             where = f"{family} m={m} eps_mode={eps_mode}"
             for name, a, b in (("active", lp.active, active2), ("J", J, J2), ("J*", J_star, J_star2),
                                ("balance", balance, balance2), ("ambiguous", ambiguous, ambiguous2)):
@@ -335,7 +334,7 @@ def test_builder_twin_flags_instances_within_the_ray_resolution():
     L = np.tile(lam, (len(rel), 1))
     l2, lam2, C2, built = _numpy_lp(l, L, np.tile(np.eye(3), (len(rel), 1, 1)), 1e-4)
     ambiguous = built[-1]
-    got = _build_lps(l2, lam2, np.ascontiguousarray(C2), 1e-4, True, sd._jstar_tol(0.0), sd._compiled_params())
+    got = _build_lps(l2, lam2, C2, 1e-4, True, sd._jstar_tol(0.0), sd._compiled_params())
     spread = preference_parts(l2, lam2).spread
     inside = (spread > 0.0) & (spread <= 3.0 * TIE_RTOL)
     assert inside.sum() >= 3 and not inside[0] and not inside[-1], spread
@@ -376,7 +375,6 @@ def test_compiled_checks_pass_every_family_instance_and_name_each_fault():
 def _weights_bound(l, lam, C, eps_mode, res):
     """Per instance, ``4‖B⁻¹‖_∞ (‖Δb‖_∞ + ‖ΔB‖_∞ ‖x_B‖_∞)``: the first-order change of the optimal vertex of the
     reference's final LP when its scaled data change by the difference between the two builders."""
-
     bound = np.zeros(len(l))
     for descent in ("restricted", "relaxed"):
         sel = res.status == ("optimal" if descent == "restricted" else "relaxed")
@@ -384,8 +382,8 @@ def _weights_bound(l, lam, C, eps_mode, res):
             continue
         lp = sd._build(l[sel], lam[sel], C[sel], eps_mode, descent, 0.0)[0]
         c, D, e = sd._scale_lp(lp)
-        c2, D2, e2, active2, *_ = _build_lps(l[sel], lam[sel], np.ascontiguousarray(C[sel]), eps_mode,
-                                                 descent == "restricted", sd._jstar_tol(0.0), sd._compiled_params())
+        c2, D2, e2, active2, *_ = _build_lps(l[sel], lam[sel], C[sel], eps_mode, descent == "restricted",
+                                              sd._jstar_tol(0.0), sd._compiled_params())
         _, D2, e2 = sd._scale_lp(sd._LP(c=c2, D=D2, e=e2, active=active2))
         basis = sd._dual_simplex(c, D, e, max_iter=50 * (2 * l.shape[1] + 2), bland_after=4 * (l.shape[1] + 2))[0]
         B, b = sd._basis_system(D, e, basis)
@@ -609,7 +607,6 @@ def test_builder_twin_zeroes_the_same_entries_of_CA_at_the_roundoff_scale():
     spread of 1e-3, where the bound is dominated by the roundoff of ``A``, ``Σ_k ĺ_k (|y_j| + |y_k| + |y_j - y_k|)``).
     Both builders zero the same entries and flag the same instances. The sweep has the power to see the bound
     change by a factor of 2: at least 5 of its points fall between the bound and twice it."""
-
     lam = np.array([0.3, 0.3, 0.4])
     l = 0.95 * (1.0 + np.array([0.0, 1e-3, -0.5e-3])) / lam  # λ_j l_j ≈ 0.95: y_j ≈ log 0.95
     parts = preference_parts(l, lam)
@@ -623,7 +620,7 @@ def test_builder_twin_zeroes_the_same_entries_of_CA_at_the_roundoff_scale():
     l2, lam2, C2, built = _numpy_lp(L, LAM, C, 1e-4)
     _, _, _, CA, J, _, _, ambiguous = built
     _, _, _, _, _, _, CA2, J2, _, _, ambiguous2 = _build_lps(
-        l2, lam2, np.ascontiguousarray(C2), 1e-4, True, sd._jstar_tol(0.0), sd._compiled_params())
+        l2, lam2, C2, 1e-4, True, sd._jstar_tol(0.0), sd._compiled_params())
     # the roundoff bound of CA as sim.direction computes it (the decision's threshold), and the raw CA
     raw = (C2 * preference_parts(l2, lam2, validate=False).adjustment[:, None, :]).sum(axis=2)
     err = (np.abs(C2) * (parts.adjustment_roundoff + 4.0 * 3 * np.finfo(float).eps * np.abs(A))[None, None, :]
