@@ -929,10 +929,13 @@ def _hull_diagnostics(src: Source, lam, eta_eff, rounds: list[tuple]) -> list[di
 
 
 def _hull_diagnostics_stack(src: Source, lam, eta_eff, rounds: list[tuple]) -> list[dict]:
-    l = np.stack([r[0] for r in rounds])  # (R, N, m)
-    C = np.stack([r[1] for r in rounds])  # (R, N, m, m)
-    mu = np.stack([r[2] for r in rounds])
-    B = np.array([r[3] for r in rounds])[:, None]  # (R, 1)
+    if len(rounds) == 1:  # one round: its own (N, ...) arrays, so that a kernel's error names the client alone
+        l, C, mu, B = rounds[0][:4]
+    else:
+        l = np.stack([r[0] for r in rounds])  # (R, N, m)
+        C = np.stack([r[1] for r in rounds])  # (R, N, m, m)
+        mu = np.stack([r[2] for r in rounds])
+        B = np.array([r[3] for r in rounds])[:, None]  # (R, 1)
     lam_r = np.broadcast_to(lam, l.shape)
     ea = eps_act(eta_eff, lam_r, B)
     m_eps, m_star = near_active_set(l, lam_r, np.stack([ea, np.zeros_like(ea)]))  # J*_ε and J* in one call
@@ -940,6 +943,8 @@ def _hull_diagnostics_stack(src: Source, lam, eta_eff, rounds: list[tuple]) -> l
     margin_star = descent_margin_from_gram(mu, C, lam_r, m_star, validate=False)
     margin_eps = descent_margin_from_gram(mu, C, lam_r, m_eps, validate=False)
     n_eps = m_eps.sum(axis=-1)
+    if len(rounds) == 1:
+        ea, u, margin_star, margin_eps, n_eps = (a[None] for a in (ea, u, margin_star, margin_eps, n_eps))
     return [dict(margin_Jstar=margin_star[k], margin_Jeps=margin_eps[k],
                  dM_norm=_row_norms(src, r[4].combine(lam * u[k])), eps_act=ea[k], n_Jeps=n_eps[k])
             for k, r in enumerate(rounds)]

@@ -773,6 +773,72 @@ def test_shared_iteration_names_a_bad_round_count(f1_samples):
             al.shared_iteration(src, np.arange(3), w0, None, 0.1, bad)
 
 
+def test_run_algorithm_reports_the_progress_of_every_stage():
+    """``progress(label, done, total)`` names each stage: the phases per round, each adaptation at its start (0 of 1)
+    and its end (1 of 1); Pipeline 2 comes last."""
+    calls: list[tuple] = []
+    _small_run(0, keep_trajectory=False, progress=lambda *a: calls.append(a))
+    labels = [c[0] for c in calls]
+    assert labels.count("phase1 cluster 0") == 4  # rounds 0..3 of Phase 1
+    assert calls[-2:] == [("pipeline2", 0, 1), ("pipeline2", 1, 1)] and labels.count("pipeline2") == 2
+
+
+def test_the_stacked_hull_diagnostics_check_each_gram_once(f1_samples, monkeypatch):
+    """A stack of rounds' Grams is checked once, by the minimum-norm weights: the two descent margins computed from
+    the same Grams skip the check (``validate=False``), so the diagnostics do not validate the same data three times."""
+    import sim.hull as hull
+
+    src, w0 = f1_samples
+    seen = {"gram": 0, "stacks": 0}
+    check, stack = hull.check_gram, al._hull_diagnostics_stack
+
+    def counted_check(*a, **k):
+        seen["gram"] += 1
+        return check(*a, **k)
+
+    def counted_stack(*a, **k):
+        seen["stacks"] += 1
+        return stack(*a, **k)
+
+    monkeypatch.setattr(hull, "check_gram", counted_check)
+    monkeypatch.setattr(al, "_hull_diagnostics_stack", counted_stack)
+    al.phase1(src, np.arange(3), w0, al.Phase1Config(rounds=3), np.random.default_rng(0))
+    assert seen["stacks"] >= 1 and seen["gram"] == seen["stacks"]
+
+
+def test_pipeline2_keeps_the_first_of_equally_good_iterates(f1_samples):
+    """``select="best"`` returns per client the iterate of smallest ψ_new, the earliest of equal ones: with losses
+    that do not change along the run (a source reporting constant losses, its gradients moving the model), every
+    iterate ties, so Pipeline 2 returns its starting point although the model moved."""
+    src0, w0 = f1_samples
+    flat = np.array([0.9, 1.1, 1.0])
+
+    class _Flat(al.ClientSource):
+        def losses(self, W, clients):
+            return np.tile(flat, (len(clients), 1))
+
+        def evaluate(self, W, clients, batches=None):
+            ev = super().evaluate(W, clients, batches)
+            object.__setattr__(ev, "losses", np.tile(flat, (len(clients), 1)))
+            return ev
+
+    src = _Flat(src0.problem, src0.samples)
+    res = al.pipeline2(src, np.array([4, 5]), w0, al.Pipeline2Config(max_steps=3, tol=0.0))
+    assert res.trajectory is not None and np.abs(res.trajectory[-1] - res.trajectory[0]).max() > 0  # it moved
+    np.testing.assert_array_equal(res.w, np.tile(w0, (2, 1)))
+
+
+def test_rmsprop_lagged_first_step_keeps_the_parameters_dtype():
+    """Step 0 of ``rmsprop_lagged`` uses ``P_0 = clip(1)`` in the parameters' dtype: float32 parameters stay float32."""
+    W0 = np.array([[1.0, -2.0, 0.5]], dtype=np.float32)
+    g0 = np.array([[0.5, 4.0, -1.0]], dtype=np.float32)
+    state = al.PreconditionerState.zeros(W0.shape)
+    W1, P0 = al.preconditioned_step(W0, g0, 0, state, preconditioner="rmsprop_lagged", alpha=0.1, p_minus=0.5,
+                                    p_plus=2.0, beta2=0.9)
+    assert P0.dtype == W1.dtype == np.float32
+    np.testing.assert_array_equal(W1, W0 - np.float32(0.1) * g0)
+
+
 def test_run_algorithm_keeps_trajectories_only_when_asked():
     res = _small_run(0, keep_trajectory=False)
     assert all(ph.trajectory is None for c in res.phases.values() for ph in c.values())
@@ -911,7 +977,8 @@ def test_pipeline1_records_its_preconditioner_on_every_row(f1_samples):
 def test_a_stack_of_rounds_refused_by_the_hull_checks_gives_the_round_by_round_error(f1_samples):
     """A source whose third evaluation returns an asymmetric Gram (direction "linear": no LP checks it first): the
     rounds' stacked hull diagnostics refuse it, and the error is the one the rounds give one at a time (rows
-    streamed to ``on_rows``): the refused round's own, naming its client."""
+    streamed to ``on_rows``): the refused round's own, naming its client by its position in the round (1,), not
+    by a position in a stack of rounds."""
     src0, w0 = f1_samples
 
     class _Skew(al.ClientSource):
@@ -931,7 +998,7 @@ def test_a_stack_of_rounds_refused_by_the_hull_checks_gives_the_round_by_round_e
     cfg = al.Phase1Config(rounds=4, direction="linear")
     msgs = []
     for kw in ({}, {"on_rows": lambda rows: None}):
-        with pytest.raises(ValueError, match="gram must be symmetric") as info:
+        with pytest.raises(ValueError, match=r"^gram must be symmetric; instance \(1,\) has max ") as info:
             al.phase1(_Skew(src0.problem, src0.samples), np.arange(3), w0, cfg, np.random.default_rng(0), **kw)
         msgs.append(str(info.value))
     assert msgs[0] == msgs[1]
