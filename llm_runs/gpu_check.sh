@@ -9,8 +9,10 @@
 # the SmolLM2 tokenizer that ships in the package (llm_runs/assets), and the data is the shipped data file. The
 # outputs of a random model mean nothing; its speed and memory are those of a real model of its size.
 #
-# usage: llm_runs/gpu_check.sh [--size 0.5b|1b] [--work DIR] [--budget SECONDS] [--tiny]
+# usage: llm_runs/gpu_check.sh [--size 0.5b|1b | --model DIR] [--work DIR] [--budget SECONDS] [--tiny]
 #   --size    the random Llama (default 0.5b, about 0.48 B parameters; 1b: about 1.07 B)
+#   --model   check this model directory instead of building a random Llama (step 2 is skipped), e.g. the
+#             random-llama-SIZE that an earlier check left in its --work; not with --size
 #   --work    where the model and the run go (default: a temporary directory, removed at the end)
 #   --budget  wall-clock limit of the run in seconds (default 480; --tiny: 300): SIGINT then, so that the run
 #             writes its summary (status interrupted) and the timings are printed; SIGKILL 30 s later
@@ -24,8 +26,8 @@
 #      needs, every module the run imports, the rewards of the preset's objectives (VADER's lexicon, the CMU
 #      dictionary), the data file and clients, CUDA with bf16, and a tiny LoRA Llama's forward, backward and
 #      generate on the device. Anything missing is named and the script exits 3: nothing is built or trained.
-#   2. `python -m llm_runs random-model --dtype float32`: saved in float32, the dtype the run loads and times it
-#      in (fp32 weights under the preset's bf16 autocast, as a run of a real model does).
+#   2. `python -m llm_runs random-model --dtype float32` (skipped with --model): saved in float32, the dtype the
+#      run loads and times it in (fp32 weights under the preset's bf16 autocast, as a run of a real model does).
 #   3. `python -m llm_runs run --preset gpu --quick --device cuda --layout separate`: the gpu preset's sizes
 #      (16 clients, m = 4, 6 pairs per objective, responses up to 256 tokens), one round of each phase, one
 #      adaptation and Pipeline-2 step, the clustering comparison, and the generation evaluation cut by --quick to
@@ -52,18 +54,28 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 size=0.5b
+size_given=0
+model=""
 work=""
 tiny=0
 budget=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    --size) size="$2"; shift 2 ;;
+    --size) size="$2"; size_given=1; shift 2 ;;
+    --model) model="$2"; shift 2 ;;
     --work) work="$2"; shift 2 ;;
     --budget) budget="$2"; shift 2 ;;
     --tiny) tiny=1; shift ;;
-    *) echo "gpu_check.sh: error: unknown argument $1 (use --size, --work, --budget, --tiny)" >&2; exit 2 ;;
+    *) echo "gpu_check.sh: error: unknown argument $1 (use --size, --model, --work, --budget, --tiny)" >&2; exit 2 ;;
   esac
 done
+if [ -n "$model" ] && [ "$size_given" = 1 ]; then
+  echo "gpu_check.sh: error: argument --model: not allowed with --size (the model directory has its own size)" >&2
+  exit 2
+fi
+if [ -n "$model" ] && ! [ -f "$model/config.json" ]; then
+  echo "gpu_check.sh: error: argument --model: $model is not a model directory (no config.json)" >&2; exit 2
+fi
 case "$size" in 0.5b|1b) ;; *) echo "gpu_check.sh: error: argument --size: expected 0.5b or 1b, got $size" >&2; exit 2 ;; esac
 if [ -n "$budget" ] && ! [[ "$budget" =~ ^[1-9][0-9]*$ ]]; then
   echo "gpu_check.sh: error: argument --budget: expected a whole number of seconds, got $budget" >&2; exit 2
@@ -79,7 +91,12 @@ if [ "$tiny" = 1 ]; then
 else
   device=cuda; mode=--quick; budget=${budget:-480}; autocast=()
 fi
-model="$work/random-llama-$size"
+build=1
+if [ -n "$model" ]; then
+  build=0
+else
+  model="$work/random-llama-$size"
+fi
 run="$work/run"
 
 t0=$(date +%s)
@@ -89,14 +106,19 @@ if [ "$rc" != 0 ]; then
   echo "gpu_check.sh: the preflight failed (status $rc): nothing was built or run" >&2
   exit "$rc"
 fi
-timeout --signal=INT --kill-after=30 120 "$PY" -m llm_runs random-model --size "$size" --dtype float32 --out "$model"
-rc=$?
-if [ "$rc" != 0 ]; then
-  echo "gpu_check.sh: building the random model failed (status $rc)" >&2
-  exit "$rc"
+if [ "$build" = 1 ]; then
+  timeout --signal=INT --kill-after=30 120 "$PY" -m llm_runs random-model --size "$size" --dtype float32 --out "$model"
+  rc=$?
+  if [ "$rc" != 0 ]; then
+    echo "gpu_check.sh: building the random model failed (status $rc)" >&2
+    exit "$rc"
+  fi
+  t1=$(date +%s)
+  echo "random model: $((t1 - t0)) s since the start (preflight and build)"
+else
+  t1=$(date +%s)
+  echo "model: $model (not built; the preflight took $((t1 - t0)) s)"
 fi
-t1=$(date +%s)
-echo "random model: $((t1 - t0)) s since the start (preflight and build)"
 timeout --signal=INT --kill-after=30 "$budget" "$PY" -m llm_runs run --preset gpu "$mode" --device "$device" \
   --layout separate ${autocast[@]+"${autocast[@]}"} --model "$model" --out "$run" --no-progress
 rc=$?

@@ -133,6 +133,21 @@ def test_the_script_exits_3_naming_the_missing_module_before_any_model_or_run(tm
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no model, no run
 
 
+@pytest.mark.parametrize("args, match", [
+    (["--size", "1b", "--model", "{tmp}"], "argument --model: not allowed with --size"),
+    (["--model", "{tmp}"], "argument --model: {tmp} is not a model directory (no config.json)"),
+    (["--size", "2b"], "argument --size: expected 0.5b or 1b, got 2b"),
+    (["--budget", "0"], "argument --budget: expected a whole number of seconds, got 0"),
+    (["--frobnicate"], "unknown argument --frobnicate"),
+])
+def test_the_scripts_usage_errors_exit_2_before_any_work(tmp_path, args, match):
+    res = _script(tmp_path / "work", *[a.replace("{tmp}", str(tmp_path)) for a in args])
+    assert res.returncode == 2 and res.stdout == "", res.stdout[-2000:] + res.stderr[-2000:]
+    assert f"gpu_check.sh: error: {match.replace('{tmp}', str(tmp_path))}" in res.stderr
+    assert len(res.stderr.splitlines()) == 1
+    assert not (tmp_path / "work").exists()
+
+
 # ------------------------------------------------------------------------------------- presets
 
 
@@ -212,9 +227,12 @@ def test_a_failed_generation_is_reported_from_the_summary(tiny_check, tmp_path):
     assert not ok and "no summary" in text
 
 
-def test_a_run_that_fails_after_training_still_prints_its_timings(tmp_path):
-    res = _script(tmp_path, env={"PREFALIGN_INJECT_FAULT": "generation"})
+def test_a_run_that_fails_after_training_still_prints_its_timings(tiny_check, tmp_path):
+    """On the model the complete check built (--model: nothing is built again)."""
+    model = tiny_check[0] / "random-llama-tiny"
+    res = _script(tmp_path, "--model", str(model), env={"PREFALIGN_INJECT_FAULT": "generation"})
     assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-3000:]
+    assert f"model: {model} (not built; " in res.stdout and sorted(p.name for p in tmp_path.iterdir()) == ["run"]
     assert "gpu_check.sh: the run failed (status 1)" in res.stderr
     out = res.stdout.split("---- GPU check report ----", 1)[1]
     assert "training tokens/s: " in out and _rate(out, "training") > 0
