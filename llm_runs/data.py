@@ -69,6 +69,7 @@ __all__ = [
     "load_candidates",
     "preference_pairs",
     "rank_agreement",
+    "within_prompt_taus",
     "rescore_file",
     "score_and_write",
     "trained_candidates",
@@ -439,18 +440,34 @@ def check_pairs(cands: Candidates, objectives=None, *, margin: float = 0.25) -> 
 # Rank agreement
 
 
-def rank_agreement(cands: Candidates, a: str, b: str) -> dict:
-    """Within-prompt Kendall τ_b of objectives ``a`` and ``b``: mean, sd, quartiles over prompts, and counts."""
-    from scipy.stats import kendalltau
+def within_prompt_taus(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Kendall τ_b of each row of ``a`` with the same row of ``b`` (both ``(P, K)``: prompts by responses) over the
+    slots where both are labelled (finite), for every row with at least one untied pair in each (others are left
+    out), in row order. All rows at once; the same integer counts and divisions as ``scipy.stats.kendalltau``'s
+    τ_b, so the same floats bit for bit: ``(concordant - discordant) / sqrt(pairs untied in a) / sqrt(pairs untied
+    in b)``, clipped to [-1, 1]."""
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    if a.ndim != 2 or a.shape != b.shape:
+        raise ValueError(f"expected two (prompts, responses) arrays of one shape; got {a.shape} and {b.shape}")
+    i, j = np.triu_indices(a.shape[1], 1)
+    both = np.isfinite(a) & np.isfinite(b)
+    pair = both[:, i] & both[:, j]
+    with np.errstate(invalid="ignore"):
+        sa = np.where(pair, np.sign(a[:, i] - a[:, j]), 0.0).astype(np.int64)
+        sb = np.where(pair, np.sign(b[:, i] - b[:, j]), 0.0).astype(np.int64)
+    con_minus_dis = (sa * sb).sum(axis=1)
+    untied_a, untied_b = (sa != 0).sum(axis=1), (sb != 0).sum(axis=1)
+    keep = (untied_a > 0) & (untied_b > 0)
+    tau = con_minus_dis[keep] / np.sqrt(untied_a[keep]) / np.sqrt(untied_b[keep])
+    return np.clip(tau, -1.0, 1.0)
 
-    sa, sb = cands.scores_of(a), cands.scores_of(b)
-    taus = []
-    for x, y in zip(sa, sb, strict=True):
-        x, y = _labelled(x, y)
-        if x.size < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
-            continue
-        taus.append(kendalltau(x, y).statistic)
-    t = np.asarray(taus, dtype=float)
+
+def rank_agreement(cands: Candidates, a: str, b: str) -> dict:
+    """Within-prompt Kendall τ_b of objectives ``a`` and ``b`` (:func:`within_prompt_taus`): mean, sd, quartiles
+    over prompts, and counts."""
+    sa = cands.scores_of(a)
+    t = within_prompt_taus(sa, cands.scores_of(b))
     if t.size == 0:
         return {"a": a, "b": b, "tau_mean": math.nan, "tau_sd": math.nan, "n_prompts": 0,
                 "n_excluded": len(sa)}
@@ -642,14 +659,8 @@ def trained_candidates(cands: Candidates, tokenizer, max_tokens: int, objectives
 
 
 def _within_prompt_tau(a: np.ndarray, b: np.ndarray) -> float:
-    from scipy.stats import kendalltau
-
-    taus = []
-    for x, y in zip(a, b, strict=True):
-        x, y = _labelled(x, y)
-        if x.size >= 2 and np.ptp(x) > 0 and np.ptp(y) > 0:
-            taus.append(kendalltau(x, y).statistic)
-    return float(np.mean(taus)) if taus else math.nan
+    taus = within_prompt_taus(a, b)
+    return float(np.mean(taus)) if taus.size else math.nan
 
 
 def response_words(cands: Candidates) -> np.ndarray:

@@ -30,6 +30,7 @@ from llm_runs.data import (  # noqa: E402
     trained_candidates,
     trained_text,
     truncation_table,
+    within_prompt_taus,
 )
 from llm_runs.generate import DeadlineCriteria, GenerationSettings, generate_responses  # noqa: E402
 from llm_runs.models import smollm2_tokenizer, tiny_llama  # noqa: E402
@@ -203,6 +204,37 @@ def test_rank_agreement_is_within_prompt():
     assert row["pooled_spearman"] > 0.9  # pooled over prompts: the offset makes them look alike
     assert row["reversal_a_by_b"] == 1.0 and row["frac_negative"] == 1.0
     assert "within-prompt Kendall" in table["text"]
+
+
+def test_within_prompt_taus_are_scipys_tau_b_bit_for_bit():
+    """All prompts at once, the same floats as scipy's τ_b prompt by prompt: ties (rounded scores), unlabelled
+    slots (NaN, inf), rows left out when either side is constant or has fewer than two labelled slots."""
+    from scipy.stats import kendalltau
+
+    rng = np.random.default_rng(7)
+    rows = left_out = 0
+    for trial in range(60):
+        P, K = int(rng.integers(1, 25)), int(rng.integers(1, 10))
+        a, b = rng.normal(size=(P, K)), rng.normal(size=(P, K))
+        if trial % 3 == 0:
+            a, b = np.round(a), np.round(2 * b) / 3
+        if trial % 2:
+            a[rng.random((P, K)) < 0.2] = np.nan
+            b[rng.random((P, K)) < 0.1] = np.inf
+        ref = []
+        for x, y in zip(a, b, strict=True):
+            keep = np.isfinite(x) & np.isfinite(y)
+            x, y = x[keep], y[keep]
+            if x.size < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
+                left_out += 1
+                continue
+            ref.append(kendalltau(x, y).statistic)
+        got = within_prompt_taus(a, b)
+        assert got.tobytes() == np.asarray(ref, dtype=np.float64).tobytes(), trial
+        rows += got.size
+    assert rows > 300 and left_out > 30
+    with pytest.raises(ValueError, match=r"one shape; got \(2, 3\) and \(3, 2\)"):
+        within_prompt_taus(np.zeros((2, 3)), np.zeros((3, 2)))
 
 
 # ---- labels on the trained text ------------------------------------------------------------------------------
