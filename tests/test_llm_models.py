@@ -42,6 +42,19 @@ def test_packaged_tokenizer_is_smollm2_with_its_chat_template(tok):
     assert tok.decode(ids) == "The capital of France is Paris."
 
 
+def test_each_packaged_tokenizer_is_a_new_object(tok):
+    """The parsed tokenizer.json is shared within a process; the tokenizers handed out are not: a token added to
+    one, or its padding side changed, leaves the others and the next ones as shipped."""
+    other = smollm2_tokenizer()
+    assert other is not tok and other.backend_tokenizer is not tok.backend_tokenizer
+    other.add_tokens(["<prefalign-extra>"])
+    other.padding_side = "left"
+    fresh = smollm2_tokenizer()
+    assert len(other) == len(tok) + 1 and len(fresh) == len(tok) == 49152
+    assert fresh.padding_side == tok.padding_side == "right"
+    assert fresh.encode("Hello <prefalign-extra>") == tok.encode("Hello <prefalign-extra>")
+
+
 def test_tiny_llama_is_seeded_and_leaves_the_global_rng_alone(tok):
     state = torch.random.get_rng_state()
     a, _ = tiny_llama(seed=1, tokenizer=tok)
