@@ -70,12 +70,12 @@ __all__ = [
     "load_candidates",
     "preference_pairs",
     "rank_agreement",
-    "within_prompt_taus",
     "rescore_file",
     "score_and_write",
     "trained_candidates",
     "trained_text",
     "truncation_table",
+    "within_prompt_taus",
     "write_candidates",
 ]
 
