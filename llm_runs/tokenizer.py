@@ -26,11 +26,12 @@ def _backend():
 def smollm2_tokenizer():
     """The SmolLM2 tokenizer (with its chat template) from the files shipped in this package: a new object on every
     call (a caller may change its settings, e.g. the padding side, without touching another's)."""
+    backend = _backend()  # first: without the llm extra the error names tokenizers (tests/test_installed.py)
     from transformers import PreTrainedTokenizerFast
 
     template = (TOKENIZER_ASSETS / "chat_template.jinja").read_text()
     return PreTrainedTokenizerFast(
-        tokenizer_object=_backend(),
+        tokenizer_object=backend,
         bos_token="<|im_start|>",
         eos_token="<|im_end|>",
         pad_token="<|im_end|>",
