@@ -96,7 +96,7 @@ OBJECTIVES_4 = OBJECTIVES_3 + ("conciseness",)
 @dataclass(frozen=True)
 class PersonalisationEval:
     """The evaluation that asks whether a run personalises (the ``study`` preset; analysed by
-    :mod:`verification.llm_personalisation`, whose docstring is the pre-registered analysis):
+    :mod:`verification.llm.personalisation`, whose docstring is the pre-registered analysis):
 
     * ``heldout_margins.csv``: the implicit-reward margin of every held-out pair of every objective under the base
       model ``w_ref``, each new client's personalised model (``personalised_model``, by default ``pipeline1_wII``:
@@ -314,7 +314,7 @@ PRESETS: dict[str, RunPreset] = {
     ),
     "study": RunPreset(
         name="study",
-        description="the pre-registered personalisation study, one seed (verification.llm_personalisation; seeds as "
+        description="the pre-registered personalisation study, one seed (verification.llm.personalisation; seeds as "
                     "cells of `python -m llm_runs sweep`, whose llm_sweep.json records each seed's CPU seconds): "
                     "6 training clients around 3 preference centres (one per objective) and 9 new clients (3 per "
                     "centre), 1 pair per objective (2 in a new client's pool), responses cut at 16 tokens, 2 "

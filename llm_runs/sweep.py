@@ -7,7 +7,7 @@ r"""Seeds of an LLM run as cells of the Dask sweep engine (``python -m llm_runs 
                              [--device auto|cpu|cuda] [--quick | --shrink]
                              [--layout L] [--autocast bfloat16|none] --out DIR
 
-**Cells.** Every seed ``A, A+1, ..., B-1`` is one cell of :mod:`verification.dask_engine`, the engine of
+**Cells.** Every seed ``A, A+1, ..., B-1`` is one cell of :mod:`verification.engine.dask_engine`, the engine of
 ``python -m verification sweep`` (no second engine): a Dask task that runs :func:`llm_runs.run.run` with the preset
 (and its ``--quick`` / ``--shrink`` / ``--autocast`` variant, as ``python -m llm_runs run`` makes it), the seed,
 the model, the data file and the device, ``progress=False``, after ``torch.set_num_threads(T)`` (``--threads``,
@@ -32,7 +32,7 @@ set explicitly inside the cell). The folder ``DIR`` holds
   CPU-seconds and seconds per seed (mean and max), the wall time of the last invocation, and ``run_dirs``: the
   complete runs' directories (relative to ``DIR``), for the aggregation across seeds.
 
-**Atomicity, retries, resume.** As for the statement sweep (:mod:`verification.dask_engine`): a cell file exists
+**Atomicity, retries, resume.** As for the statement sweep (:mod:`verification.engine.dask_engine`): a cell file exists
 only for a finished cell and is never half written; a cell whose worker dies (killed, out of memory) is re-run by
 the Dask scheduler on another worker, up to ``distributed.scheduler.allowed-failures`` deaths (3 by default), and
 written once; the run directory a killed cell left half done is removed and run again from the start when the
@@ -48,7 +48,7 @@ command exit 1; the screen summary names the seeds.
 
 **Parameters.** A sweep into a folder whose ``params.json`` differs (another preset or variant, model, data file,
 device, threads, layout or package version) is refused before any work with the engine's message naming every
-difference (:func:`verification.dask_engine.check_params`; a preset configuration by its differing fields,
+difference (:func:`verification.engine.dask_engine.check_params`; a preset configuration by its differing fields,
 :func:`check_params`; exit 2). A cell file that is not a result of this preset and seed is refused the same way.
 
 **Exit status.** 0 when every requested cell is present and its run complete; 1 when a cell failed or is missing;
@@ -58,7 +58,7 @@ machine without it for a local cluster, a scheduler that cannot be reached), pri
 argument before any work; 130 when interrupted.
 
 **Where the cells run.** ``--workers K`` starts a ``distributed.LocalCluster`` of K worker processes, one task at a
-time each (:func:`verification.dask_engine.dask_client`; default ``max(1, CPUs // T)``, and 1 with ``--device
+time each (:func:`verification.engine.dask_engine.dask_client`; default ``max(1, CPUs // T)``, and 1 with ``--device
 cuda``, since the workers of one machine share its first GPU): K seeds run at once, each with T torch threads, so
 ``K x T`` should not exceed the cores (each worker also holds its own copy of the model: about 1 GB for
 SmolLM2-135M on a CPU). ``--scheduler ADDRESS`` uses an existing cluster::
@@ -94,9 +94,16 @@ from typing import Any
 
 from sim import cli
 from sim.cli import atomic_write_text
-from verification import dask_engine
-from verification.dask_engine import CELLS_DIR, Cell, CellFolderError, CellRun, folder_params, read_cell
-from verification.evidence import to_jsonable
+from verification.core.evidence import to_jsonable
+from verification.engine import dask_engine
+from verification.engine.dask_engine import (
+    CELLS_DIR,
+    Cell,
+    CellFolderError,
+    CellRun,
+    folder_params,
+    read_cell,
+)
 
 __all__ = ["SWEEP_KIND", "SUMMARY_JSON", "RUNS_DIR", "cell_path", "run_dir", "sweep_params", "check_params", "llm_cell",
            "sweep_cells", "read_cells", "run_sweep", "summarize", "write_summary", "read_summary", "screen", "failed",
@@ -162,7 +169,7 @@ def _flat(obj: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def check_params(out: str | Path, params: dict[str, Any]) -> None:
-    """:func:`verification.dask_engine.check_params`, the engine's refusal of a folder made with other parameters,
+    """:func:`verification.engine.dask_engine.check_params`, the engine's refusal of a folder made with other parameters,
     with a preset configuration that differs named by its differing fields (``design.n_train 2 there, 4 now``)
     instead of both configurations whole."""
     try:
@@ -282,7 +289,7 @@ def run_sweep(client, out: str | Path, preset, seeds: Sequence[int], *, model_di
               cache_dir: str | None = None, progress: bool = True, columns: dict[str, str] | None = None,
               on_written: Callable[[Cell, Any], None] | None = None) -> CellRun:
     """Run the seeds of ``seeds`` whose cell is not yet in ``out`` on the cluster of ``client`` (``params.json``
-    first, after :func:`~verification.dask_engine.check_params`; a bad cell file is refused before any work). With
+    first, after :func:`~verification.engine.dask_engine.check_params`; a bad cell file is refused before any work). With
     every cell present ``client`` may be None. The summary is :func:`summarize` / :func:`write_summary`."""
     out = Path(out)
     model_dir = None if model_dir is None else str(Path(model_dir).expanduser().resolve())

@@ -12,7 +12,7 @@ from collections import defaultdict
 
 import pytest
 
-from verification import registry
+from verification.core import registry
 
 # OpenMP threads that spin on a CPU shared with other jobs multiply torch's CPU time many times over (see
 # llm_runs/__main__.py, OMP_ENV); set before any test module imports torch. A value set by the caller is kept.
@@ -26,7 +26,7 @@ _DEFAULT_RUNS: dict = {}
 
 @pytest.fixture(scope="session")
 def default_run():
-    """``default_run(stmt_id, seed=registry.DEFAULT_SEED)``: :func:`verification.registry.run_statement` of the
+    """``default_run(stmt_id, seed=registry.DEFAULT_SEED)``: :func:`verification.core.registry.run_statement` of the
     registered statement with its default Config (no jitter, no bound factor), computed once per session, keyed by
     (id, seed), and handed out as a deep copy: the statement tests and the search and power tests that read the same
     default run share one. A test that checks determinism (two runs, same numbers) or that runs under a changed
@@ -83,7 +83,7 @@ def _dask_session_client():
     the cluster closes after the last test that uses it (:func:`pytest_runtest_teardown`), not at the session's end:
     an idle cluster costs CPU (its scheduler's event loop in this process, its nannies' and workers' heartbeats)."""
     pytest.importorskip("distributed")
-    from verification.dask_engine import dask_client
+    from verification.engine.dask_engine import dask_client
 
     stack = contextlib.ExitStack()
     c = stack.enter_context(dask_client(2))

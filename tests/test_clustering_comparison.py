@@ -125,7 +125,7 @@ def test_recorded_lp_inputs_re_solve_to_the_recorded_weights(problem, tmp_path):
     # through the CSV of a run directory, as a reader sees them
     rec.to_csv(tmp_path / "r.csv", index=False)
     back = pd.read_csv(tmp_path / "r.csv")
-    from verification.run_records import RunRecords, lp_inputs
+    from verification.llm.records import RunRecords, lp_inputs
 
     run = RunRecords(path=tmp_path, kind="sim", records=back, summary={}, objectives=None)
     C, mu = lp_inputs(run, back)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from verification.regression import compare, load_results
+from verification.core.regression import compare, load_results
 
 ROOT = Path(__file__).resolve().parents[1]
 REPORTS = ROOT / "reports"

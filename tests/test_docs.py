@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from verification import registry
-from verification.docsections import REQUIRED, missing_sections, statement_sections
-from verification.figures import FIGURE_STATEMENTS, FIGURES
+from verification.core import registry
+from verification.report.docsections import REQUIRED, missing_sections, statement_sections
+from verification.report.figures import FIGURE_STATEMENTS, FIGURES
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "docs" / "examples"

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from verification import registry
-from verification.evidence import (
+from verification.core import registry
+from verification.core.evidence import (
     ATOL,
     RTOL,
     Evidence,

@@ -338,7 +338,7 @@ def test_a_run_on_each_schema_records_its_objectives_and_labels(schema, runs, to
 def test_the_dashboards_llm_section_reads_the_runs(runs, tmp_path):
     """The LLM section built from the four runs: it reads them, runs the studies on the first and fills the LLM
     column of the headline table; the generation-reward rows say not recorded."""
-    from verification.llm_section import build_llm_section, headline_rows, section_markdown
+    from verification.report.llm_section import build_llm_section, headline_rows, section_markdown
 
     dirs = [runs[s] for s in sorted(SCHEMAS)]
     sec = build_llm_section(tmp_path, llm_runs=dirs)

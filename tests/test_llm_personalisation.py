@@ -1,4 +1,4 @@
-"""Tests of verification.llm_personalisation (the pre-registered personalisation analysis) on synthetic run
+"""Tests of verification.llm.personalisation (the pre-registered personalisation analysis) on synthetic run
 directories written in tmp_path: planted effects, nulls, the objective fixed effects, the bootstrap, the matrix
 shares on a hand-made example, and bad inputs. No model runs."""
 
@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from verification import llm_personalisation as lp
+from verification.llm import personalisation as lp
 
 PERS = "pipeline1_wII"
 
@@ -252,7 +252,7 @@ def test_missing_comparators_are_not_recorded(tmp_path):
 
 
 def test_the_module_imports_no_torch():
-    code = ("import sys, verification.llm_personalisation; "
+    code = ("import sys, verification.llm.personalisation; "
             "assert not any(m == 'torch' or m.startswith(('torch.', 'llm_runs')) for m in sys.modules)")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[1])
 

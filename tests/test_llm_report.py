@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from verification import llm_studies as LS
-from verification.llm_section import llm_command, llm_unavailable
+from verification.llm import studies as LS
+from verification.report.llm_section import llm_command, llm_unavailable
 
 pytestmark = pytest.mark.llm
 
@@ -38,13 +38,13 @@ def llm_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def llm_run(llm_dir):
-    from verification.run_records import load_run
+    from verification.llm.records import load_run
 
     return load_run(llm_dir)
 
 
 def test_llm_run_is_read_with_its_objectives_and_preferences(llm_run):
-    from verification.run_records import objective_columns
+    from verification.llm.records import objective_columns
 
     assert llm_run.kind == "llm" and llm_run.label == "LLM" and llm_run.psi_star == "estimated"
     assert llm_run.status == "complete"
@@ -55,8 +55,8 @@ def test_llm_run_is_read_with_its_objectives_and_preferences(llm_run):
 
 
 def test_every_study_runs_on_the_llm_run(llm_run, tmp_path):
-    from verification import figures
-    from verification.llm_figures import LLM_FIGURES
+    from verification.report import figures
+    from verification.report.llm_figures import LLM_FIGURES
 
     res, not_run = LS.run_llm_studies([llm_run])
     assert not not_run, not_run
@@ -76,7 +76,7 @@ def test_every_study_runs_on_the_llm_run(llm_run, tmp_path):
 
 
 def test_llm_smoke_matches_the_committed_baseline(llm_run):
-    from verification import llm_regression as LR
+    from verification.llm import regression as LR
 
     base = LR.load_baseline(BASELINE)
     reg = LR.compare_run(llm_run, base)

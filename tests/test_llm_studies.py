@@ -1,4 +1,4 @@
-"""Tests of the run studies (verification.llm_studies), the run-directory reader (verification.run_records), their
+"""Tests of the run studies (verification.llm.studies), the run-directory reader (verification.llm.records), their
 figures and the dashboard's LLM section, on a real synthetic run directory (``sim.simulate``'s smoke preset, the
 same record schema as an LLM run). The LLM-only parts (per-objective columns, the preference study, a real LLM
 run) are in tests/test_llm_report.py under the ``llm`` marker."""
@@ -14,8 +14,8 @@ import pytest
 
 from sim import algorithm as al
 from sim.simulate import PRESETS, simulate, write_run
-from verification import llm_studies as LS
-from verification.run_records import REQUIRED_COLUMNS, load_run, step_rows, training_iterates
+from verification.llm import studies as LS
+from verification.llm.records import REQUIRED_COLUMNS, load_run, step_rows, training_iterates
 
 
 @pytest.fixture(scope="module")
@@ -249,7 +249,7 @@ def test_contraction_constants_hold_on_their_window(run, results):
 
 
 def test_lambda_max_is_recovered_from_the_records(run):
-    from verification.run_records import lambda_max
+    from verification.llm.records import lambda_max
 
     st = step_rows(run)
     lam = lambda_max(run, st)
@@ -278,8 +278,8 @@ def test_pipelines_agree_with_the_run_summary(run, results):
 
 
 def test_llm_figures_are_drawn_with_captions(results, tmp_path):
-    from verification import figures
-    from verification.llm_figures import LLM_FIGURES
+    from verification.report import figures
+    from verification.report.llm_figures import LLM_FIGURES
 
     tables = {r.id: r.tables for r in results[0].values()}
     drawn, missing = figures.draw_all(tmp_path, [], tables, figures=LLM_FIGURES)
@@ -294,7 +294,7 @@ def test_llm_figures_are_drawn_with_captions(results, tmp_path):
 
 def test_section_without_an_llm_says_why_and_goes_on(tmp_path, monkeypatch):
     """torch / the model missing: the section says so, the synthetic side is still studied and drawn."""
-    from verification import llm_section
+    from verification.report import llm_section
 
     monkeypatch.setattr(llm_section, "llm_unavailable", lambda: "torch is not installed (test)")
     monkeypatch.setattr(llm_section, "SIM_S_VALUES", (16,))
@@ -310,7 +310,7 @@ def test_section_without_an_llm_says_why_and_goes_on(tmp_path, monkeypatch):
 
 
 def test_skipped_section(tmp_path):
-    from verification import llm_section
+    from verification.report import llm_section
 
     sec = llm_section.build_llm_section(tmp_path, enabled=False)
     assert sec.status == "skipped" and not sec.results
@@ -336,7 +336,7 @@ def _copy(run, psi_scale: float = 1.0, path=None):
 
 
 def test_llm_regression_baseline_and_comparison(run):
-    from verification import llm_regression as LR
+    from verification.llm import regression as LR
 
     with pytest.raises(ValueError, match=">= 2 runs"):
         LR.make_baseline([run])
@@ -418,7 +418,7 @@ def test_h6_from_recorded_lp_inputs_matches_the_in_memory_classification(llm_lik
     population Grams of the server models themselves."""
     from sim.constants import client_basis
     from sim.direction import lp_direction
-    from verification.studies import H6_STATUSES, _h6_status
+    from verification.studies.synthetic import H6_STATUSES, _h6_status
 
     d, res, src = llm_like
     run = load_run(d)
@@ -461,8 +461,8 @@ def test_h6_without_lp_inputs_falls_back_to_what_the_records_rule_out(llm_like, 
 
 
 def test_llm_figures_on_llm_format_records(llm_like, tmp_path):
-    from verification import figures
-    from verification.llm_figures import LLM_FIGURES
+    from verification.report import figures
+    from verification.report.llm_figures import LLM_FIGURES
 
     run = load_run(llm_like[0])
     out, _ = LS.run_llm_studies([run])

@@ -1,7 +1,7 @@
 """The study preset's personalisation evaluation on the tiny random Llama: the held-out margins of every evaluated
 model (the base model's exactly 0), H_Cn at the base model by partition, the global uniform-preference model, the
 generation study restricted to the base and personalised models, and the pre-registered analysis reading it all
-(:mod:`verification.llm_personalisation`)."""
+(:mod:`verification.llm.personalisation`)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from llm_runs.data import DEFAULT_DATA_FILE, load_candidates  # noqa: E402
 from llm_runs.evaluation import GenerationEval  # noqa: E402
 from llm_runs.models import save_random_llama  # noqa: E402
 from llm_runs.run import PRESETS, planned_gradient_evaluations, run  # noqa: E402
-from verification.llm_personalisation import seed_statistics  # noqa: E402
+from verification.llm.personalisation import seed_statistics  # noqa: E402
 
 N_TRAIN, N_NEW, PAIRS, PROMPTS, DRAWS = 3, 3, 8, 4, 3
 

@@ -35,8 +35,8 @@ from llm_runs.__main__ import main  # noqa: E402
 from llm_runs.data import DEFAULT_DATA_FILE  # noqa: E402
 from llm_runs.models import save_random_llama  # noqa: E402
 from llm_runs.run import PRESETS  # noqa: E402
-from verification import dask_engine  # noqa: E402
-from verification.evidence import to_jsonable  # noqa: E402
+from verification.core.evidence import to_jsonable  # noqa: E402
+from verification.engine import dask_engine  # noqa: E402
 
 SEEDS = (0, 1)
 #: The preset of the cells: smoke --shrink at float32 (bf16 autocast is slow on small CPU matrices).

@@ -1,4 +1,4 @@
-"""The LLM sweep in the dashboard (verification.llm_sweep, ``report --llm-sweep DIR``): the hypotheses of the run
+"""The LLM sweep in the dashboard (verification.llm.sweep, ``report --llm-sweep DIR``): the hypotheses of the run
 studies across seeds, the section's order (pre-registered statistics first) and the command line's usage errors.
 
 The sweep folder is made without a model: each seed's run is Algorithm 1 on a small planted problem whose source
@@ -23,11 +23,11 @@ from scipy import stats
 
 from sim import algorithm as al
 from sim.simulate import PRESETS, Preset, simulate, write_run
-from verification import llm_sweep as SW
 from verification.__main__ import main
-from verification.llm_section import LLMSection, section_html, section_markdown
-from verification.llm_studies import run_llm_studies
-from verification.run_records import load_run
+from verification.llm import sweep as SW
+from verification.llm.records import load_run
+from verification.llm.studies import run_llm_studies
+from verification.report.llm_section import LLMSection, section_html, section_markdown
 
 #: Made-up H_Cn at w_ref per seed: (Stage-1+2, Stage-1-only, same partition, random draws).
 HCN = {0: (0.04, 0.04, True, [0.05, 0.06, 0.07, 0.045, 0.055, 0.065, 0.052, 0.058, 0.061, 0.049]),
@@ -97,7 +97,7 @@ def _row(h, key):
     return next(r for r in h["rows"] if r["key"] == key)
 
 
-#: A small fake of verification.llm_personalisation.sweep_statistics's answer (for the rendering only).
+#: A small fake of verification.llm.personalisation.sweep_statistics's answer (for the rendering only).
 FAKE_STATS = {"lines": [
     {"statistic": "b (within-objective slope of z on lambda)", "estimate": 0.12, "interval": [0.01, 0.23],
      "p_value": 0.03, "mde": 0.09, "verdict": "supported", "n_seeds": 2, "n_units": 40},
@@ -199,14 +199,14 @@ def test_section_opens_with_the_pre_registered_statistics(sweep_dir, hyp):
 
 
 def test_statistics_are_imported_lazily(sweep_dir, monkeypatch):
-    """Without verification.llm_personalisation the section says so; with it, its lines are shown."""
-    monkeypatch.setitem(sys.modules, "verification.llm_personalisation", None)
+    """Without verification.llm.personalisation the section says so; with it, its lines are shown."""
+    monkeypatch.setitem(sys.modules, "verification.llm.personalisation", None)
     st = SW.personalisation_statistics(SW.sweep_run_dirs(sweep_dir))
-    assert st["lines"] == [] and "llm_personalisation" in st["unavailable"]
-    assert "* none: verification.llm_personalisation cannot be imported" in "\n".join(SW.sweep_markdown(None, st))
-    fake = types.ModuleType("verification.llm_personalisation")
+    assert st["lines"] == [] and "verification.llm.personalisation" in st["unavailable"]
+    assert "* none: verification.llm.personalisation cannot be imported" in "\n".join(SW.sweep_markdown(None, st))
+    fake = types.ModuleType("verification.llm.personalisation")
     fake.sweep_statistics = lambda run_dirs: {**FAKE_STATS, "n_dirs": len(run_dirs)}
-    monkeypatch.setitem(sys.modules, "verification.llm_personalisation", fake)
+    monkeypatch.setitem(sys.modules, "verification.llm.personalisation", fake)
     st = SW.personalisation_statistics(SW.sweep_run_dirs(sweep_dir))
     assert st["n_dirs"] == 2 and st["lines"] == FAKE_STATS["lines"]
 
@@ -266,13 +266,13 @@ def test_report_llm_sweep_end_to_end(sweep_dir, tmp_path, monkeypatch, capsys):
     """``report --llm-sweep DIR``: the LLM section opens with the (fake) pre-registered statistics, then the
     across-seed table with the synthetic value beside it, then one seed in detail; studies.json keeps both. (The
     synthetic runs are the small preset and no figure is drawn, to keep it fast.)"""
-    from verification import figures, llm_section
+    from verification.report import figures, llm_section
 
     monkeypatch.setattr(llm_section, "_synthetic", _tiny_synthetic)
     monkeypatch.setattr(figures, "draw_all", lambda *a, **k: ({}, {}))
-    fake = types.ModuleType("verification.llm_personalisation")
+    fake = types.ModuleType("verification.llm.personalisation")
     fake.sweep_statistics = lambda run_dirs: FAKE_STATS
-    monkeypatch.setitem(sys.modules, "verification.llm_personalisation", fake)
+    monkeypatch.setitem(sys.modules, "verification.llm.personalisation", fake)
     out = tmp_path / "rep"
     assert main(["report", "S4", "--no-studies", "--out", str(out), "--llm-sweep", str(sweep_dir)]) == 0
     md = (out / "README.md").read_text()
@@ -301,9 +301,9 @@ def test_report_llm_sweep_end_to_end(sweep_dir, tmp_path, monkeypatch, capsys):
 
 
 def test_real_pre_registered_statistics_on_a_small_sweep(sweep_dir, tmp_path):
-    """verification.llm_personalisation.sweep_statistics on the sweep's runs with held-out margins added (the
+    """verification.llm.personalisation.sweep_statistics on the sweep's runs with held-out margins added (the
     pre-registered analysis's own test writer), rendered as the section's first lines."""
-    lp = pytest.importorskip("verification.llm_personalisation")
+    lp = pytest.importorskip("verification.llm.personalisation")
     writer = pytest.importorskip("test_llm_personalisation")
     d = tmp_path / "sw"
     shutil.copytree(sweep_dir, d)
@@ -331,7 +331,7 @@ def test_real_pre_registered_statistics_on_a_small_sweep(sweep_dir, tmp_path):
 def test_export_writes_paths_of_this_checkout_relative(tmp_path):
     """export_sweep: a summary's absolute path inside this project's checkout (the shipped data file) is written
     relative to it in the copy; a path elsewhere is kept as it is."""
-    from verification.llm_sweep import _project_relative
+    from verification.llm.sweep import _project_relative
 
     root = Path(__file__).resolve().parents[1]
     text = json.dumps({"data_file": {"path": str(root / "llm_runs" / "data" / "x.jsonl.gz")},

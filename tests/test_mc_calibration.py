@@ -1,4 +1,4 @@
-"""The calibration study of the Monte Carlo protocol (verification.mc_calibration): exact rates against the
+"""The calibration study of the Monte Carlo protocol (verification.engine.mc_calibration): exact rates against the
 replications, a negative control, reproducibility, and the committed full-size result against the budget."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from verification import mc_calibration as MC
 from verification.__main__ import main
-from verification.montecarlo import ASSERTIONS, CAP_FACTOR, DELTA, FAMILY_WISE_BUDGET, protocol_lcbs
+from verification.core.montecarlo import ASSERTIONS, CAP_FACTOR, DELTA, FAMILY_WISE_BUDGET, protocol_lcbs
+from verification.engine import mc_calibration as MC
+from verification.engine.sweep import CP_ALPHA, clopper_pearson
 from verification.statements.h17_near_aligned_regime import _k_crit
-from verification.sweep import CP_ALPHA, clopper_pearson
 
 
 def _within(k: int, R: int, p: float, alpha: float = 1e-3) -> bool:

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from verification.evidence import bound_factor
-from verification.montecarlo import (
+from verification.core.evidence import bound_factor
+from verification.core.montecarlo import (
     ASSERTIONS,
     CAP_FACTOR,
     DELTA,

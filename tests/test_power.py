@@ -8,10 +8,10 @@ import json
 import numpy as np
 import pytest
 
-from verification import registry
 from verification.__main__ import main
-from verification.evidence import Evidence, bound_factor
-from verification.power import PowerReport, PowerRow, rows_of
+from verification.core import registry
+from verification.core.evidence import Evidence, bound_factor
+from verification.core.power import PowerReport, PowerRow, rows_of
 
 
 def _check(slack: float):

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from verification import registry
-from verification.regression import compare, load_results, shipped_baseline
+from verification.core import registry
+from verification.core.regression import compare, load_results, shipped_baseline
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = shipped_baseline()

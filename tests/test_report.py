@@ -8,9 +8,9 @@ import shutil
 import pandas as pd
 import pytest
 
-from verification.figures import FIGURES
-from verification.report import build_report
-from verification.resultlog import ResultLogError
+from verification.core.resultlog import ResultLogError
+from verification.report.dashboard import build_report
+from verification.report.figures import FIGURES
 
 RUN_FIELDS = {"id", "name", "verdict", "tightness", "instances", "excluded", "negative_control", "counterexamples",
               "seconds"}
@@ -165,8 +165,8 @@ def test_instances_rows_are_the_bytes_pandas_writes(tmp_path):
     signed zeros, subnormals, large and small magnitudes, labels with a comma, a quote or a newline."""
     import numpy as np
 
-    from verification.evidence import Evidence
-    from verification.report import _append_instances, _instances_frame
+    from verification.core.evidence import Evidence
+    from verification.report.dashboard import _append_instances, _instances_frame
 
     rng = np.random.default_rng(3)
     lhs = np.concatenate([rng.standard_normal(200) * 10.0 ** rng.integers(-300, 300, 200),
@@ -183,7 +183,7 @@ def test_instances_rows_are_the_bytes_pandas_writes(tmp_path):
 def test_sentences_in_markdown_are_written_as_html():
     """The dashboard's own Markdown sentences (budget, sweep, study notes) show code and emphasis, not the marks;
     the stars of formulas (J*, psi*, a * b) stay as written, and the rest is escaped."""
-    from verification.report import _inline_html
+    from verification.report.dashboard import _inline_html
 
     text = "ratio = NaN in `points`; *confirmed* when J* and psi_i* hold, a * b < c"
     assert _inline_html(text) == ("ratio = NaN in <code>points</code>; <i>confirmed</i> when J* and psi_i* hold, "

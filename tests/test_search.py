@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from verification import registry
-from verification.evidence import Evidence, HypothesisMonitor
-from verification.search import BUDGETS, Budget, Param, SearchSpace, apply, falsify
+from verification.core import registry
+from verification.core.evidence import Evidence, HypothesisMonitor
+from verification.core.search import BUDGETS, Budget, Param, SearchSpace, apply, falsify
 
 
 def test_param_decoding_and_validation():
@@ -147,7 +147,7 @@ def test_tight_seeds_must_be_a_positive_integer(bad):
 def test_every_box_reaches_the_stress_corners_or_says_why_not(sid):
     """Each box reaches m >= 10, conditioning >= 1e6, lambda_min <= 1e-12 and near-collinear Gram matrices, or its
     ``excluded`` says why not (the dashboard shows the reasons)."""
-    from verification.search import REACH
+    from verification.core.search import REACH
 
     reach = registry.get_statement(sid).search.reach()
     assert list(reach) == list(REACH)
@@ -158,7 +158,7 @@ def test_every_box_reaches_the_stress_corners_or_says_why_not(sid):
 
 
 def test_reach_is_decided_from_the_box():
-    from verification.search import F1_SHAPE
+    from verification.core.search import F1_SHAPE
 
     space = SearchSpace(params=(Param("m", 2, 12, "int"), *F1_SHAPE, Param("lambda_min", 1e-13, 1e-2, "log")),
                         config=dict)

@@ -2,9 +2,9 @@
 §3.1 T-H39/H.40/H.41, T-H42(3), T-H43, T-H44, T-H45).
 
 Each statement runs with its default ``Config`` and seed ``registry.DEFAULT_SEED`` through
-:func:`verification.registry.run_statement` (check + negative control); every verdict must be ``"holds"`` and
+:func:`verification.core.registry.run_statement` (check + negative control); every verdict must be ``"holds"`` and
 every negative control ``"detected"`` (the broken hypothesis is flagged and the conclusion fails). The suite's
-family-wise budget of confidence-level assertions (``verification.montecarlo.FAMILY_WISE_BUDGET``) is checked
+family-wise budget of confidence-level assertions (``verification.core.montecarlo.FAMILY_WISE_BUDGET``) is checked
 here, with H.17's order-statistic tests, and the Monte Carlo rows' power against a deliberately halved bound.
 """
 
@@ -17,10 +17,10 @@ import pytest
 
 from sim.preference import adjustment, normalizer
 from sim.problems import CommonMinimizer
-from verification import registry
-from verification.evidence import bound_factor, to_jsonable
-from verification.montecarlo import ASSERTIONS, FAMILY_WISE_BUDGET
-from verification.statements import _adaptation_common as A
+from verification.core import registry
+from verification.core.evidence import bound_factor, to_jsonable
+from verification.core.montecarlo import ASSERTIONS, FAMILY_WISE_BUDGET
+from verification.statements import _adaptation_theory as AT
 from verification.statements import h44_pipeline_comparison as H44
 
 IDS = ("H.39-41", "H.42", "H.43", "H.44", "H.45", "ThmA")
@@ -111,7 +111,7 @@ def test_beta_segment_constant_bounds_the_gradient_on_the_segment():
     rng = np.random.default_rng(2)
     W = prob.centre + np.r_[0.01, 0.3, 1.0, 3.0][:, None, None] * rng.standard_normal((4, 50, prob.n_params))
     W = W.reshape(-1, prob.n_params)
-    seg = A.beta_segment_constant(prob, W)
+    seg = AT.beta_segment_constant(prob, W)
     tau = np.linspace(0.0, 1.0, 2001)
     pts = prob.centre + tau[:, None, None] * (W - prob.centre)[None]
     L = prob.losses(pts)
@@ -123,7 +123,7 @@ def test_beta_segment_constant_bounds_the_gradient_on_the_segment():
     assert np.all(prob.beta(W) <= seg["M"] * d * (1 + 1e-9))
     u = np.linalg.eigh(prob.hessian)[1][:, 0]
     near = prob.centre + np.array([1e-3, 1e-2])[:, None] * u
-    r = prob.beta(near) / (A.beta_segment_constant(prob, near)["M"] * np.array([1e-3, 1e-2]))
+    r = prob.beta(near) / (AT.beta_segment_constant(prob, near)["M"] * np.array([1e-3, 1e-2]))
     assert np.allclose(r, 0.25, atol=2e-3)
 
 

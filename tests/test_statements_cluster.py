@@ -1,7 +1,7 @@
 """Executable statements of the cluster part of Appendix H: H.13–H.17 (THEOREMS.md §2, §3.1).
 
 Each statement runs with its default ``Config`` and seed ``registry.DEFAULT_SEED`` through
-:func:`verification.registry.run_statement` (check + negative control). Expected verdicts:
+:func:`verification.core.registry.run_statement` (check + negative control). Expected verdicts:
 
 * H.13, H.14, H.15, H.17: ``"holds"``;
 * H.16: ``"finding"`` — eq 48 as printed has a counterexample (shown), the repaired eq 48′ and eq 44–47 hold.
@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from verification import registry
+from verification.core import registry
 
 EXPECTED = {
     "H.13": "holds",

@@ -1,6 +1,6 @@
 """Executable statements of the LP layer (THEOREMS.md §2 H.1–H.3, H.4, H.5, H.6, H.7, H.9, H.10, H.11).
 
-Each statement is run with its default Config through :func:`verification.registry.run_statement` (check and
+Each statement is run with its default Config through :func:`verification.core.registry.run_statement` (check and
 negative control, each with a fresh ``default_rng(0)``): the verdict must be "holds" and the negative control
 must be "detected" (every one of these statements has a negative control).
 """
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from sim.preference import adjustment
-from verification.evidence import bound_factor
+from verification.core.evidence import bound_factor
 from verification.statements import h10_adjustment_lipschitz as H10
 
 LP_STATEMENTS = ["H.1-3", "H.4", "H.5", "H.6", "H.7", "H.9", "H.10", "H.11"]

@@ -2,7 +2,7 @@
 (THEOREMS.md §2, §3.1 "T-H25", "T-H28 / T-H29 / T-H31 / Cor-C", "T-H32", "T-H37").
 
 Each statement runs with its default ``Config`` and seed ``registry.DEFAULT_SEED`` through
-:func:`verification.registry.run_statement` (check + negative control). Every verdict must be ``"holds"`` and every
+:func:`verification.core.registry.run_statement` (check + negative control). Every verdict must be ``"holds"`` and every
 negative control ``"detected"`` (the broken hypothesis is flagged and the conclusion fails on a flagged instance;
 for the trajectory statements both control families — F4 double well and F5 kink, or the two H.32 controls — must
 show the failure). H.28, H.29, H.31 and Cor-C share their runs (memoised on the generator state), so running them
@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from verification import registry
+from verification.core import registry
 from verification.statements import h32_two_phase_band as H32
 
 IDS = ("H.25", "H.28", "H.29", "H.31", "CorC", "H.32", "H.37")

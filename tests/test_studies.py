@@ -1,4 +1,4 @@
-"""Tests of verification.studies: every study runs with its default config, returns non-empty tidy tables with the
+"""Tests of verification.studies.synthetic: every study runs with its default config, returns non-empty tidy tables with the
 expected columns and a JSON-serialisable summary, is deterministic for a fixed seed; the properties that the theory
 *does* imply are asserted (eq 91 for the idealised adaptation, H.43; (P-a)/(P-b) of the LP on J*)."""
 
@@ -12,7 +12,7 @@ import pytest
 
 from sim.algorithm import AdaptConfig, ClientSource, draw_batches, pipeline1
 from sim.problems import CommonMinimizer
-from verification import studies as ST
+from verification.studies import synthetic as ST
 
 EXPECTED_COLUMNS = {
     "study-H20-ratio": {

@@ -18,9 +18,10 @@ import pytest
 from scipy import stats
 
 from sim.simulate import PRESETS, preset_variant, simulate
-from verification import dask_engine, registry, regression, sweep
 from verification.__main__ import main as cli_main
-from verification.dask_engine import WORKER_ENV, run_cells
+from verification.core import registry, regression
+from verification.engine import dask_engine, sweep
+from verification.engine.dask_engine import WORKER_ENV, run_cells
 
 FAST = ("H.9", "S4")  # statements whose cells take a fraction of a second
 SEEDS = (0, 1)
@@ -328,8 +329,8 @@ def test_monte_carlo_budget_counts_tests_not_conclusions():
     """A statement's "any" budget is δ times the tests the budget table gives it, however many conclusions carry
     them (H.17: 12 tests in 2 conclusions; H.44: 5 tests, each also read as a [soft] conclusion), so the Monte
     Carlo statements together spend the family-wise budget the dashboard states."""
-    from verification import montecarlo
-    from verification.sweep import _mc_summary, mc_budget
+    from verification.core import montecarlo
+    from verification.engine.sweep import _mc_summary, mc_budget
 
     budget = mc_budget()
 
@@ -364,7 +365,7 @@ def searched(client, tmp_path_factory):
 
 
 def test_search_cells_and_results(searched):
-    from verification import search
+    from verification.core import search
 
     summary = json.loads((searched / "search.json").read_text())
     assert summary["budget"] == 12 and set(summary["statements"]) == set(SEARCH_FAST)
@@ -387,7 +388,7 @@ def test_search_cells_and_results(searched):
 
 
 def test_search_rerun_recomputes_nothing_and_stores(searched, tmp_path, monkeypatch, capsys):
-    from verification import search
+    from verification.core import search
 
     stamps = {p: p.stat().st_mtime_ns for p in (searched / "cells").rglob("*.json")}
     _no_cluster(monkeypatch)

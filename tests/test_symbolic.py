@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import sympy as sp
 
-from verification import symbolic
+from verification.statements import symbolic
 
 
 @pytest.mark.parametrize("k", range(1, 27), ids=[f"S{k}" for k in range(1, 27)])
@@ -26,7 +26,7 @@ def test_is_zero_rejects_false_identities():
 
 
 def test_all_identities_registered():
-    from verification import registry
+    from verification.core import registry
 
-    ids = [s.id for s in registry.all_statements() if s.module == "verification.symbolic"]
+    ids = [s.id for s in registry.all_statements() if s.module == "verification.statements.symbolic"]
     assert ids == [f"S{k}" for k in range(1, 27)]

@@ -1,7 +1,7 @@
 """Generated pages of the documentation site (MkDocs ``hooks:``) and the griffe extension of its API pages.
 
 * One page per statement (``statements/<id>.md``), written from the statement module's docstring split into its
-  canonical sections (:mod:`verification.docsections`), with the statement's verdict, tightness, conclusions and
+  canonical sections (:mod:`verification.report.docsections`), with the statement's verdict, tightness, conclusions and
   negative control from the regression baseline shipped in the package (``verification/data/
   baseline_results.json``) and the figures of the dashboard that illustrate it (``reports/figures/``, drawn by
   ``make report``; ``PREFALIGN_DOCS_REPORT`` names another dashboard folder). Nothing on these pages is written
@@ -203,7 +203,7 @@ def _figures(stmt_id: str, figures: dict[str, tuple[str, str]], names: dict[str,
 def statement_page(stmt, row: dict | None, figures, figure_names) -> str:
     """The Markdown page of a statement module: title, verdict, the docstring's sections in canonical order,
     conclusions, figures, the source and the command that reproduces it."""
-    from verification.docsections import SECTIONS, statement_sections
+    from verification.report.docsections import SECTIONS, statement_sections
 
     mod = importlib.import_module(stmt.module)
     doc = statement_sections(mod.__doc__ or "")
@@ -229,10 +229,10 @@ def statement_page(stmt, row: dict | None, figures, figure_names) -> str:
 
 def symbolic_page(stmt, row: dict | None) -> str:
     """The page of a symbolic identity: its statement (the function's docstring), the method, the sub-checks."""
-    sym = importlib.import_module("verification.symbolic")
+    sym = importlib.import_module("verification.statements.symbolic")
     fn = getattr(sym, stmt.id.lower(), None)
     doc = inspect.getdoc(fn) or stmt.name
-    lines = [f"# {stmt.id} — {stmt.name}", "", convert_roles(doc, "verification.symbolic"), ""] + _verdict_box(row)
+    lines = [f"# {stmt.id} — {stmt.name}", "", convert_roles(doc, "verification.statements.symbolic"), ""] + _verdict_box(row)
     checks = ((row or {}).get("details") or {}).get("checks") or {}
     if checks:
         lines += ["## Sub-checks", "", "| sub-check | verified | residual |", "|---|---|---|"]
@@ -243,7 +243,7 @@ def symbolic_page(stmt, row: dict | None) -> str:
     lines += _conclusions_table(row)
     lines += ["## Method", "", "Every identity is decided by sympy as described in "
               "[the symbolic identities](../index.md#symbolic-identities): "
-              + convert_roles(sym.__doc__.split("\n\n")[2], "verification.symbolic").replace("\n", " "), "",
+              + convert_roles(sym.__doc__.split("\n\n")[2], "verification.statements.symbolic").replace("\n", " "), "",
               "```bash", f"prefalign verify run {stmt.id}", "```", ""]
     return "\n".join(lines)
 
@@ -259,8 +259,8 @@ def index_page(stmts, rows: dict[str, dict]) -> str:
                 f"{_fmt((r or {}).get('tightness'))} | {(r or {}).get('negative_control', '–')} | "
                 f"{(r or {}).get('counterexamples', '–')} |")
 
-    numeric = [s for s in stmts if s.module != "verification.symbolic"]
-    symbolic = [s for s in stmts if s.module == "verification.symbolic"]
+    numeric = [s for s in stmts if s.module != "verification.statements.symbolic"]
+    symbolic = [s for s in stmts if s.module == "verification.statements.symbolic"]
     return "\n".join(
         ["# Statements", "",
          "Every statement of the appendix is an executable check: its hypotheses monitored, its conclusion evaluated "
@@ -270,7 +270,7 @@ def index_page(stmts, rows: dict[str, dict]) -> str:
          "(../getting-started.md#how-to-read-a-verdict).", "",
          "## Statements of the appendix", ""] + head + [line(s, f"{slug(s.id)}.md") for s in numeric]
         + ["", "## Symbolic identities", "",
-           "The identities S1–S26 of THEOREMS.md §4, checked with sympy (`verification.symbolic`).", ""]
+           "The identities S1–S26 of THEOREMS.md §4, checked with sympy (`verification.statements.symbolic`).", ""]
         + head + [line(s, f"symbolic/{slug(s.id)}.md") for s in symbolic] + [""])
 
 
@@ -361,17 +361,17 @@ def _short(name: str, width: int = 48) -> str:
 
 def on_config(config):
     """Load the statements, the baseline and the figures; expand the "Statements" entry of the nav."""
-    from verification import registry
-    from verification.figures import FIGURE_STATEMENTS
-    from verification.regression import load_results, shipped_baseline
+    from verification.core import registry
+    from verification.core.regression import load_results, shipped_baseline
+    from verification.report.figures import FIGURE_STATEMENTS
 
     stmts = registry.all_statements()
     rows = {r["id"]: r for r in load_results(shipped_baseline())}
     _STATE.update(stmts=stmts, rows=rows, figures=_report_figures(), figure_names=FIGURE_STATEMENTS)
     numeric = [{f"{s.id} — {_short(s.name)}": f"statements/{slug(s.id)}.md"} for s in stmts
-               if s.module != "verification.symbolic"]
+               if s.module != "verification.statements.symbolic"]
     symbolic = [{f"{s.id} — {s.name}": f"statements/symbolic/{slug(s.id)}.md"} for s in stmts
-                if s.module == "verification.symbolic"]
+                if s.module == "verification.statements.symbolic"]
     for k, item in enumerate(config["nav"]):
         if isinstance(item, dict) and item.get("Statements") == "statements/index.md":
             config["nav"][k] = {"Statements": ["statements/index.md", *numeric,
@@ -385,7 +385,7 @@ def on_files(files, config):
 
     stmts, rows = _STATE["stmts"], _STATE["rows"]
     for s in stmts:
-        if s.module == "verification.symbolic":
+        if s.module == "verification.statements.symbolic":
             files.append(File.generated(config, f"statements/symbolic/{slug(s.id)}.md",
                                         content=symbolic_page(s, rows.get(s.id))))
         else:

@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, os.getcwd())
     import importlib
 
-    registry = importlib.import_module("verification.registry")
+    registry = importlib.import_module("verification.core.registry")
     cpu: dict[str, float] = {}
     for stmt in registry.all_statements():
         t0 = time.process_time()

@@ -1,8 +1,80 @@
 """Executable statements of THEOREMS.md: evidence records, the statement registry and the command line.
 
 Run ``python -m verification list`` / ``python -m verification run [ID ...] [--json PATH] [--seed N]``.
+
+The package is layered by role, each layer importing only those below it:
+
+* :mod:`verification.core` — evidence, registry, results log, Monte Carlo, falsification search, power, regression;
+* :mod:`verification.statements` — one module per statement of THEOREMS.md and the symbolic identities S1–S26;
+* :mod:`verification.studies` — the four reported studies on synthetic problems;
+* :mod:`verification.engine` — the Dask engine, sweeps, grids, the Monte Carlo calibration, the search's cells;
+* :mod:`verification.llm` — the records, studies, statistics, sweeps and regression of LLM runs;
+* :mod:`verification.report` — the dashboard, its figures and sections;
+* ``python -m verification`` (:mod:`verification.__main__`) — the command line.
+
+The modules that sat side by side in ``verification/`` before this layout are still importable under their old
+names (``verification.registry``, ``verification.sweep``, …; :data:`MOVED`): the old name is the new module itself,
+with a :class:`DeprecationWarning` naming where it is now.
 """
 
-from .evidence import Evidence, Hypothesis, HypothesisMonitor, check_inequality
+from __future__ import annotations
 
-__all__ = ["Evidence", "Hypothesis", "HypothesisMonitor", "check_inequality"]
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import warnings
+from types import ModuleType
+
+from verification.core.evidence import Evidence, Hypothesis, HypothesisMonitor, check_inequality
+
+__all__ = ["Evidence", "Hypothesis", "HypothesisMonitor", "check_inequality", "MOVED"]
+
+#: Old module name -> the module it is now (the layout by role; CHANGELOG). ``verification.report`` and
+#: ``verification.studies`` are packages of their own now, whose attributes are those of the old modules.
+MOVED = {
+    "verification.evidence": "verification.core.evidence",
+    "verification.resultlog": "verification.core.resultlog",
+    "verification.registry": "verification.core.registry",
+    "verification.search": "verification.core.search",
+    "verification.montecarlo": "verification.core.montecarlo",
+    "verification.power": "verification.core.power",
+    "verification.regression": "verification.core.regression",
+    "verification.symbolic": "verification.statements.symbolic",
+    "verification.dask_engine": "verification.engine.dask_engine",
+    "verification.sweep": "verification.engine.sweep",
+    "verification.grid": "verification.engine.grid",
+    "verification.mc_calibration": "verification.engine.mc_calibration",
+    "verification.run_records": "verification.llm.records",
+    "verification.llm_studies": "verification.llm.studies",
+    "verification.llm_personalisation": "verification.llm.personalisation",
+    "verification.llm_sweep": "verification.llm.sweep",
+    "verification.llm_regression": "verification.llm.regression",
+    "verification.figures": "verification.report.figures",
+    "verification.docsections": "verification.report.docsections",
+    "verification.llm_section": "verification.report.llm_section",
+    "verification.llm_figures": "verification.report.llm_figures",
+}
+
+
+class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Imports an old module name of :data:`MOVED` as the module it is now (the same object, so a monkeypatch or an
+    ``isinstance`` through either name is the same), with a DeprecationWarning."""
+
+    def find_spec(self, fullname: str, path=None, target=None) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in MOVED:
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        new = MOVED[spec.name]
+        warnings.warn(f"{spec.name} is now {new}; import it from there", DeprecationWarning, stacklevel=2)
+        return importlib.import_module(new)
+
+    def exec_module(self, module: ModuleType) -> None:
+        """Nothing to run: the module was imported under its new name."""
+
+
+if not any(isinstance(f, _MovedModules) for f in sys.meta_path):
+    sys.meta_path.append(_MovedModules())

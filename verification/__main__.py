@@ -16,49 +16,49 @@
 
 ``run`` prints one progress line per statement on stderr as it finishes, then a table on stdout. With
 ``--json PATH`` it appends each finished statement's result object (``Evidence.to_dict``) to the results log
-``PATH.jsonl`` as it goes (:mod:`verification.resultlog`) and writes the JSON list of them to PATH at the end
+``PATH.jsonl`` as it goes (:mod:`verification.core.resultlog`) and writes the JSON list of them to PATH at the end
 (atomically); ``--resume`` reads that log, skips the statements it holds and runs the rest.
 
-``report`` runs the checks and the studies and writes the dashboard and figures (:mod:`verification.report`),
+``report`` runs the checks and the studies and writes the dashboard and figures (:mod:`verification.report.dashboard`),
 logging each statement to ``DIR/results.jsonl`` as it finishes; ``--resume`` finishes an interrupted report;
 ``--sweep DIR`` adds the summary of a sweep to the dashboard. The dashboard's "LLM run" section
-(:mod:`verification.llm_section`) runs the LLM smoke preset (``python -m llm_runs run --preset smoke --out
+(:mod:`verification.report.llm_section`) runs the LLM smoke preset (``python -m llm_runs run --preset smoke --out
 DIR/llm-run``) unless ``--llm-run DIR`` names an earlier run directory (repeat it for runs at several S) or
 ``--no-llm`` skips the section; a ``--llm-run`` that is not a run directory is a usage error. ``--llm-sweep DIR``
 reads an LLM sweep folder (``python -m llm_runs sweep --out DIR``: one run directory per seed in
 ``DIR/runs/<seed>/``): the section opens with one line per pre-registered statistic (estimate, interval,
 p-value, minimum detectable effect, verdict) and the hypotheses of the run studies across the seeds (mean and
-95 % t-interval, beside the synthetic value; :mod:`verification.llm_sweep`), then shows the first seed's run in
+95 % t-interval, beside the synthetic value; :mod:`verification.llm.sweep`), then shows the first seed's run in
 detail. It is one LLM source, so it is a usage error with ``--llm-run`` or ``--no-llm``, as is a DIR without
 ``runs/``, with no run in it or no complete one, or with a ``runs/<seed>`` that is not an LLM run directory.
 
 ``sweep`` runs every (statement, seed) cell as a Dask task, on a local cluster of K worker processes or on the
 cluster of an existing scheduler, writes each cell's result row to ``DIR/cells/<id>/<seed>.json`` as it finishes
-and the summary to ``DIR/sweep.json`` and ``DIR/sweep.csv`` (:mod:`verification.sweep`); the same command again
+and the summary to ``DIR/sweep.json`` and ``DIR/sweep.csv`` (:mod:`verification.engine.sweep`); the same command again
 computes only the cells still missing. A scheduler that cannot be reached is a usage error. ``search`` runs the falsification search
-(:mod:`verification.search`) on the same engine: per statement with a box, ``--budget`` evaluations (a design in
+(:mod:`verification.core.search`) on the same engine: per statement with a box, ``--budget`` evaluations (a design in
 cells of 50 points, then one refinement cell), results in ``DIR/worst/<id>.json`` and ``DIR/search.json``; it exits
 1 when it finds a counterexample; ``--store`` copies the results to the store (``verification/data/search``) that
 ``report`` and ``power`` refine from. ``grid`` runs Algorithm
 1 (``sim.simulate``) over a grid of the new clients' budget K x S and the preference spread on the same engine
-(:mod:`verification.grid`) and writes the Pipeline 1 vs Pipeline 2 gap with confidence bands and its figure.
+(:mod:`verification.engine.grid`) and writes the Pipeline 1 vs Pipeline 2 gap with confidence bands and its figure.
 
 Exit status: 0 iff no verdict is "violated" or "vacuous", no negative control is "missed", no check raised and
-(with ``--baseline``) no bound regressed against the earlier results (:mod:`verification.regression`); 1
+(with ``--baseline``) no bound regressed against the earlier results (:mod:`verification.core.regression`); 1
 otherwise; 2 on a usage error, found before any statement runs and printed as one line naming the argument (a
 bad seed or tolerance, unknown ids, an unreadable or malformed baseline, an output path that cannot be written, a
 results log that cannot be resumed); 130 when interrupted (the finished statements stay in the log).
 
 ``power`` re-runs the checks with every numeric bound scaled to ``rhs − (1 − f)|rhs|`` and reports per conclusion
 whether that is detected, with the falsification search's best ratio and the stated reason for a weak one
-(:mod:`verification.power`); it exits 1 when a weak conclusion has no reason or a prediction disagrees.
+(:mod:`verification.core.power`); it exits 1 when a weak conclusion has no reason or a prediction disagrees.
 
 ``llm-regression`` compares the records of LLM runs (``python -m llm_runs run --out RUN_DIR``) with a baseline of
-their summary quantities (:mod:`verification.llm_regression`; exit 1 on a regression); with ``--write`` it makes
+their summary quantities (:mod:`verification.llm.regression`; exit 1 on a regression); with ``--write`` it makes
 that baseline from two or more runs of one preset and seed, the tolerances measured from their spread.
 
 ``mc-calibration`` measures the false-failure rate of every budgeted confidence-level assertion at its boundary
-(:mod:`verification.mc_calibration`): each assertion's own estimator, sample size and ``δ`` on synthetic draws whose
+(:mod:`verification.engine.mc_calibration`): each assertion's own estimator, sample size and ``δ`` on synthetic draws whose
 mean is exactly its bound, R times (H.17's order-statistic tests ``--os-replications`` times, default 40 R), with
 the one-sided Clopper–Pearson upper bounds and the exact rates where they are known, and the family-wise sum against
 the budget ``1e-3``; ``--json PATH`` writes the result (the committed one is
@@ -78,8 +78,7 @@ import sys
 
 from sim import cli
 from sim.cli import UsageError
-
-from . import registry, regression, resultlog
+from verification.core import registry, regression, resultlog
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTERRUPTED = cli.EXIT_OK, cli.EXIT_FAIL, cli.EXIT_USAGE, cli.EXIT_INTERRUPTED
 
@@ -273,13 +272,13 @@ def _add_run(sub) -> None:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from .report import LOG_NAME, build_report
+    from verification.report.dashboard import LOG_NAME, build_report
 
     stmts = _resolve(args.ids)
     sweep_summary = None
     if args.sweep is not None:
-        from .dask_engine import CellFolderError
-        from .sweep import read_summary
+        from verification.engine.dask_engine import CellFolderError
+        from verification.engine.sweep import read_summary
 
         try:
             sweep_summary = read_summary(args.sweep)
@@ -291,7 +290,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
             if given:
                 raise UsageError(f"argument --llm-sweep: not allowed with argument {other} (the sweep is the "
                                  "section's LLM source)")
-        from .llm_sweep import read_sweep
+        from verification.llm.sweep import read_sweep
 
         try:
             read_sweep(args.llm_sweep)
@@ -300,7 +299,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     if args.llm_run:
         if args.no_llm:
             raise UsageError("argument --no-llm: not allowed with argument --llm-run")
-        from .run_records import load_run
+        from verification.llm.records import load_run
 
         for d in args.llm_run:
             try:
@@ -357,7 +356,7 @@ def _add_report(sub) -> None:
 def _on_dask(args: argparse.Namespace, what: str, n_cells: int, pending: int, out, run):
     """``run(client)`` on the cluster the arguments name (started only when ``pending`` cells are left; else
     ``run(None)``); a scheduler that cannot be reached is a usage error."""
-    from .dask_engine import SchedulerUnreachable, dask_client
+    from verification.engine.dask_engine import SchedulerUnreachable, dask_client
 
     where = (f"the scheduler at {args.scheduler}" if args.scheduler
              else f"a local cluster of {args.workers or 'one per CPU'} worker(s)")
@@ -378,8 +377,8 @@ def _interrupted(out) -> int:
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
-    from . import sweep
-    from .dask_engine import CellFolderError, check_params
+    from verification.engine import sweep
+    from verification.engine.dask_engine import CellFolderError, check_params
 
     # every usage error is found here, before any cell runs or any cluster starts
     try:
@@ -442,8 +441,9 @@ def _add_sweep(sub) -> None:
 
 
 def _cmd_search(args: argparse.Namespace) -> int:
-    from . import search
-    from .dask_engine import CellFolderError, check_params
+    from verification.core import search
+    from verification.engine import search_cells
+    from verification.engine.dask_engine import CellFolderError, check_params
 
     stmts = _resolve(args.ids)  # every usage error is found here, before any cell runs or any cluster starts
     boxless = [s.id for s in stmts if s.search is None]
@@ -455,19 +455,19 @@ def _cmd_search(args: argparse.Namespace) -> int:
     if args.store is not None:
         cli.check_writable_dir(args.store, "--store")
     try:
-        check_params(out, search.search_params(args.budget, args.seed))
+        check_params(out, search_cells.search_params(args.budget, args.seed))
     except CellFolderError as exc:
         raise UsageError(f"argument --out: {exc}") from None
-    pending = search.pending_cells(out, stmts, args.budget, args.seed)
-    n_cells = len(search.design_cells(out, stmts, args.budget, args.seed)) + len(stmts)
+    pending = search_cells.pending_cells(out, stmts, args.budget, args.seed)
+    n_cells = len(search_cells.design_cells(out, stmts, args.budget, args.seed)) + len(stmts)
     try:
         runs = _on_dask(args, f"falsification search of {len(stmts)} statement(s), {args.budget} evaluations each "
                               f"(seed {args.seed})", n_cells, pending, out,
-                        lambda client: search.run_search(client, out, stmts, evaluations=args.budget,
-                                                         seed=args.seed, progress=not args.quiet))
+                        lambda client: search_cells.run_search(client, out, stmts, evaluations=args.budget,
+                                                               seed=args.seed, progress=not args.quiet))
     except KeyboardInterrupt:
         return _interrupted(out)
-    summary = search.write_results(out, stmts, args.budget, args.seed)
+    summary = search_cells.write_results(out, stmts, args.budget, args.seed)
     failed = {k: v for r in (runs or ()) if r is not None for k, v in r.failed.items()}
     print(search.screen(summary))
     for key, why in failed.items():
@@ -480,7 +480,7 @@ def _cmd_search(args: argparse.Namespace) -> int:
 
 
 def _add_search(sub) -> None:
-    from .search import DEFAULT_EVALUATIONS, STORE
+    from verification.core.search import DEFAULT_EVALUATIONS, STORE
 
     p = sub.add_parser("search", help="the falsification search as Dask cells: try to break every numeric "
                                       "conclusion on its family box; worst/<id>.json per statement",
@@ -499,8 +499,8 @@ def _add_search(sub) -> None:
 
 
 def _cmd_grid(args: argparse.Namespace) -> int:
-    from . import grid
-    from .dask_engine import CellFolderError, check_params
+    from verification.engine import grid
+    from verification.engine.dask_engine import CellFolderError, check_params
 
     try:
         axes = grid.parse_axes(args.axes, args.preset)
@@ -524,15 +524,17 @@ def _cmd_grid(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return _interrupted(out)
     table = grid.summarize_grid(grid.read_grid_cells(out, points, seeds))
-    drawn, missing = grid.write_grid(out, table, preset=args.preset, seeds=seeds, run=run)
+    grid.write_grid(out, table, preset=args.preset, seeds=seeds, run=run)
+    from verification.report import figures  # plotting is imported only when a figure is drawn
+
+    drawn, missing = figures.draw_grid(out, table)
     print(grid.screen(table, out, run, drawn, missing))
     return EXIT_OK if run.complete and not table["errors"].any() else EXIT_FAIL
 
 
 def _add_grid(sub) -> None:
     from sim.simulate import PRESETS
-
-    from .grid import AXES
+    from verification.engine.grid import AXES
 
     p = sub.add_parser("grid", help="Algorithm 1 over a grid of K, S and preference spread x seeds, as Dask tasks: "
                                     "the Pipeline 1 vs Pipeline 2 gap with confidence bands", epilog=_epilog("grid"))
@@ -547,7 +549,7 @@ def _add_grid(sub) -> None:
 
 
 def _cmd_power(args: argparse.Namespace) -> int:
-    from .power import power_report
+    from verification.core.power import power_report
 
     stmts = _resolve(args.ids)  # every usage error is found here, before the first statement runs
     if args.json:
@@ -575,7 +577,7 @@ def _factor(text: str) -> float:
 
 
 def _add_power(sub) -> None:
-    from .search import BUDGETS, STORED
+    from verification.core.search import BUDGETS, STORED
 
     p = sub.add_parser("power", help="re-run the checks with every numeric bound weakened; report per conclusion "
                                      "whether that is detected", epilog=_epilog("power"))
@@ -591,8 +593,8 @@ def _add_power(sub) -> None:
 
 
 def _cmd_llm_regression(args: argparse.Namespace) -> int:
-    from . import llm_regression as LR
-    from .run_records import load_run
+    from verification.llm import regression as LR
+    from verification.llm.records import load_run
 
     runs = []
     for d in args.runs:
@@ -636,8 +638,8 @@ def _add_llm_regression(sub) -> None:
 
 
 def _cmd_mc_calibration(args: argparse.Namespace) -> int:
-    from . import mc_calibration as MC
-    from .evidence import to_jsonable
+    from verification.core.evidence import to_jsonable
+    from verification.engine import mc_calibration as MC
 
     if args.json:
         cli.check_writable_file(args.json, "--json")
@@ -662,7 +664,7 @@ def _cmd_mc_calibration(args: argparse.Namespace) -> int:
 
 
 def _add_mc_calibration(sub) -> None:
-    from .mc_calibration import DEFAULT_REPLICATIONS, DEFAULT_SEED, ORDER_STATISTIC_FACTOR
+    from verification.engine.mc_calibration import DEFAULT_REPLICATIONS, DEFAULT_SEED, ORDER_STATISTIC_FACTOR
 
     p = sub.add_parser("mc-calibration", help="measure the false-failure rate of every budgeted confidence-level "
                                               "assertion at its boundary, and the family-wise sum",

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.preference import chebyshev
-from verification.evidence import Evidence, HypothesisMonitor
+from verification.core.evidence import Evidence, HypothesisMonitor
 
 STATEMENT_ID = "EX.1"
 NAME = "Chebyshev scalarisation is Lipschitz in the losses: |psi(l) - psi(l')| <= lambda_max ||l - l'||_inf"

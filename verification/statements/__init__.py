@@ -1,1 +1,1 @@
-"""One module per executable statement (see verification.registry for the module contract)."""
+"""One module per executable statement (see verification.core.registry for the module contract)."""

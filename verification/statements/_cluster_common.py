@@ -1,5 +1,5 @@
 r"""Shared helpers of the cluster statements H.13–H.17 (private: the leading underscore keeps this module out of
-statement discovery, see :mod:`verification.registry`).
+statement discovery, see :mod:`verification.core.registry`).
 
 Conventions used by the helpers:
 
@@ -21,7 +21,7 @@ import numpy as np
 from sim.direction import DirectionResult, lp_direction
 from sim.preference import normalizer, preference_uniformity
 from sim.problems import PerturbedClients, PlantedQuadraticCluster
-from verification.evidence import FD_RTOL, FD_STEP_PARAMS
+from verification.core.evidence import FD_RTOL, FD_STEP_PARAMS
 
 EPS = float(np.finfo(np.float64).eps)
 #: Absolute rounding allowance of one float64 evaluation of β (256·eps ≈ 5.7e-14; β is a sum of m terms ≤ 1).

@@ -47,8 +47,8 @@ from sim import constants as K
 from sim.direction import lp_direction, lp_direction_reference
 from sim.preference import adjustment, preference_uniformity, uniformity_and_adjustment
 from sim.problems import PerturbedClients, PlantedQuadraticCluster
-from verification.evidence import Evidence, HypothesisMonitor
-from verification.search import F1_SHAPE, LAMBDA_MIN, PLANTED_LAMBDA, Param, SearchSpace
+from verification.core.evidence import Evidence, HypothesisMonitor
+from verification.core.search import F1_SHAPE, LAMBDA_MIN, PLANTED_LAMBDA, Param, SearchSpace
 
 STATEMENT_ID = "H.1-3"
 NUMBER = "1-3"

@@ -55,8 +55,8 @@ from sim.direction import lp_direction
 from sim.hull import min_norm_weights_from_gram
 from sim.preference import normalizer, preference_uniformity
 from sim.problems import PlantedQuadraticCluster, with_min_entry
-from verification.evidence import LP_TOL, POSITIVITY_RTOL, Evidence, HypothesisMonitor
-from verification.search import F1_SHAPE, Param, SearchSpace
+from verification.core.evidence import LP_TOL, POSITIVITY_RTOL, Evidence, HypothesisMonitor
+from verification.core.search import F1_SHAPE, Param, SearchSpace
 
 STATEMENT_ID = "H.4"
 NUMBER = "4"

@@ -38,7 +38,7 @@ import numpy as np
 from sim import cluster as cl
 from sim.direction import lp_direction
 from sim.problems import PerturbedClients, PlantedQuadraticCluster
-from verification.evidence import RESIDUAL_TIGHTNESS_FLOOR, Evidence, HypothesisMonitor
+from verification.core.evidence import RESIDUAL_TIGHTNESS_FLOOR, Evidence, HypothesisMonitor
 
 STATEMENT_ID = "H.5"
 NUMBER = "5"

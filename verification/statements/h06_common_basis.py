@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from verification.evidence import RESIDUAL_TIGHTNESS_FLOOR, Evidence, HypothesisMonitor
+from verification.core.evidence import RESIDUAL_TIGHTNESS_FLOOR, Evidence, HypothesisMonitor
 from verification.statements import _lp_common as LC
 
 STATEMENT_ID = "H.6"

@@ -36,8 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from verification.evidence import Evidence, HypothesisMonitor
-from verification.search import F1_SHAPE, LAMBDA_MIN, PLANTED_LAMBDA, Param, SearchSpace
+from verification.core.evidence import Evidence, HypothesisMonitor
+from verification.core.search import F1_SHAPE, LAMBDA_MIN, PLANTED_LAMBDA, Param, SearchSpace
 from verification.statements import _lp_common as LC
 from verification.statements import h06_common_basis as H6
 

@@ -40,8 +40,8 @@ import numpy as np
 from sim import constants as K
 from sim.preference import normalized_losses, uniformity_and_adjustment
 from sim.problems import PlantedQuadraticCluster
-from verification.evidence import Evidence, HypothesisMonitor
-from verification.search import F1_SHAPE, LAMBDA_MIN, PLANTED_LAMBDA, Param, SearchSpace
+from verification.core.evidence import Evidence, HypothesisMonitor
+from verification.core.search import F1_SHAPE, LAMBDA_MIN, PLANTED_LAMBDA, Param, SearchSpace
 
 STATEMENT_ID = "H.9"
 NUMBER = "9"

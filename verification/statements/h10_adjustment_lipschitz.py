@@ -61,9 +61,9 @@ import numpy as np
 from sim import constants as K
 from sim.preference import adjustment, normalizer, preference_parts
 from sim.problems import with_min_entry
-from verification.evidence import Evidence, HypothesisMonitor
-from verification.search import COLLINEAR, CONDITIONING, Param, SearchSpace
-from verification.statements._adaptation_common import combine_controls
+from verification.core.evidence import Evidence, HypothesisMonitor
+from verification.core.search import COLLINEAR, CONDITIONING, Param, SearchSpace
+from verification.statements._adaptation_evidence import combine_controls
 
 STATEMENT_ID = "H.10"
 NUMBER = "10"

@@ -57,8 +57,8 @@ import numpy as np
 from sim.cluster import deviations, shared_direction
 from sim.constants import gradient_bound, smoothness_quadratic
 from sim.problems import PlantedQuadraticCluster
-from verification.evidence import POSITIVITY_RTOL, Evidence, HypothesisMonitor
-from verification.search import F1_SHAPE, LAMBDA_MIN, PLANTED_LAMBDA, Param, SearchSpace
+from verification.core.evidence import POSITIVITY_RTOL, Evidence, HypothesisMonitor
+from verification.core.search import F1_SHAPE, LAMBDA_MIN, PLANTED_LAMBDA, Param, SearchSpace
 
 from . import _cluster_common as cc
 

@@ -39,8 +39,8 @@ import numpy as np
 from sim.cluster import check_aggregation_weights, deviations, dispersion
 from sim.constants import gradient_bound, smoothness_quadratic
 from sim.problems import PlantedQuadraticCluster
-from verification.evidence import POSITIVITY_RTOL, Evidence, HypothesisMonitor
-from verification.search import F1_SHAPE, LAMBDA_MIN, PLANTED_LAMBDA, Param, SearchSpace
+from verification.core.evidence import POSITIVITY_RTOL, Evidence, HypothesisMonitor
+from verification.core.search import F1_SHAPE, LAMBDA_MIN, PLANTED_LAMBDA, Param, SearchSpace
 
 from . import _cluster_common as cc
 

@@ -44,8 +44,8 @@ from sim.cluster import gradient_dissimilarity, shared_direction
 from sim.constants import gradient_bound
 from sim.problems import PerturbedClients
 from sim.problems._quadratic import planted_point
-from verification.evidence import LP_TOL, Evidence, HypothesisMonitor
-from verification.search import F1_SHAPE, LAMBDA_MIN, Param, SearchSpace
+from verification.core.evidence import LP_TOL, Evidence, HypothesisMonitor
+from verification.core.search import F1_SHAPE, LAMBDA_MIN, Param, SearchSpace
 
 from . import _cluster_common as cc
 

@@ -67,8 +67,8 @@ from sim.constants import gradient_bound, smoothness_quadratic
 from sim.problems import PerturbedClients, PlantedQuadraticCluster
 from sim.problems._quadratic import interior_preferences, normalize, planted_point
 from sim.roundoff import gamma
-from verification.evidence import ATOL, POSITIVITY_RTOL, Evidence, HypothesisMonitor, check_inequality
-from verification.search import F1_SHAPE, LAMBDA_MIN, PLANTED_LAMBDA, Param, SearchSpace
+from verification.core.evidence import ATOL, POSITIVITY_RTOL, Evidence, HypothesisMonitor, check_inequality
+from verification.core.search import F1_SHAPE, LAMBDA_MIN, PLANTED_LAMBDA, Param, SearchSpace
 
 from . import _cluster_common as cc
 

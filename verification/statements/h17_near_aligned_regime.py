@@ -26,11 +26,11 @@ What is checked (constants estimated on one sample, CHECKED on an independent fr
        Beta-binomial law ``BetaBinomial(n_fresh, 1, n_est)`` (``P(one fresh point below) = 1/(n_est+1)``), whatever
        the distribution of the ratio. The conclusion per problem and constant is ``lhs = K ≤ rhs = k_crit``, with
        ``k_crit`` the ``1 − δ`` quantile (``δ`` = its share of the suite's family-wise budget,
-       :func:`verification.montecarlo.assertion_delta`; 12 tests): a false failure has probability ``≤ δ``;
+       :func:`verification.core.montecarlo.assertion_delta`; 12 tests): a false failure has probability ``≤ δ``;
        more fresh violations than that mean the estimated constants do not carry over to new points of the
        neighbourhood (or ``γ ≤ 0`` occurs, which eq 49 with ``κ_β > 0`` forbids). A fresh point counts as a
        violation of the first part iff ``γ < κ̂_β β`` or ``γ ≤ 0``. Power: both bounds pass through
-       :func:`verification.evidence.scaled_bound`; the test detects constants too optimistic by ``1/f`` iff the
+       :func:`verification.core.evidence.scaled_bound`; the test detects constants too optimistic by ``1/f`` iff the
        ``(k_crit + 1)``-th largest per-point ratio exceeds ``f`` (reported as the conclusion's crossing factor).
     3. (I5, deterministic, per fresh point with ``r ≤ 0.01``) ``‖A‖²/β ∈ [2mλ_min²(1−0.1), 2mλ_max²(1+0.1)]``, the
        small-β asymptotics behind ``L_A = Θ(√m B)``; ``L̂_A`` is reported against ``√(2m)λ_max σ_max(G(w*))``.
@@ -58,9 +58,9 @@ from sim.direction import lp_direction
 from sim.preference import preference_uniformity
 from sim.problems import PlantedQuadraticCluster, chebyshev_optimum
 from sim.problems._quadratic import gram_of, interior_preferences
-from verification.evidence import Evidence, HypothesisMonitor, detection_factor, scaled_bound
-from verification.montecarlo import assertion_delta, assertion_record
-from verification.search import F1_SHAPE, LAMBDA_MIN, PLANTED_LAMBDA, Param, SearchSpace
+from verification.core.evidence import Evidence, HypothesisMonitor, detection_factor, scaled_bound
+from verification.core.montecarlo import assertion_delta, assertion_record
+from verification.core.search import F1_SHAPE, LAMBDA_MIN, PLANTED_LAMBDA, Param, SearchSpace
 
 from . import _cluster_common as cc
 

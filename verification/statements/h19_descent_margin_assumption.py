@@ -66,8 +66,8 @@ from sim.constants import descent_margin_constants, strict_descent_constant
 from sim.direction import lp_direction
 from sim.hull import descent_margin, eps_act, near_active_set
 from sim.problems import DoubleWell, Kink, PlantedQuadraticCluster
-from verification.evidence import Evidence, HypothesisMonitor
-from verification.search import F1_SHAPE, LAMBDA_MIN, PLANTED_LAMBDA, Param, SearchSpace
+from verification.core.evidence import Evidence, HypothesisMonitor
+from verification.core.search import F1_SHAPE, LAMBDA_MIN, PLANTED_LAMBDA, Param, SearchSpace
 from verification.statements._regularity_helpers import (
     SOLVED_STATUSES,
     ball_points,

@@ -71,8 +71,8 @@ from sim.direction import lp_direction
 from sim.hull import KKT_TOL, descent_margin, eps_act, min_norm_element, near_active_set
 from sim.preference import chebyshev
 from sim.problems import Kink, PlantedQuadraticCluster
-from verification.evidence import FD_RTOL, FD_STEP_PARAMS, Evidence, HypothesisMonitor
-from verification.search import LAMBDA_MIN, PLANTED_LAMBDA, Param, SearchSpace
+from verification.core.evidence import FD_RTOL, FD_STEP_PARAMS, Evidence, HypothesisMonitor
+from verification.core.search import LAMBDA_MIN, PLANTED_LAMBDA, Param, SearchSpace
 from verification.statements._regularity_helpers import (
     SOLVED_STATUSES,
     ball_points,

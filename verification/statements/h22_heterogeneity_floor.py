@@ -50,8 +50,8 @@ import numpy as np
 
 from sim.constants import regularity_constants
 from sim.problems import PlantedQuadraticCluster
-from verification.evidence import Evidence, HypothesisMonitor
-from verification.search import F1_SHAPE, LAMBDA_MIN, PLANTED_LAMBDA, Param, SearchSpace
+from verification.core.evidence import Evidence, HypothesisMonitor
+from verification.core.search import F1_SHAPE, LAMBDA_MIN, PLANTED_LAMBDA, Param, SearchSpace
 from verification.statements._regularity_helpers import (
     SOLVED_STATUSES,
     cluster_quantities,

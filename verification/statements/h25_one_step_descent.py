@@ -50,9 +50,9 @@ from sim.constants import gradient_bound, smoothness_quadratic
 from sim.hull import descent_margin, eps_act, near_active_set
 from sim.preference import chebyshev
 from sim.problems import PlantedQuadraticCluster
-from verification.search import F1_SHAPE, LAMBDA_MIN, PLANTED_LAMBDA, Param, SearchSpace
-
-from . import _trajectory_common as tc
+from verification.core.search import F1_SHAPE, LAMBDA_MIN, PLANTED_LAMBDA, Param, SearchSpace
+from verification.statements import _chains as ch
+from verification.statements import _trajectory_rows as trows
 
 STATEMENT_ID = "H.25"
 NAME = "One-step descent for any bounded direction (eq 56-58, near-active width eps_act = 2 eta lam_max B^2)"
@@ -65,7 +65,7 @@ H_POS1 = "H.1-H.3 positivity: losses > 0 at w and w - eta dbar"
 
 
 @dataclass(frozen=True)
-class Config(tc.ChainConfig):
+class Config(ch.ChainConfig):
     n_random: int = 3000
     m_choices: tuple = (2, 3, 4)
     n_w_max: int = 6
@@ -80,7 +80,7 @@ class Config(tc.ChainConfig):
 # ------------------------------------------------------------------------------------------------ instances
 
 
-@tc.memo_rng
+@ch.memo_rng
 def _random_instances(rng: np.random.Generator, *, n, m_choices, n_w_max, radius, log10_eta_factor, kappa_Q=3.0,
                       s_c=1.0) -> list[dict]:
     out = []
@@ -101,9 +101,9 @@ def _random_instances(rng: np.random.Generator, *, n, m_choices, n_w_max, radius
     return out
 
 
-def _blocks(cfg: Config, rng: np.random.Generator, *, zero_width: bool) -> tuple[tc.RowSet, dict]:
-    rows = tc.RowSet()
-    runs = tc.f1_chains(cfg, rng)
+def _blocks(cfg: Config, rng: np.random.Generator, *, zero_width: bool) -> tuple[trows.RowSet, dict]:
+    rows = trows.RowSet()
+    runs = ch.f1_chains(cfg, rng)
     inst = _random_instances(rng, n=cfg.n_random, m_choices=tuple(cfg.m_choices), n_w_max=cfg.n_w_max,
                             kappa_Q=cfg.kappa_Q, s_c=cfg.s_c,
                              radius=tuple(cfg.radius), log10_eta_factor=tuple(cfg.log10_eta_factor))

@@ -54,8 +54,8 @@ import numpy as np
 from sim.algorithm import shared_iteration
 from sim.preference import chebyshev, preference_uniformity, ray_point
 from sim.problems import PerturbedClients, PlantedQuadraticCluster
-from verification.evidence import Evidence, HypothesisMonitor
-from verification.search import F1_SHAPE, LAMBDA_MIN, PLANTED_LAMBDA, Param, SearchSpace
+from verification.core.evidence import Evidence, HypothesisMonitor
+from verification.core.search import F1_SHAPE, LAMBDA_MIN, PLANTED_LAMBDA, Param, SearchSpace
 
 STATEMENT_ID = "H.27"
 NAME = "Admissible sets: V_i^t is contained in A_i^t, with equality iff beta_i = 0"

@@ -20,7 +20,7 @@ Guarantee
       ``c_d r_i^t ≥ λ_max,i(BΔ_i^t + L₀B²η/2) + b_i``.
 
 What is checked
-    The T-H31 runs (:class:`._trajectory_common.ChainConfig`): F1 clusters (``N = 3``, ``s_u ∈ {0, 0.02, 0.1}``,
+    The T-H31 runs (:class:`._chains.ChainConfig`): F1 clusters (``N = 3``, ``s_u ∈ {0, 0.02, 0.1}``,
     uniform ``ρ``, ``η ∈ {0.01, 0.03, 0.1}/L₀``, ``w^0 = u_0ᵀ[c_j] + 0.5ξ``, ``T = 400``) through
     :func:`sim.algorithm.shared_iteration`. ``L₀ = max_j ‖Q_j‖`` (exact); ``B`` = largest gradient norm over the
     iterates (exact on every segment by convexity); ``(c_d, b_i)``:
@@ -57,17 +57,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _trajectory_common as tc
+from verification.statements import _chains as ch
+from verification.statements import _one_dim_chains as od
+from verification.statements import _trajectory_rows as trows
 
 STATEMENT_ID = "H.28"
 NAME = "One-step bound (eq 62) and inflated admissibility l_i(w^{t+1}) in A_i^t(eps_{i,t}) (eq 63)"
 NUMBER = "28"
 
-_STEP_NAMES = (tc.H_POS, tc.H_GRAD, tc.H_DBAR, tc.H_LP, tc.H_H19, tc.H_BETA)
+_STEP_NAMES = (ch.H_POS, ch.H_GRAD, ch.H_DBAR, ch.H_LP, ch.H_H19, ch.H_BETA)
 
 
 @dataclass(frozen=True)
-class Config(tc.ChainConfig):
+class Config(ch.ChainConfig):
     n_sweep: int = 6
 
     @classmethod
@@ -75,10 +77,10 @@ class Config(tc.ChainConfig):
         return cls(n_runs=40)
 
 
-def _rows_for(rows: tc.RowSet, run: tc.ChainRun, k: int, cs: tc.ConstantSet) -> dict:
+def _rows_for(rows: trows.RowSet, run: ch.ChainRun, k: int, cs: ch.ConstantSet) -> dict:
     pl, T, N = run.pl, run.T, run.N
-    hs = tc.step_hypotheses(run, cs)
-    hyps = {h: hs[h] for h in _STEP_NAMES + (tc.H_REGION,) if h in hs}
+    hs = ch.step_hypotheses(run, cs)
+    hyps = {h: hs[h] for h in _STEP_NAMES + (ch.H_REGION,) if h in hs}
     r = pl.gap
     b, c_d = np.asarray(cs.b), cs.c_d
     base = run.lam_max[None] * (cs.B * pl.deviation[:-1] + 0.5 * run.L0 * cs.B**2 * run.eta)
@@ -86,7 +88,7 @@ def _rows_for(rows: tc.RowSet, run: tc.ChainRun, k: int, cs: tc.ConstantSet) -> 
     slack = run.slack(cs)[:-1]
     tt = np.broadcast_to(np.arange(T)[:, None], (T, N))
     ii = np.broadcast_to(np.arange(N)[None], (T, N))
-    repro = tc.set_repro(run, k, cs)
+    repro = ch.set_repro(run, k, cs)
     info = {"run": k, "t": tt, "client": ii, "r": r[:-1], "margin": cs.margin[:-1], "Delta": pl.deviation[:-1]}
     rows.add(f"eq 62 ({cs.label})", r[1:], rhs62, hyps=hyps, info=info, repro=repro)
     rows.add(f"eq 63 ({cs.label})", pl.psi[1:] - pl.psi[:-1], slack, hyps=hyps, info=info, repro=repro)
@@ -94,7 +96,7 @@ def _rows_for(rows: tc.RowSet, run: tc.ChainRun, k: int, cs: tc.ConstantSet) -> 
     return dict(exact_inclusion_rounds=int(exact.sum()), rounds=int(exact.size))
 
 
-SEARCH = tc.chain_search(Config, n_sweep=2)
+SEARCH = ch.chain_search(Config, n_sweep=2)
 
 #: Found by the paper-scale falsification search (seed 0): the inflated admissibility eq 63 within 0.73 of its
 #: slack (close preferences, a large step, a start near the optimum, m = 4).
@@ -110,18 +112,18 @@ REASONS = {
 
 def run(config: Config | None, rng: np.random.Generator):
     cfg = config or Config()
-    runs = tc.f1_chains(cfg, rng)
-    rows = tc.RowSet()
+    runs = ch.f1_chains(cfg, rng)
+    rows = trows.RowSet()
     exact = {"exact_inclusion_rounds": 0, "rounds": 0}
     for k, rn in enumerate(runs):
-        for j, cs in enumerate(rn.constant_sets() + tc.sweep_constants(rn, cfg.n_sweep)):
+        for j, cs in enumerate(rn.constant_sets() + ch.sweep_constants(rn, cfg.n_sweep)):
             e = _rows_for(rows, rn, k, cs)
             if j == 0:
                 for key in exact:
                     exact[key] += e[key]
         rows.add("the analysed directions reproduce the iteration: |w^{t+1} - (w^t - eta dbar^t)| (relative)",
                  rn.step_residual / max(1.0, float(np.abs(rn.traj).max())), 1e-10, info={"run": k},
-                 repro=tc.run_repro(rn, k), kind="identity")
+                 repro=ch.run_repro(rn, k), kind="identity")
     details = dict(
         verdict_constants="held-out constants (c_d, b_i) estimated on the iterates t >= t0 of a companion run (same "
                           "problem and eta, another start), on [c_min, 1/eta] and on [c_min, 1/(2 eta)]; c_d sweep "
@@ -143,4 +145,4 @@ def run(config: Config | None, rng: np.random.Generator):
 
 def negative_control(config: Config | None, rng: np.random.Generator):
     cfg = config or Config()
-    return tc.one_dim_control(STATEMENT_ID, NAME, cfg, {"eq 62", "eq 63"})
+    return od.one_dim_control(STATEMENT_ID, NAME, cfg, {"eq 62", "eq 63"})

@@ -42,7 +42,7 @@ What is checked
       ``q^{T−t0} r^{t0}`` relative to ``ε_0`` (details).
 
 Negative control
-    F4 double well and F5 kink (as in H.28; see :mod:`._trajectory_common`): the monitor flags ``w^t ∉ 𝒩`` and
+    F4 double well and F5 kink (as in H.28; see :mod:`._one_dim_chains`): the monitor flags ``w^t ∉ 𝒩`` and
     eq 51, and the contraction/band (eq 65, 66) fail — the double well stays at ``r ≈ 0.5`` against a claimed band
     ``ε_0 ≈ 0.06`` (``η = 0.01``) or ``0.018`` (``η = 0.003``).
 
@@ -63,19 +63,20 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.roundoff import child_generator
-
-from . import _trajectory_common as tc
+from verification.statements import _chains as ch
+from verification.statements import _one_dim_chains as od
+from verification.statements import _trajectory_rows as trows
 
 STATEMENT_ID = "H.29"
 NAME = "Contraction (eq 65), band (eq 66), nesting (eq 67-68) and limiting band (eq 69-70)"
 NUMBER = "29"
 
-_STEP_NAMES = (tc.H_POS, tc.H_GRAD, tc.H_DBAR, tc.H_LP, tc.H_H19, tc.H_BETA, tc.H_DEV, tc.H_STEP)
+_STEP_NAMES = (ch.H_POS, ch.H_GRAD, ch.H_DBAR, ch.H_LP, ch.H_H19, ch.H_BETA, ch.H_DEV, ch.H_STEP)
 H_MEMBER = "sample w in A^{t+1}(eps) (premise of the inclusion)"
 
 
 @dataclass(frozen=True)
-class Config(tc.ChainConfig):
+class Config(ch.ChainConfig):
     n_sweep: int = 6
     n_mc_rounds: int = 10
     n_mc_points: int = 50
@@ -87,14 +88,14 @@ class Config(tc.ChainConfig):
         return cls(n_runs=40, n_mc_points=500)
 
 
-def _items_1_2(rows: tc.RowSet, run: tc.ChainRun, k: int, cs: tc.ConstantSet) -> None:
+def _items_1_2(rows: trows.RowSet, run: ch.ChainRun, k: int, cs: ch.ConstantSet) -> None:
     pl, T, N, t0 = run.pl, run.T, run.N, run.t0
-    hs = tc.step_hypotheses(run, cs)
-    hs = {h: hs[h] for h in _STEP_NAMES + (tc.H_REGION,) if h in hs}
+    hs = ch.step_hypotheses(run, cs)
+    hs = {h: hs[h] for h in _STEP_NAMES + (ch.H_REGION,) if h in hs}
     c_d, eps0, label = cs.c_d, np.asarray(cs.eps0), cs.label
     q = 1.0 - run.eta * c_d
     r = pl.gap
-    repro = tc.set_repro(run, k, cs)
+    repro = ch.set_repro(run, k, cs)
     late = {h: v[t0:] for h, v in hs.items()}
     tt = np.broadcast_to(np.arange(t0, T)[:, None], (T - t0, N))
     ii = np.broadcast_to(np.arange(N)[None], (T - t0, N))
@@ -105,7 +106,7 @@ def _items_1_2(rows: tc.RowSet, run: tc.ChainRun, k: int, cs: tc.ConstantSet) ->
         rows.add(f"eq 65: psi non-increasing when r >= eps0 ({label})", (pl.psi[t0 + 1:] - pl.psi[t0:-1])[outside],
                  0.0, hyps={h: v[outside] for h, v in late.items()},
                  info={"run": k, "t": tt[outside], "client": ii[outside]}, repro=repro, kind="boolean")
-    win = tc.window_hypotheses(hs, t0)
+    win = ch.window_hypotheses(hs, t0)
     Ts = np.arange(t0 + 1, T + 1)
     qT = q ** (Ts - t0)
     rhs66 = qT[:, None] * r[t0][None] + (1 - qT)[:, None] * eps0[None]
@@ -118,7 +119,7 @@ def _sphere(rng, n, dim):
     return v / np.linalg.norm(v, axis=1, keepdims=True)
 
 
-def _nesting(rows: tc.RowSet, run: tc.ChainRun, k: int, cfg: Config, mc_rng: np.random.Generator) -> dict:
+def _nesting(rows: trows.RowSet, run: ch.ChainRun, k: int, cfg: Config, mc_rng: np.random.Generator) -> dict:
     P, T, t0 = run.problem, run.T, run.t0
     # membership Monte Carlo samples (drawn once; checked against every constant set)
     rounds = np.sort(mc_rng.choice(np.arange(t0, T), size=min(cfg.n_mc_rounds, T - t0), replace=False))
@@ -134,14 +135,14 @@ def _nesting(rows: tc.RowSet, run: tc.ChainRun, k: int, cfg: Config, mc_rng: np.
     return out
 
 
-def _nesting_rows(rows: tc.RowSet, run: tc.ChainRun, k: int, cs: tc.ConstantSet, cfg: Config, samples) -> dict:
+def _nesting_rows(rows: trows.RowSet, run: ch.ChainRun, k: int, cs: ch.ConstantSet, cfg: Config, samples) -> dict:
     P, pl, T, N, t0 = run.problem, run.pl, run.T, run.N, run.t0
-    hs = tc.step_hypotheses(run, cs)
-    hs = {h: hs[h] for h in _STEP_NAMES + (tc.H_REGION,) if h in hs}
+    hs = ch.step_hypotheses(run, cs)
+    hs = {h: hs[h] for h in _STEP_NAMES + (ch.H_REGION,) if h in hs}
     late = {h: v[t0:] for h, v in hs.items()}
     slack = run.slack(cs)[:-1]  # (T, N) ε_{i,t}
     eps0, q = np.asarray(cs.eps0), cs.q(run.eta)
-    repro = tc.set_repro(run, k, cs)
+    repro = ch.set_repro(run, k, cs)
     label = cs.label
     tt = np.broadcast_to(np.arange(t0, T)[:, None], (T - t0, N))
     ii = np.broadcast_to(np.arange(N)[None], (T - t0, N))
@@ -161,7 +162,7 @@ def _nesting_rows(rows: tc.RowSet, run: tc.ChainRun, k: int, cs: tc.ConstantSet,
     l_t = pl.losses[t0:, 0]  # common objectives: (T-t0+1, m)
     lhs69 = l_t[:, None, :] - qstar[None]
     rhs69 = np.broadcast_to((trans / lam_min[None])[..., None], lhs69.shape)
-    win = tc.window_hypotheses(hs, t0)
+    win = ch.window_hypotheses(hs, t0)
     win0 = {h: np.concatenate([np.broadcast_to(v[:1] * 0 + np.inf, (1, N)), v]) for h, v in win.items()}
     m = lhs69.shape[-1]
     rows.add(f"eq 69 (w = w^t, {label})", lhs69, rhs69, hyps={h: np.repeat(v, m, axis=1).reshape(lhs69.shape)
@@ -210,18 +211,18 @@ def _nesting_rows(rows: tc.RowSet, run: tc.ChainRun, k: int, cs: tc.ConstantSet,
                 final_transient_over_eps0=float(np.max(final_transient / eps0)))
 
 
-def _holding_sets(run: tc.ChainRun) -> list[tc.ConstantSet]:
+def _holding_sets(run: ch.ChainRun) -> list[ch.ConstantSet]:
     """The constant sets whose hypotheses hold at every step ``t ≥ t0`` of the run: the ones the figure may draw
     the contraction bound with (elsewhere the bound is not claimed)."""
     out = []
     for cs in run.constant_sets():
-        hs = tc.step_hypotheses(run, cs)
-        if all(float(np.min(v[run.t0:])) >= 0 for h, v in hs.items() if h in _STEP_NAMES + (tc.H_REGION,)):
+        hs = ch.step_hypotheses(run, cs)
+        if all(float(np.min(v[run.t0:])) >= 0 for h, v in hs.items() if h in _STEP_NAMES + (ch.H_REGION,)):
             out.append(cs)
     return out
 
 
-def _figure(run: tc.ChainRun, cs: tc.ConstantSet) -> dict:
+def _figure(run: ch.ChainRun, cs: ch.ConstantSet) -> dict:
     pl, T, N, t0 = run.pl, run.T, run.N, run.t0
     Ts = np.arange(t0, T + 1)
     eps0 = np.asarray(cs.eps0)
@@ -231,10 +232,10 @@ def _figure(run: tc.ChainRun, cs: tc.ConstantSet) -> dict:
     tt = np.arange(t0, T)
     nest = {"t": np.repeat(tt, N), "client": np.tile(np.arange(N), tt.size),
             "psi_increase": (pl.psi[t0 + 1:] - pl.psi[t0:-1]).ravel(), "slack": run.slack(cs)[t0:-1].ravel()}
-    return {"band": tc.downsample(band), "nesting": tc.downsample(nest)}
+    return {"band": trows.downsample(band), "nesting": trows.downsample(nest)}
 
 
-SEARCH = tc.chain_search(Config, n_sweep=2, n_mc_rounds=3, n_mc_points=20)
+SEARCH = ch.chain_search(Config, n_sweep=2, n_mc_rounds=3, n_mc_points=20)
 
 #: Found by the paper-scale falsification search (seed 0): the nesting slack eq 67 within 0.75 of its bound, the
 #: limiting band eq 70 within 0.98.
@@ -252,12 +253,12 @@ TIGHT_SEEDS = 5
 
 def run(config: Config | None, rng: np.random.Generator):
     cfg = config or Config()
-    runs = tc.f1_chains(cfg, rng)
+    runs = ch.f1_chains(cfg, rng)
     mc_rng = child_generator(rng)
-    rows = tc.RowSet()
+    rows = trows.RowSet()
     per_run = []
     for k, rn in enumerate(runs):
-        for cs in rn.constant_sets() + tc.sweep_constants(rn, cfg.n_sweep):
+        for cs in rn.constant_sets() + ch.sweep_constants(rn, cfg.n_sweep):
             _items_1_2(rows, rn, k, cs)
         per_run.append({**rn.summary(), **_nesting(rows, rn, k, cfg, mc_rng),
                         "final_r_over_eps0": rn.gap[-1] / rn.eps0,
@@ -284,7 +285,7 @@ def run(config: Config | None, rng: np.random.Generator):
         method=("as H.28: shared iteration on F1, L0 exact, B = max gradient norm over the iterates of both runs, "
                 "sim.constants.descent_margin_constants on the held-out companion run's t >= t0; membership MC: w = center + s v, "
                 "s = 10^Unif({:g}, {:g}), v uniform on the sphere".format(*tuple(cfg.mc_log10_radius))),
-        band_tightness_final_r_over_eps0=tc.summary(ratios),
+        band_tightness_final_r_over_eps0=trows.summary(ratios),
         runs_with_eta_c_d_equal_1=int(sum(abs(r.eta * r.c_d - 1.0) < 1e-9 for r in runs)),
         runs_with_eta_c_d_at_most_half=int(sum(r.eta * r.consts_half.c_d <= 0.5 + 1e-12 for r in runs)),
         iterates_violating_region_constants=int(sum(p["iterates_violating_region_constants"] for p in per_run)),
@@ -297,4 +298,4 @@ def run(config: Config | None, rng: np.random.Generator):
 
 def negative_control(config: Config | None, rng: np.random.Generator):
     cfg = config or Config()
-    return tc.one_dim_control(STATEMENT_ID, NAME, cfg, {"eq 65", "eq 66", "eq 63"})
+    return od.one_dim_control(STATEMENT_ID, NAME, cfg, {"eq 65", "eq 66", "eq 63"})

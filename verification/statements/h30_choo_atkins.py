@@ -60,7 +60,7 @@ from scipy.optimize import minimize
 from sim.hull import min_norm_element
 from sim.problems import PlantedQuadraticCluster, chebyshev_optimum
 from sim.problems._quadratic import interior_preferences, planted_point
-from verification.evidence import Evidence, HypothesisMonitor
+from verification.core.evidence import Evidence, HypothesisMonitor
 
 STATEMENT_ID = "H.30"
 NAME = "Choo-Atkins: weakly Pareto optimal iff a weighted Chebyshev minimiser (both directions, z = l* and z = 0)"

@@ -52,18 +52,19 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.constants import quadratic_growth
-
-from . import _trajectory_common as tc
+from verification.statements import _chains as ch
+from verification.statements import _one_dim_chains as od
+from verification.statements import _trajectory_rows as trows
 
 STATEMENT_ID = "H.31"
 NAME = "Convergence of the shared iteration to the band eps_{0,i} (items 1-3, eq 72-73)"
 NUMBER = "31"
 
-STEP_NAMES = (tc.H_POS, tc.H_GRAD, tc.H_DBAR, tc.H_LP, tc.H_H19, tc.H_BETA, tc.H_DEV, tc.H_STEP)
+STEP_NAMES = (ch.H_POS, ch.H_GRAD, ch.H_DBAR, ch.H_LP, ch.H_H19, ch.H_BETA, ch.H_DEV, ch.H_STEP)
 
 
 @dataclass(frozen=True)
-class Config(tc.ChainConfig):
+class Config(ch.ChainConfig):
     n_sweep: int = 6
     n_tail: int = 50
 
@@ -72,12 +73,12 @@ class Config(tc.ChainConfig):
         return cls(n_runs=40)
 
 
-def _window(run: tc.ChainRun, cs: tc.ConstantSet) -> dict:
-    hs = tc.step_hypotheses(run, cs)
-    return tc.window_hypotheses({h: hs[h] for h in STEP_NAMES + (tc.H_REGION,) if h in hs}, run.t0)
+def _window(run: ch.ChainRun, cs: ch.ConstantSet) -> dict:
+    hs = ch.step_hypotheses(run, cs)
+    return ch.window_hypotheses({h: hs[h] for h in STEP_NAMES + (ch.H_REGION,) if h in hs}, run.t0)
 
 
-def item1_rows(rows: tc.RowSet, run: tc.ChainRun, k: int, cs: tc.ConstantSet, eps0=None, label: str = "") -> None:
+def item1_rows(rows: trows.RowSet, run: ch.ChainRun, k: int, cs: ch.ConstantSet, eps0=None, label: str = "") -> None:
     """Item 1 (``r_i^T ≤ q^{T−t0} r_i^{t0} + ε_{0,i}``) at every ``t0 < T ≤ T_end`` with the constant set ``cs``
     (``eps0``: the band to use, default the set's ``ε_{0,i}``)."""
     pl, T, N, t0 = run.pl, run.T, run.N, run.t0
@@ -89,10 +90,10 @@ def item1_rows(rows: tc.RowSet, run: tc.ChainRun, k: int, cs: tc.ConstantSet, ep
     rows.add(f"item 1 ({label or cs.label})", pl.gap[t0 + 1:], rhs, hyps=win,
              info={"run": k, "T": np.broadcast_to(Ts[:, None], rhs.shape),
                    "client": np.broadcast_to(np.arange(N)[None], rhs.shape)},
-             repro=dict(tc.set_repro(run, k, cs), eps0_used=eps0))
+             repro=dict(ch.set_repro(run, k, cs), eps0_used=eps0))
 
 
-def item2_rows(rows: tc.RowSet, run: tc.ChainRun, k: int, cs: tc.ConstantSet, n_tail: int, eps0=None,
+def item2_rows(rows: trows.RowSet, run: ch.ChainRun, k: int, cs: ch.ConstantSet, n_tail: int, eps0=None,
                label: str = "") -> None:
     """Eq 72 componentwise on the last ``n_tail`` rounds (finite-horizon form of the limsup, O-26)."""
     P, pl, T, N, t0 = run.problem, run.pl, run.T, run.N, run.t0
@@ -109,10 +110,10 @@ def item2_rows(rows: tc.RowSet, run: tc.ChainRun, k: int, cs: tc.ConstantSet, n_
              info={"run": k, "T": np.broadcast_to(sel[:, None, None], lhs.shape),
                    "client": np.broadcast_to(np.arange(N)[None, :, None], lhs.shape),
                    "j": np.broadcast_to(np.arange(m)[None, None], lhs.shape)},
-             repro=dict(tc.set_repro(run, k, cs), eps0_used=eps0))
+             repro=dict(ch.set_repro(run, k, cs), eps0_used=eps0))
 
 
-def item3_rows(rows: tc.RowSet, run: tc.ChainRun, k: int, cs: tc.ConstantSet) -> np.ndarray:
+def item3_rows(rows: trows.RowSet, run: ch.ChainRun, k: int, cs: ch.ConstantSet) -> np.ndarray:
     """Eq 73 at the final iterate with the exact F1 quadratic-growth constants; returns ``μ_i``."""
     P, pl, T, N, t0 = run.problem, run.pl, run.T, run.N, run.t0
     mu = quadratic_growth(P.prefs, P.hessians)
@@ -120,14 +121,14 @@ def item3_rows(rows: tc.RowSet, run: tc.ChainRun, k: int, cs: tc.ConstantSet) ->
     dist2 = np.sum((run.traj[-1][None] - P.w_star) ** 2, axis=1)
     r_T = pl.gap[-1]
     hyps = {h: v[-1] for h, v in win.items()}
-    hyps[tc.H_QG] = r_T - 0.5 * mu * dist2 + 1e-12
+    hyps[od.H_QG] = r_T - 0.5 * mu * dist2 + 1e-12
     rhs = (2.0 / mu) * (cs.q(run.eta) ** (T - t0) * pl.gap[t0] + np.asarray(cs.eps0))
     rows.add(f"eq 73 final iterate ({cs.label})", dist2, rhs, hyps=hyps,
-             info={"run": k, "T": T, "client": np.arange(N), "mu": mu}, repro=dict(tc.set_repro(run, k, cs), mu=mu))
+             info={"run": k, "T": T, "client": np.arange(N), "mu": mu}, repro=dict(ch.set_repro(run, k, cs), mu=mu))
     return mu
 
 
-SEARCH = tc.chain_search(Config, n_sweep=2, n_tail=20)
+SEARCH = ch.chain_search(Config, n_sweep=2, n_tail=20)
 
 #: Found by the paper-scale falsification search (seed 0): eq 72 componentwise within 0.98 of its bound, eq 73 at
 #: the final iterate within 0.55.
@@ -149,11 +150,11 @@ REASONS = {
 
 def run(config: Config | None, rng: np.random.Generator):
     cfg = config or Config()
-    runs = tc.f1_chains(cfg, rng)
-    rows = tc.RowSet()
+    runs = ch.f1_chains(cfg, rng)
+    rows = trows.RowSet()
     per_run = []
     for k, rn in enumerate(runs):
-        for cs in rn.constant_sets() + tc.sweep_constants(rn, cfg.n_sweep):
+        for cs in rn.constant_sets() + ch.sweep_constants(rn, cfg.n_sweep):
             item1_rows(rows, rn, k, cs)
         for cs in rn.constant_sets():
             item2_rows(rows, rn, k, cs, cfg.n_tail)
@@ -169,8 +170,8 @@ def run(config: Config | None, rng: np.random.Generator):
         method=("shared iteration sim.algorithm.shared_iteration on F1; L0 = max_j ||Q_j|| (exact); B = max gradient "
                 "norm over the iterates (exact on segments by convexity); (c_d, b_i) by "
                 "sim.constants.descent_margin_constants on the held-out companion run's t >= t0; mu_i = sim.constants.quadratic_growth (exact)"),
-        band_tightness_final_r_over_eps0=tc.summary(ratios),
-        fraction_rounds_outside_band=tc.summary([p["fraction_rounds_outside_band"] for p in per_run]),
+        band_tightness_final_r_over_eps0=trows.summary(ratios),
+        fraction_rounds_outside_band=trows.summary([p["fraction_rounds_outside_band"] for p in per_run]),
         runs_with_eta_c_d_equal_1=int(sum(abs(r.eta * r.c_d - 1.0) < 1e-9 for r in runs)),
         runs_with_eta_c_d_at_most_half=int(sum(r.eta * r.consts_half.c_d <= 0.5 + 1e-12 for r in runs)),
         iterates_violating_region_constants=int(sum(p["iterates_violating_region_constants"] for p in per_run)),
@@ -181,4 +182,4 @@ def run(config: Config | None, rng: np.random.Generator):
 
 def negative_control(config: Config | None, rng: np.random.Generator):
     cfg = config or Config()
-    return tc.one_dim_control(STATEMENT_ID, NAME, cfg, {"H.31 item 1", "eq 72", "eq 73"}, tail=cfg.n_tail)
+    return od.one_dim_control(STATEMENT_ID, NAME, cfg, {"H.31 item 1", "eq 72", "eq 73"}, tail=cfg.n_tail)

@@ -70,15 +70,16 @@ from sim.constants import (
     strict_descent_constant,
 )
 from sim.problems import DoubleWell, PlantedQuadraticCluster
-from verification.search import F1_SHAPE, LAMBDA_MIN, PLANTED_LAMBDA, Param, SearchSpace
-
-from . import _trajectory_common as tc
+from verification.core.search import F1_SHAPE, LAMBDA_MIN, PLANTED_LAMBDA, Param, SearchSpace
+from verification.statements import _chains as ch
+from verification.statements import _one_dim_chains as od
+from verification.statements import _trajectory_rows as trows
 
 STATEMENT_ID = "H.32"
 NAME = "Two-phase band: eq 75 along Phase 1 (eta_I) + Phase 2 (eta_II), radius eps_hat with max(eta_I, eta_II)"
 NUMBER = "32"
 
-STEP_NAMES = (tc.H_POS, tc.H_GRAD, tc.H_DBAR, tc.H_LP, tc.H_H19, tc.H_BETA, tc.H_DEV, tc.H_STEP)
+STEP_NAMES = (ch.H_POS, ch.H_GRAD, ch.H_DBAR, ch.H_LP, ch.H_H19, ch.H_BETA, ch.H_DEV, ch.H_STEP)
 
 
 @dataclass(frozen=True)
@@ -157,7 +158,7 @@ def _f1_two_phase(cfg: Config, rng, k: int, *, eta_II_factor=None, R2=None, clai
     clients = np.arange(N)
     traj, steps = _two_phase(P, clients, w0, eta_I, eta_II, R, R2, cfg.alpha_server, cfg.eps_mode, rng)
     eta_pts = np.r_[steps, steps[-1]]
-    pl = tc.lp_at_points(P, traj, P.psi_star, eps_mode=cfg.eps_mode)
+    pl = ch.lp_at_points(P, traj, P.psi_star, eps_mode=cfg.eps_mode)
     t0 = cfg.t0
     lam_max = P.prefs.max(axis=1)
     if claim_from_phase1:  # control: constants claimed from Phase 1 only
@@ -168,7 +169,7 @@ def _f1_two_phase(cfg: Config, rng, k: int, *, eta_II_factor=None, R2=None, clai
         est = slice(t0, None)
         B = float(gradient_bound(pl.grads))
         eta_grid = max(eta_I, eta_II)
-    margin, _, _ = tc.margins_at_points(pl, eta_pts, B)
+    margin, _, _ = ch.margins_at_points(pl, eta_pts, B)
     consts = descent_margin_constants(margin[est].T, pl.gap[est].T, eta_grid, lam_max, B, L0, pl.deviation[est].T,
                                       n_grid=cfg.n_grid, c_min=cfg.c_min)
     eps_hat = band_radius(consts.c_d, consts.b, eta_I, lam_max, B, L0, consts.deviation_bar, eta_II=eta_II)
@@ -181,7 +182,7 @@ def _f1_two_phase(cfg: Config, rng, k: int, *, eta_II_factor=None, R2=None, clai
     if not claim_from_phase1:
         ref = shared_iteration(P, clients, w0, None, steps, R + R2, eps_mode=cfg.eps_mode)
         out["reduction_error"] = float(np.abs(ref - traj).max() / max(1.0, float(np.abs(ref).max())))
-        out["region"] = tc.region_constants(
+        out["region"] = ch.region_constants(
             rng, P, traj, pl, t0, eta_pts, (eta_I, eta_II), eps_mode=cfg.eps_mode, n_region=cfg.n_region,
             region_min_radius=cfg.region_min_radius, region_cover=cfg.region_cover, n_grid=cfg.n_grid,
             c_min=cfg.c_min)
@@ -197,14 +198,14 @@ def _step_hyps(x: dict) -> dict[str, np.ndarray]:
     gmax = pl.grad_norm.max(axis=(1, 2))
     bc = lambda a: np.broadcast_to(np.asarray(a)[:, None], (T, N))  # noqa: E731
     return {
-        tc.H_POS: bc(np.minimum(minloss[:-1], minloss[1:])),
-        tc.H_GRAD: bc(x["B"] - np.maximum(gmax[:-1], gmax[1:])),
-        tc.H_DBAR: bc(x["B"] - np.linalg.norm(pl.dbar[:-1], axis=1)),
-        tc.H_LP: bc(np.where(pl.solved[:-1].all(axis=1), 1.0, -1.0)),
-        tc.H_H19: c.b[None] - (c.c_d * np.maximum(pl.gap[:-1], 0.0) - x["margin"][:-1]) + 1e-12,
-        tc.H_BETA: x["beta_bar"][None] - pl.beta[:-1] + 1e-12,
-        tc.H_DEV: c.deviation_bar[None] - pl.deviation[:-1] + 1e-12,
-        tc.H_STEP: bc(1.0 - x["steps"] * c.c_d),
+        ch.H_POS: bc(np.minimum(minloss[:-1], minloss[1:])),
+        ch.H_GRAD: bc(x["B"] - np.maximum(gmax[:-1], gmax[1:])),
+        ch.H_DBAR: bc(x["B"] - np.linalg.norm(pl.dbar[:-1], axis=1)),
+        ch.H_LP: bc(np.where(pl.solved[:-1].all(axis=1), 1.0, -1.0)),
+        ch.H_H19: c.b[None] - (c.c_d * np.maximum(pl.gap[:-1], 0.0) - x["margin"][:-1]) + 1e-12,
+        ch.H_BETA: x["beta_bar"][None] - pl.beta[:-1] + 1e-12,
+        ch.H_DEV: c.deviation_bar[None] - pl.deviation[:-1] + 1e-12,
+        ch.H_STEP: bc(1.0 - x["steps"] * c.c_d),
     }
 
 
@@ -215,11 +216,11 @@ def _repro(x: dict) -> dict:
                 c_d=c.c_d, b=c.b, eps_hat=x["eps_hat"], w0=x["w0"])
 
 
-def _eq75_rows(rows: tc.RowSet, x: dict, label: str, hs: dict) -> None:
+def _eq75_rows(rows: trows.RowSet, x: dict, label: str, hs: dict) -> None:
     pl, c, t0 = x["pl"], x["consts"], x["t0"]
     T = x["traj"].shape[0] - 1
     N = x["P"].n_clients
-    win = tc.window_hypotheses(hs, t0)
+    win = ch.window_hypotheses(hs, t0)
     eta_min = min(x["eta_I"], x["eta_II"])
     Ts = np.arange(t0 + 1, T + 1)
     rhs = ((1.0 - eta_min * c.c_d) ** (Ts - t0))[:, None] * pl.gap[t0][None] + x["eps_hat"][None]
@@ -229,7 +230,7 @@ def _eq75_rows(rows: tc.RowSet, x: dict, label: str, hs: dict) -> None:
                    "phase": np.broadcast_to(np.where(Ts <= x["R"], 1, 2)[:, None], rhs.shape)}, repro=_repro(x))
 
 
-def _rows(rows: tc.RowSet, x: dict) -> dict:
+def _rows(rows: trows.RowSet, x: dict) -> dict:
     P, pl, c, t0, R, R2 = x["P"], x["pl"], x["consts"], x["t0"], x["R"], x["R2"]
     T, N = R + R2, P.n_clients
     hs = _step_hyps(x)
@@ -248,7 +249,7 @@ def _rows(rows: tc.RowSet, x: dict) -> dict:
              info={"run": x["k"], "t": tt[t0:], "client": ii[t0:]}, repro=repro)
     _eq75_rows(rows, x, "all T", hs)
     # at w_II: eq 75 and H.31 items 2-3 with eps_hat
-    win = tc.window_hypotheses(hs, t0)
+    win = ch.window_hypotheses(hs, t0)
     last = {h: v[-1] for h, v in win.items()}
     eta_min = min(x["eta_I"], x["eta_II"])
     trans = (1.0 - eta_min * c.c_d) ** (T - t0) * r[t0] + x["eps_hat"]
@@ -262,7 +263,7 @@ def _rows(rows: tc.RowSet, x: dict) -> dict:
     mu = quadratic_growth(P.prefs, P.hessians)
     dist2 = np.sum((x["traj"][-1][None] - P.w_star) ** 2, axis=1)
     h3 = dict(last)
-    h3[tc.H_QG] = r[-1] - 0.5 * mu * dist2 + 1e-12
+    h3[od.H_QG] = r[-1] - 0.5 * mu * dist2 + 1e-12
     rows.add("H.31 item 3 with eps_hat at w_II", dist2, (2.0 / mu) * trans, hyps=h3,
              info={"run": x["k"], "client": np.arange(N), "mu": mu}, repro=repro)
     rows.add("Phase-2 reduction: trajectory = shared_iteration with per-round steps (relative)",
@@ -281,7 +282,7 @@ def _rows(rows: tc.RowSet, x: dict) -> dict:
     )
 
 
-def _scalar_rows(rows: tc.RowSet, cfg: Config, rng) -> None:
+def _scalar_rows(rows: trows.RowSet, cfg: Config, rng) -> None:
     """S13: ``r_{t+1} ≤ (1 − η_t c) r_t + η_t c ε̂`` with random ``η_t ∈ {η_I, η_II}`` ⇒
     ``r_T ≤ (1 − η_min c)^T r_0 + ε̂``."""
     n, K = cfg.n_scalar, cfg.scalar_steps
@@ -377,7 +378,7 @@ REASONS = {"H.31 item 3 with eps_hat at w_II": (
 def run(config: Config | None, rng: np.random.Generator):
     cfg = config or Config()
     runs = [_f1_two_phase(cfg, rng, k) for k in range(cfg.n_runs)]
-    rows = tc.RowSet()
+    rows = trows.RowSet()
     per_run = [_rows(rows, x) for x in runs]
     _scalar_rows(rows, cfg, rng)
     s_shot = _s_shot(cfg, rng, runs[0]) if runs else None
@@ -389,7 +390,7 @@ def run(config: Config | None, rng: np.random.Generator):
                 "over the concatenated iterates; sim.constants.descent_margin_constants and band_radius(eta_II=...)"),
         per_run=per_run, s_shot_report_only=s_shot,
         iterates_violating_region_constants=int(sum(p["iterates_violating_region_constants"] for p in per_run)),
-        band_tightness_final_r_over_eps_hat=tc.summary(np.concatenate([p["final_r_over_eps_hat"] for p in per_run])),
+        band_tightness_final_r_over_eps_hat=trows.summary(np.concatenate([p["final_r_over_eps_hat"] for p in per_run])),
     )
     return rows.evidence(STATEMENT_ID, NAME, details, tightness_exclude=("S13", "Phase-2 reduction"))
 
@@ -397,33 +398,33 @@ def run(config: Config | None, rng: np.random.Generator):
 # ------------------------------------------------------------------------------------------------ controls
 
 
-def _double_well_rows(rows: tc.RowSet, cfg: Config) -> dict:
+def _double_well_rows(rows: trows.RowSet, cfg: Config) -> dict:
     dw = DoubleWell()
     mins = dw.minima()
     w_star, psi_star = mins.global_w, mins.global_value
-    src = tc.OneClient(dw, psi_star)
+    src = od.OneClient(dw, psi_star)
     R = cfg.dw_rounds
     traj, steps = _two_phase(src, np.array([0]), np.array([cfg.dw_w0]), cfg.dw_eta_I, cfg.dw_eta_II, R, R, 1.0,
                              cfg.eps_mode, np.random.default_rng(0))  # population phases draw nothing
     eta_max, eta_min = max(cfg.dw_eta_I, cfg.dw_eta_II), min(cfg.dw_eta_I, cfg.dw_eta_II)
     hull = np.linspace(float(traj.min()), float(traj.max()), 4001)
     B = float(gradient_bound(dw.grads(np.concatenate([hull, traj[:, 0]])[:, None])))
-    L0 = float(smoothness_hessian_max(tc._fd_second_derivative(dw, hull)[:, None, None]))
+    L0 = float(smoothness_hessian_max(od._fd_second_derivative(dw, hull)[:, None, None]))
     lo, hi = cfg.dw_region
-    pr = tc.lp_at_points(src, np.linspace(lo, hi, cfg.n_region_1d)[:, None], src.psi_star, eps_mode=cfg.eps_mode)
-    mr = np.min([tc.margins_at_points(pr, e, B)[0] for e in (cfg.dw_eta_I, cfg.dw_eta_II)], axis=0)
+    pr = ch.lp_at_points(src, np.linspace(lo, hi, cfg.n_region_1d)[:, None], src.psi_star, eps_mode=cfg.eps_mode)
+    mr = np.min([ch.margins_at_points(pr, e, B)[0] for e in (cfg.dw_eta_I, cfg.dw_eta_II)], axis=0)
     c_d = strict_descent_constant(mr[:, 0], np.maximum(pr.gap[:, 0], 0.0)).c_d
     eps_hat = 0.5 * L0 * B * B * eta_max / c_d  # eq 74 with λ = 1, Δ̄ = 0, b = 0
-    pl = tc.lp_at_points(src, traj, src.psi_star, eps_mode=cfg.eps_mode)
+    pl = ch.lp_at_points(src, traj, src.psi_star, eps_mode=cfg.eps_mode)
     eta_pts = np.r_[steps, steps[-1]]
-    mt = tc.margins_at_points(pl, eta_pts, B)[0][:, 0]
+    mt = ch.margins_at_points(pl, eta_pts, B)[0][:, 0]
     r = np.maximum(pl.gap[:, 0], 0.0)
     w = traj[:, 0]
     minloss = pl.losses[:, 0].min(axis=-1)
     gn = pl.grad_norm[:, 0].max(axis=-1)
-    hs = {tc.H_REGION: np.minimum(w - lo, hi - w)[:-1], tc.H_H19: -(c_d * r[:-1] - mt[:-1]) + 1e-12,
-          tc.H_STEP: 1.0 - steps * c_d, tc.H_POS: np.minimum(minloss[:-1], minloss[1:]),
-          tc.H_GRAD: B - np.maximum(gn[:-1], gn[1:])}
+    hs = {ch.H_REGION: np.minimum(w - lo, hi - w)[:-1], ch.H_H19: -(c_d * r[:-1] - mt[:-1]) + 1e-12,
+          ch.H_STEP: 1.0 - steps * c_d, ch.H_POS: np.minimum(minloss[:-1], minloss[1:]),
+          ch.H_GRAD: B - np.maximum(gn[:-1], gn[1:])}
     win = {h: np.minimum.accumulate(v) for h, v in hs.items()}
     Ts = np.arange(1, 2 * R + 1)
     rows.add("eq 75 [F4 double well, two phases]", r[1:], (1 - eta_min * c_d) ** Ts * r[0] + eps_hat, hyps=win,
@@ -431,7 +432,7 @@ def _double_well_rows(rows: tc.RowSet, cfg: Config) -> dict:
              repro=dict(family="F4 double well", w0=cfg.dw_w0, eta_I=cfg.dw_eta_I, eta_II=cfg.dw_eta_II, rounds=R,
                         c_d=c_d, B=B, L0=L0, eps_hat=eps_hat))
     t = np.arange(w.size)
-    fig = tc.downsample({"t": t, "r": r, "band": np.full(t.size, eps_hat),
+    fig = trows.downsample({"t": t, "r": r, "band": np.full(t.size, eps_hat),
                          "bound": (1 - eta_min * c_d) ** t * r[0] + eps_hat,
                          "eta_t": eta_pts})
     return dict(family="F4 double well", c_d=c_d, B=B, L0=L0, eps_hat=eps_hat, final_gap=float(r[-1]),
@@ -442,7 +443,7 @@ def _double_well_rows(rows: tc.RowSet, cfg: Config) -> dict:
 
 def negative_control(config: Config | None, rng: np.random.Generator):
     cfg = config or Config()
-    rows = tc.RowSet()
+    rows = trows.RowSet()
     dwd = _double_well_rows(rows, cfg)
     big = []
     for k in range(cfg.big_runs):
@@ -454,5 +455,5 @@ def negative_control(config: Config | None, rng: np.random.Generator):
                         gap_w_I=x["pl"].gap[x["R"]], gap_w_II=x["pl"].gap[-1]))
     fig = dwd.pop("figure")
     details = dict(double_well=dwd, eta_II_too_large=big, figure_data={"double_well": fig})
-    return rows.control(STATEMENT_ID, NAME, [tc.H_REGION, tc.H_H19, tc.H_STEP], details,
+    return rows.control(STATEMENT_ID, NAME, [ch.H_REGION, ch.H_H19, ch.H_STEP], details,
                         groups=("F4 double well", "eta_II c_d > 1"))

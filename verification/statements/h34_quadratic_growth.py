@@ -42,8 +42,8 @@ import numpy as np
 from sim.constants import quadratic_growth
 from sim.hull import min_norm_element
 from sim.problems import DoubleWell, PlantedQuadraticCluster
-from verification.evidence import Evidence, HypothesisMonitor
-from verification.search import F1_SHAPE, LAMBDA_MIN, PLANTED_LAMBDA, Param, SearchSpace
+from verification.core.evidence import Evidence, HypothesisMonitor
+from verification.core.search import F1_SHAPE, LAMBDA_MIN, PLANTED_LAMBDA, Param, SearchSpace
 from verification.statements._regularity_helpers import unit_directions
 
 STATEMENT_ID = "H.34"

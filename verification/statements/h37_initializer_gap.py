@@ -51,8 +51,8 @@ import numpy as np
 from sim.constants import loss_bound_at_optima, quadratic_growth
 from sim.preference import chebyshev
 from sim.problems import PlantedQuadraticCluster
-
-from . import _trajectory_common as tc
+from verification.statements import _chains as ch
+from verification.statements import _trajectory_rows as trows
 
 STATEMENT_ID = "H.37"
 NAME = "Initializer gap for a new client: eq 92 (with the O-14 transient at w_I) and eq 82"
@@ -61,11 +61,11 @@ NUMBER = "37"
 H_DELTA = "||lambda_new - lambda_i|| <= delta_lambda for every i in C_n"
 H_LSTAR = "L* >= ||l(w_new*)||_inf (eq 80)"
 H_QGNEW = "H.34 for psi_new: psi_new(w0) - psi_new* >= (mu/2)||w0 - w_new*||^2"
-_RUN_NAMES = (tc.H_POS, tc.H_GRAD, tc.H_DBAR, tc.H_LP, tc.H_H19, tc.H_BETA, tc.H_DEV, tc.H_STEP)
+_RUN_NAMES = (ch.H_POS, ch.H_GRAD, ch.H_DBAR, ch.H_LP, ch.H_H19, ch.H_BETA, ch.H_DEV, ch.H_STEP)
 
 
 @dataclass(frozen=True)
-class Config(tc.ChainConfig):
+class Config(ch.ChainConfig):
     n_runs: int = 6
     n_clients: int = 4
     spreads: tuple = (0.1,)
@@ -81,7 +81,7 @@ class Config(tc.ChainConfig):
         return cls(n_runs=24, n_arbitrary=30)
 
 
-def _gap_rows(rows: tc.RowSet, P, lam_new, w_new, psi_new, W0, *, kind: str, repro: dict, extra_hyps=None,
+def _gap_rows(rows: trows.RowSet, P, lam_new, w_new, psi_new, W0, *, kind: str, repro: dict, extra_hyps=None,
               info=None) -> dict:
     """Eq 92 (2-norm and ∞-norm δ_λ), eq 82 and the chained eq 95 at the starting points ``W0`` ``(n, n_w)``."""
     n = W0.shape[0]
@@ -115,7 +115,7 @@ def _gap_rows(rows: tc.RowSet, P, lam_new, w_new, psi_new, W0, *, kind: str, rep
     return dict(delta_lambda_2=dl2, L_star=L_star, mu=mu, G_opt=G_opt, Delta0=delta0)
 
 
-SEARCH = tc.chain_search(Config, n_new=2, n_arbitrary=4)
+SEARCH = ch.chain_search(Config, n_new=2, n_arbitrary=4)
 
 #: Found by the falsification search (seed 0): eq 92 (second inequality, at w_I), eq 82 and eq 95 within 0.55-0.67
 #: of their bounds (close preferences, a small step, m = 2).
@@ -134,8 +134,8 @@ TIGHT_SEEDS = 5
 
 def run(config: Config | None, rng: np.random.Generator):
     cfg = config or Config()
-    runs = tc.f1_chains(cfg, rng)
-    rows = tc.RowSet()
+    runs = ch.f1_chains(cfg, rng)
+    rows = trows.RowSet()
     per_run = []
     for k, rn in enumerate(runs):
         P, T, t0 = rn.problem, rn.T, rn.t0
@@ -143,12 +143,12 @@ def run(config: Config | None, rng: np.random.Generator):
         G_opt_I = float(rn.gap[-1].mean())
         transient = float((rn.q ** (T - t0) * rn.gap[t0]).mean())
         for cs in rn.constant_sets():
-            hs = tc.step_hypotheses(rn, cs)
-            win = tc.window_hypotheses({h: hs[h] for h in _RUN_NAMES + (tc.H_REGION,) if h in hs}, t0)
+            hs = ch.step_hypotheses(rn, cs)
+            win = ch.window_hypotheses({h: hs[h] for h in _RUN_NAMES + (ch.H_REGION,) if h in hs}, t0)
             last = {h: float(v[-1].min()) for h, v in win.items()}
             tr = float((cs.q(rn.eta) ** (T - t0) * rn.gap[t0]).mean())
             rows.add(f"eq 92 second inequality at w_I: G_opt <= eps0_bar + transient (O-14) ({cs.label})", G_opt_I,
-                     float(np.mean(cs.eps0)) + tr, hyps=last, info={"run": k}, repro=tc.set_repro(rn, k, cs))
+                     float(np.mean(cs.eps0)) + tr, hyps=last, info={"run": k}, repro=ch.set_repro(rn, k, cs))
         # --- new clients: eq 92 first inequality, eq 82, eq 95 at arbitrary w0 and at w_I
         wbar = P.w_star.mean(axis=0)
         news = []
@@ -157,7 +157,7 @@ def run(config: Config | None, rng: np.random.Generator):
             xi = rng.standard_normal((cfg.n_arbitrary, P.n_params))
             xi /= np.linalg.norm(xi, axis=1, keepdims=True)
             W0 = wbar[None] + rng.uniform(0.0, cfg.arbitrary_radius, (cfg.n_arbitrary, 1)) * xi
-            repro = dict(tc.run_repro(rn, k), new_client=c, u_new=u_new, lambda_new=lam_new, w_new_star=w_new,
+            repro = dict(ch.run_repro(rn, k), new_client=c, u_new=u_new, lambda_new=lam_new, w_new_star=w_new,
                          psi_new_star=psi_new)
             _gap_rows(rows, P, lam_new, w_new, psi_new, W0, kind="arbitrary w0", repro=repro,
                       info={"run": k, "new_client": c})
@@ -186,7 +186,7 @@ def run(config: Config | None, rng: np.random.Generator):
 
 def negative_control(config: Config | None, rng: np.random.Generator):
     cfg = config or Config()
-    rows = tc.RowSet()
+    rows = trows.RowSet()
     gaps = []
     for k in range(cfg.control_instances):
         P = PlantedQuadraticCluster.make(rng, m=cfg.m, n_w=cfg.n_w, n_clients=1, spread=0.0)
@@ -204,5 +204,5 @@ def negative_control(config: Config | None, rng: np.random.Generator):
                             w0=w0, lambda_new=lam_new, w_new_star=w_new, psi_new_star=psi_new))
         gaps.append(delta0)
     details = dict(control="N = 1, w0 = w_1*, lambda_new declared inside the cluster with delta_lambda = 0",
-                   Delta0=tc.summary(gaps))
+                   Delta0=trows.summary(gaps))
     return rows.control(STATEMENT_ID, NAME, H_DELTA, details)

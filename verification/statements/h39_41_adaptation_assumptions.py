@@ -34,7 +34,7 @@ What is checked (an implication "construction ⇒ assumption holds on the instan
       H.43's proof uses (``E[∇ψᵀP_k d̃_k | 𝓕_k] = ∇ψᵀP_k∇ψ``). (c), (d): no momentum buffer, no weight decay.
 
     Monte Carlo: the H.40 tests at 20 points (2 each) and the H.41(a) test form **one** confidence-level assertion
-    of the suite's family-wise budget (:func:`verification.montecarlo.assertion_delta`) whose ``δ`` is split equally
+    of the suite's family-wise budget (:func:`verification.core.montecarlo.assertion_delta`) whose ``δ`` is split equally
     over its 41 sub-tests (Bonferroni). The variance claims are tight (``E‖d̃ − ∇ψ‖² = σ₀²/S`` exactly), so a bound
     too small by 2 is detected (crossing factor ≈ 0.95).
 
@@ -58,10 +58,12 @@ import numpy as np
 
 from sim.constants import pl_constant_samples
 from sim.problems import CommonMinimizer, DoubleWell
-from verification.evidence import Evidence
-from verification.montecarlo import assertion_delta, assertion_record
-from verification.search import Param, SearchSpace
-from verification.statements import _adaptation_common as A
+from verification.core.evidence import Evidence
+from verification.core.montecarlo import assertion_delta, assertion_record
+from verification.core.search import Param, SearchSpace
+from verification.statements import _adaptation_evidence as AE
+from verification.statements import _adaptation_runs as AR
+from verification.statements import _adaptation_theory as AT
 
 STATEMENT_ID = "H.39-41"
 NUMBER = "39-41"
@@ -103,7 +105,7 @@ class Config:
 
 def _settings(prob, U, cfg):
     pm, pp = cfg.p
-    return (("identity", 1.0, 1.0, None), ("fixed", pm, pp, A.spectral_preconditioner(U, pm, pp)),
+    return (("identity", 1.0, 1.0, None), ("fixed", pm, pp, AT.spectral_preconditioner(U, pm, pp)),
             ("rmsprop_lagged", pm, pp, None))
 
 
@@ -128,11 +130,11 @@ def h40_rows(rows, prob, rng, cfg, W, *, delta_sub, bias=None, label="H.40", sof
         if bias is not None:
             D = D + bias
         g = prob.direction(w)
-        ht = A.hotelling(D, g, delta_sub)
+        ht = AE.hotelling(D, g, delta_sub)
         b = prob.sigma0_sq / S
-        res, rec = A.mc_claim(f"{label} variance at point {i} (S={S})", np.sum((D - g) ** 2, axis=1), b,
+        res, rec = AE.mc_claim(f"{label} variance at point {i} (S={S})", np.sum((D - g) ** 2, axis=1), b,
                               delta=delta_sub, S=S, point=i)
-        hyp = {A.H_F3: True, A.H_UNB: bias is None}
+        hyp = {AE.H_F3: True, AE.H_UNB: bias is None}
         rows.add(f"{label} mean: Hotelling F <= F_crit", ht["F"], ht["F_crit"], hyp=hyp, point=i, S=S,
                  p_value=ht["p_value"], ckind="identity", soft=soft)
         rows.add_mc(f"{label} variance: LCB of E||d - grad||^2 <= sigma0^2/S", res, hyp=hyp, point=i, S=S, soft=soft)
@@ -149,11 +151,11 @@ def meas_test(prob, rng, *, kind, step, reps, S, p_minus, p_plus, w0=None, delta
     hist = rng.standard_normal((step, 1, n)) @ root
     cur = rng.standard_normal((1, reps, n)) @ root
     noise = np.concatenate([np.broadcast_to(hist, (step, reps, n)), cur], axis=0)
-    alpha = A.alpha_max(prob, p_minus, p_plus)
-    runs = A.run_adaptation(prob, rng, alpha=alpha, S=S, K=step + 1, n_runs=reps, kind=kind, p_minus=p_minus,
+    alpha = AT.alpha_max(prob, p_minus, p_plus)
+    runs = AR.run_adaptation(prob, rng, alpha=alpha, S=S, K=step + 1, n_runs=reps, kind=kind, p_minus=p_minus,
                             p_plus=p_plus, w0=w0, noise=noise)
     X = runs.P_last * (prob.lam_star * cur[0])  # P_k (d̃_k − ∇ψ(w_k)), diagonal P_k
-    ht = A.hotelling(X, np.zeros(n), delta)
+    ht = AE.hotelling(X, np.zeros(n), delta)
     spread = float(np.ptp(runs.P_last, axis=0).max())
     return ht, spread
 
@@ -170,7 +172,7 @@ SEARCH = SearchSpace(
                             iter_S=p["S"], p=(p["p_ratio"] ** -0.5, p["p_ratio"] ** 0.5), meas_reps=2000,
                             xcheck_runs=2, xcheck_K=10, confidence_contract=False),
     family="F3 reference: preconditioner spread p+/p-, S, K, radius of the H.40 points",
-    excluded=A.F3_FIXED,
+    excluded=AR.F3_FIXED,
 )
 
 # Every conclusion's best point in the stored falsification search
@@ -188,18 +190,18 @@ TIGHT_SEEDS = 3
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     cfg = config or Config()
     prob = CommonMinimizer.reference()
-    U = A.random_orthogonal(rng, prob.n_params)
-    rows = A.Rows()
+    U = AT.random_orthogonal(rng, prob.n_params)
+    rows = AE.Rows()
     n_sub = 2 * cfg.n_points + 1
     delta_sub = cfg.delta / n_sub
     # ---- H.39 along iterates, H.41(b) spectra
     iter_info = {}
     for kind, pm, pp, P in _settings(prob, U, cfg):
-        alpha = A.alpha_max(prob, pm, pp)
-        runs = A.run_adaptation(prob, rng, alpha=alpha, S=cfg.iter_S, K=cfg.iter_K, n_runs=cfg.iter_runs,
+        alpha = AT.alpha_max(prob, pm, pp)
+        runs = AR.run_adaptation(prob, rng, alpha=alpha, S=cfg.iter_S, K=cfg.iter_K, n_runs=cfg.iter_runs,
                                 kind=kind, p_minus=pm, p_plus=pp, P=P)
-        h = A.h39_along(prob, runs.W)
-        hyp = {A.H_F3: True, A.H_UNB: True, A.H_MEAS: True, A.H_NOMOM: True, H_DECL: True}
+        h = AE.h39_along(prob, runs.W)
+        hyp = {AE.H_F3: True, AE.H_UNB: True, AE.H_MEAS: True, AE.H_NOMOM: True, H_DECL: True}
         rows.add("H.39(ii) eq 86 at the iterates: 2 mu_PL (psi - psi*) <= ||grad psi||^2", h["pl_lhs"], h["pl_rhs"],
                  hyp=hyp, preconditioner=kind)
         rows.add("H.39(i) bottleneck = j* at the iterates", 0.0, 0.0, ok=h["bottleneck_ok"], hyp=hyp,
@@ -214,15 +216,15 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
                            "mean_share_at_p_minus": _mean_or_none(runs.p_at_lower),
                            "mean_share_at_p_plus": _mean_or_none(runs.p_at_upper),
                            "gap_identity_roundoff": h["gap_identity_err"]}
-    rows.add("H.39: mu_PL <= L0", prob.mu_pl, prob.L0, hyp={A.H_F3: True})
-    iso = A.isotropic(prob)  # Q ∝ I: mu_PL = L0, the relation attained (the instance of H.44 and H.45)
-    rows.add("H.39: mu_PL <= L0", iso.mu_pl, iso.L0, hyp={A.H_F3: True}, instance="isotropic")
+    rows.add("H.39: mu_PL <= L0", prob.mu_pl, prob.L0, hyp={AE.H_F3: True})
+    iso = AT.isotropic(prob)  # Q ∝ I: mu_PL = L0, the relation attained (the instance of H.44 and H.45)
+    rows.add("H.39: mu_PL <= L0", iso.mu_pl, iso.L0, hyp={AE.H_F3: True}, instance="isotropic")
     # ---- pipeline1 cross-check (the preconditioners are sim.algorithm's)
     xinfo = {}
     for kind, pm, pp, P in _settings(prob, U, cfg):
-        cc = A.pipeline1_crosscheck(prob, rng, alpha=A.alpha_max(prob, pm, pp), S=cfg.iter_S, K=cfg.xcheck_K,
+        cc = AR.pipeline1_crosscheck(prob, rng, alpha=AT.alpha_max(prob, pm, pp), S=cfg.iter_S, K=cfg.xcheck_K,
                                     n_runs=cfg.xcheck_runs, kind=kind, p_minus=pm, p_plus=pp, P=P)
-        hyp = {A.H_MEAS: True, A.H_NOMOM: True, H_DECL: True}
+        hyp = {AE.H_MEAS: True, AE.H_NOMOM: True, H_DECL: True}
         rows.add("vectorised runs reproduce sim.algorithm.pipeline1 (max |diff| <= 1e-12 scale)",
                  cc["max_abs_diff"], 1e-12 * cc["scale"], hyp=hyp, preconditioner=kind, ckind="identity")
         rows.add("H.41(b) pipeline1 records: p_- <= p_min(P_k)", np.full(cc["p_min"].size, pm), cc["p_min"].ravel(),
@@ -239,7 +241,7 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     pm, pp = cfg.p
     ht, spread = meas_test(prob, rng, kind="rmsprop_lagged", step=cfg.meas_step, reps=cfg.meas_reps, S=cfg.meas_S,
                            p_minus=pm, p_plus=pp, delta=delta_sub)
-    hyp = {A.H_MEAS: True, A.H_NOMOM: True, H_DECL: True}
+    hyp = {AE.H_MEAS: True, AE.H_NOMOM: True, H_DECL: True}
     rows.add("H.41(a) P_k invariant across replicates sharing F_k", 0.0, 0.0, ok=spread == 0.0, hyp=hyp,
              preconditioner="rmsprop_lagged", step=cfg.meas_step, ckind="boolean")
     rows.add("H.41(a) E[P_k (d_k - grad) | F_k] = 0: Hotelling F <= F_crit", ht["F"], ht["F_crit"], hyp=hyp,
@@ -274,13 +276,13 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
 
 
 def _control_biased(prob, rng, cfg):
-    rows = A.Rows()
+    rows = AE.Rows()
     W = _points(prob, rng, cfg, cfg.ctl_points)
     b = rng.standard_normal(prob.n_params)
     b *= cfg.ctl_bias / np.linalg.norm(b)
     recs = h40_rows(rows, prob, rng, cfg, W, delta_sub=cfg.delta, bias=b, label="H.40 (biased)")
     lhs, rhs, _ = rows.arrays()
-    return Evidence.from_control(STATEMENT_ID, NAME, rows.monitor(), A.H_UNB, lhs, rhs,
+    return Evidence.from_control(STATEMENT_ID, NAME, rows.monitor(), AE.H_UNB, lhs, rhs,
                                  instance_data=rows.instance_data(),
                                  details={"control": f"biased direction, ||b|| = {cfg.ctl_bias}", "bias": b,
                                           "tests": recs})
@@ -290,13 +292,13 @@ def _control_current_sample(prob, rng, cfg):
     pm, pp = cfg.p
     ht, spread = meas_test(prob, rng, kind="rmsprop_current", step=0, reps=cfg.meas_reps, S=cfg.ctl_meas_S,
                            p_minus=pm, p_plus=pp, delta=cfg.delta)
-    rows = A.Rows()
-    hyp = {A.H_MEAS: False, A.H_MEAS + " [empirical: P_k invariant across replicates sharing F_k]": spread == 0.0,
-           A.H_NOMOM: True, H_DECL: True}
+    rows = AE.Rows()
+    hyp = {AE.H_MEAS: False, AE.H_MEAS + " [empirical: P_k invariant across replicates sharing F_k]": spread == 0.0,
+           AE.H_NOMOM: True, H_DECL: True}
     rows.add("H.41(a) E[P_k (d_k - grad) | F_k] = 0: Hotelling F <= F_crit", ht["F"], ht["F_crit"], hyp=hyp,
              preconditioner="rmsprop_current (AdamW-style v_k)", step=0)
     lhs, rhs, _ = rows.arrays()
-    return Evidence.from_control(STATEMENT_ID, NAME, rows.monitor(), A.H_MEAS, lhs, rhs,
+    return Evidence.from_control(STATEMENT_ID, NAME, rows.monitor(), AE.H_MEAS, lhs, rhs,
                                  instance_data=rows.instance_data(),
                                  details={"control": "AdamW-style P_k = clip(1/(sqrt(v_k)/mean sqrt(v_k) + eps)) with the "
                                                      "current sample, first step, S = 1", "P_spread": spread,
@@ -315,10 +317,10 @@ def _control_double_well(cfg):
     pts = np.concatenate([np.linspace(-1.6, 1.6, 321), [mins.w[1]]])
     gp = dw.chebyshev(pts[:, None]) - psi_star
     gg = dw.grads(pts[:, None])[:, 0, 0] ** 2
-    rows = A.Rows()
-    rows.add("H.39(ii) eq 86 with mu_PL from the left well", 2.0 * mu_pl * gp, gg, hyp={A.H_F3: False}, w=pts)
+    rows = AE.Rows()
+    rows.add("H.39(ii) eq 86 with mu_PL from the left well", 2.0 * mu_pl * gp, gg, hyp={AE.H_F3: False}, w=pts)
     lhs, rhs, _ = rows.arrays()
-    return Evidence.from_control(STATEMENT_ID, NAME, rows.monitor(), A.H_F3, lhs, rhs,
+    return Evidence.from_control(STATEMENT_ID, NAME, rows.monitor(), AE.H_F3, lhs, rhs,
                                  instance_data=rows.instance_data(),
                                  details={"control": "double-well psi_new (F4)", "mu_PL_left_well": mu_pl,
                                           "method": "sim.constants.pl_constant_samples on a grid of the left well",
@@ -332,4 +334,4 @@ def negative_control(config: Config | None, rng: np.random.Generator) -> Evidenc
     parts = {"biased_direction": _control_biased(prob, rng, cfg),
              "current_sample_preconditioner": _control_current_sample(prob, rng, cfg),
              "double_well": _control_double_well(cfg)}
-    return A.combine_controls(STATEMENT_ID, NAME, parts)
+    return AE.combine_controls(STATEMENT_ID, NAME, parts)

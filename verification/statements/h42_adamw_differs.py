@@ -18,7 +18,7 @@ Statement checked (part (3), with O-15's precision)
       that is not an eigenvector of ``P`` the smallest difference over ``λ'`` is positive).
 
 How it is checked (THEOREMS.md §3.1 T-H42(3), §4 S17)
-    * symbolically: the sympy identity S17 of :mod:`verification.symbolic` (reused, not duplicated): the
+    * symbolically: the sympy identity S17 of :mod:`verification.statements.symbolic` (reused, not duplicated): the
       difference is ``α w ⊙ (λ'p − λ_wd)`` for ``P = diag(p₁, p₂)``, vanishing for all ``w`` iff ``p₁ = p₂ = p`` and
       ``λ' = λ_wd/p``; with ``λ' = λ_wd`` only ``P = I``;
     * numerically: the T-H42 numbers ``P = diag(1, 3)``, ``w = (1, 1)``, ``g = (0.2, −0.1)``, ``α = 0.1``,
@@ -43,9 +43,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from verification import symbolic
-from verification.evidence import Evidence
-from verification.statements import _adaptation_common as A
+from verification.core.evidence import Evidence
+from verification.statements import _adaptation_evidence as AE
+from verification.statements import _adaptation_theory as AT
+from verification.statements import symbolic
 
 STATEMENT_ID = "H.42"
 NAME = "AdamW differs: decoupled weight decay equals L2 only for P = pI with lambda' = lambda_wd/p (S17)"
@@ -85,8 +86,8 @@ def best_residual(w, P, alpha, lam_wd) -> tuple[float, float]:
     return float(alpha * np.linalg.norm(lp * Pw - lam_wd * w)), lp
 
 
-def _rows(cfg: Config, rng, s17: Evidence) -> A.Rows:
-    rows = A.Rows()
+def _rows(cfg: Config, rng, s17: Evidence) -> AE.Rows:
+    rows = AE.Rows()
     rows.add("S17 (sympy): difference = alpha w (lambda' p - lambda_wd); vanishes iff p1 = p2, lambda' = lambda_wd/p",
              0.0, 0.0, ok=s17.verdict == "holds", hyp={H_SCALAR: True}, s17_verdict=s17.verdict, ckind="boolean")
     a, lwd = cfg.alpha, cfg.lambda_wd
@@ -113,7 +114,7 @@ def _rows(cfg: Config, rng, s17: Evidence) -> A.Rows:
     # random SPD P not proportional to I
     res_all = []
     for _ in range(cfg.n_random):
-        U = A.random_orthogonal(rng, cfg.n_w)
+        U = AT.random_orthogonal(rng, cfg.n_w)
         P = (U * rng.uniform(0.5, 2.0, cfg.n_w)) @ U.T
         P = 0.5 * (P + P.T)
         w = rng.standard_normal(cfg.n_w)
@@ -157,7 +158,7 @@ def negative_control(config: Config | None, rng: np.random.Generator) -> Evidenc
     G = np.concatenate([[[0.2, -0.1]], rng.standard_normal((cfg.n_random, 2))])
     diff = np.array([np.linalg.norm(decoupled(w, g, Pd, a, lwd) - l2_step(w, g, Pd, a, lwd / 2.0))
                      for w, g in zip(W, G, strict=True)])
-    rows = A.Rows()
+    rows = AE.Rows()
     rows.add("P = diag(1,3) declared to coincide with L2 for lambda' = lambda_wd/2", diff, 0.0,
              hyp={H_SCALAR: False}, P="diag(1,3)", ckind="identity")
     lhs, rhs, _ = rows.arrays()

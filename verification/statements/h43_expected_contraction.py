@@ -28,8 +28,8 @@ How it is checked (THEOREMS.md §3.1 T-H43)
     * **Tight one-dimensional instance.** ``ψ = 1 + ½w²``, ``L₀ = μ_PL = σ₀² = 1``, ``S = P = α = 1``: ``w_1 = −ξ``,
       ``E ψ − ψ* = ½`` = the bound of eq 90 for every ``K ≥ 1``: tightness 1 within ``1e-12`` (the constant is sharp).
     * **Monte Carlo (2 assertions of the suite's budget, δ = 1e-3/24 each).** (i) The tight instance above run by
-      Monte Carlo with ``N`` from :func:`verification.montecarlo.required_runs` (a bound too small by 2 is detected
-      with probability ``≥ 0.99``: :func:`._adaptation_common.tight_mc` states the computation); (ii) lagged
+      Monte Carlo with ``N`` from :func:`verification.core.montecarlo.required_runs` (a bound too small by 2 is detected
+      with probability ``≥ 0.99``: :func:`._adaptation_evidence.tight_mc` states the computation); (ii) lagged
       RMSprop (``P_k`` from ``v_{k−1}``, relative to the directions' own scale, clipped to ``[0.5, 2]``; the
       formula of :func:`sim.algorithm.pipeline1`, cross-checked in H.39-41), ``S = 4``, ``K = 60``, ``N = 4000``; claim ``E[ψ(w_K) − ψ*] ≤`` eq 90 by the rule
       of §3.0 (cap ``5b``, FAIL iff LCB > b). Monitored on the runs: spectrum of every ``P_k`` in ``[p₋, p₊]``,
@@ -56,10 +56,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.problems import CommonMinimizer
-from verification.evidence import Evidence, HypothesisMonitor
-from verification.montecarlo import assertion_delta, assertion_record
-from verification.search import Param, SearchSpace
-from verification.statements import _adaptation_common as A
+from verification.core.evidence import Evidence, HypothesisMonitor
+from verification.core.montecarlo import assertion_delta, assertion_record
+from verification.core.search import Param, SearchSpace
+from verification.statements import _adaptation_evidence as AE
+from verification.statements import _adaptation_runs as AR
+from verification.statements import _adaptation_theory as AT
 
 STATEMENT_ID = "H.43"
 NAME = "Expected contraction of the preconditioned stochastic adaptation (eq 89-90)"
@@ -100,21 +102,21 @@ class Config:
 
 
 def _P_for(kind: str, prob: CommonMinimizer, U: np.ndarray, pm: float, pp: float) -> np.ndarray:
-    return np.eye(prob.n_params) if kind == "identity" else A.spectral_preconditioner(U, pm, pp)
+    return np.eye(prob.n_params) if kind == "identity" else AT.spectral_preconditioner(U, pm, pp)
 
 
-def exact_rows(rows: A.Rows, prob: CommonMinimizer, U, cfg: Config, rng) -> dict:
+def exact_rows(rows: AE.Rows, prob: CommonMinimizer, U, cfg: Config, rng) -> dict:
     """eq 90 (K = 0..K_exact) and eq 89 (random w) with exact expectations, every setting and S."""
     worst90, worst89 = 0.0, 0.0
-    d0 = float(A.gap_of(prob, prob.w0))
+    d0 = float(AT.gap_of(prob, prob.w0))
     for kind, pm, pp in cfg.settings:
         P = _P_for(kind, prob, U, pm, pp)
         ev = np.linalg.eigvalsh(P)
-        alpha = A.alpha_max(prob, pm, pp)
-        hyp, mg = A.adaptation_hyps(prob, alpha=alpha, p_minus=pm, p_plus=pp, spec_min=ev[0], spec_max=ev[-1])
+        alpha = AT.alpha_max(prob, pm, pp)
+        hyp, mg = AE.adaptation_hyps(prob, alpha=alpha, p_minus=pm, p_plus=pp, spec_min=ev[0], spec_max=ev[-1])
         for S in cfg.S_values:
-            lhs = A.exact_gap(prob, alpha, S, cfg.K_exact, P)
-            rhs = A.rhs_91(prob, alpha, S, cfg.K_exact, pm, pp, d0)
+            lhs = AT.exact_gap(prob, alpha, S, cfg.K_exact, P)
+            rhs = AT.rhs_91(prob, alpha, S, cfg.K_exact, pm, pp, d0)
             rows.add("eq 90 exact", lhs, rhs, hyp=hyp, margins=mg, P=kind, p_minus=pm, p_plus=pp, S=S,
                      K=np.arange(cfg.K_exact + 1), alpha=alpha)
             worst90 = max(worst90, float(np.max(lhs / rhs)))
@@ -122,23 +124,23 @@ def exact_rows(rows: A.Rows, prob: CommonMinimizer, U, cfg: Config, rng) -> dict
             u = rng.standard_normal((cfg.n_onestep, prob.n_params))
             u *= (cfg.onestep_radius * rng.random(cfg.n_onestep) / np.linalg.norm(u, axis=1))[:, None]
             W = prob.centre + u
-            one = np.array([A.exact_gap(prob, alpha, S, 1, P, w)[1] for w in W])
-            r89 = A.rhs_89(prob, alpha, S, pm, pp, A.gap_of(prob, W))
-            h39 = A.h39_along(prob, W)
-            rows.add("eq 89 exact one-step", one, r89, hyp={**hyp, A.H_BN: h39["bottleneck_ok"],
-                                                            A.H_PL: A.pl_ok(h39)},
-                     margins={**mg, A.H_PL: h39["pl_rhs"] - h39["pl_lhs"]}, P=kind, p_minus=pm, p_plus=pp, S=S,
+            one = np.array([AT.exact_gap(prob, alpha, S, 1, P, w)[1] for w in W])
+            r89 = AT.rhs_89(prob, alpha, S, pm, pp, AT.gap_of(prob, W))
+            h39 = AE.h39_along(prob, W)
+            rows.add("eq 89 exact one-step", one, r89, hyp={**hyp, AE.H_BN: h39["bottleneck_ok"],
+                                                            AE.H_PL: AE.pl_ok(h39)},
+                     margins={**mg, AE.H_PL: h39["pl_rhs"] - h39["pl_lhs"]}, P=kind, p_minus=pm, p_plus=pp, S=S,
                      alpha=alpha, point=np.arange(cfg.n_onestep))
             worst89 = max(worst89, float(np.max(one / r89)))
     return {"max_ratio_eq90": worst90, "max_ratio_eq89": worst89}
 
 
-def tight_rows(rows: A.Rows, cfg: Config) -> dict:
+def tight_rows(rows: AE.Rows, cfg: Config) -> dict:
     """ψ = 1 + ½w², S = P = α = 1: E gap = ½ = bound for K ≥ 1."""
-    p1 = A.one_dim_instance(w0=3.0, noise_var=1.0)
-    lhs = A.exact_gap(p1, 1.0, 1, cfg.tight_K, np.eye(1))
-    rhs = A.rhs_91(p1, 1.0, 1, cfg.tight_K, 1.0, 1.0, float(A.gap_of(p1, p1.w0)))
-    hyp, mg = A.adaptation_hyps(p1, alpha=1.0, p_minus=1.0, p_plus=1.0, spec_min=1.0, spec_max=1.0)
+    p1 = AT.one_dim_instance(w0=3.0, noise_var=1.0)
+    lhs = AT.exact_gap(p1, 1.0, 1, cfg.tight_K, np.eye(1))
+    rhs = AT.rhs_91(p1, 1.0, 1, cfg.tight_K, 1.0, 1.0, float(AT.gap_of(p1, p1.w0)))
+    hyp, mg = AE.adaptation_hyps(p1, alpha=1.0, p_minus=1.0, p_plus=1.0, spec_min=1.0, spec_max=1.0)
     ratio = lhs[1:] / rhs[1:]
     tight_ok = np.concatenate([[True], np.abs(ratio - 1.0) <= 1e-12])
     rows.add("tight 1-D instance (eq 90 with equality for K >= 1)", lhs, rhs, ok=tight_ok, hyp=hyp, margins=mg,
@@ -148,27 +150,27 @@ def tight_rows(rows: A.Rows, cfg: Config) -> dict:
             "tight_within_1e-12": bool(np.all(tight_ok))}
 
 
-def mc_rows(rows: A.Rows, prob: CommonMinimizer, rng, cfg: Config, delta: float) -> tuple[dict, dict]:
+def mc_rows(rows: AE.Rows, prob: CommonMinimizer, rng, cfg: Config, delta: float) -> tuple[dict, dict]:
     """Lagged RMSprop Monte Carlo (one MC assertion)."""
     pm, pp = cfg.mc_p
-    alpha = A.alpha_max(prob, pm, pp)
-    runs = A.run_adaptation(prob, rng, alpha=alpha, S=cfg.mc_S, K=cfg.mc_K, n_runs=cfg.mc_runs,
+    alpha = AT.alpha_max(prob, pm, pp)
+    runs = AR.run_adaptation(prob, rng, alpha=alpha, S=cfg.mc_S, K=cfg.mc_K, n_runs=cfg.mc_runs,
                             kind="rmsprop_lagged", p_minus=pm, p_plus=pp)
-    b = float(A.rhs_91(prob, alpha, cfg.mc_S, cfg.mc_K, pm, pp, float(A.gap_of(prob, prob.w0)))[-1])
-    res, rec = A.mc_claim("eq 90, lagged RMSprop [0.5, 2], S=4, K=60, reference F3", runs.gaps[-1], b,
+    b = float(AT.rhs_91(prob, alpha, cfg.mc_S, cfg.mc_K, pm, pp, float(AT.gap_of(prob, prob.w0)))[-1])
+    res, rec = AE.mc_claim("eq 90, lagged RMSprop [0.5, 2], S=4, K=60, reference F3", runs.gaps[-1], b,
                           delta=delta, preconditioner="rmsprop_lagged", S=cfg.mc_S, K=cfg.mc_K)
-    h39 = A.h39_along(prob, runs.W)
-    hyp, mg = A.adaptation_hyps(prob, alpha=alpha, p_minus=pm, p_plus=pp, spec_min=runs.p_min.min(),
+    h39 = AE.h39_along(prob, runs.W)
+    hyp, mg = AE.adaptation_hyps(prob, alpha=alpha, p_minus=pm, p_plus=pp, spec_min=runs.p_min.min(),
                                 spec_max=runs.p_max.max())
-    hyp[A.H_BN] = bool(h39["bottleneck_ok"].all())
-    hyp[A.H_PL] = bool(A.pl_ok(h39).all())
+    hyp[AE.H_BN] = bool(h39["bottleneck_ok"].all())
+    hyp[AE.H_PL] = bool(AE.pl_ok(h39).all())
     rows.add_mc("eq 90 Monte Carlo, lagged RMSprop (LCB <= b)", res, hyp=hyp, margins=mg, P="rmsprop_lagged",
                 S=cfg.mc_S, K=cfg.mc_K, alpha=alpha, N=cfg.mc_runs, soft=not cfg.confidence_contract)
     info = {"spectrum_P_k": [float(runs.p_min.min()), float(runs.p_max.max())],
             "mean_share_at_p_minus": float(np.mean(runs.p_at_lower)),
             "mean_share_at_p_plus": float(np.mean(runs.p_at_upper)),
             "h39_iterates": int(h39["bottleneck_ok"].size), "h39_bottleneck_failures": int((~h39["bottleneck_ok"]).sum()),
-            "h39_pl_failures": int((~A.pl_ok(h39)).sum()), "gap_identity_roundoff": h39["gap_identity_err"]}
+            "h39_pl_failures": int((~AE.pl_ok(h39)).sum()), "gap_identity_roundoff": h39["gap_identity_err"]}
     return rec, info
 
 
@@ -179,7 +181,7 @@ SEARCH = SearchSpace(
                             mc_runs=400, mc_K=p["K"], mc_S=p["S"],
                             mc_p=(p["p_ratio"] ** -0.5, p["p_ratio"] ** 0.5), confidence_contract=False),
     family="F3 reference: preconditioner spread p+/p- (p- p+ = 1), batch size S, steps K",
-    excluded=A.F3_FIXED,
+    excluded=AR.F3_FIXED,
 )
 
 # The best points, in the stored falsification search, of the conclusions whose detection rested on fewer
@@ -192,25 +194,25 @@ TIGHT_SEEDS = 3
 
 
 #: Why a numeric conclusion cannot approach its bound on the family (power report and dashboard).
-REASONS = {"eq 90 Monte Carlo, lagged RMSprop (LCB <= b)": A.MC_RMSPROP_REASON}
+REASONS = {"eq 90 Monte Carlo, lagged RMSprop (LCB <= b)": AE.MC_RMSPROP_REASON}
 
 
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     cfg = config or Config()
     prob = CommonMinimizer.reference()
-    U = A.random_orthogonal(rng, prob.n_params)
-    rows = A.Rows()
+    U = AT.random_orthogonal(rng, prob.n_params)
+    rows = AE.Rows()
     ex = exact_rows(rows, prob, U, cfg, rng)
     tight = tight_rows(rows, cfg)
     mc, mc_info = mc_rows(rows, prob, rng, cfg, cfg.delta)
-    tight_mc, tight_budget = A.tight_mc(rows, rng, "eq 90 Monte Carlo, tight 1-D instance (LCB <= b)",
+    tight_mc, tight_budget = AE.tight_mc(rows, rng, "eq 90 Monte Carlo, tight 1-D instance (LCB <= b)",
                                         quantity="gap", delta=cfg.delta, soft=not cfg.confidence_contract)
     mon = rows.monitor()
     lhs, rhs, ok = rows.arrays()
     details = {
         "instance": "F3 reference (THEOREMS §3.0), Householder U",
         "constants": {"L0": prob.L0, "mu_PL": prob.mu_pl, "sigma0_sq": prob.sigma0_sq, "psi_star": prob.psi_star,
-                      "Delta0": float(A.gap_of(prob, prob.w0)),
+                      "Delta0": float(AT.gap_of(prob, prob.w0)),
                       "method": "exact for F3: L0 = lam*||Q||, mu_PL = lam*lambda_min(Q), sigma0^2 = lam*^2 tr Sigma"},
         "exact": ex, "tight_instance": tight, "mc_run": mc_info,
         "mc_assertions": {"count": 2, "delta_each": cfg.delta, "assertions": [mc, tight_mc]},
@@ -227,12 +229,12 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
 def control_step_too_large(prob: CommonMinimizer, cfg: Config, sid: str = STATEMENT_ID,
                            name: str = NAME) -> Evidence:
     alpha = cfg.ctl_alpha_L0 / prob.L0
-    rows = A.Rows()
-    hyp, mg = A.adaptation_hyps(prob, alpha=alpha, p_minus=1.0, p_plus=1.0, spec_min=1.0, spec_max=1.0)
-    lhs = A.exact_gap(prob, alpha, cfg.ctl_S, cfg.ctl_K)
-    rhs = A.rhs_91(prob, alpha, cfg.ctl_S, cfg.ctl_K, 1.0, 1.0, float(A.gap_of(prob, prob.w0)))
+    rows = AE.Rows()
+    hyp, mg = AE.adaptation_hyps(prob, alpha=alpha, p_minus=1.0, p_plus=1.0, spec_min=1.0, spec_max=1.0)
+    lhs = AT.exact_gap(prob, alpha, cfg.ctl_S, cfg.ctl_K)
+    rhs = AT.rhs_91(prob, alpha, cfg.ctl_S, cfg.ctl_K, 1.0, 1.0, float(AT.gap_of(prob, prob.w0)))
     rows.add("eq 90 exact, alpha = 3/L0", lhs, rhs, hyp=hyp, margins=mg, K=np.arange(cfg.ctl_K + 1), alpha=alpha)
-    return Evidence.from_control(sid, name, rows.monitor(), A.H_STEP, *rows.arrays()[:2],
+    return Evidence.from_control(sid, name, rows.monitor(), AE.H_STEP, *rows.arrays()[:2],
                                  instance_data=rows.instance_data(),
                                  details={"control": "step too large (alpha = 3/L0, P = I), exact expectations",
                                           "final_ratio": float(lhs[-1] / rhs[-1])})
@@ -240,20 +242,20 @@ def control_step_too_large(prob: CommonMinimizer, cfg: Config, sid: str = STATEM
 
 def control_nonmeasurable(rng, cfg: Config, sid: str = STATEMENT_ID, name: str = NAME) -> Evidence:
     """T-H43(e)(2): adversarial P_k from the current sample; MC rule at N = 10⁴ (outside the MC budget)."""
-    p1 = A.one_dim_instance(w0=cfg.adv_w0, noise_var=1.0)
+    p1 = AT.one_dim_instance(w0=cfg.adv_w0, noise_var=1.0)
     pm, pp = cfg.adv_p
-    alpha = A.alpha_max(p1, pm, pp)
-    wK, P0 = A.run_adversarial_1d(rng, n_runs=cfg.adv_runs, K=cfg.adv_K, w0=cfg.adv_w0, alpha=alpha,
+    alpha = AT.alpha_max(p1, pm, pp)
+    wK, P0 = AR.run_adversarial_1d(rng, n_runs=cfg.adv_runs, K=cfg.adv_K, w0=cfg.adv_w0, alpha=alpha,
                                   p_minus=pm, p_plus=pp)
-    b = float(A.rhs_91(p1, alpha, 1, cfg.adv_K, pm, pp, float(A.gap_of(p1, p1.w0)))[-1])
-    X = A.gap_of(p1, wK[:, None])
-    res, rec = A.mc_claim("control: eq 90 with P_k from the current sample (1-D, N=1e4)", X, b, delta=cfg.delta)
+    b = float(AT.rhs_91(p1, alpha, 1, cfg.adv_K, pm, pp, float(AT.gap_of(p1, p1.w0)))[-1])
+    X = AT.gap_of(p1, wK[:, None])
+    res, rec = AE.mc_claim("control: eq 90 with P_k from the current sample (1-D, N=1e4)", X, b, delta=cfg.delta)
     mon = HypothesisMonitor(1)
-    mon.record(A.H_MEAS, False)  # construction: P_k = p+ if d_k w_k < 0 (uses the current sample)
-    mon.record(A.H_MEAS + " [empirical: P_0 constant across runs sharing F_0]", bool(np.ptp(P0) == 0.0))
-    mon.record(A.H_SPEC, True, margin=0.0)
-    mon.require_nonnegative(A.H_STEP, A.alpha_max(p1, pm, pp) - alpha)
-    return Evidence.from_control(sid, name, mon, [A.H_MEAS], [res.lcb], [b],
+    mon.record(AE.H_MEAS, False)  # construction: P_k = p+ if d_k w_k < 0 (uses the current sample)
+    mon.record(AE.H_MEAS + " [empirical: P_0 constant across runs sharing F_0]", bool(np.ptp(P0) == 0.0))
+    mon.record(AE.H_SPEC, True, margin=0.0)
+    mon.require_nonnegative(AE.H_STEP, AT.alpha_max(p1, pm, pp) - alpha)
+    return Evidence.from_control(sid, name, mon, [AE.H_MEAS], [res.lcb], [b],
                                  instance_data={"N": [cfg.adv_runs], "K": [cfg.adv_K], "mean_over_b": [res.tightness]},
                                  details={"control": "non-measurable P_k (p+ if d_k w_k < 0 else p-), 1-D, MC",
                                           "mc": rec, "P0_distinct_values": np.unique(P0).tolist(),
@@ -261,17 +263,17 @@ def control_nonmeasurable(rng, cfg: Config, sid: str = STATEMENT_ID, name: str =
 
 
 def control_biased(cfg: Config, sid: str = STATEMENT_ID, name: str = NAME) -> Evidence:
-    p1 = A.one_dim_instance(w0=3.0, noise_var=1.0)
-    rows = A.Rows()
+    p1 = AT.one_dim_instance(w0=3.0, noise_var=1.0)
+    rows = AE.Rows()
     for bias in cfg.bias_values:
-        lhs = A.exact_gap(p1, cfg.bias_alpha, cfg.bias_S, cfg.bias_K, np.eye(1), bias=np.array([bias]))
-        rhs = A.rhs_91(p1, cfg.bias_alpha, cfg.bias_S, cfg.bias_K, 1.0, 1.0, float(A.gap_of(p1, p1.w0)))
-        hyp, mg = A.adaptation_hyps(p1, alpha=cfg.bias_alpha, p_minus=1.0, p_plus=1.0, spec_min=1.0,
+        lhs = AT.exact_gap(p1, cfg.bias_alpha, cfg.bias_S, cfg.bias_K, np.eye(1), bias=np.array([bias]))
+        rhs = AT.rhs_91(p1, cfg.bias_alpha, cfg.bias_S, cfg.bias_K, 1.0, 1.0, float(AT.gap_of(p1, p1.w0)))
+        hyp, mg = AE.adaptation_hyps(p1, alpha=cfg.bias_alpha, p_minus=1.0, p_plus=1.0, spec_min=1.0,
                                     spec_max=1.0, unbiased=False)
         rows.add(f"eq 90 exact, bias {bias}", lhs, rhs, hyp=hyp, margins=mg, bias=bias,
                  K=np.arange(cfg.bias_K + 1))
     lhs, rhs, _ = rows.arrays()
-    return Evidence.from_control(sid, name, rows.monitor(), A.H_UNB, lhs, rhs, instance_data=rows.instance_data(),
+    return Evidence.from_control(sid, name, rows.monitor(), AE.H_UNB, lhs, rhs, instance_data=rows.instance_data(),
                                  details={"control": f"biased direction b in {cfg.bias_values}, S = {cfg.bias_S}, "
                                                      f"alpha = {cfg.bias_alpha}, exact",
                                           "final_gaps": lhs.reshape(len(cfg.bias_values), -1)[:, -1].tolist(),
@@ -286,5 +288,5 @@ def negative_control(config: Config | None, rng: np.random.Generator) -> Evidenc
         "non_measurable": control_nonmeasurable(rng, cfg),
         "biased_direction": control_biased(cfg),
     }
-    return A.combine_controls(STATEMENT_ID, NAME, parts)
+    return AE.combine_controls(STATEMENT_ID, NAME, parts)
 

@@ -42,7 +42,7 @@ How it is checked (THEOREMS.md §3.1 T-H44)
       The statement's constant is this ball constant (O-12); on the same samples, as a conclusion of its own, the
       per-sample mean-value inequality ``β_new(w_K) = β_new(w_K) − β_new(c) ≤ sup_{ξ∈[c, w_K]}‖∇β_new(ξ)‖·‖w_K − c‖``
       with the supremum over the sample's own segment, bounded rigorously through F3's one-dimensional reduction
-      (:func:`._adaptation_common.beta_segment_constant`: ``‖∇β(c + τe)‖ = β'(τ²q)τ‖Qe‖``, cell bounds of
+      (:func:`._adaptation_theory.beta_segment_constant`: ``‖∇β(c + τe)‖ = β'(τ²q)τ‖Qe‖``, cell bounds of
       ``√s β'(s)`` on a geometric grid, within a relative ``~1e-3`` of the supremum). Near ``c`` ``β_new ≈ κq²`` is
       quartic in the distance, so this ratio tends to ``1/4`` there (the integral of a cubic against its end value).
     * The chain of (b) link by link, on each set of samples (the four exact-endpoint sets and the Monte Carlo runs):
@@ -54,7 +54,7 @@ How it is checked (THEOREMS.md §3.1 T-H44)
       ``K = 60``, ``N = 4000`` from ``w_I``: (a) ``X = ψ(w_K) − ψ*``, ``b = RHS91``; (b) ``X = ‖w_K − c‖²``,
       ``b = (2/μ)RHS91``; (b)/(c) chain ``X = β_new(w_K)``, ``b = L_β((2/μ)RHS91)^{1/2}``; and (a), (b) on the tight
       1-D instance (``E X = b``; ``N`` detects a bound too small by 2 with probability ``≥ 0.99``,
-      :func:`._adaptation_common.tight_mc`). Rule of §3.0 (cap 5b, ``δ`` = the budget's share).
+      :func:`._adaptation_evidence.tight_mc`). Rule of §3.0 (cap 5b, ``δ`` = the budget's share).
 
 Negative controls
     * (b) with quartic growth: ``ψ = t + λ_{j*}‖w − c‖⁴``, ``μ = 2λ_{j*}`` declared from ``‖w − c‖ ≥ 1``; the QG
@@ -77,16 +77,18 @@ import numpy as np
 
 from sim.algorithm import ClientSource, Pipeline2Config, pipeline2
 from sim.problems import CommonMinimizer
-from verification.evidence import Evidence, HypothesisMonitor
-from verification.montecarlo import assertion_delta, assertion_record
-from verification.search import Param, SearchSpace
-from verification.statements import _adaptation_common as A
+from verification.core.evidence import Evidence, HypothesisMonitor
+from verification.core.montecarlo import assertion_delta, assertion_record
+from verification.core.search import Param, SearchSpace
+from verification.statements import _adaptation_evidence as AE
+from verification.statements import _adaptation_runs as AR
+from verification.statements import _adaptation_theory as AT
 from verification.statements import h43_expected_contraction as H43
 
 STATEMENT_ID = "H.44"
 NAME = "Pipeline 1 vs Pipeline 2: adaptation gap, distance and beta bounds (eq 91-94)"
 
-H_NEW = A.H_NEW
+H_NEW = AE.H_NEW
 H_LBETA = "L_beta >= F3 upper bound of ||grad_w beta_new|| on the ball (L_beta valid)"
 H_SEGMENT = "mean-value constant taken over the whole segment [c, w_K]"
 
@@ -139,7 +141,7 @@ class Config:
 def _qg(prob, W):
     """H.34 margin ``ψ − ψ* − (μ/2)‖w − c‖²`` at the points (``μ = λ_{j*}λ_min(Q)``, exact for F3)."""
     e = np.asarray(W).reshape(-1, prob.n_params) - prob.centre
-    return A.gap_of(prob, prob.centre + e) - 0.5 * prob.mu_pl * np.einsum("na,na->n", e, e)
+    return AT.gap_of(prob, prob.centre + e) - 0.5 * prob.mu_pl * np.einsum("na,na->n", e, e)
 
 
 def _beta(prob, W):
@@ -150,7 +152,7 @@ def _dist(prob, W):
     return np.linalg.norm(np.asarray(W).reshape(-1, prob.n_params) - prob.centre, axis=1)
 
 
-def _eq92(rows, cs: A.ClusterStarts, hyp_new):
+def _eq92(rows, cs: AR.ClusterStarts, hyp_new):
     """eq 92 rows; returns the eq 92 bound of Δ₀ per start (with the transient, O-14)."""
     out = {}
     for key in ("w_ref", "w_I", "w_II"):
@@ -159,25 +161,25 @@ def _eq92(rows, cs: A.ClusterStarts, hyp_new):
                  hyp=hyp_new, start=key)
     for key in ("w_I", "w_II"):
         rhs2 = cs.eps0_bar[key] + cs.transient[key]
-        hyp, mg = A.h19_hyps(cs, key)
+        hyp, mg = AE.h19_hyps(cs, key)
         rows.add("eq 92 (second, with transient O-14): G_opt <= eps0_bar + transient", cs.g_opt[key], rhs2, hyp=hyp,
                  margins=mg, start=key)
         out[key] = rhs2 + cs.delta_lambda * (cs.linf[key] + cs.L_star)
     return out
 
 
-def _exact_block(rows: A.Rows, rng, prob: CommonMinimizer, cfg: Config, hyp_new: dict, label: str,
+def _exact_block(rows: AE.Rows, rng, prob: CommonMinimizer, cfg: Config, hyp_new: dict, label: str,
                  endpoints: list | None) -> dict:
     """The cluster starts of the new client ``prob`` (Phase 1, Phase 2), eq 92 rows, Pipeline 2, and the exact
     (a), (b), (c) rows for every start, fixed ``P`` and ``S``; appends Gaussian endpoint samples to ``endpoints``
     (when given). Returns the block's numbers for ``details``."""
-    cs = A.cluster_starts(prob, rng, n_clients=cfg.n_clients, spread=cfg.spread, rounds_I=cfg.rounds_I,
+    cs = AR.cluster_starts(prob, rng, n_clients=cfg.n_clients, spread=cfg.spread, rounds_I=cfg.rounds_I,
                           rounds_II=cfg.rounds_II, eta_I_factor=cfg.eta_I_factor, eta_II_factor=cfg.eta_II_factor)
-    U = A.random_orthogonal(rng, prob.n_params)
+    U = AT.random_orthogonal(rng, prob.n_params)
     b92 = _eq92(rows, cs, hyp_new)
     mu = prob.mu_pl  # QG constant of psi_new (F3: exact)
     # Pipeline 2 (data-rich local training of the new client, sim.algorithm.pipeline2) from w_I
-    p2 = pipeline2(ClientSource(A.F3Runs(prob, 1)), np.arange(1), cs.starts["w_I"],
+    p2 = pipeline2(ClientSource(AR.F3Runs(prob, 1)), np.arange(1), cs.starts["w_I"],
                    Pipeline2Config(max_steps=cfg.pipeline2_steps))
     w2 = p2.w[0]
     psi2 = float(prob.chebyshev(w2))
@@ -186,29 +188,29 @@ def _exact_block(rows: A.Rows, rng, prob: CommonMinimizer, cfg: Config, hyp_new:
         w0 = cs.starts[start]
         d0 = cs.delta0[start]
         for kind, pm, pp in cfg.settings:
-            P = np.eye(prob.n_params) if kind == "identity" else A.spectral_preconditioner(U, pm, pp)
+            P = np.eye(prob.n_params) if kind == "identity" else AT.spectral_preconditioner(U, pm, pp)
             ev = np.linalg.eigvalsh(P)
-            alpha = A.alpha_max(prob, pm, pp)
-            hyp, mg = A.adaptation_hyps(prob, alpha=alpha, p_minus=pm, p_plus=pp, spec_min=ev[0], spec_max=ev[-1])
+            alpha = AT.alpha_max(prob, pm, pp)
+            hyp, mg = AE.adaptation_hyps(prob, alpha=alpha, p_minus=pm, p_plus=pp, spec_min=ev[0], spec_max=ev[-1])
             hyp = {**hyp, **hyp_new}
             for S in cfg.S_values:
                 K = np.arange(cfg.K_exact + 1)
-                gap = A.exact_gap(prob, alpha, S, cfg.K_exact, P, w0)
-                r91 = A.rhs_91(prob, alpha, S, cfg.K_exact, pm, pp, d0)
-                r9192 = A.rhs_91(prob, alpha, S, cfg.K_exact, pm, pp, b92[start])
-                sq = A.exact_sq_dist(prob, alpha, S, cfg.K_exact, P, w0)
+                gap = AT.exact_gap(prob, alpha, S, cfg.K_exact, P, w0)
+                r91 = AT.rhs_91(prob, alpha, S, cfg.K_exact, pm, pp, d0)
+                r9192 = AT.rhs_91(prob, alpha, S, cfg.K_exact, pm, pp, b92[start])
+                sq = AT.exact_sq_dist(prob, alpha, S, cfg.K_exact, P, w0)
                 tag = dict(new_client=label, start=start, P=kind, S=S, K=K, alpha=alpha)
                 rows.add("(a) eq 91 exact", gap, r91, hyp=hyp, margins=mg, **tag)
-                h19, m19 = A.h19_hyps(cs, start)
+                h19, m19 = AE.h19_hyps(cs, start)
                 rows.add("(a) eq 91 with eq 92 bound of Delta0", gap, r9192, hyp={**hyp, **h19}, margins={**mg, **m19},
                          **tag)
                 rows.add("(b) eq 93 exact: E||w_K - c||^2 <= (2/mu) RHS91", sq, 2.0 / mu * r91,
-                         hyp={**hyp, A.H_QG: True}, margins=mg, **tag)
+                         hyp={**hyp, AE.H_QG: True}, margins=mg, **tag)
                 rows.add("(c) eq 94 exact: E psi(w_K) - psi(w2) <= RHS91, w2 = sim.algorithm.pipeline2 output",
                          gap - (psi2 - prob.psi_star), r91, hyp=hyp, margins=mg, **tag)
                 worst[f"{start}/{kind}/S={S}"] = {"a": float(np.max(gap / r91)), "b": float(np.max(sq / (2 / mu * r91)))}
             if endpoints is not None:
-                Wend = A.gaussian_endpoint_samples(prob, rng, alpha, cfg.S_b, cfg.K_b, P, w0, cfg.n_endpoint)
+                Wend = AT.gaussian_endpoint_samples(prob, rng, alpha, cfg.S_b, cfg.K_b, P, w0, cfg.n_endpoint)
                 endpoints.append((f"{start}/{kind}", Wend, hyp, mg))
     return {"cs": cs, "b92": b92, "w2": w2, "psi2": psi2, "p2": p2, "worst": worst, "U": U}
 
@@ -224,14 +226,14 @@ SEARCH = SearchSpace(
                             confidence_contract=False),
     family="F3 new client and its cluster: preconditioner spread p+/p-, S, K, cluster preference spread, Phase-1 "
            "rounds and step size",
-    excluded=A.F3_FIXED,
+    excluded=AR.F3_FIXED,
 )
 
 
 #: Why a numeric conclusion cannot approach its bound on the family (power report and dashboard).
 REASONS = {
-    "Monte Carlo (a) eq 91: E[psi(w_K) - psi*] <= RHS91 (LCB <= b)": A.MC_RMSPROP_REASON,
-    "Monte Carlo (b) eq 93: E||w_K - c||^2 <= (2/mu) RHS91 (LCB <= b)": A.MC_RMSPROP_REASON,
+    "Monte Carlo (a) eq 91: E[psi(w_K) - psi*] <= RHS91 (LCB <= b)": AE.MC_RMSPROP_REASON,
+    "Monte Carlo (b) eq 93: E||w_K - c||^2 <= (2/mu) RHS91 (LCB <= b)": AE.MC_RMSPROP_REASON,
     C_CHAIN: (
         "the product of its three links, each checked on its own: link 1, mean beta_new <= L_beta mean ||w_K - c|| "
         "(below 0.02 on the family: beta_new is flat, quartic, at c and the endpoints concentrate near c, while L_beta "
@@ -271,29 +273,29 @@ TIGHT_SEEDS = 3
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     cfg = config or Config()
     prob = CommonMinimizer.reference()
-    rows = A.Rows()
+    rows = AE.Rows()
     hyp_new = {H_NEW: True}
     mu = prob.mu_pl
     endpoints: list = []
     blk = _exact_block(rows, rng, prob, cfg, hyp_new, "reference", endpoints)
     cs, b92, w2, p2, worst, U = blk["cs"], blk["b92"], blk["w2"], blk["p2"], blk["worst"], blk["U"]
     # the isotropic new client (Q = I, kappa_Q = 1): with P = I and alpha = 1/L0 eq 91 holds with equality for K >= 1
-    iso = _exact_block(rows, rng, A.isotropic(prob), cfg, hyp_new, "isotropic (Q = I)", None)
+    iso = _exact_block(rows, rng, AT.isotropic(prob), cfg, hyp_new, "isotropic (Q = I)", None)
     # ---------------- Monte Carlo, lagged RMSprop from w_I
     pm, pp = cfg.mc_p
-    alpha = A.alpha_max(prob, pm, pp)
+    alpha = AT.alpha_max(prob, pm, pp)
     w0 = cs.starts["w_I"]
-    runs = A.run_adaptation(prob, rng, alpha=alpha, S=cfg.mc_S, K=cfg.mc_K, n_runs=cfg.mc_runs,
+    runs = AR.run_adaptation(prob, rng, alpha=alpha, S=cfg.mc_S, K=cfg.mc_K, n_runs=cfg.mc_runs,
                             kind="rmsprop_lagged", p_minus=pm, p_plus=pp, w0=w0)
-    h39 = A.h39_along(prob, runs.W)
-    hyp_mc, mg_mc = A.adaptation_hyps(prob, alpha=alpha, p_minus=pm, p_plus=pp, spec_min=runs.p_min.min(),
+    h39 = AE.h39_along(prob, runs.W)
+    hyp_mc, mg_mc = AE.adaptation_hyps(prob, alpha=alpha, p_minus=pm, p_plus=pp, spec_min=runs.p_min.min(),
                                       spec_max=runs.p_max.max())
-    hyp_mc.update({A.H_BN: bool(h39["bottleneck_ok"].all()), A.H_PL: bool(A.pl_ok(h39).all()), **hyp_new})
+    hyp_mc.update({AE.H_BN: bool(h39["bottleneck_ok"].all()), AE.H_PL: bool(AE.pl_ok(h39).all()), **hyp_new})
     endpoints.append(("w_I/rmsprop_lagged (MC)", runs.w_K, hyp_mc, mg_mc))
     # ---------------- L_beta over a ball containing every point used
     allpts = np.concatenate([e[1] for e in endpoints] + [runs.W.reshape(-1, prob.n_params)])
     R = float(_dist(prob, allpts).max())
-    lb = A.beta_lipschitz(prob, rng, allpts[:: max(1, allpts.shape[0] // 20000)], R, n_ball=cfg.n_ball,
+    lb = AT.beta_lipschitz(prob, rng, allpts[:: max(1, allpts.shape[0] // 20000)], R, n_ball=cfg.n_ball,
                           safety=cfg.lbeta_safety)
     L_beta = lb["L_beta"]
     lb_ok = L_beta >= lb["sup_1d"]
@@ -302,9 +304,9 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     for label, Wend, hyp, mg in endpoints:
         b_end, d_end = _beta(prob, Wend), _dist(prob, Wend)
         rows.add(C_PER_SAMPLE, b_end, L_beta * d_end,
-                 hyp={**hyp, H_LBETA: lb_ok, A.H_QG: bool(np.all(_qg(prob, Wend) >= -1e-12))},
+                 hyp={**hyp, H_LBETA: lb_ok, AE.H_QG: bool(np.all(_qg(prob, Wend) >= -1e-12))},
                  margins={**mg, H_LBETA: L_beta - lb["sup_1d"]}, endpoints=label)
-        seg = A.beta_segment_constant(prob, Wend)
+        seg = AT.beta_segment_constant(prob, Wend)
         rows.add(C_SEGMENT, b_end, seg["M"] * d_end, hyp={**hyp, H_SEGMENT: True}, margins=mg, endpoints=label,
                  segment_constant=seg["M"], q=seg["q"])
         # the chain of (b) link by link on the sample (both links hold for every distribution, the empirical one
@@ -320,7 +322,7 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
                       "per_sample_segment_max_ratio": float(np.max(b_end / np.where(seg["M"] * d_end > 0,
                                                                                      seg["M"] * d_end, np.inf))),
                       "segment_over_L_beta_max": float(seg["M"].max() / L_beta)})
-    b91 = float(A.rhs_91(prob, alpha, cfg.mc_S, cfg.mc_K, pm, pp, cs.delta0["w_I"])[-1])
+    b91 = float(AT.rhs_91(prob, alpha, cfg.mc_S, cfg.mc_K, pm, pp, cs.delta0["w_I"])[-1])
     mcs = []
     X_b = np.sum((runs.w_K - prob.centre) ** 2, axis=1)
     beta_K = _beta(prob, runs.w_K)
@@ -328,15 +330,15 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
                       ("(b) eq 93: E||w_K - c||^2 <= (2/mu) RHS91", X_b, 2.0 / mu * b91),
                       ("(b)/(c) chain: E beta_new(w_K) <= L_beta sqrt((2/mu) RHS91)", beta_K,
                        L_beta * np.sqrt(2.0 / mu * b91))):
-        res, rec = A.mc_claim(lab + " [lagged RMSprop, w_I, S=4, K=60]", X, b, delta=cfg.delta)
+        res, rec = AE.mc_claim(lab + " [lagged RMSprop, w_I, S=4, K=60]", X, b, delta=cfg.delta)
         mcs.append(rec)
         rows.add_mc("Monte Carlo " + lab + " (LCB <= b)", res, soft=not cfg.confidence_contract,
-                    hyp={**hyp_mc, A.H_QG: bool(np.all(qg_all >= -1e-12)), H_LBETA: lb_ok},
+                    hyp={**hyp_mc, AE.H_QG: bool(np.all(qg_all >= -1e-12)), H_LBETA: lb_ok},
                     margins={**mg_mc, H_LBETA: L_beta - lb["sup_1d"]}, start="w_I", P="rmsprop_lagged")
     budget = [assertion_record(r["label"], cfg.delta) for r in mcs]
     for lab, quantity in (("Monte Carlo (a) eq 91, tight 1-D instance (LCB <= b)", "gap"),
                           ("Monte Carlo (b) eq 93, tight 1-D instance (LCB <= b)", "sq_dist")):
-        rec, bud = A.tight_mc(rows, rng, lab, quantity=quantity, delta=cfg.delta, soft=not cfg.confidence_contract)
+        rec, bud = AE.tight_mc(rows, rng, lab, quantity=quantity, delta=cfg.delta, soft=not cfg.confidence_contract)
         mcs.append(rec)
         budget.append(bud)
     chain = {"mean_beta": float(beta_K.mean()), "L_beta_sqrt_mean_sq_dist": float(L_beta * np.sqrt(X_b.mean())),
@@ -366,7 +368,7 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
                       "lp_status_counts": p2.step_status_counts},
         "mc_run": {"spectrum_P_k": [float(runs.p_min.min()), float(runs.p_max.max())],
                    "h39_bottleneck_failures": int((~h39["bottleneck_ok"]).sum()),
-                   "h39_pl_failures": int((~A.pl_ok(h39)).sum())},
+                   "h39_pl_failures": int((~AE.pl_ok(h39)).sum())},
         "mc_assertions": {"count": len(mcs), "delta_each": cfg.delta, "assertions": mcs},
         "confidence_assertions": budget if cfg.confidence_contract else [],
         "figure_data": {"adaptation_gap": _figure(prob, rng, cfg, U, cs)},
@@ -383,14 +385,14 @@ def _figure(prob, rng, cfg: Config, U, cs) -> dict:
     pm, pp = cfg.mc_p
     for S in cfg.S_values:
         for kind, a, b in (("identity", 1.0, 1.0), ("fixed", pm, pp), ("rmsprop_lagged", pm, pp)):
-            alpha = A.alpha_max(prob, a, b)
+            alpha = AT.alpha_max(prob, a, b)
             if kind == "rmsprop_lagged":
-                gap = A.run_adaptation(prob, rng, alpha=alpha, S=S, K=cfg.mc_K, n_runs=cfg.mc_runs, kind=kind,
+                gap = AR.run_adaptation(prob, rng, alpha=alpha, S=S, K=cfg.mc_K, n_runs=cfg.mc_runs, kind=kind,
                                        p_minus=a, p_plus=b, w0=w0).gaps.mean(axis=1)
             else:
-                P = None if kind == "identity" else A.spectral_preconditioner(U, a, b)
-                gap = A.exact_gap(prob, alpha, S, cfg.mc_K, P, w0)
-            bound = A.rhs_91(prob, alpha, S, cfg.mc_K, a, b, d0)
+                P = None if kind == "identity" else AT.spectral_preconditioner(U, a, b)
+                gap = AT.exact_gap(prob, alpha, S, cfg.mc_K, P, w0)
+            bound = AT.rhs_91(prob, alpha, S, cfg.mc_K, a, b, d0)
             cols["K"] += Ks.tolist()
             cols["S"] += [int(S)] * Ks.size
             cols["preconditioner"] += [kind] * Ks.size
@@ -409,19 +411,19 @@ def _control_quartic(prob, rng, cfg: Config) -> Evidence:
     root = (U * np.sqrt(ev)).T / np.sqrt(cfg.quartic_S)
     w = np.broadcast_to(prob.w0, (cfg.quartic_runs, prob.n_params)).copy()
     for _ in range(cfg.quartic_K):
-        d = A.quartic_grad(lam, w, c) + lam * (rng.standard_normal(w.shape) @ root)
+        d = AT.quartic_grad(lam, w, c) + lam * (rng.standard_normal(w.shape) @ root)
         w = w - cfg.quartic_alpha * d
-    gap = A.quartic_psi(lam, t, w, c) - t
+    gap = AT.quartic_psi(lam, t, w, c) - t
     sq = np.sum((w - c) ** 2, axis=1)
     # QG monitor on the region: radii up to the largest distance seen, random directions
     R = max(float(np.sqrt(sq.max())), float(np.linalg.norm(prob.w0 - c)))
     u = rng.standard_normal((400, prob.n_params))
     u /= np.linalg.norm(u, axis=1, keepdims=True)
     reg = c + np.linspace(0.02, R, 400)[:, None] * u
-    qg_margin = A.quartic_psi(lam, t, reg, c) - t - 0.5 * mu * np.sum((reg - c) ** 2, axis=1)
+    qg_margin = AT.quartic_psi(lam, t, reg, c) - t - 0.5 * mu * np.sum((reg - c) ** 2, axis=1)
     mon = HypothesisMonitor(sq.size)
-    mon.record(A.H_QG, bool(np.all(qg_margin >= -1e-12)), margin=float(qg_margin.min()))
-    return Evidence.from_control(STATEMENT_ID, NAME, mon, A.H_QG, sq, 2.0 / mu * gap,
+    mon.record(AE.H_QG, bool(np.all(qg_margin >= -1e-12)), margin=float(qg_margin.min()))
+    return Evidence.from_control(STATEMENT_ID, NAME, mon, AE.H_QG, sq, 2.0 / mu * gap,
                                  details={"control": "quartic growth psi = t + lam*||w - c||^4, mu = 2 lam*",
                                           "fraction_failing": float(np.mean(sq > 2.0 / mu * gap)),
                                           "median_dist": float(np.median(np.sqrt(sq)))})
@@ -430,17 +432,17 @@ def _control_quartic(prob, rng, cfg: Config) -> Evidence:
 def _control_endpoints(prob, rng, cfg: Config) -> np.ndarray:
     """Endpoints of ``control_K`` identity-P steps (``α = 1/L₀``) from the instance's ``w0``, at distances from ``c``
     up to about ``‖w0 − c‖``."""
-    return A.run_adaptation(prob, rng, alpha=A.alpha_max(prob, 1.0, 1.0), S=cfg.mc_S, K=cfg.control_K,
+    return AR.run_adaptation(prob, rng, alpha=AT.alpha_max(prob, 1.0, 1.0), S=cfg.mc_S, K=cfg.control_K,
                             n_runs=cfg.control_runs).w_K
 
 
 def _control_half_segment(prob, rng, cfg: Config) -> Evidence:
     """(b) per sample with the mean-value constant of half the segment, ``sup_{[c, (c + w_K)/2]} ‖∇β_new‖``
-    (:func:`._adaptation_common.beta_segment_constant` at the midpoint), instead of the whole segment: ``‖∇β‖`` grows
+    (:func:`._adaptation_theory.beta_segment_constant` at the midpoint), instead of the whole segment: ``‖∇β‖`` grows
     along the segment (``β_new ≈ κq²`` near ``c``), and the inequality fails."""
     W = _control_endpoints(prob, rng, cfg)
     d = _dist(prob, W)
-    M_half = A.beta_segment_constant(prob, prob.centre + 0.5 * (W - prob.centre))["M"]
+    M_half = AT.beta_segment_constant(prob, prob.centre + 0.5 * (W - prob.centre))["M"]
     mon = HypothesisMonitor(d.size)
     mon.record(H_SEGMENT, np.zeros(d.size, dtype=bool))  # by construction: the constant of [c, (c + w_K)/2]
     lhs, rhs = _beta(prob, W), M_half * d
@@ -457,8 +459,8 @@ def _control_small_ball(prob, rng, cfg: Config) -> Evidence:
     W = _control_endpoints(prob, rng, cfg)
     d = _dist(prob, W)
     R = float(d.max())
-    small = A.beta_lipschitz(prob, rng, prob.centre[None], R / 8.0, n_ball=2000, safety=cfg.lbeta_safety)
-    whole = A.beta_lipschitz(prob, rng, W, R, n_ball=2000, safety=cfg.lbeta_safety)
+    small = AT.beta_lipschitz(prob, rng, prob.centre[None], R / 8.0, n_ball=2000, safety=cfg.lbeta_safety)
+    whole = AT.beta_lipschitz(prob, rng, W, R, n_ball=2000, safety=cfg.lbeta_safety)
     L_small = small["L_beta"]
     margin = L_small - whole["sup_1d"]
     b = _beta(prob, W)
@@ -485,4 +487,4 @@ def negative_control(config: Config | None, rng: np.random.Generator) -> Evidenc
         "half_segment_b": _control_half_segment(prob, rng, cfg),
         "small_ball_L_beta_b": _control_small_ball(prob, rng, cfg),
     }
-    return A.combine_controls(STATEMENT_ID, NAME, parts)
+    return AE.combine_controls(STATEMENT_ID, NAME, parts)

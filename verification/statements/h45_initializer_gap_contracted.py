@@ -25,7 +25,7 @@ How it is checked (THEOREMS.md §3.1 T-H45: same data as T-H44)
     Monte Carlo (2 assertions of the suite's budget): lagged RMSprop clipped to ``[0.5, 2]``, ``S = 4``, ``K = 60``,
     ``N = 4000`` from ``w_II``: ``E‖w_K − c‖² ≤ (2/μ)[ρ^K(ψ(w_II) − ψ*) + floor]`` (rule of §3.0, cap 5b), and the
     same claim on the tight 1-D instance (``E X = b``; ``N`` detects a bound too small by 2 with probability
-    ``≥ 0.99``, :func:`._adaptation_common.tight_mc`).
+    ``≥ 0.99``, :func:`._adaptation_evidence.tight_mc`).
 
 Negative controls
     * eq 95 (second part) under quartic growth ``ψ = t + λ_{j*}‖w − c‖⁴`` with ``μ = 2λ_{j*}`` declared from
@@ -43,10 +43,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.problems import CommonMinimizer
-from verification.evidence import Evidence, HypothesisMonitor
-from verification.montecarlo import assertion_delta, assertion_record
-from verification.search import Param, SearchSpace
-from verification.statements import _adaptation_common as A
+from verification.core.evidence import Evidence, HypothesisMonitor
+from verification.core.montecarlo import assertion_delta, assertion_record
+from verification.core.search import Param, SearchSpace
+from verification.statements import _adaptation_evidence as AE
+from verification.statements import _adaptation_runs as AR
+from verification.statements import _adaptation_theory as AT
 from verification.statements import h43_expected_contraction as H43
 
 STATEMENT_ID = "H.45"
@@ -81,7 +83,7 @@ class Config:
         return cls(mc_runs=16000)
 
 
-def _eq96_rows(rows: A.Rows, prob: CommonMinimizer, cs, b95: dict, U, cfg: Config, qg: dict, qg_m: dict,
+def _eq96_rows(rows: AE.Rows, prob: CommonMinimizer, cs, b95: dict, U, cfg: Config, qg: dict, qg_m: dict,
                label: str) -> dict:
     """eq 96 (exact expectations), its chain with eq 95 and the RMS distance, from ``w_I`` and ``w_II``."""
     mu = prob.mu_pl
@@ -89,18 +91,18 @@ def _eq96_rows(rows: A.Rows, prob: CommonMinimizer, cs, b95: dict, U, cfg: Confi
     for key in ("w_I", "w_II"):
         w0 = cs.starts[key]
         for kind, pm, pp in cfg.settings:
-            P = np.eye(prob.n_params) if kind == "identity" else A.spectral_preconditioner(U, pm, pp)
+            P = np.eye(prob.n_params) if kind == "identity" else AT.spectral_preconditioner(U, pm, pp)
             ev = np.linalg.eigvalsh(P)
-            alpha = A.alpha_max(prob, pm, pp)
-            hyp, mg = A.adaptation_hyps(prob, alpha=alpha, p_minus=pm, p_plus=pp, spec_min=ev[0], spec_max=ev[-1])
+            alpha = AT.alpha_max(prob, pm, pp)
+            hyp, mg = AE.adaptation_hyps(prob, alpha=alpha, p_minus=pm, p_plus=pp, spec_min=ev[0], spec_max=ev[-1])
             for S in cfg.S_values:
-                gap = A.exact_gap(prob, alpha, S, cfg.K_exact, P, w0)
-                after = A.rhs_91(prob, alpha, S, cfg.K_exact, pm, pp, cs.delta0[key])
-                chain = A.rhs_91(prob, alpha, S, cfg.K_exact, pm, pp, b95[key])
-                rms = np.sqrt(A.exact_sq_dist(prob, alpha, S, cfg.K_exact, P, w0))
+                gap = AT.exact_gap(prob, alpha, S, cfg.K_exact, P, w0)
+                after = AT.rhs_91(prob, alpha, S, cfg.K_exact, pm, pp, cs.delta0[key])
+                chain = AT.rhs_91(prob, alpha, S, cfg.K_exact, pm, pp, b95[key])
+                rms = np.sqrt(AT.exact_sq_dist(prob, alpha, S, cfg.K_exact, P, w0))
                 tag = dict(new_client=label, start=key, P=kind, S=S, K=np.arange(cfg.K_exact + 1), alpha=alpha)
                 rows.add("eq 96: E gap_K <= rho^K (psi(w0) - psi*) + floor", gap, after, hyp=hyp, margins=mg, **tag)
-                h19, m19 = A.h19_hyps(cs, key)
+                h19, m19 = AE.h19_hyps(cs, key)
                 rows.add("eq 96 with eq 95: E gap_K <= rho^K (eq 95 bound) + floor", gap, chain,
                          hyp={**hyp, **h19}, margins={**mg, **m19}, **tag)
                 rows.add("RMS distance: sqrt(E||w_K - w*||^2) <= sqrt((2/mu)(rho^K Delta0 + floor))", rms,
@@ -120,13 +122,13 @@ SEARCH = SearchSpace(
                             confidence_contract=False),
     family="F3 new client and its cluster: preconditioner spread p+/p-, S, K, cluster preference spread, Phase-1 "
            "rounds and step size",
-    excluded=A.F3_FIXED,
+    excluded=AR.F3_FIXED,
 )
 
 
 #: Why a numeric conclusion cannot approach its bound on the family (power report and dashboard).
 REASONS = {
-    "Monte Carlo eq 96 distance from w_II, lagged RMSprop (LCB <= b)": A.MC_RMSPROP_REASON,
+    "Monte Carlo eq 96 distance from w_II, lagged RMSprop (LCB <= b)": AE.MC_RMSPROP_REASON,
 }
 
 #: Found by the falsification search (seed 0): a short Phase 1 with a small step, where the band eps0_bar + transient
@@ -145,24 +147,24 @@ TIGHT_SEEDS = 6
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     cfg = config or Config()
     prob = CommonMinimizer.reference()
-    cs = A.cluster_starts(prob, rng, n_clients=cfg.n_clients, spread=cfg.spread, rounds_I=cfg.rounds_I,
+    cs = AR.cluster_starts(prob, rng, n_clients=cfg.n_clients, spread=cfg.spread, rounds_I=cfg.rounds_I,
                           rounds_II=cfg.rounds_II, eta_I_factor=cfg.eta_I_factor, eta_II_factor=cfg.eta_II_factor)
-    U = A.random_orthogonal(rng, prob.n_params)
+    U = AT.random_orthogonal(rng, prob.n_params)
     mu = prob.mu_pl
-    rows = A.Rows()
+    rows = AE.Rows()
     # QG (H.34) monitored on a region sample around c containing every start
     Rmax = max(float(np.linalg.norm(w - prob.centre)) for w in cs.starts.values())
     u = rng.standard_normal((cfg.n_region, prob.n_params))
     u /= np.linalg.norm(u, axis=1, keepdims=True)
     reg = prob.centre + (Rmax * rng.random(cfg.n_region))[:, None] * u
-    qg_margin = A.gap_of(prob, reg) - 0.5 * mu * np.sum((reg - prob.centre) ** 2, axis=1)
-    qg = {A.H_QG: bool(np.all(qg_margin >= -1e-12))}
-    qg_m = {A.H_QG: float(qg_margin.min())}
+    qg_margin = AT.gap_of(prob, reg) - 0.5 * mu * np.sum((reg - prob.centre) ** 2, axis=1)
+    qg = {AE.H_QG: bool(np.all(qg_margin >= -1e-12))}
+    qg_m = {AE.H_QG: float(qg_margin.min())}
     # ---- eq 95
     b95 = {}
     for key in ("w_I", "w_II"):
         b95[key] = cs.eps0_bar[key] + cs.transient[key] + cs.delta_lambda * (cs.linf[key] + cs.L_star)
-        h19, m19 = A.h19_hyps(cs, key)
+        h19, m19 = AE.h19_hyps(cs, key)
         rows.add("eq 95 (objective space, with transient O-14): Delta0 <= eps0_bar + transient + dl(||l||+L*)",
                  cs.delta0[key], b95[key], hyp=h19, margins=m19, start=key)
     for key, w in cs.starts.items():
@@ -170,8 +172,8 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
                  2.0 / mu * cs.delta0[key], hyp=qg, margins=qg_m, start=key)
     # ---- eq 96, exact: the reference new client and the isotropic one (Q = I: equality for K >= 1 with P = I)
     worst = _eq96_rows(rows, prob, cs, b95, U, cfg, qg, qg_m, "reference")
-    iso = A.isotropic(prob)
-    cs_iso = A.cluster_starts(iso, rng, n_clients=cfg.n_clients, spread=cfg.spread, rounds_I=cfg.rounds_I,
+    iso = AT.isotropic(prob)
+    cs_iso = AR.cluster_starts(iso, rng, n_clients=cfg.n_clients, spread=cfg.spread, rounds_I=cfg.rounds_I,
                               rounds_II=cfg.rounds_II, eta_I_factor=cfg.eta_I_factor,
                               eta_II_factor=cfg.eta_II_factor)
     b95_iso = {k: cs_iso.eps0_bar[k] + cs_iso.transient[k] + cs_iso.delta_lambda * (cs_iso.linf[k] + cs_iso.L_star)
@@ -179,20 +181,20 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     worst_iso = _eq96_rows(rows, iso, cs_iso, b95_iso, U, cfg, qg, qg_m, "isotropic (Q = I)")
     # ---- Monte Carlo: RMS distance from w_II, lagged RMSprop
     pm, pp = cfg.mc_p
-    alpha = A.alpha_max(prob, pm, pp)
-    runs = A.run_adaptation(prob, rng, alpha=alpha, S=cfg.mc_S, K=cfg.mc_K, n_runs=cfg.mc_runs,
+    alpha = AT.alpha_max(prob, pm, pp)
+    runs = AR.run_adaptation(prob, rng, alpha=alpha, S=cfg.mc_S, K=cfg.mc_K, n_runs=cfg.mc_runs,
                             kind="rmsprop_lagged", p_minus=pm, p_plus=pp, w0=cs.starts["w_II"])
-    h39 = A.h39_along(prob, runs.W)
-    b = 2.0 / mu * float(A.rhs_91(prob, alpha, cfg.mc_S, cfg.mc_K, pm, pp, cs.delta0["w_II"])[-1])
-    res, rec = A.mc_claim("E||w_K - c||^2 <= (2/mu)[rho^K (psi(w_II) - psi*) + floor] [lagged RMSprop, w_II, S=4, "
+    h39 = AE.h39_along(prob, runs.W)
+    b = 2.0 / mu * float(AT.rhs_91(prob, alpha, cfg.mc_S, cfg.mc_K, pm, pp, cs.delta0["w_II"])[-1])
+    res, rec = AE.mc_claim("E||w_K - c||^2 <= (2/mu)[rho^K (psi(w_II) - psi*) + floor] [lagged RMSprop, w_II, S=4, "
                           "K=60]", np.sum((runs.w_K - prob.centre) ** 2, axis=1), b, delta=cfg.delta)
-    hyp, mg = A.adaptation_hyps(prob, alpha=alpha, p_minus=pm, p_plus=pp, spec_min=runs.p_min.min(),
+    hyp, mg = AE.adaptation_hyps(prob, alpha=alpha, p_minus=pm, p_plus=pp, spec_min=runs.p_min.min(),
                                 spec_max=runs.p_max.max())
-    hyp.update({A.H_BN: bool(h39["bottleneck_ok"].all()), A.H_PL: bool(A.pl_ok(h39).all()), **qg})
+    hyp.update({AE.H_BN: bool(h39["bottleneck_ok"].all()), AE.H_PL: bool(AE.pl_ok(h39).all()), **qg})
     rows.add_mc("Monte Carlo eq 96 distance from w_II, lagged RMSprop (LCB <= b)", res, hyp=hyp,
                 soft=not cfg.confidence_contract,
                 margins={**mg, **qg_m}, start="w_II", P="rmsprop_lagged")
-    tight, tight_budget = A.tight_mc(rows, rng, "Monte Carlo eq 96 distance, tight 1-D instance (LCB <= b)",
+    tight, tight_budget = AE.tight_mc(rows, rng, "Monte Carlo eq 96 distance, tight 1-D instance (LCB <= b)",
                                      quantity="sq_dist", delta=cfg.delta, soft=not cfg.confidence_contract)
     lhs, rhs, ok = rows.arrays()
     details = {
@@ -219,13 +221,13 @@ def _control_quartic(prob, rng, cfg: Config) -> Evidence:
     u = rng.standard_normal((len(cfg.quartic_radii), prob.n_params))
     u /= np.linalg.norm(u, axis=1, keepdims=True)
     W0 = c + np.asarray(cfg.quartic_radii)[:, None] * u
-    d0 = A.quartic_psi(lam, t, W0, c) - t
+    d0 = AT.quartic_psi(lam, t, W0, c) - t
     sq = np.sum((W0 - c) ** 2, axis=1)
     reg = c + np.linspace(0.02, 1.5, 300)[:, None] * rng.standard_normal((300, prob.n_params))
-    qg_margin = A.quartic_psi(lam, t, reg, c) - t - 0.5 * mu * np.sum((reg - c) ** 2, axis=1)
+    qg_margin = AT.quartic_psi(lam, t, reg, c) - t - 0.5 * mu * np.sum((reg - c) ** 2, axis=1)
     mon = HypothesisMonitor(sq.size)
-    mon.record(A.H_QG, bool(np.all(qg_margin >= -1e-12)), margin=float(qg_margin.min()))
-    return Evidence.from_control(STATEMENT_ID, NAME, mon, A.H_QG, sq, 2.0 / mu * d0,
+    mon.record(AE.H_QG, bool(np.all(qg_margin >= -1e-12)), margin=float(qg_margin.min()))
+    return Evidence.from_control(STATEMENT_ID, NAME, mon, AE.H_QG, sq, 2.0 / mu * d0,
                                  instance_data={"radius": np.asarray(cfg.quartic_radii)},
                                  details={"control": "eq 95 (parameter space) under quartic growth, mu = 2 lam*"})
 
@@ -235,4 +237,4 @@ def negative_control(config: Config | None, rng: np.random.Generator) -> Evidenc
     prob = CommonMinimizer.reference()
     parts = {"quartic_growth_eq95": _control_quartic(prob, rng, cfg),
              "step_too_large_eq96": H43.control_step_too_large(prob, H43.Config(), STATEMENT_ID, NAME)}
-    return A.combine_controls(STATEMENT_ID, NAME, parts)
+    return AE.combine_controls(STATEMENT_ID, NAME, parts)

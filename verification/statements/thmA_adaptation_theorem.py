@@ -24,7 +24,7 @@ How it is checked
       instance, ``K = 60``, ``N = 4000``, one composite assertion whose ``δ`` is split over ``S ∈ {1, 4, 16}``, rule
       of §3.0 (cap 5b); the spectrum of every ``P_k`` and H.39 at every iterate are monitored; (ii) the tight 1-D
       instance (``E X = δ₀``; ``N`` detects a bound too small by 2 with probability ``≥ 0.99``,
-      :func:`._adaptation_common.tight_mc`).
+      :func:`._adaptation_evidence.tight_mc`).
     * ``details["figure_data"]["adaptation_gap"]``: ``E[ψ(w_K) − ψ*]`` against ``K`` for ``S ∈ {1, 4, 16}`` and the
       three preconditioners (exact for fixed ``P``, the Monte Carlo mean for RMSprop) with ``δ₀``.
 
@@ -41,10 +41,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.problems import CommonMinimizer
-from verification.evidence import Evidence
-from verification.montecarlo import assertion_delta, assertion_record
-from verification.search import Param, SearchSpace
-from verification.statements import _adaptation_common as A
+from verification.core.evidence import Evidence
+from verification.core.montecarlo import assertion_delta, assertion_record
+from verification.core.search import Param, SearchSpace
+from verification.statements import _adaptation_evidence as AE
+from verification.statements import _adaptation_runs as AR
+from verification.statements import _adaptation_theory as AT
 from verification.statements import h43_expected_contraction as H43
 
 STATEMENT_ID = "ThmA"
@@ -95,62 +97,62 @@ SEARCH = SearchSpace(
                             alpha_fractions=(p["alpha_fraction"],), mc_runs=300, mc_K=p["K"],
                             mc_p=(p["p_ratio"] ** -0.5, p["p_ratio"] ** 0.5), confidence_contract=False),
     family="F3 instances: preconditioner spread p+/p-, S, K, step size as a fraction of p-/(L0 p+^2)",
-    excluded=A.F3_FIXED,
+    excluded=AR.F3_FIXED,
 )
 
 
 #: Why a numeric conclusion cannot approach its bound on the family (power report and dashboard).
-REASONS = {"Monte Carlo: E gap_K <= delta_0, lagged RMSprop (LCB <= b)": A.MC_RMSPROP_REASON}
+REASONS = {"Monte Carlo: E gap_K <= delta_0, lagged RMSprop (LCB <= b)": AE.MC_RMSPROP_REASON}
 
 
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     cfg = config or Config()
-    rows = A.Rows()
+    rows = AE.Rows()
     worst = {}
     insts = _instances(rng, cfg)
     for name, prob in insts:
-        U = A.random_orthogonal(rng, prob.n_params)
-        d0 = float(A.gap_of(prob, prob.w0))
+        U = AT.random_orthogonal(rng, prob.n_params)
+        d0 = float(AT.gap_of(prob, prob.w0))
         for kind, pm, pp in cfg.settings:
-            P = np.eye(prob.n_params) if kind == "identity" else A.spectral_preconditioner(U, pm, pp)
+            P = np.eye(prob.n_params) if kind == "identity" else AT.spectral_preconditioner(U, pm, pp)
             ev = np.linalg.eigvalsh(P)
             for frac in cfg.alpha_fractions:
-                alpha = frac * A.alpha_max(prob, pm, pp)
-                hyp, mg = A.adaptation_hyps(prob, alpha=alpha, p_minus=pm, p_plus=pp, spec_min=ev[0],
+                alpha = frac * AT.alpha_max(prob, pm, pp)
+                hyp, mg = AE.adaptation_hyps(prob, alpha=alpha, p_minus=pm, p_plus=pp, spec_min=ev[0],
                                             spec_max=ev[-1])
                 for S in cfg.S_values:
-                    gap = A.exact_gap(prob, alpha, S, cfg.K_exact, P)
-                    d0K = A.rhs_91(prob, alpha, S, cfg.K_exact, pm, pp, d0)
+                    gap = AT.exact_gap(prob, alpha, S, cfg.K_exact, P)
+                    d0K = AT.rhs_91(prob, alpha, S, cfg.K_exact, pm, pp, d0)
                     rows.add("exact: E gap_K <= delta_0", gap, d0K, hyp=hyp, margins=mg, instance=name, P=kind,
                              S=S, alpha=alpha, K=np.arange(cfg.K_exact + 1))
                     worst[f"{name}/{kind}/alpha x{frac}/S={S}"] = float(np.max(gap / d0K))
     # ---- Monte Carlo (reference, lagged RMSprop), one composite assertion over S
     prob = CommonMinimizer.reference()
     pm, pp = cfg.mc_p
-    alpha = A.alpha_max(prob, pm, pp)
-    d0 = float(A.gap_of(prob, prob.w0))
+    alpha = AT.alpha_max(prob, pm, pp)
+    d0 = float(AT.gap_of(prob, prob.w0))
     dsub = cfg.delta / len(cfg.S_values)
     mcs, mc_means = [], {}
     for S in cfg.S_values:
-        runs = A.run_adaptation(prob, rng, alpha=alpha, S=S, K=cfg.mc_K, n_runs=cfg.mc_runs, kind="rmsprop_lagged",
+        runs = AR.run_adaptation(prob, rng, alpha=alpha, S=S, K=cfg.mc_K, n_runs=cfg.mc_runs, kind="rmsprop_lagged",
                                 p_minus=pm, p_plus=pp)
-        h39 = A.h39_along(prob, runs.W)
-        b = float(A.rhs_91(prob, alpha, S, cfg.mc_K, pm, pp, d0)[-1])
-        res, rec = A.mc_claim(f"delta_0 at K={cfg.mc_K}, lagged RMSprop, S={S}", runs.gaps[-1], b, delta=dsub, S=S)
+        h39 = AE.h39_along(prob, runs.W)
+        b = float(AT.rhs_91(prob, alpha, S, cfg.mc_K, pm, pp, d0)[-1])
+        res, rec = AE.mc_claim(f"delta_0 at K={cfg.mc_K}, lagged RMSprop, S={S}", runs.gaps[-1], b, delta=dsub, S=S)
         mcs.append(rec)
         mc_means[S] = runs.gaps.mean(axis=1)
-        hyp, mg = A.adaptation_hyps(prob, alpha=alpha, p_minus=pm, p_plus=pp, spec_min=runs.p_min.min(),
+        hyp, mg = AE.adaptation_hyps(prob, alpha=alpha, p_minus=pm, p_plus=pp, spec_min=runs.p_min.min(),
                                     spec_max=runs.p_max.max())
-        hyp.update({A.H_BN: bool(h39["bottleneck_ok"].all()), A.H_PL: bool(A.pl_ok(h39).all())})
+        hyp.update({AE.H_BN: bool(h39["bottleneck_ok"].all()), AE.H_PL: bool(AE.pl_ok(h39).all())})
         rows.add_mc("Monte Carlo: E gap_K <= delta_0, lagged RMSprop (LCB <= b)", res, hyp=hyp, margins=mg,
                     soft=not cfg.confidence_contract,
                     instance="reference", P="rmsprop_lagged", S=S, alpha=alpha, K=cfg.mc_K)
-    tight, tight_budget = A.tight_mc(rows, rng, "Monte Carlo: E gap_K <= delta_0, tight 1-D instance (LCB <= b)",
+    tight, tight_budget = AE.tight_mc(rows, rng, "Monte Carlo: E gap_K <= delta_0, tight 1-D instance (LCB <= b)",
                                      quantity="gap", delta=cfg.delta, soft=not cfg.confidence_contract)
     lhs, rhs, ok = rows.arrays()
     details = {
         "instances": {n: {"n_w": p.n_params, "m": p.n_objectives, "L0": p.L0, "mu_PL": p.mu_pl,
-                          "sigma0_sq": p.sigma0_sq, "Delta0": float(A.gap_of(p, p.w0))}
+                          "sigma0_sq": p.sigma0_sq, "Delta0": float(AT.gap_of(p, p.w0))}
                       for n, p in insts},
         "constants_method": "F3 exact (sim.problems.CommonMinimizer): L0 = lam*||Q||, mu_PL = lam*lambda_min(Q), "
                             "sigma0^2 = lam*^2 tr Sigma",
@@ -171,18 +173,18 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
 def _figure(prob, rng, cfg: Config, mc_means: dict) -> dict:
     cols = {"K": [], "S": [], "preconditioner": [], "gap": [], "bound": []}
     Ks = np.arange(0, cfg.mc_K + 1, cfg.fig_K_step)
-    U = A.random_orthogonal(rng, prob.n_params)
+    U = AT.random_orthogonal(rng, prob.n_params)
     pm, pp = cfg.mc_p
-    d0 = float(A.gap_of(prob, prob.w0))
+    d0 = float(AT.gap_of(prob, prob.w0))
     for S in cfg.S_values:
         for kind, a, b in (("identity", 1.0, 1.0), ("fixed", pm, pp), ("rmsprop_lagged", pm, pp)):
-            alpha = A.alpha_max(prob, a, b)
+            alpha = AT.alpha_max(prob, a, b)
             if kind == "rmsprop_lagged":
                 gap = mc_means[S]
             else:
-                P = None if kind == "identity" else A.spectral_preconditioner(U, a, b)
-                gap = A.exact_gap(prob, alpha, S, cfg.mc_K, P)
-            bound = A.rhs_91(prob, alpha, S, cfg.mc_K, a, b, d0)
+                P = None if kind == "identity" else AT.spectral_preconditioner(U, a, b)
+                gap = AT.exact_gap(prob, alpha, S, cfg.mc_K, P)
+            bound = AT.rhs_91(prob, alpha, S, cfg.mc_K, a, b, d0)
             cols["K"] += Ks.tolist()
             cols["S"] += [int(S)] * Ks.size
             cols["preconditioner"] += [kind] * Ks.size
@@ -196,4 +198,4 @@ def negative_control(config: Config | None, rng: np.random.Generator) -> Evidenc
     prob = CommonMinimizer.reference()
     parts = {"step_too_large": H43.control_step_too_large(prob, hcfg, STATEMENT_ID, NAME),
              "biased_direction": H43.control_biased(hcfg, STATEMENT_ID, NAME)}
-    return A.combine_controls(STATEMENT_ID, NAME, parts)
+    return AE.combine_controls(STATEMENT_ID, NAME, parts)

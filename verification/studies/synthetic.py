@@ -56,7 +56,7 @@ from sim.constants import client_bases
 from sim.direction import lp_direction
 from sim.hull import min_norm_element, near_active_set
 from sim.problems import CommonMinimizer
-from verification.evidence import to_jsonable
+from verification.core.evidence import to_jsonable
 
 __all__ = [
     "StudyResult",

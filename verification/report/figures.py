@@ -17,7 +17,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-__all__ = ["MissingData", "FIGURES", "FIGURE_STATEMENTS", "SWEEP_FIGURES", "GRID_FIGURES", "draw_all"]
+__all__ = ["MissingData", "FIGURES", "FIGURE_STATEMENTS", "SWEEP_FIGURES", "GRID_FIGURES", "draw_all", "draw_grid"]
 
 VERDICT_COLORS = {"holds": "#2e7d32", "finding": "#ef6c00", "violated": "#c62828", "vacuous": "#6a1b9a",
                   "error": "#424242"}
@@ -344,6 +344,13 @@ def fig_pipeline_gap(rows, tables):
 
 #: The figure of a simulation grid (``python -m verification grid``; table ``tables["grid"]["points"]``).
 GRID_FIGURES = {"pipeline_gap.png": fig_pipeline_gap}
+
+
+def draw_grid(out: Path, table) -> tuple[dict[str, str], dict[str, str]]:
+    """Draw the figures of a simulation grid (:data:`GRID_FIGURES`, from the table of
+    :func:`verification.engine.grid.summarize_grid`) into ``out/figures``; returns ({file: caption},
+    {file: why not drawn})."""
+    return draw_all(Path(out) / "figures", [], {"grid": {"points": table}}, figures=GRID_FIGURES)
 
 
 def draw_all(fig_dir: Path, rows, tables, figures=None) -> tuple[dict[str, str], dict[str, str]]:

@@ -333,3 +333,31 @@ def reward_scales(run: RunRecords) -> dict[str, float]:
         if isinstance(v, (int, float)) and math.isfinite(v) and v > 0:
             out[o] = float(v)
     return out if len(out) == len(run.objectives or ()) else {}
+
+
+# ------------------------------------------------------------------- reading and printing summary values
+
+
+def _get(d: Any, *keys):
+    for k in keys:
+        if not isinstance(d, dict) or k not in d:
+            return None
+        d = d[k]
+    return d
+
+
+def _f(x, pct: bool = False) -> str:
+    if x is None:
+        return "–"
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, (list, tuple)):
+        return ", ".join(_f(v, pct) for v in x)
+    if isinstance(x, str):
+        return x
+    return f"{100 * x:.1f}%" if pct else f"{x:.4g}"
+
+
+def _pipeline_key(summary: dict, src: str) -> str | None:
+    keys = [k for k in (summary.get(src) or {}) if k.startswith("S=")]
+    return keys[0] if len(keys) == 1 else (sorted(keys, key=lambda k: float(k[2:]))[len(keys) // 2] if keys else None)

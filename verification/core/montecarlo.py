@@ -14,7 +14,7 @@ If the claim holds, ``P(FAIL) <= δ`` for either bound. Everything is vectorised
 run is deterministic and the guarantee is over the choice of seed. The bounds are computed along the last axis of
 an array (:func:`hoeffding_lcbs`, :func:`bernstein_lcbs`, :func:`protocol_lcbs`: one implementation, which the
 scalar :func:`hoeffding_lcb`, :func:`bernstein_lcb` and :func:`mean_claim` call), so the calibration study
-(:mod:`verification.mc_calibration`) evaluates the same formulas on many replicated samples at once; inside
+(:mod:`verification.engine.mc_calibration`) evaluates the same formulas on many replicated samples at once; inside
 :func:`recorded_claims` every :func:`mean_claim` also hands its samples to the caller (nothing is stored in results).
 
 **One family-wise budget.** Every confidence-level assertion of the default run — the Monte Carlo mean claims of
@@ -24,7 +24,7 @@ lists how many assertions each statement makes in the default run; each gets ``�
 (:func:`assertion_delta`) and records what it used in ``details["confidence_assertions"]``
 (:func:`assertion_record`); the report sums them and a test checks that the sum adds up.
 
-**Power.** Every bound passes through :func:`verification.evidence.scaled_bound` (the power report's factor ``f``:
+**Power.** Every bound passes through :func:`verification.core.evidence.scaled_bound` (the power report's factor ``f``:
 the assertion is tested against ``f·b``, with the cap ``κ_M·f·b``), and :func:`crossing_factor` gives, from the
 samples, the factor ``f*`` at which the lower confidence bound crosses the scaled bound: a bound too small by
 ``f`` is detected iff ``f < f*``. Sample sizes for power (:func:`required_runs`): to detect a bound too small by a
@@ -268,11 +268,11 @@ def mean_claim(samples, bound: float, *, delta: float = DELTA, cap_factor: float
 
     FAIL iff a lower confidence bound exceeds ``bound``. Both LCBs are computed at level ``δ/2`` each so that
     using the sharper of the two keeps the false-failure probability at most ``δ`` (union bound). The bound passes
-    through :func:`verification.evidence.scaled_bound` (the power report's factor; the identity by default), and
+    through :func:`verification.core.evidence.scaled_bound` (the power report's factor; the identity by default), and
     ``crossing`` is the factor at which the LCB crosses it (:func:`crossing_factor`, relative to ``bound``; NaN
     with ``with_crossing=False``, for repeated calls in tests of the protocol itself).
     """
-    from .evidence import active_bound_factor, scaled_bound
+    from verification.core.evidence import active_bound_factor, scaled_bound
 
     _capped(samples, bound, cap_factor)  # validates the unscaled claim
     crossing = (crossing_factor(samples, bound, delta=delta, cap_factor=cap_factor) if with_crossing

@@ -36,10 +36,10 @@ from typing import Any
 
 import numpy as np
 
-from .evidence import MAX_STORED_COUNTEREXAMPLES, Evidence, bound_factor, to_jsonable
+from verification.core.evidence import MAX_STORED_COUNTEREXAMPLES, Evidence, bound_factor, to_jsonable
 
 __all__ = ["TARGET", "Param", "SearchSpace", "Budget", "BUDGETS", "STORED", "SearchResult", "falsify", "apply",
-           "design", "run_search", "write_results", "store_results", "load_stored", "refine_stored", "search_statement",
+           "design", "store_results", "load_stored", "refine_stored", "search_statement",
            "DEFAULT_EVALUATIONS", "STORE", "REACH", "F1_SHAPE", "PLANTED_LAMBDA"]
 
 #: The tightness every numeric conclusion should reach on its family (a halved bound is then detected).
@@ -374,7 +374,7 @@ def design(dim: int, n: int, seed: int, start: int = 0) -> np.ndarray:
 
 def falsify(stmt, space: SearchSpace, budget: str | Budget = "default", seed: int = 0,
             progress: Callable[[str], None] | None = None) -> SearchResult:
-    """Search the box of ``space`` for instances of ``stmt`` (a :class:`verification.registry.Statement`) where
+    """Search the box of ``space`` for instances of ``stmt`` (a :class:`verification.core.registry.Statement`) where
     its numeric conclusions come closest to (or beyond) their bounds, in this process. See the module docstring;
     :func:`run_search` spreads a larger budget over a Dask cluster."""
     if isinstance(budget, str) and budget not in BUDGETS:
@@ -451,11 +451,11 @@ SEARCH_KIND = "prefalign-verify falsification search"
 SUMMARY_NAME = "search.json"
 #: The stored search results the report and the power report start from (the output of
 #: ``python -m verification search ... --store``), one ``<id>.json`` per statement and ``search.json``.
-STORE = Path(__file__).parent / "data" / "search"
+STORE = Path(__file__).parents[1] / "data" / "search"
 
 
 def _statement(stmt_id: str):
-    from . import registry
+    from verification.core import registry
 
     stmt = registry.get_statement(stmt_id)
     if stmt.search is None:
@@ -533,135 +533,6 @@ def refine_plan(merged_design: dict[str, Any], evaluations: int) -> tuple[list[l
     steps = max(MIN_CHAIN, left // len(names))
     names = names[: max(1, left // steps)]
     return [[n, best[n]["point"], best[n]["best_ratio"]] for n in names], steps
-
-
-def search_params(evaluations: int, seed: int) -> dict[str, Any]:
-    """The ``params.json`` of a search folder."""
-    from .dask_engine import folder_params
-
-    return folder_params(SEARCH_KIND, evaluations=int(evaluations), seed=int(seed), design_cell=DESIGN_CELL)
-
-
-def _cell_dir(out: Path, stmt_id: str) -> Path:
-    from .sweep import cell_path
-
-    return cell_path(out, stmt_id, 0).parent
-
-
-def design_cells(out: str | Path, stmts, evaluations: int, seed: int) -> list:
-    """The design cells of a search (``cells/<id>/design-<k>.json``), statement by statement."""
-    from .dask_engine import Cell
-
-    n = design_size(evaluations)
-    return [Cell(f"{s.id}/design-{k}", _cell_dir(Path(out), s.id) / f"design-{k}.json", design_cell,
-                 (s.id, int(seed), start, min(DESIGN_CELL, n - start)))
-            for s in stmts for k, start in enumerate(range(0, n, DESIGN_CELL))]
-
-
-def _read_records(cells) -> list[dict] | None:
-    from .dask_engine import read_cell
-
-    if not all(c.path.is_file() for c in cells):
-        return None
-    return [read_cell(c.path) for c in cells]
-
-
-def refine_cells(out: str | Path, stmts, evaluations: int, seed: int) -> list:
-    """The refinement cells (``cells/<id>/refine.json``) of the statements whose design cells are all written."""
-    from .dask_engine import Cell
-
-    cells = []
-    by_stmt: dict[str, list] = {}
-    for c in design_cells(out, stmts, evaluations, seed):
-        by_stmt.setdefault(c.args[0], []).append(c)
-    for s in stmts:
-        recs = _read_records(by_stmt[s.id])
-        if recs is None:
-            continue
-        starts, steps = refine_plan(merge_records(recs), evaluations)
-        cells.append(Cell(f"{s.id}/refine", _cell_dir(Path(out), s.id) / "refine.json", refine_cell,
-                          (s.id, int(seed), starts, steps)))
-    return cells
-
-
-def run_search(client, out: str | Path, stmts, *, evaluations: int = DEFAULT_EVALUATIONS, seed: int = 0,
-               progress: bool = True):
-    """The search of every statement of ``stmts`` at ``evaluations`` evaluations each, as cells on the Dask
-    cluster of ``client`` (:func:`verification.dask_engine.run_cells`: atomic, resumable): the design cells of
-    every statement, then the refinement cells, each from its statement's design. Returns the two
-    :class:`~verification.dask_engine.CellRun` (design, refinement)."""
-    from .dask_engine import run_cells, write_params
-
-    write_params(out, search_params(evaluations, seed))
-    first = run_cells(client, design_cells(out, stmts, evaluations, seed), desc="search design", progress=progress)
-    second = run_cells(client, refine_cells(out, stmts, evaluations, seed), desc="search refinement",
-                       progress=progress)
-    return first, second
-
-
-def pending_cells(out: str | Path, stmts, evaluations: int, seed: int) -> int:
-    """Cells a search into ``out`` has left to compute (a refinement cell counts once per statement)."""
-    d = design_cells(out, stmts, evaluations, seed)
-    refined = sum((_cell_dir(Path(out), s.id) / "refine.json").is_file() for s in stmts)
-    return sum(not c.path.is_file() for c in d) + len(stmts) - refined
-
-
-def statement_record(out: str | Path, stmt, evaluations: int, seed: int, date: str) -> dict[str, Any] | None:
-    """The result of one statement's search (its ``worst/<id>.json``): the box, the budget, the evaluations
-    spent, the date, per conclusion the best ratio with the point, ``Config``, seed and instance to reproduce it,
-    and the counterexamples found; None while a cell is missing."""
-    cells = design_cells(out, [stmt], evaluations, seed)
-    recs = _read_records(cells)
-    ref = _cell_dir(Path(out), stmt.id) / "refine.json"
-    if recs is None or not ref.is_file():
-        return None
-    from .dask_engine import read_cell
-
-    m = merge_records(recs + [read_cell(ref)])
-    return to_jsonable({
-        "statement": stmt.id, "family": stmt.search.family, "box": stmt.search.describe(),
-        "params": [p.name for p in stmt.search.params], "budget": int(evaluations), "seed": int(seed), "date": date,
-        "evaluations": m["evaluations"], "cpu_seconds": m["cpu_seconds"], "design_points": design_size(evaluations),
-        "counterexamples": m["n_counterexamples"], "errors": m["errors"][:20],
-        "best_ratio": {k: v["best_ratio"] for k, v in m["best"].items()},
-        # per conclusion, the design points (space-filling, independent of the chains) with a ratio above TARGET
-        "detecting_points": {k: m["detecting"].get(k, 0) for k in m["best"] if not k.startswith("score: ")},
-        "conclusions": m["best"], "search_counterexamples": m["counterexamples"],
-        "reproduce": ("verification.registry.get_statement(statement).search.make_config(params) gives the Config; "
-                      "run(config, numpy.random.default_rng(seed))"),
-    })
-
-
-def write_results(out: str | Path, stmts, evaluations: int, seed: int) -> dict[str, Any]:
-    """Write ``worst/<id>.json`` for every statement whose cells are complete and ``search.json`` (per statement:
-    budget, evaluations, date, counterexamples, best ratio per conclusion); returns the summary."""
-    import datetime
-
-    from sim.cli import atomic_write_text
-
-    out = Path(out)
-    date = datetime.datetime.now(datetime.UTC).date().isoformat()
-    summary: dict[str, Any] = {"kind": SEARCH_KIND, "budget": int(evaluations), "seed": int(seed), "statements": {}}
-    for s in stmts:
-        path = out / "worst" / f"{s.id}.json"
-        rec = statement_record(out, s, evaluations, seed, date)
-        if rec is None:
-            summary["statements"][s.id] = {"complete": False}
-            continue
-        if path.is_file():  # the date of a statement's result is the day its cells were first summarised
-            try:
-                old = json.loads(path.read_text(encoding="utf-8"))
-                if old.get("evaluations") == rec["evaluations"] and old.get("best_ratio") == rec["best_ratio"]:
-                    rec["date"] = old.get("date", date)
-            except (OSError, ValueError):
-                pass
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(path, json.dumps(rec, indent=1, allow_nan=False) + "\n")
-        summary["statements"][s.id] = {k: rec[k] for k in ("budget", "evaluations", "date", "counterexamples",
-                                                           "cpu_seconds", "best_ratio", "box")} | {"complete": True}
-    summary["counterexamples"] = sum(v.get("counterexamples", 0) for v in summary["statements"].values())
-    atomic_write_text(out / SUMMARY_NAME, json.dumps(to_jsonable(summary), indent=1, allow_nan=False) + "\n")
-    return summary
 
 
 def store_results(out: str | Path, store: str | Path = STORE) -> list[str]:

@@ -1,6 +1,6 @@
 r"""The symbolic identities S1–S26 of THEOREMS.md §4, checked with sympy (S22 and a few side parts numerically).
 
-Each ``sK()`` returns an :class:`~verification.evidence.Evidence` with id ``"SK"``: verdict "holds" iff every
+Each ``sK()`` returns an :class:`~verification.core.evidence.Evidence` with id ``"SK"``: verdict "holds" iff every
 sub-check of the identity is verified, "violated" otherwise. ``details["checks"]`` maps each sub-check to
 ``{"ok": bool, "residual": str}``; numeric sub-checks also report their worst ratio ``lhs/rhs``.
 
@@ -23,7 +23,7 @@ import time
 import numpy as np
 import sympy as sp
 
-from .evidence import (
+from verification.core.evidence import (
     ATOL,
     POWER_FACTOR,
     Conclusion,
@@ -34,7 +34,7 @@ from .evidence import (
     scaled_bound,
     to_jsonable,
 )
-from .registry import register
+from verification.core.registry import register
 
 __all__ = [f"s{k}" for k in range(1, 27)] + ["IDENTITIES", "is_zero", "beta_expr", "adjustment_expr"]
 
@@ -107,7 +107,7 @@ class _Checks:
     def inequality(self, label: str, lhs, rhs, atol: float = 1e-12, rtol: float = 1e-9,
                    ratio_meaningful: bool = True, kind: str | None = None) -> bool:
         """A numeric cross-check ``lhs ≤ rhs`` of kind ``bound`` (its rhs passes through
-        :func:`verification.evidence.scaled_bound`) or ``identity`` (a residual against a tolerance, e.g. the
+        :func:`verification.core.evidence.scaled_bound`) or ``identity`` (a residual against a tolerance, e.g. the
         remainder of an expansion; default when the ratio is not meaningful)."""
         kind = kind or ("bound" if ratio_meaningful else "identity")
         lhs = np.asarray(lhs, dtype=np.float64).ravel()

@@ -13,7 +13,7 @@ the default thread count and once with another), and every quantity gets
   that came out bitwise equal in every run still gets that much), and ``atol = ATOL`` for values at 0.
 
 A discrete quantity that differed between the baseline's runs is not compared (it is listed as unstable). The
-quantities (:func:`run_quantities`) are read from the records only (:mod:`verification.run_records`), so a change
+quantities (:func:`run_quantities`) are read from the records only (:mod:`verification.llm.records`), so a change
 of ``summary.json``'s layout does not move them: per client ``ψ_i`` at the base model ``w_ref``, at ``w_I`` and
 ``w_II`` and at the end of every adaptation pipeline, the ψ* estimate of each client, the cluster of each training
 client, the LP status counts and the mean held-out accuracy of each objective at the end of each phase.
@@ -28,8 +28,14 @@ from typing import Any
 
 import numpy as np
 
-from .regression import Regression
-from .run_records import ADAPTATION_PHASES, PIPELINE2_PHASE, PSI_STAR_PHASE, RunRecords, objective_columns
+from verification.core.regression import Regression
+from verification.llm.records import (
+    ADAPTATION_PHASES,
+    PIPELINE2_PHASE,
+    PSI_STAR_PHASE,
+    RunRecords,
+    objective_columns,
+)
 
 __all__ = ["RTOL_FLOOR", "ATOL", "FACTOR", "run_quantities", "make_baseline", "compare_run", "load_baseline",
            "baseline_text", "regression_text"]
@@ -125,7 +131,7 @@ def load_baseline(path) -> dict:
 
 
 def compare_run(run: RunRecords, baseline: dict) -> Regression:
-    """Compare ``run`` with ``baseline``: a :class:`~verification.regression.Regression` whose failures name each
+    """Compare ``run`` with ``baseline``: a :class:`~verification.core.regression.Regression` whose failures name each
     quantity outside its tolerance (and each baseline quantity the run lacks)."""
     reg = Regression()
     s = run.summary

@@ -1,9 +1,9 @@
-"""Figures of the dashboard's LLM section (seaborn, PNG): the run studies of :mod:`verification.llm_studies`, the
-LLM run beside the synthetic run (and beside the synthetic study of :mod:`verification.studies` where there is one).
+"""Figures of the dashboard's LLM section (seaborn, PNG): the run studies of :mod:`verification.llm.studies`, the
+LLM run beside the synthetic run (and beside the synthetic study of :mod:`verification.studies.synthetic` where there is one).
 
-Same contract as :mod:`verification.figures`: every ``fig_*`` takes ``(rows, tables)`` (``tables``: ``{study id:
-{table: DataFrame}}``) and returns ``(figure, caption)`` or raises :class:`~verification.figures.MissingData`; the
-captions say what is measured and what is assumed. Drawn by :func:`verification.figures.draw_all` with
+Same contract as :mod:`verification.report.figures`: every ``fig_*`` takes ``(rows, tables)`` (``tables``: ``{study id:
+{table: DataFrame}}``) and returns ``(figure, caption)`` or raises :class:`~verification.report.figures.MissingData`; the
+captions say what is measured and what is assumed. Drawn by :func:`verification.report.figures.draw_all` with
 ``figures=LLM_FIGURES``; every file name contains ``llm``.
 """
 
@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from .figures import MissingData, _table
+from verification.report.figures import MissingData, _table
 
 __all__ = ["LLM_FIGURES", "SOURCE_ORDER"]
 

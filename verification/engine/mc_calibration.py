@@ -1,21 +1,21 @@
 r"""Calibration of the Monte Carlo protocol at the boundary: the false-failure rate of every budgeted assertion,
 measured.
 
-Every confidence-level assertion of the default run (:data:`verification.montecarlo.ASSERTIONS`, 24 of them) is
-tested at ``δ = FAMILY_WISE_BUDGET / 24`` (:data:`verification.montecarlo.DELTA`), and the family-wise
+Every confidence-level assertion of the default run (:data:`verification.core.montecarlo.ASSERTIONS`, 24 of them) is
+tested at ``δ = FAMILY_WISE_BUDGET / 24`` (:data:`verification.core.montecarlo.DELTA`), and the family-wise
 false-failure probability is stated to be at most ``1e-3`` (Bonferroni). This module measures it: each assertion
 is run ``R`` times on synthetic draws whose true mean is exactly at its bound, with the assertion's own estimator,
 sample size ``N`` and ``δ``, and the failures are counted.
 
-Mean claims ``E X <= b`` (:func:`verification.montecarlo.mean_claim`: FAIL iff ``max(Hoeffding, empirical
+Mean claims ``E X <= b`` (:func:`verification.core.montecarlo.mean_claim`: FAIL iff ``max(Hoeffding, empirical
 Bernstein) LCB > b``, each at ``δ/2``, of ``Y = min(X, M)``, ``M = CAP_FACTOR·b``), two distribution families:
 
 * ``two_point``: the least favourable law of a ``[0, M]``-bounded variable, ``X ∈ {0, M}`` with
   ``P(X = M) = b/M``, so ``E X = b`` exactly. ``Ȳ`` and ``V`` depend only on the count ``C ~ Binomial(N, b/M)`` of
   ``M``'s, so the failure probability is also computed exactly, ``Σ_c P(C = c)·1{FAIL at c}`` (every ``c`` from 0
   to ``N``, through the same LCB code): an exact cross-check of the replications, which draw the full samples;
-* ``own_samples``: the claim's own samples from the default run (seed :data:`verification.registry.DEFAULT_SEED`,
-  read through :func:`verification.montecarlo.recorded_claims`), rescaled by the ``s`` with
+* ``own_samples``: the claim's own samples from the default run (seed :data:`verification.core.registry.DEFAULT_SEED`,
+  read through :func:`verification.core.montecarlo.recorded_claims`), rescaled by the ``s`` with
   ``mean(min(s·x, M)) = b`` under their empirical law (bisection; the ``s`` kept has the mean at or just above
   ``b``), and resampled ``N`` with replacement. A claim whose samples cannot reach ``b`` (``M·P(x > 0) < b``) has
   only the two-point row.
@@ -33,10 +33,10 @@ on the ranks only, so the replications draw ``n_est + n_fresh`` uniforms and cou
 discrete), so they get ``order_statistic_replications`` (default ``40·R``) for a tight upper bound.
 
 Per assertion and family: failures ``k`` out of ``R``, the rate, the one-sided 95 % Clopper–Pearson bounds
-(:func:`verification.sweep.clopper_pearson`) and the exact rate where it is known. An assertion's upper bound is
+(:func:`verification.engine.sweep.clopper_pearson`) and the exact rate where it is known. An assertion's upper bound is
 the largest over its families (plus the exact part of a composite). Family-wise: the sum of the per-assertion upper
 bounds (union bound), with the sum of the lower bounds below it, and the status ``"shown <= 1e-3"`` iff that sum is
-at most :data:`verification.montecarlo.FAMILY_WISE_BUDGET`. (The assertions are independent, so their deviations
+at most :data:`verification.core.montecarlo.FAMILY_WISE_BUDGET`. (The assertions are independent, so their deviations
 partly cancel and the sum of one-sided 95 % bounds covers the summed rate at least as often in the normal regime;
 the ``simultaneous`` entry repeats the sum with every Clopper–Pearson bound taken at ``1 − 0.05/(number of
 bounds)``, so that all of them hold at once with probability ``>= 0.95`` whatever the regime.) The sweep's Clopper–Pearson figure over seeds stays as the end-to-end check.
@@ -59,8 +59,15 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from .montecarlo import ASSERTIONS, CAP_FACTOR, DELTA, FAMILY_WISE_BUDGET, protocol_lcbs, recorded_claims
-from .sweep import CP_ALPHA, clopper_pearson
+from verification.core.montecarlo import (
+    ASSERTIONS,
+    CAP_FACTOR,
+    DELTA,
+    FAMILY_WISE_BUDGET,
+    protocol_lcbs,
+    recorded_claims,
+)
+from verification.engine.sweep import CP_ALPHA, clopper_pearson
 
 __all__ = [
     "DEFAULT_REPLICATIONS",
@@ -90,7 +97,7 @@ DEFAULT_SEED = 0
 #: H.17's order-statistic tests get this many times more replications (their rate is close to ``δ``).
 ORDER_STATISTIC_FACTOR = 40
 #: The committed full-size result.
-DATA_FILE = Path(__file__).with_name("data") / "mc_calibration.json"
+DATA_FILE = Path(__file__).parents[1] / "data" / "mc_calibration.json"
 #: Distribution families of a mean claim at its boundary.
 FAMILIES = ("two_point", "own_samples")
 #: What each family of draws is (the result's ``families``).
@@ -221,12 +228,12 @@ def _order_statistic_assertions(stmt_id: str, details: dict, k_crit_of: Callable
 
 
 def budgeted_assertions(seed: int | None = None) -> list[Assertion]:
-    """Every budgeted assertion of the default run, in :data:`~verification.montecarlo.ASSERTIONS` order: each
+    """Every budgeted assertion of the default run, in :data:`~verification.core.montecarlo.ASSERTIONS` order: each
     statement's check runs once at its default Config and ``seed`` (default: the registry's), inside
-    :func:`~verification.montecarlo.recorded_claims`, and its ``details["confidence_assertions"]`` are matched to
+    :func:`~verification.core.montecarlo.recorded_claims`, and its ``details["confidence_assertions"]`` are matched to
     the recorded mean claims (by sample size, bound and LCB) or to H.17's problems."""
-    from . import registry
-    from .statements import h17_near_aligned_regime as h17
+    from verification.core import registry
+    from verification.statements import h17_near_aligned_regime as h17
 
     seed = registry.DEFAULT_SEED if seed is None else seed
     out: list[Assertion] = []
@@ -500,8 +507,7 @@ def run_calibration(*, replications: int = DEFAULT_REPLICATIONS, order_statistic
     """The full study: :func:`budgeted_assertions` (the default run of every budgeted statement) and
     :func:`calibrate`, with the CPU seconds, wall seconds and CPU model."""
     from sim import cli
-
-    from . import registry
+    from verification.core import registry
 
     c0, w0 = time.process_time(), time.perf_counter()
     assertions = budgeted_assertions(statement_seed)

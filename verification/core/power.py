@@ -1,7 +1,7 @@
 r"""The power report: does each conclusion detect a bound that is too small (``python -m verification power``)?
 
 For every statement the check runs twice with the same seed: as is, and under
-:func:`verification.evidence.bound_factor` ``(f)``, where every numeric bound of a conclusion becomes
+:func:`verification.core.evidence.bound_factor` ``(f)``, where every numeric bound of a conclusion becomes
 ``rhs − (1 − f)|rhs|`` (Monte Carlo bounds ``f·b``, with the cap scaled alike). A numeric conclusion *detects* the
 weakened bound iff the re-run shows counterexamples of that conclusion that the plain run did not. The data of the
 plain run predicts it — the conclusion's detection factor (``max 1 − (rhs − lhs)/|rhs|``, or the Monte Carlo
@@ -9,7 +9,7 @@ crossing factor) exceeds ``f`` — and the report says where re-run and predicti
 boolean conclusions have no bound to weaken: they are marked as such, not counted as weak.
 
 A numeric conclusion that does not detect the weakened bound is listed with the falsification search's best
-ratio on its family (:mod:`verification.search`) and the reason the statement gives (its ``REASONS``) why the bound
+ratio on its family (:mod:`verification.core.search`) and the reason the statement gives (its ``REASONS``) why the bound
 cannot be approached there. The command exits 0 iff every numeric conclusion detects the weakened bound or is
 listed with a reason, no prediction disagrees with its re-run, and no check raised.
 """
@@ -23,8 +23,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from . import registry
-from .evidence import POWER_FACTOR, Evidence, bound_factor, to_jsonable
+from verification.core import registry
+from verification.core.evidence import POWER_FACTOR, Evidence, bound_factor, to_jsonable
 
 __all__ = ["PowerRow", "PowerReport", "power_report"]
 
@@ -148,9 +148,9 @@ def _progress(msg: str) -> None:
 def power_report(ids=None, *, factor: float = POWER_FACTOR, seed: int = registry.DEFAULT_SEED,
                  search: str = "stored", progress: Callable[[str], None] = _progress) -> PowerReport:
     """Run the statements (all by default) plainly and under ``bound_factor(factor)``; search the family of every
-    statement with a weak numeric conclusion (``search``: a budget of :data:`verification.search.BUDGETS`, or
+    statement with a weak numeric conclusion (``search``: a budget of :data:`verification.core.search.BUDGETS`, or
     ``"none"``)."""
-    from .search import BUDGETS, STORED
+    from verification.core.search import BUDGETS, STORED
 
     if search not in ("none", STORED) and search not in BUDGETS:
         raise ValueError(f"search must be 'none', {STORED!r} or one of {sorted(BUDGETS)}; got {search!r}")

@@ -1,8 +1,8 @@
 """The Dask engine of the sweeps (``python -m verification sweep`` and ``grid``): every cell is a Dask task, and
 its result is written to its own JSON file as soon as it finishes.
 
-A *cell* is one unit of work with a result file: one statement at one seed (:mod:`verification.sweep`), one
-point of a simulation grid at one seed (:mod:`verification.grid`). :func:`run_cells` submits every cell whose file
+A *cell* is one unit of work with a result file: one statement at one seed (:mod:`verification.engine.sweep`), one
+point of a simulation grid at one seed (:mod:`verification.engine.grid`). :func:`run_cells` submits every cell whose file
 does not exist yet to a Dask cluster, and, on the client, writes each result atomically (a temporary file renamed
 over the cell's path, :func:`sim.cli.atomic_write_text`) as the cell finishes. So
 
@@ -63,8 +63,8 @@ class CellFolderError(ValueError):
 def folder_params(kind: str, **params: Any) -> dict[str, Any]:
     """The ``params.json`` of a cell folder: the kind of sweep, the format, the package version and ``params``
     (everything a cell's result depends on besides the cell's own coordinates, which name its file)."""
-    from .evidence import to_jsonable
-    from .resultlog import package_version
+    from verification.core.evidence import to_jsonable
+    from verification.core.resultlog import package_version
 
     return to_jsonable({"sweep": kind, "format": FOLDER_FORMAT, "version": package_version(), **params})
 

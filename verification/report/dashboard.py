@@ -1,6 +1,6 @@
 """The theorem dashboard and figure report (``python -m verification report``, ``make report``).
 
-Runs every executable statement (and the studies of :mod:`verification.studies`), then writes to ``out_dir``:
+Runs every executable statement (and the studies of :mod:`verification.studies.synthetic`), then writes to ``out_dir``:
 
 * ``results.json`` — one object per statement in the schema of ``python -m verification run`` (with each
   conclusion's power and, where the falsification search ran, its best ratio);
@@ -10,11 +10,11 @@ Runs every executable statement (and the studies of :mod:`verification.studies`)
 * ``data/<id>/<table>.csv`` — the figure data the statements and studies report;
 * ``figures/*.png`` — seaborn figures, one message each;
 * ``worst/<id>.json`` — per numeric conclusion the instance closest to (or beyond) its bound, from the check and
-  from the falsification search (:mod:`verification.search`), with the data to reproduce it;
+  from the falsification search (:mod:`verification.core.search`), with the data to reproduce it;
 * ``README.md`` and ``index.html`` — the dashboard: one row per statement (verdict, tightness, ``power`` at factor
   0.5, …), its conclusions collapsed under it, the findings, the family-wise budget of the confidence-level
   assertions and how the constants were estimated;
-* ``results.jsonl`` — the results log (:mod:`verification.resultlog`).
+* ``results.jsonl`` — the results log (:mod:`verification.core.resultlog`).
 
 Each statement's own files (its rows of ``instances.csv``, its ``counterexamples/`` and ``data/`` files) are
 written as soon as it finishes, and then its record is appended to ``results.jsonl``: its result row and what the
@@ -46,19 +46,18 @@ import numpy as np
 import pandas as pd
 
 from sim.cli import atomic_write_text
-
-from . import registry, resultlog
-from .evidence import FEW_DETECTING, POWER_FACTOR, Evidence, to_jsonable
-from .montecarlo import FAMILY_WISE_BUDGET
-from .resultlog import ResultLogError
+from verification.core import registry, resultlog
+from verification.core.evidence import FEW_DETECTING, POWER_FACTOR, Evidence, to_jsonable
+from verification.core.montecarlo import FAMILY_WISE_BUDGET
+from verification.core.resultlog import ResultLogError
 
 __all__ = ["SCALES", "SEARCH_BUDGET", "LOG_NAME", "ReportResult", "build_report", "statement_config",
            "evidence_tables", "confidence_budget"]
 
 SCALES = registry.SCALES
 statement_config = registry.statement_config
-#: Falsification search per scale: the stored search's short refinement (:func:`verification.search.refine_stored`)
-#: by default, the ``paper`` budget of :data:`verification.search.BUDGETS` at the paper scale.
+#: Falsification search per scale: the stored search's short refinement (:func:`verification.core.search.refine_stored`)
+#: by default, the ``paper`` budget of :data:`verification.core.search.BUDGETS` at the paper scale.
 SEARCH_BUDGET = {"default": "stored", "paper": "paper"}
 #: The results log of a report, in its output folder.
 LOG_NAME = "results.jsonl"
@@ -79,7 +78,7 @@ class ReportResult:
     sweep_figures: dict[str, str] = dataclasses.field(default_factory=dict)
     sweep_missing: dict[str, str] = dataclasses.field(default_factory=dict)
     budget: dict[str, Any] = dataclasses.field(default_factory=dict)
-    llm: Any = None  # the LLM section (verification.llm_section.LLMSection), None when not made
+    llm: Any = None  # the LLM section (verification.report.llm_section.LLMSection), None when not made
     command: str = ""  # the command line that makes this report again (:func:`report_command`)
 
     def summary(self) -> str:
@@ -131,7 +130,7 @@ def _progress_line(k: int, n: int, elapsed: float, stmt: registry.Statement, row
 def run_all(ids=None, *, seed: int = registry.DEFAULT_SEED, scale: str = "default", search: str | None = None,
             progress: Callable[[str], None] = _progress) -> list[tuple[registry.Statement, Evidence | None, dict]]:
     """Run the statements (all by default); returns (statement, evidence or None on error, result row).
-    ``search``: a falsification-search budget (:data:`verification.search.BUDGETS`), or None for none."""
+    ``search``: a falsification-search budget (:data:`verification.core.search.BUDGETS`), or None for none."""
     stmts = registry.resolve(ids)
     out = []
     t_start = time.perf_counter()
@@ -318,7 +317,7 @@ def _worst_record(ev: Evidence, search) -> dict[str, Any]:
         if stmt.search is not None:
             rec["search"]["reach"] = stmt.search.reach()
         rec["search_counterexamples"] = search.counterexamples
-        rec["reproduce"] = ("verification.registry.get_statement(id).run(Config(**config), "
+        rec["reproduce"] = ("verification.core.registry.get_statement(id).run(Config(**config), "
                             "numpy.random.default_rng(seed)) with the module's Config")
     return rec
 
@@ -404,20 +403,20 @@ def build_report(out_dir: str | Path = "reports", *, scale: str = "default", see
 
     With ``resume=True`` the statements recorded in ``out_dir/results.jsonl`` by an interrupted report with the
     same ids, scale, seed and package version are not run again; a log that cannot be resumed raises
-    :class:`~verification.resultlog.ResultLogError` before any statement runs. ``sweep``, the summary of a
-    sweep (:func:`verification.sweep.read_summary`), adds its section and figure to the dashboard.
+    :class:`~verification.core.resultlog.ResultLogError` before any statement runs. ``sweep``, the summary of a
+    sweep (:func:`verification.engine.sweep.read_summary`), adds its section and figure to the dashboard.
 
-    The "LLM run" section (:mod:`verification.llm_section`): with ``llm=True`` the LLM smoke preset runs now as a
+    The "LLM run" section (:mod:`verification.report.llm_section`): with ``llm=True`` the LLM smoke preset runs now as a
     subprocess (``python -m llm_runs run``; the section says so when torch or the model is missing), with
     ``llm_runs`` (run directories) those runs are read; the synthetic smoke runs beside them, the run studies
-    (:mod:`verification.llm_studies`, into ``studies.json``) and their figures follow. With ``llm_sweep`` (an LLM
+    (:mod:`verification.llm.studies`, into ``studies.json``) and their figures follow. With ``llm_sweep`` (an LLM
     sweep folder, not with ``llm_runs``) the section opens with the sweep's pre-registered statistics and the
-    hypotheses across its seeds (:mod:`verification.llm_sweep`) and shows its first seed's run in detail below;
+    hypotheses across its seeds (:mod:`verification.llm.sweep`) and shows its first seed's run in detail below;
     it reads them from ``out/llm-sweep/``, the copy of the sweep's summaries that
-    :func:`verification.llm_sweep.export_sweep` makes (the per-pair margins, records and rewards, not the
+    :func:`verification.llm.sweep.export_sweep` makes (the per-pair margins, records and rewards, not the
     generated text), so the dashboard and what it shows stay together. Otherwise the section says it was
     skipped."""
-    from . import figures  # plotting is imported only when a report is made
+    from verification.report import figures  # plotting is imported only when a report is made
 
     if scale not in SCALES:
         raise ValueError(f"scale must be one of {SCALES}; got {scale!r}")
@@ -452,7 +451,7 @@ def build_report(out_dir: str | Path = "reports", *, scale: str = "default", see
     study_results = []
     if studies:
         try:
-            from . import studies as studies_mod
+            from verification.studies import synthetic as studies_mod
         except ImportError:
             studies_mod = None
         if studies_mod is not None:
@@ -463,12 +462,12 @@ def build_report(out_dir: str | Path = "reports", *, scale: str = "default", see
                 _write_tables(out, st.id, st.tables)
                 progress(f"  {st.id}: {', '.join(st.tables)}")
 
-    from .llm_section import LLMSection, build_llm_section
+    from verification.report.llm_section import LLMSection, build_llm_section
 
     if llm or llm_runs or llm_sweep:
         read_sweep_from = None
         if llm_sweep:  # the dashboard reads (and links) a copy of what it shows, inside its own folder
-            from .llm_sweep import export_sweep
+            from verification.llm.sweep import export_sweep
 
             progress(f"copying the LLM sweep's summaries to {out / LLM_SWEEP_DIR} ...")
             read_sweep_from = export_sweep(llm_sweep, out / LLM_SWEEP_DIR)
@@ -491,7 +490,7 @@ def build_report(out_dir: str | Path = "reports", *, scale: str = "default", see
     drawn, missing = figures.draw_all(fig_dir, rows, tables)
     sweep_drawn, sweep_missing = {}, {}
     if sweep is not None:
-        from .sweep import sweep_tables
+        from verification.engine.sweep import sweep_tables
 
         sweep_drawn, sweep_missing = figures.draw_all(fig_dir, rows, {"sweep": sweep_tables(sweep)},
                                                       figures=figures.SWEEP_FIGURES)
@@ -511,7 +510,7 @@ def build_report(out_dir: str | Path = "reports", *, scale: str = "default", see
 
 # --------------------------------------------------------------------------------------------- dashboard
 
-#: The folder of the report that holds the copy of an ``--llm-sweep`` (:func:`verification.llm_sweep.export_sweep`).
+#: The folder of the report that holds the copy of an ``--llm-sweep`` (:func:`verification.llm.sweep.export_sweep`).
 LLM_SWEEP_DIR = "llm-sweep"
 
 VERDICT_HELP = {
@@ -580,7 +579,7 @@ SEARCH_INTRO = ("The falsification search (`python -m verification search --budg
 
 def _search_rows(results) -> list[dict[str, str]]:
     """One row per statement with a search box: the stored search's budget, evaluations and date, the
-    refinement's evaluations, counterexamples, and the box's reach of :data:`verification.search.REACH`."""
+    refinement's evaluations, counterexamples, and the box's reach of :data:`verification.core.search.REACH`."""
     out = []
     for s, _, row in results:
         if s.search is None:
@@ -732,13 +731,13 @@ def _budget_sentence(budget: dict) -> str:
         return ""
     return (f"Confidence-level assertions: {budget['assertions']} in this run (Monte Carlo mean claims and H.17's "
             f"order-statistic tests), family-wise false-failure probability at most {budget['total']:.3g} "
-            f"(Bonferroni; budget {budget['budget']:g}, `verification/montecarlo.py`).")
+            f"(Bonferroni; budget {budget['budget']:g}, `verification/core/montecarlo.py`).")
 
 
 def _calibration() -> dict | None:
-    """The committed Monte Carlo calibration (:func:`verification.mc_calibration.load_calibration`), or None."""
+    """The committed Monte Carlo calibration (:func:`verification.engine.mc_calibration.load_calibration`), or None."""
     try:
-        from .mc_calibration import load_calibration
+        from verification.engine.mc_calibration import load_calibration
 
         return load_calibration()
     except (OSError, ValueError, KeyError):
@@ -895,7 +894,7 @@ def dashboard_markdown(res: ReportResult, results, study_results, *, scale: str,
     if res.sweep is not None:
         lines += ["", *_sweep_markdown(res)]
     if res.llm is not None:
-        from .llm_section import section_markdown
+        from verification.report.llm_section import section_markdown
 
         lines += ["", *section_markdown(res.llm)]
     if study_results:
@@ -1072,7 +1071,7 @@ def dashboard_html(res: ReportResult, results, study_results, *, scale: str, see
     if res.sweep is not None:
         body.append(_sweep_html(res))
     if res.llm is not None:
-        from .llm_section import section_html
+        from verification.report.llm_section import section_html
 
         body.append(section_html(res.llm))
     if study_results:

@@ -1,8 +1,8 @@
 r"""Studies of the theory's hypotheses along recorded runs of Algorithm 1: an LLM run beside a synthetic one.
 
-Reported, not pass/fail (like :mod:`verification.studies`): each study reads the records of one or more run
-directories (:mod:`verification.run_records`: ``python -m llm_runs run`` or ``python -m sim.simulate``, the same
-record schema) and returns a :class:`~verification.studies.StudyResult` whose tables carry a ``source`` column
+Reported, not pass/fail (like :mod:`verification.studies.synthetic`): each study reads the records of one or more run
+directories (:mod:`verification.llm.records`: ``python -m llm_runs run`` or ``python -m sim.simulate``, the same
+record schema) and returns a :class:`~verification.studies.synthetic.StudyResult` whose tables carry a ``source`` column
 (``LLM`` / ``synthetic``), so the same study on the LLM run and on a synthetic run sits side by side. Nothing is
 re-computed from a model: every number is a function of the records, and where a quantity the theory needs is not
 recorded the study says so in its summary (``not_recorded``) instead of guessing it.
@@ -40,8 +40,8 @@ methods: ``h14`` — Corollary H.14 with ``Δ̄_i = √(H̄/ρ_min)``, ``H̄`` t
 the seed names after Theorem H.31); ``window`` — ``Δ̄_i`` the largest ``Δ_i`` of client ``i`` on the window. The
 region ``𝒩`` of eq 71 is not recorded and not checked.
 
-Entry point: :func:`run_llm_studies` (``runs``: :class:`~verification.run_records.RunRecords`, LLM and synthetic;
-``out_dir``: tables and summaries written as :func:`verification.studies.run_studies` does).
+Entry point: :func:`run_llm_studies` (``runs``: :class:`~verification.llm.records.RunRecords`, LLM and synthetic;
+``out_dir``: tables and summaries written as :func:`verification.studies.synthetic.run_studies` does).
 """
 
 from __future__ import annotations
@@ -60,8 +60,8 @@ from sim.algorithm import CLUSTERING_NAMES
 from sim.constants import band_radius, client_bases, descent_margin_constants, h20_constants
 from sim.hull import min_norm_weights_from_gram, near_active_set
 from sim.preference import bottleneck_set
-from verification.evidence import to_jsonable
-from verification.run_records import (
+from verification.core.evidence import to_jsonable
+from verification.llm.records import (
     ADAPTATION_PHASES,
     PIPELINE2_PHASE,
     RunRecords,
@@ -76,7 +76,7 @@ from verification.run_records import (
     step_rows,
     training_iterates,
 )
-from verification.studies import StudyResult, _h6_status, _num, _quantile_rows
+from verification.studies.synthetic import StudyResult, _h6_status, _num, _quantile_rows
 
 __all__ = [
     "CALIBRATION_SCHEMES",
@@ -145,7 +145,7 @@ class RunDataMissing(ValueError):
 
 
 def _clean(obj):
-    """JSON-ready summary: numbers via :func:`verification.studies._num` (NaN/inf -> None), strings kept."""
+    """JSON-ready summary: numbers via :func:`verification.studies.synthetic._num` (NaN/inf -> None), strings kept."""
     if isinstance(obj, dict):
         return {str(k): _clean(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -179,7 +179,7 @@ def _frac(mask) -> float | None:
 
 
 def calibration_masks(it: pd.DataFrame, scheme: str) -> tuple[np.ndarray, np.ndarray, int]:
-    """Calibration and test masks of the iterates ``it`` (:func:`~verification.run_records.training_iterates`)
+    """Calibration and test masks of the iterates ``it`` (:func:`~verification.llm.records.training_iterates`)
     under ``scheme`` (:data:`CALIBRATION_SCHEMES`), and ``t_0`` (the first test iterate)."""
     p1 = it["phase"] == "phase1"
     R = int(it.loc[p1, "round"].max())
@@ -300,7 +300,7 @@ def study_eq71_trajectory(runs: Sequence[RunRecords], config: LLMStudyConfig | N
 def _own_hulls(run: RunRecords, st: pd.DataFrame) -> dict | None:
     """Per index set (``J_star``, ``J_eps``): ``‖d_M‖`` of the set's own hull ``conv{λ_j g_j : j ∈ J}`` and the
     largest generator norm ``max_{j∈J} ‖λ_j g_j‖`` at the rows ``st``, from the recorded Grams, losses and
-    preferences (:func:`~verification.run_records.lp_inputs`; the sets as the algorithm formed them from ``l``,
+    preferences (:func:`~verification.llm.records.lp_inputs`; the sets as the algorithm formed them from ``l``,
     ``λ`` and ``eps_act``); None when the run does not record them."""
     lp = lp_inputs(run, st)
     loss_cols = objective_columns(run, "loss")
@@ -498,7 +498,7 @@ def _h6_status_records(modes: np.ndarray, jstar: np.ndarray | None) -> str:
 
 def _h6_status_lp(g: pd.DataFrame, C: np.ndarray, mu: np.ndarray, l: np.ndarray, lam: np.ndarray) -> str:
     """H.6 at one cluster iterate from the recorded LP inputs: every client's LP re-classified by
-    :func:`sim.constants.client_bases` (the synthetic study's statuses, :data:`verification.studies.H6_STATUSES`)."""
+    :func:`sim.constants.client_bases` (the synthetic study's statuses, :data:`verification.studies.synthetic.H6_STATUSES`)."""
     modes = g["lp_mode"].to_numpy()
     if np.any(modes != "balance"):
         return "descent_client"

@@ -34,7 +34,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .evidence import NEGATIVE_CONTROL_STATES, VERDICTS
+from verification.core.evidence import NEGATIVE_CONTROL_STATES, VERDICTS
 
 __all__ = ["TIGHTNESS_RTOL", "TIGHTNESS_ATOL", "Regression", "compare", "load_results", "check_rows",
            "shipped_baseline", "SHIPPED_BASELINE"]

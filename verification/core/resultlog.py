@@ -8,7 +8,7 @@ DIR`` to ``DIR/results.jsonl``. A log holds
   version and every option that changes the computed rows (:data:`RUN_PARAMETERS`);
 * one line per finished statement, in the order they finished: ``{"id": "H.9", "row": {...}}``, where ``row`` is
   the statement's object of ``results.json`` (``report`` adds what it needs to redraw the dashboard, see
-  :mod:`verification.report`).
+  :mod:`verification.report.dashboard`).
 
 Each line is appended with one write, flushed and fsynced before the next statement starts, so a run that is
 killed or fails keeps every statement it finished, and leaves at most a truncated last line. :func:`read_log`
@@ -27,8 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.cli import atomic_write_text
-
-from .evidence import to_jsonable
+from verification.core.evidence import to_jsonable
 
 __all__ = [
     "LOG_KIND",
@@ -54,7 +53,7 @@ LOG_FORMAT = 1
 RUN_PARAMETERS: dict[str, Any] = {"seed": None, "scale": "default", "jitter": 0.0, "jitter_seed": None}
 
 
-#: The keys every result row has (``Evidence.to_dict`` and the error rows of :mod:`verification.registry`).
+#: The keys every result row has (``Evidence.to_dict`` and the error rows of :mod:`verification.core.registry`).
 RESULT_ROW_KEYS = ("id", "verdict", "tightness", "negative_control", "counterexamples", "seconds")
 
 

@@ -1,10 +1,10 @@
 r"""The dashboard's "LLM run" section: where the LLM run comes from, the run studies, their figures and text.
 
-:func:`build_llm_section` (called by :func:`verification.report.build_report`):
+:func:`build_llm_section` (called by :func:`verification.report.dashboard.build_report`):
 
 1. the LLM run: ``llm_runs`` (a list of run directories given with ``--llm-run DIR``) is read as it is; with
    ``llm_sweep`` (``--llm-sweep DIR``, an LLM sweep folder) every seed's run ``DIR/runs/<seed>/`` is read, the
-   section opens with the pre-registered statistics and the hypotheses across seeds (:mod:`verification.llm_sweep`)
+   section opens with the pre-registered statistics and the hypotheses across seeds (:mod:`verification.llm.sweep`)
    and the first complete seed's run is shown in detail below them; otherwise
    (and unless disabled with ``--no-llm``) the smoke preset is run on the embedded model as a subprocess,
    ``python -m llm_runs run --preset smoke --out <report>/llm-run --seed N`` (verification never imports
@@ -13,7 +13,7 @@ r"""The dashboard's "LLM run" section: where the LLM run comes from, the run stu
 2. the synthetic runs beside it: ``sim.simulate``'s smoke preset with the same seed, written as run directories
    ``<report>/sim-run`` (the preset's ``S``) and ``<report>/sim-run-S<S>`` (the other new-client batch sizes of
    :data:`SIM_S_VALUES`, for the S axis of the pipelines study);
-3. :func:`verification.llm_studies.run_llm_studies` on them, the figures of :mod:`verification.llm_figures`, and
+3. :func:`verification.llm.studies.run_llm_studies` on them, the figures of :mod:`verification.report.llm_figures`, and
    the section's markdown / HTML (:func:`section_markdown`, :func:`section_html`) with a table of headline numbers
    side by side.
 """
@@ -28,11 +28,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
-from .evidence import to_jsonable
-from .llm_studies import LLMStudyConfig, run_llm_studies
-from .run_records import RunRecords, load_run
+from verification.core.evidence import to_jsonable
+from verification.llm.records import RunRecords, _f, _get, _pipeline_key, load_run
+from verification.llm.studies import LLMStudyConfig, run_llm_studies
 
 __all__ = ["LLM_RUN_DIR", "SIM_RUN_DIR", "SIM_S_VALUES", "DEFAULT_LLM_PRESET", "LLMSection", "llm_unavailable",
            "llm_command", "build_llm_section", "headline_rows", "section_markdown", "section_html"]
@@ -62,8 +61,8 @@ class LLMSection:
     missing_figures: dict = field(default_factory=dict)
     seconds: float = 0.0
     sweep: str | None = None  # the LLM sweep folder read (--llm-sweep DIR)
-    hypotheses: dict | None = None  # verification.llm_sweep.hypotheses_across_seeds over its seeds
-    statistics: dict | None = None  # verification.llm_sweep.personalisation_statistics of its seeds
+    hypotheses: dict | None = None  # verification.llm.sweep.hypotheses_across_seeds over its seeds
+    statistics: dict | None = None  # verification.llm.sweep.personalisation_statistics of its seeds
 
     def study(self, sid: str):
         return next((r for r in self.results if r.id == sid), None)
@@ -150,8 +149,8 @@ def build_llm_section(out_dir, *, enabled: bool = True, llm_runs=None, seed: int
     ``llm_runs``; ``llm_sweep_source``: the folder it was copied from, named in the section); ``tables``: the
     report's figure tables (``study-H8-dispersion`` is drawn beside the runs' H_Cn) — the section's tables are
     added to it."""
-    from . import figures
-    from .llm_figures import LLM_FIGURES
+    from verification.report import figures
+    from verification.report.llm_figures import LLM_FIGURES
 
     progress = progress or (lambda _msg: None)
     out = Path(out_dir)
@@ -160,7 +159,7 @@ def build_llm_section(out_dir, *, enabled: bool = True, llm_runs=None, seed: int
         return LLMSection("skipped", "The LLM section was skipped (--no-llm).")
     sweep_dirs = None
     if llm_sweep is not None:
-        from .llm_sweep import read_sweep
+        from verification.llm.sweep import read_sweep
 
         if llm_runs:
             raise ValueError("an LLM sweep and LLM run directories cannot be read together")
@@ -187,7 +186,7 @@ def build_llm_section(out_dir, *, enabled: bool = True, llm_runs=None, seed: int
     pipelines = sec.llm_runs + sec.synthetic_variants
     sec.results, sec.not_run = run_llm_studies(primary, pipeline_runs=pipelines, config=config, progress=progress)
     if sweep_dirs is not None:
-        from .llm_sweep import hypotheses_across_seeds, personalisation_statistics
+        from verification.llm.sweep import hypotheses_across_seeds, personalisation_statistics
 
         progress("running the pre-registered statistics and the run studies on every seed of the LLM sweep ...")
         sec.statistics = personalisation_statistics(sweep_dirs)
@@ -203,31 +202,6 @@ def build_llm_section(out_dir, *, enabled: bool = True, llm_runs=None, seed: int
 
 
 # ---------------------------------------------------------------------------------------------- headline table
-
-
-def _get(d: Any, *keys):
-    for k in keys:
-        if not isinstance(d, dict) or k not in d:
-            return None
-        d = d[k]
-    return d
-
-
-def _f(x, pct: bool = False) -> str:
-    if x is None:
-        return "–"
-    if isinstance(x, bool):
-        return "yes" if x else "no"
-    if isinstance(x, (list, tuple)):
-        return ", ".join(_f(v, pct) for v in x)
-    if isinstance(x, str):
-        return x
-    return f"{100 * x:.1f}%" if pct else f"{x:.4g}"
-
-
-def _pipeline_key(summary: dict, src: str) -> str | None:
-    keys = [k for k in (summary.get(src) or {}) if k.startswith("S=")]
-    return keys[0] if len(keys) == 1 else (sorted(keys, key=lambda k: float(k[2:]))[len(keys) // 2] if keys else None)
 
 
 def _pipeline_cell(summary: dict, src: str, method: str) -> str | None:
@@ -333,7 +307,7 @@ def section_markdown(sec: LLMSection) -> list[str]:
     """The section's markdown lines."""
     lines = ["## LLM run", ""]
     if sec.sweep:
-        from .llm_sweep import sweep_markdown
+        from verification.llm.sweep import sweep_markdown
 
         lines += sweep_markdown(sec.hypotheses, sec.statistics) + ["### One seed in detail", ""]
     lines += [" ".join(_intro(sec)), ""]
@@ -363,7 +337,7 @@ def section_html(sec: LLMSection) -> str:
     esc = html.escape
     parts = ["<h2>LLM run</h2>"]
     if sec.sweep:
-        from .llm_sweep import sweep_html
+        from verification.llm.sweep import sweep_html
 
         parts += [sweep_html(sec.hypotheses, sec.statistics), "<h3>One seed in detail</h3>"]
     parts.append("<p>" + esc(" ".join(_intro(sec))) + "</p>")

@@ -28,7 +28,7 @@ counterexamples and *power*. Each conclusion says its kind (:data:`CONCLUSION_KI
 **Power.** A check whose instances never come near the bound proves little. Every numeric bound of a conclusion
 passes through :func:`scaled_bound`, which applies the active *bound factor* ``f`` (:func:`bound_factor`, 1 by
 default): ``rhs ↦ rhs − (1 − f)|rhs|``, a bound too small by the factor ``f``; Monte Carlo bounds pass through the
-same function in :func:`verification.montecarlo.mean_claim`. Re-running a check under ``bound_factor(0.5)`` shows
+same function in :func:`verification.core.montecarlo.mean_claim`. Re-running a check under ``bound_factor(0.5)`` shows
 per conclusion whether a halved bound is detected (``python -m verification power``). Without a re-run the same
 answer follows from the data: the *detection factor* of an instance is ``1 − (rhs − lhs)/|rhs|`` (``= lhs/rhs``
 for ``rhs > 0``), the largest ``f`` at which the scaled bound is still violated there, and a Monte Carlo assertion
@@ -183,7 +183,7 @@ def active_bound_factor() -> float:
 def scaled_bound(rhs, factor: float | None = None):
     """``rhs − (1 − f)|rhs|`` with ``f`` the active bound factor (or ``factor``): the bound made too small by
     ``f``. The one function through which every numeric bound of a conclusion passes (:meth:`Evidence.
-    from_implication` for ``bound`` conclusions, :func:`verification.montecarlo.mean_claim` for Monte Carlo
+    from_implication` for ``bound`` conclusions, :func:`verification.core.montecarlo.mean_claim` for Monte Carlo
     bounds); the identity at ``f = 1``."""
     f = active_bound_factor() if factor is None else _check_factor(factor)
     r = np.asarray(rhs, dtype=np.float64)
@@ -507,7 +507,7 @@ class Conclusion:
     violated on some instance (numeric kinds; for Monte Carlo the factor at which the confidence bound crosses);
     ``worst`` the instance that attains it (data to reproduce it); ``reason`` why a numeric bound cannot be
     approached on its family (declared by the statement); ``search`` the falsification search's outcome
-    (:mod:`verification.search`); ``family_detect_factor`` the detection factor on the statement's default family
+    (:mod:`verification.core.search`); ``family_detect_factor`` the detection factor on the statement's default family
     alone (before the designed ``TIGHT_POINTS`` are merged in, :meth:`Evidence.merged`); ``n_detecting`` the
     number of instances whose detection factor exceeds :data:`POWER_FACTOR` (those a halved bound would fail on)."""
 

@@ -5,9 +5,9 @@ r"""Statement × seed sweeps on Dask (``python -m verification sweep``) and thei
     python -m verification sweep [ID ...] --seeds A:B [--scale default|paper] [--workers K | --scheduler ADDRESS]
                                  --out DIR
 
-Every (statement, seed) cell is a Dask task (:mod:`verification.dask_engine`) that runs the statement's check and
+Every (statement, seed) cell is a Dask task (:mod:`verification.engine.dask_engine`) that runs the statement's check and
 negative control with ``numpy.random.default_rng(seed)`` (seeds ``A, A+1, ..., B-1``) and returns its result row,
-made by the code ``python -m verification run`` uses (:func:`verification.registry.run_statement_row`); with the
+made by the code ``python -m verification run`` uses (:func:`verification.core.registry.run_statement_row`); with the
 default scale a cell equals the row of ``run ID --seed SEED`` except for ``seconds``. The folder ``DIR`` holds
 
 * ``cells/<id>/<seed>.json``: one result row per cell, written atomically as the cell finishes;
@@ -18,7 +18,7 @@ default scale a cell equals the row of ``run ID --seed SEED`` except for ``secon
   verdict counts over the seeds, tightness min / median / max, counterexamples in total with the seeds that
   produced them, negative controls detected / missed, seconds, and for the Monte Carlo assertions the observed
   false-failure count with its Clopper–Pearson upper bound set against the budget the dashboard states
-  (:mod:`verification.montecarlo`).
+  (:mod:`verification.core.montecarlo`).
 
 ``python -m verification report --sweep DIR`` adds the sweep to the dashboard (:func:`sweep_tables`).
 
@@ -47,9 +47,9 @@ from typing import Any
 import numpy as np
 
 from sim.cli import atomic_write_text
-
-from . import montecarlo, registry
-from .dask_engine import (
+from verification.core import montecarlo, registry
+from verification.core.evidence import to_jsonable
+from verification.engine.dask_engine import (
     CELLS_DIR,
     Cell,
     CellFolderError,
@@ -59,7 +59,6 @@ from .dask_engine import (
     run_cells,
     write_params,
 )
-from .evidence import to_jsonable
 
 __all__ = ["SUMMARY_JSON", "SUMMARY_CSV", "CP_ALPHA", "cell_path", "sweep_params", "statement_cell", "sweep_cells", "run_sweep", "read_cells", "summarize",
            "write_summary", "read_summary", "monte_carlo_assertions", "monte_carlo_statements", "mc_budget",
@@ -107,7 +106,7 @@ def sweep_cells(out: str | Path, stmts: Sequence[registry.Statement], seeds: Seq
 
 
 def _check_row(row: Any, path: Path, stmt_id: str) -> dict[str, Any]:
-    from .resultlog import RESULT_ROW_KEYS as keys
+    from verification.core.resultlog import RESULT_ROW_KEYS as keys
 
     if not isinstance(row, dict) or any(k not in row for k in keys):
         raise CellFolderError(f"{str(path)!r} is not a result row (it needs the keys {', '.join(keys)}): remove it "
@@ -137,7 +136,7 @@ def run_sweep(client, out: str | Path, stmts: Sequence[registry.Statement], seed
               scale: str = "default", progress: bool = True,
               on_written: Callable[[Cell, Any], None] | None = None) -> CellRun:
     """Run the cells of ``stmts`` × ``seeds`` not yet in ``out`` on the cluster of ``client`` (writing
-    ``params.json`` first, after :func:`~verification.dask_engine.check_params`); the summary is written by :func:`write_summary`."""
+    ``params.json`` first, after :func:`~verification.engine.dask_engine.check_params`); the summary is written by :func:`write_summary`."""
     out = Path(out)
     write_params(out, sweep_params(scale))
     read_cells(out, [s.id for s in stmts], seeds)  # a bad cell file is refused before any work
@@ -149,7 +148,7 @@ def run_sweep(client, out: str | Path, stmts: Sequence[registry.Statement], seed
 
 
 def mc_budget() -> dict[str, float]:
-    """The false-failure budget the dashboard states (:mod:`verification.montecarlo`): ``delta`` per assertion and
+    """The false-failure budget the dashboard states (:mod:`verification.core.montecarlo`): ``delta`` per assertion and
     ``family_wise`` for every Monte Carlo assertion of the default run together (Bonferroni)."""
     return {"delta": float(montecarlo.DELTA), "family_wise": float(montecarlo.FAMILY_WISE_BUDGET)}
 
@@ -161,7 +160,7 @@ def monte_carlo_assertions(row: dict[str, Any]) -> list[dict[str, Any]] | None:
     The one place that reads them: the entries of ``row["conclusions"]`` of kind ``monte_carlo`` where a row
     names its conclusions (``failed``: the conclusion has a counterexample), otherwise
     ``row["details"]["mc_assertions"]["assertions"]`` (the record of :func:`verification.statements.
-    _adaptation_common.mc_record`: ``label``, ``failed``, with ``delta_each`` beside it). ``delta`` is the level
+    _adaptation_evidence.mc_record`: ``label``, ``failed``, with ``delta_each`` beside it). ``delta`` is the level
     the assertion was tested at (``None`` when the row does not say)."""
     concl = row.get("conclusions")
     if isinstance(concl, list):
@@ -180,7 +179,7 @@ def monte_carlo_assertions(row: dict[str, Any]) -> list[dict[str, Any]] | None:
 
 def monte_carlo_statements() -> list[registry.Statement]:
     """The statements with confidence-level (Monte Carlo) assertions, before running them: those of the family-wise
-    budget table :data:`verification.montecarlo.ASSERTIONS` (H.17, H.39-41, H.43, H.44, H.45, Thm-A). After a run,
+    budget table :data:`verification.core.montecarlo.ASSERTIONS` (H.17, H.39-41, H.43, H.44, H.45, Thm-A). After a run,
     :func:`monte_carlo_assertions` reads the assertions themselves from the rows."""
     return registry.resolve(sorted(montecarlo.ASSERTIONS))
 
@@ -215,7 +214,7 @@ def budget_status(k: int, n: int, budget: float, alpha: float = CP_ALPHA) -> dic
 def _mc_summary(stmt_id: str, rows: dict[int, dict[str, Any]], budget: dict[str, float]) -> dict[str, Any] | None:
     """Failure counts of the Monte Carlo conclusions of one statement over its seeds, each against the level it was
     tested at, and of "any of them" against the statement's share of the family-wise budget: ``δ`` times the
-    number of confidence-level tests :data:`verification.montecarlo.ASSERTIONS` budgets for it (a conclusion may
+    number of confidence-level tests :data:`verification.core.montecarlo.ASSERTIONS` budgets for it (a conclusion may
     hold several tests, e.g. H.17's six problems, or restate one, e.g. a ``[soft]`` reading; the budget counts
     tests), or the sum of the conclusions' levels for a statement outside the table."""
     per_seed = {seed: monte_carlo_assertions(row) for seed, row in rows.items()}

@@ -40,8 +40,9 @@ import numpy as np
 
 from sim.cli import atomic_write_text
 from sim.simulate import PRESETS, preset_variant, simulate
-
-from .dask_engine import (
+from verification.core.evidence import to_jsonable
+from verification.core.registry import print_traceback
+from verification.engine.dask_engine import (
     CELLS_DIR,
     Cell,
     CellFolderError,
@@ -51,8 +52,6 @@ from .dask_engine import (
     run_cells,
     write_params,
 )
-from .evidence import to_jsonable
-from .registry import print_traceback
 
 __all__ = ["GRID_KIND", "AXES", "CONFIDENCE", "GridError", "GridPoint", "parse_axes", "grid_points", "grid_params",
            "grid_cell", "grid_cells", "run_grid", "read_grid_cells", "summarize_grid", "write_grid"]
@@ -221,12 +220,9 @@ def summarize_grid(cells: dict[GridPoint, dict[int, dict]]):
     return pd.DataFrame(rows)
 
 
-def write_grid(out: str | Path, table, *, preset: str, seeds, run: CellRun | None = None
-               ) -> tuple[dict[str, str], dict[str, str]]:
-    """Write ``grid.csv``, ``grid.json`` and ``figures/pipeline_gap.png`` to ``out``; returns the figures
-    ({file: caption}, {file: why not drawn})."""
-    from . import figures
-
+def write_grid(out: str | Path, table, *, preset: str, seeds, run: CellRun | None = None) -> None:
+    """Write ``grid.csv`` and ``grid.json`` to ``out`` (the figure ``figures/pipeline_gap.png`` is the report's:
+    :func:`verification.report.figures.draw_grid`)."""
     out = Path(out)
     atomic_write_text(out / "grid.csv", table.to_csv(index=False))
     seeds = list(seeds)
@@ -237,7 +233,6 @@ def write_grid(out: str | Path, table, *, preset: str, seeds, run: CellRun | Non
         doc["last_run"] = {"computed": len(run.written), "kept": len(run.kept), "failed": run.failed,
                            "wall_seconds": run.seconds}
     atomic_write_text(out / "grid.json", json.dumps(to_jsonable(doc), indent=1, allow_nan=False) + "\n")
-    return figures.draw_all(out / "figures", [], {"grid": {"points": table}}, figures=figures.GRID_FIGURES)
 
 
 def screen(table, out: Path, run: CellRun | None, drawn: dict[str, str], missing: dict[str, str]) -> str:

@@ -6,7 +6,7 @@ Statements come from two sources:
   exposing ``STATEMENT_ID`` (e.g. ``"H.13"``), ``NAME``, ``run(config, rng) -> Evidence`` and optionally
   ``negative_control(config, rng) -> Evidence``, a frozen dataclass ``Config`` (its defaults run in seconds)
   and ``NUMBER`` (the catalogue number shown by ``list``; default derived from the id); optionally ``SEARCH``, the
-  :class:`verification.search.SearchSpace` of its family for the falsification search, and ``REASONS``, a
+  :class:`verification.core.search.SearchSpace` of its family for the falsification search, and ``REASONS``, a
   mapping from a conclusion name to the reason its numeric bound cannot be approached on the family (shown next
   to a weak conclusion in the power report), and ``TIGHT_POINTS``, points of its search box where the
   falsification search found the bound approached: the check runs there too (the search's ``Config`` at each
@@ -14,7 +14,7 @@ Statements come from two sources:
   ``TIGHT_SEEDS`` (default 1), at how many seeds each tight point runs (:func:`tight_point_seed`: the run's seed,
   then streams derived from it), so that a detection at a tight point rests on more than one draw. A module may
   instead expose ``STATEMENTS``, a list of :class:`Statement`;
-* explicit registrations with :func:`register` (the symbolic identities S1–S26 of :mod:`verification.symbolic`),
+* explicit registrations with :func:`register` (the symbolic identities S1–S26 of :mod:`verification.statements.symbolic`),
   and modules of the statement-module contract registered with :func:`register_module`;
 * statements of other packages: every module named by an entry point of the group ``prefalign.statements`` (a
   package's ``[project.entry-points."prefalign.statements"]``) or listed in the environment variable
@@ -45,9 +45,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from sim.roundoff import JitteredGenerator
-
-from .evidence import Evidence, to_jsonable
-from .resultlog import error_row
+from verification.core.evidence import Evidence, to_jsonable
+from verification.core.resultlog import error_row
 
 __all__ = [
     "DEFAULT_SEED",
@@ -78,7 +77,7 @@ DEFAULT_SEED = 0
 SCALES = ("default", "paper")
 
 STATEMENTS_PACKAGE = "verification.statements"
-SYMBOLIC_MODULE = "verification.symbolic"
+SYMBOLIC_MODULE = "verification.statements.symbolic"
 #: Entry-point group of statement modules of other packages.
 ENTRY_POINT_GROUP = "prefalign.statements"
 #: Environment variable: comma-separated names of statement modules to import.
@@ -115,7 +114,7 @@ class Statement:
     negative_control: Callable[[Any, np.random.Generator], Evidence] | None = None
     module: str = ""
     config_factory: Callable[[], Any] | None = None
-    search: Any = None  # verification.search.SearchSpace
+    search: Any = None  # verification.core.search.SearchSpace
     reasons: Any = None  # conclusion name -> why its bound cannot be approached (Mapping[str, str])
     tight_points: tuple = ()  # points of the search box the check also runs at (dicts of parameters)
     tight_seeds: int = 1  # seeds per tight point (tight_point_seed)
@@ -252,9 +251,9 @@ def discover() -> list[Statement]:
     pkg = importlib.import_module(STATEMENTS_PACKAGE)
     found: list[Statement] = list(_EXPLICIT)
     for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda i: i.name):
-        if info.name.startswith("_"):
-            continue
         modname = f"{STATEMENTS_PACKAGE}.{info.name}"
+        if info.name.startswith("_") or modname == SYMBOLIC_MODULE:  # helpers; the identities registered above
+            continue
         try:
             mod = importlib.import_module(modname)
         except Exception as exc:  # noqa: BLE001 - re-raised with the module named
@@ -411,8 +410,8 @@ def run_statement_row(stmt: Statement, seed: int = DEFAULT_SEED, *, scale: str =
                       jitter_seed: int = 0, search: str | None = None,
                       on_error: Callable[[BaseException], None] | None = None) -> StatementRow:
     """Run ``stmt`` (:func:`run_statement` with the Config of ``scale``) and, with a ``search`` budget
-    (:data:`verification.search.BUDGETS`) where the statement declares a family box, its falsification search
-    applied to the Evidence (:func:`verification.search.apply`); make its result row. Returns a
+    (:data:`verification.core.search.BUDGETS`) where the statement declares a family box, its falsification search
+    applied to the Evidence (:func:`verification.core.search.apply`); make its result row. Returns a
     :class:`StatementRow`; when the check raised, ``(None, an error row, None)``, after ``on_error(exc)`` (e.g. to
     print the traceback), and the caller goes on. ``python -m verification run``, ``report`` and ``sweep`` all make
     their rows here."""
@@ -421,7 +420,7 @@ def run_statement_row(stmt: Statement, seed: int = DEFAULT_SEED, *, scale: str =
                            jitter_seed=jitter_seed)
         res = None
         if search is not None and stmt.search is not None:
-            from .search import apply
+            from verification.core.search import apply
 
             res = search_statement(stmt, search, seed)
             ev = apply(ev, res)
@@ -434,10 +433,10 @@ def run_statement_row(stmt: Statement, seed: int = DEFAULT_SEED, *, scale: str =
 
 def search_statement(stmt: Statement, budget: str = "stored", seed: int = DEFAULT_SEED,
                      progress: Callable[[str], None] | None = None) -> Any:
-    """The falsification search of ``stmt`` over its declared family box (:func:`verification.search.search_statement`:
-    the stored search refined, or a budget of :data:`verification.search.BUDGETS` run here); ``None`` for a statement
+    """The falsification search of ``stmt`` over its declared family box (:func:`verification.core.search.search_statement`:
+    the stored search refined, or a budget of :data:`verification.core.search.BUDGETS` run here); ``None`` for a statement
     without a ``SEARCH`` space."""
-    from .search import search_statement as _search
+    from verification.core.search import search_statement as _search
 
     return _search(stmt, budget, seed, progress=progress)
 

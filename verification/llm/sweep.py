@@ -1,10 +1,10 @@
 r"""The hypotheses of the LLM run studies across the seeds of an LLM sweep (``report --llm-sweep DIR``).
 
 An LLM sweep folder (``python -m llm_runs sweep --preset study --seeds A:B --out DIR``) holds one ordinary run
-directory per seed, ``DIR/runs/<seed>/`` (read by :func:`verification.run_records.load_run`). Per seed,
-:func:`hypotheses_across_seeds` runs the run studies of :mod:`verification.llm_studies` on that seed's run alone
+directory per seed, ``DIR/runs/<seed>/`` (read by :func:`verification.llm.records.load_run`). Per seed,
+:func:`hypotheses_across_seeds` runs the run studies of :mod:`verification.llm.studies` on that seed's run alone
 (nothing is re-derived here: every number is read from a study's summary) and takes from each study the
-quantities the dashboard's headline table shows for one run (:func:`verification.llm_section.headline_rows`):
+quantities the dashboard's headline table shows for one run (:func:`verification.report.llm_section.headline_rows`):
 
 * eq 71: share of the test rounds where it holds (Phase 1 and Phase 2, constants from the first half of Phase 1;
   Phase 2 with constants from all of Phase 1);
@@ -33,7 +33,7 @@ section's synthetic runs: pass their study results as ``synthetic_results``). Ye
 Stage-1+2) are counted over the seeds. A seed's run that is not complete (``summary.json["status"]``) is left
 out and named.
 
-The pre-registered statistics (:func:`verification.llm_personalisation.sweep_statistics`, imported when there)
+The pre-registered statistics (:func:`verification.llm.personalisation.sweep_statistics`, imported when there)
 open the section: :func:`personalisation_statistics` returns their ``lines`` or why there are none. Rendering:
 :func:`sweep_markdown`, :func:`sweep_html`.
 """
@@ -50,9 +50,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from .llm_section import _f, _get, _pipeline_key
-from .llm_studies import LLMStudyConfig, run_llm_studies
-from .run_records import RunRecords, load_run
+from verification.llm.records import RunRecords, _f, _get, _pipeline_key, load_run
+from verification.llm.studies import LLMStudyConfig, run_llm_studies
 
 __all__ = ["CONFIDENCE", "RUNS_DIR", "QUANTITIES", "Quantity", "sweep_run_dirs", "load_sweep_runs", "read_sweep",
            "export_sweep", "EXPORTED_RUN_FILES", "EXPORTED_SWEEP_FILES",
@@ -88,7 +87,7 @@ def sweep_run_dirs(sweep_dir) -> list[Path]:
 
 
 def load_sweep_runs(run_dirs: Sequence) -> list[RunRecords]:
-    """Every run directory read (:func:`~verification.run_records.load_run`; a :class:`RunRecords` is kept as it
+    """Every run directory read (:func:`~verification.llm.records.load_run`; a :class:`RunRecords` is kept as it
     is); ``ValueError`` naming the directory when one is not a run directory or is a synthetic run."""
     if not run_dirs:
         raise ValueError("no run directory given")
@@ -126,7 +125,7 @@ def _project_relative(text: str) -> str:
     holds ``verification/``) made relative to it."""
     import json
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
 
     def fix(v):
         if isinstance(v, str) and v.startswith(str(root) + "/"):
@@ -147,7 +146,7 @@ def export_sweep(sweep_dir, out_dir) -> Path:
     are kept: the pre-registered analysis reads them) and ``summary.json`` with every absolute path inside this
     project's checkout (the shipped data file) written relative to it. Small enough to commit beside the
     dashboard, so a reviewer
-    can re-run the analysis (:func:`verification.llm_personalisation.sweep_statistics`) on exactly what it
+    can re-run the analysis (:func:`verification.llm.personalisation.sweep_statistics`) on exactly what it
     shows. Returns ``out_dir``; ``ValueError`` as :func:`sweep_run_dirs` when ``sweep_dir`` is not an LLM sweep."""
     import shutil
 
@@ -408,7 +407,7 @@ def hypotheses_across_seeds(run_dirs: Sequence, *, synthetic_results: Sequence |
     """The run studies on every seed's run and each study's key quantity across the seeds (module docstring).
 
     ``run_dirs``: the seeds' run directories (:func:`sweep_run_dirs`) or runs read; ``synthetic_results``: study results
-    (:func:`~verification.llm_studies.run_llm_studies`) holding the ``synthetic`` source, whose values are shown
+    (:func:`~verification.llm.studies.run_llm_studies`) holding the ``synthetic`` source, whose values are shown
     beside the means. Returns a JSON-ready dict: ``seeds`` (those aggregated), ``left_out`` (seed -> why), ``rows``
     (one per :data:`QUANTITIES` entry: ``key``, ``label``, ``kind``, ``pct``, ``per_seed`` {seed: value}, ``n``,
     ``mean``, ``sd``, ``ci_low``, ``ci_high`` (kind ``mean``) or ``count`` (kind ``count``), ``synthetic``),
@@ -486,13 +485,13 @@ def _text(h: dict) -> str:
 
 
 def personalisation_statistics(run_dirs: Sequence) -> dict:
-    """The pre-registered statistics of :func:`verification.llm_personalisation.sweep_statistics` on the runs
+    """The pre-registered statistics of :func:`verification.llm.personalisation.sweep_statistics` on the runs
     (``lines`` and ``text``), or ``{"lines": [], "unavailable": why}`` when that module is not in this checkout
     or the runs do not record what it reads."""
     try:
-        from .llm_personalisation import sweep_statistics
+        from verification.llm.personalisation import sweep_statistics
     except ImportError as exc:
-        return {"lines": [], "unavailable": f"verification.llm_personalisation cannot be imported ({exc})"}
+        return {"lines": [], "unavailable": f"verification.llm.personalisation cannot be imported ({exc})"}
     try:
         res = sweep_statistics(list(run_dirs))
     except ValueError as exc:
@@ -520,7 +519,7 @@ def statistic_line(line: dict) -> str:
 # ---------------------------------------------------------------------------------------------- rendering
 
 _HEADER = ("quantity", "mean over seeds [95 % t-interval]", "seeds", "synthetic")
-_PER_SEED_NOTE = ("The run studies of each seed's run alone (verification.llm_studies); the synthetic column is "
+_PER_SEED_NOTE = ("The run studies of each seed's run alone (verification.llm.studies); the synthetic column is "
                   "sim.simulate's smoke preset at the report's seed, the value the single-run table shows.")
 
 
