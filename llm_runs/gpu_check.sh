@@ -18,7 +18,7 @@
 #             writes its summary (status interrupted) and the timings are printed; SIGKILL 30 s later
 #   --tiny    a CPU check of this script: a tiny Llama and `run --preset gpu --shrink --autocast none` on the CPU
 #             (the gpu preset's objectives, m = 4 with readability, the separate layout and the generation
-#             evaluation, at the smallest counts: RunPreset.shrunk); tests/test_gpu_check.py runs it. In float32:
+#             evaluation, at the smallest counts: RunPreset.shrunk); tests/llm_runs/test_gpu_check.py runs it. In float32:
 #             bf16 autocast cost 2.6-3x the CPU time of a step on a CPU without bf16 instructions; the preflight
 #             runs a tiny Llama's forward and backward under the preset's bf16 autocast on the device instead
 # Steps, each before the next costs anything:

@@ -40,7 +40,7 @@ which forms ``d = G μ`` on the device and applies a step to the LoRA parameters
                 objectives' pairs share (the pairs of all objectives are built on the same few responses per
                 prompt) runs through the model once instead of once per objective.
 
-They give the same ``G`` up to round-off; ``benchmarks`` (``tests/test_llm_bench.py``) compares their speed.
+They give the same ``G`` up to round-off; ``benchmarks`` (``tests/llm_runs/test_llm_bench.py``) compares their speed.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ LAYOUTS = ("separate", "shared", "shared_loop", "sequence")
 #: The layout :func:`objective_gradients` uses unless told otherwise. "separate" needs the least memory (the
 #: batched VJP of "shared" holds m copies of the backward: about 9.6 GB RSS for m = 5 on 8 sequences of about
 #: 290 tokens with SmolLM2-135M). A run picks its layout per device (:func:`llm_runs.source.default_layout`);
-#: the benchmark in tests/test_llm_bench.py compares the layouts on this package's data layout (every
+#: the benchmark in tests/llm_runs/test_llm_bench.py compares the layouts on this package's data layout (every
 #: objective's pairs on the same candidates) and prints the fastest.
 DEFAULT_LAYOUT = "separate"
 

@@ -248,7 +248,7 @@ def _adapt(K: int, S: int, alpha: float) -> AdaptConfig:
 
 
 # Precision. The CPU presets run in float32, so that a seed gives the same numbers on every CPU up to roundoff. Which
-# precision is faster depends on the CPU (tests/test_llm_bench.py::test_bench_precision, in one process): on an
+# precision is faster depends on the CPU (tests/llm_runs/test_llm_bench.py::test_bench_precision, in one process): on an
 # AMD EPYC exposing AVX2/FMA only, bf16 autocast is emulated and one client gradient evaluation of the cpu preset
 # (4 sequences of 83 tokens, SmolLM2-135M) took 67 s against 4.2 s in float32 (2026-12-01); on an AMD EPYC
 # (family 25 model 17) with AVX-512 BF16, bf16 runs the matmuls 3.4x faster (186 against 55 GFLOP/s) and the cpu

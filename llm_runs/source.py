@@ -275,7 +275,7 @@ class TorchSource:
 def default_layout(device) -> str:
     """The gradient layout of :func:`objective_gradients` for ``device``: ``"sequence"`` on a CPU (one forward and
     backward per distinct sequence: the objectives' pairs share their responses, and a CPU gains nothing from
-    batching them; ``tests/test_llm_bench.py`` compares the layouts), ``"separate"`` on a GPU (each objective's
+    batching them; ``tests/llm_runs/test_llm_bench.py`` compares the layouts), ``"separate"`` on a GPU (each objective's
     pairs in one batch, which a GPU runs in about the time of one sequence)."""
     return "sequence" if torch.device(device).type == "cpu" else "separate"
 

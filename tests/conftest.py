@@ -78,7 +78,7 @@ _CLUSTER_STACK: list[contextlib.ExitStack] = []  # the open cluster's context, c
 @pytest.fixture(scope="session")
 def _dask_session_client():
     """One LocalCluster of 2 worker processes (as `sweep --workers 2` starts) and its client for the whole session:
-    the sweeps of verification (tests/test_sweep.py) and of the LLM runs (tests/test_llm_sweep.py) share it instead
+    the sweeps of verification (tests/verification/engine/test_sweep.py) and of the LLM runs (tests/llm_runs/test_llm_sweep.py) share it instead
     of starting a cluster each. Their modules run one after the other (:func:`pytest_collection_modifyitems`) and
     the cluster closes after the last test that uses it (:func:`pytest_runtest_teardown`), not at the session's end:
     an idle cluster costs CPU (its scheduler's event loop in this process, its nannies' and workers' heartbeats)."""
@@ -150,7 +150,7 @@ def pytest_addoption(parser):
 _CPU: dict[str, float] = defaultdict(float)
 _TESTS: dict[str, float] = {}
 _SESSION_CPU: dict[str, float] = {}  # a session fixture's tear-down in the current test, charged to itself
-_CLUSTER_KEY = "(the shared Dask cluster: its worker processes, tests/test_sweep.py and tests/test_llm_sweep.py)"
+_CLUSTER_KEY = "(the shared Dask cluster: its worker processes, tests/verification/engine/test_sweep.py and tests/llm_runs/test_llm_sweep.py)"
 
 
 def _cpu() -> float:

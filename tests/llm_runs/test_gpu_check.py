@@ -28,7 +28,7 @@ pytest.importorskip("peft")
 from llm_runs import gpu_check  # noqa: E402
 from llm_runs.run import PRESETS, QUICK_GENERATION  # noqa: E402
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "llm_runs" / "gpu_check.sh"
 FAKE = "prefalign-no-such-distribution"
 
@@ -95,7 +95,7 @@ def test_the_conditional_requirements_are_those_of_the_code(monkeypatch, tmp_pat
         m.setitem(sys.modules, "datasets", None)
         assert load_data(None).labels == "rewards"
         with pytest.raises(DataFileError, match="needs the datasets library"):
-            load_data(Path(__file__).parent / "fixtures" / "byo_data" / "pku_saferlhf.csv")
+            load_data(Path(__file__).parents[1] / "fixtures" / "byo_data" / "pku_saferlhf.csv")
     path, _ = save_random_llama(tmp_path / "m", "tiny")
     with monkeypatch.context() as m:
         m.setitem(sys.modules, "gguf", None)

@@ -86,12 +86,14 @@ def test_python_m_forms_are_the_same_command_lines():
     assert proc.returncode == 0
     res = _prefalign("verify", "list")
     assert res.returncode == 0 and res.stdout == proc.stdout
-    # `python -m sim.simulate`: tests/test_cli.py::test_usage_error_exit_status_of_the_real_command_lines
+    # `python -m sim.simulate`: tests/verification/test_cli.py::test_usage_error_exit_status_of_the_real_command_lines
 
 
 def test_llm_commands_import_no_torch_until_an_action_runs(tmp_path):
     pytest.importorskip("vaderSentiment")
-    from llm_helpers import small_data_file  # a data file of two prompts: the statistics' code, in seconds
+    from tests.llm_helpers import (
+        small_data_file,  # a data file of two prompts: the statistics' code, in seconds
+    )
 
     data = small_data_file(tmp_path / "cands.jsonl.gz")
     code = ("import sys\nfrom prefalign.__main__ import main\n"
@@ -116,7 +118,7 @@ def test_works_from_any_directory(tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
     assert "2 statement(s) compared, 0 regression(s)" in res.stdout
     assert [r["id"] for r in json.loads((env_cwd / "out.json").read_text())] == ["S4", "H.9"]
-    assert not os.path.relpath(env_cwd, Path(__file__).parents[1]).startswith("tests")
+    assert not os.path.relpath(env_cwd, Path(__file__).parents[2]).startswith("tests")
 
 
 def test_help_names_the_actions_of_each_command_line(capsys):

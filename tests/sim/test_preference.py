@@ -6,7 +6,6 @@ import re
 
 import numpy as np
 import pytest
-from error_patterns import float_value, names
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -29,6 +28,7 @@ from sim.preference import (
     uniformity_and_adjustment,
 )
 from sim.roundoff import EPS, TIE_RTOL
+from tests.error_patterns import float_value, names
 
 FD_STEP_LOSS = 1e-6
 FD_RTOL = 1e-5

@@ -27,8 +27,6 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
-from llm_helpers import make_pairs, tiny_preference_model  # noqa: E402
-
 import sim.algorithm as al  # noqa: E402
 from llm_runs.clients import ClientDesign, DataShortageError, Federation, build_federation  # noqa: E402
 from llm_runs.data import DEFAULT_DATA_FILE, UnknownObjectiveError, load_candidates  # noqa: E402
@@ -40,8 +38,9 @@ from sim import cli  # noqa: E402
 from sim.direction import lp_direction_reference  # noqa: E402
 from sim.problems import PlantedQuadraticCluster  # noqa: E402
 from sim.source import ClientSource, check_source  # noqa: E402
+from tests.llm_helpers import make_pairs, tiny_preference_model  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ORDERS = {"first": ((0, 1), (0, 2)), "second": ((1, 0), (2, 1)), "third": ((2, 0), (1, 2))}
 PREFS = np.array([[0.5, 0.3, 0.2], [0.2, 0.5, 0.3], [0.3, 0.2, 0.5]])
 

@@ -14,7 +14,6 @@ import re
 
 import numpy as np
 import pytest
-from error_patterns import float_value, names
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,6 +21,7 @@ import sim.direction as sd
 from sim.direction import LPInfeasibleError, lp_direction, lp_direction_reference
 from sim.preference import uniformity_and_adjustment
 from sim.problems.generic import lp_instance_family, random_lp_instances
+from tests.error_patterns import float_value, names
 
 _HAVE_NUMBA = importlib.util.find_spec("numba") is not None
 

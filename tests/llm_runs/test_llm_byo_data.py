@@ -25,7 +25,7 @@ from llm_runs.models import save_random_llama  # noqa: E402
 from llm_runs.run import PRESETS  # noqa: E402
 from llm_runs.tokenizer import smollm2_tokenizer  # noqa: E402
 
-FIXTURES = Path(__file__).resolve().parent / "fixtures" / "byo_data"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "byo_data"
 #: schema -> (fixture, its objectives, the --objectives of its run or None: every aspect)
 SCHEMAS = {
     "candidates": ("candidates.jsonl", ("helpful", "concise", "friendly"), None),

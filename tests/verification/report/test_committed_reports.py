@@ -13,7 +13,7 @@ import pytest
 
 from verification.core.regression import compare, load_results
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 REPORTS = ROOT / "reports"
 BASELINE = ROOT / "verification" / "data" / "baseline_results.json"
 _ROW = re.compile(r"^\| (?P<id>[^|]+?) \| (?P<name>.*?) \| (?P<verdict>[^|]+?) \| (?P<held>\d+) / (?P<excluded>\d+) \|")

@@ -12,8 +12,6 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("vaderSentiment")
 
-from llm_helpers import MODEL, RECORDS, SETTINGS, small_data_file  # noqa: E402
-
 from llm_runs import rewards  # noqa: E402
 from llm_runs.build import GenerationFileError, read_work, run_generation, seed_from_data_file  # noqa: E402
 from llm_runs.data import (  # noqa: E402
@@ -34,6 +32,7 @@ from llm_runs.data import (  # noqa: E402
 )
 from llm_runs.generate import DeadlineCriteria, GenerationSettings, generate_responses  # noqa: E402
 from llm_runs.models import smollm2_tokenizer, tiny_llama  # noqa: E402
+from tests.llm_helpers import MODEL, RECORDS, SETTINGS, small_data_file  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,7 @@
 """Tests of the run studies (verification.llm.studies), the run-directory reader (verification.llm.records), their
 figures and the dashboard's LLM section, on a real synthetic run directory (``sim.simulate``'s smoke preset, the
 same record schema as an LLM run). The LLM-only parts (per-objective columns, the preference study, a real LLM
-run) are in tests/test_llm_report.py under the ``llm`` marker."""
+run) are in tests/verification/llm/test_llm_report.py under the ``llm`` marker."""
 
 from __future__ import annotations
 

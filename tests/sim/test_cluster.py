@@ -7,10 +7,10 @@ import warnings
 
 import numpy as np
 import pytest
-from error_patterns import float_value
 
 from sim import cluster as cl
 from sim.preference import adjustment
+from tests.error_patterns import float_value
 
 # ------------------------------------------------------------------------------------------ aggregation
 

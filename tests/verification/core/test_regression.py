@@ -13,7 +13,7 @@ import pytest
 from verification.core import registry
 from verification.core.regression import compare, load_results, shipped_baseline
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 BASELINE = shipped_baseline()
 # Fast statements (a few seconds together) compared against the committed baseline of the full default run.
 SUBSET = ["S4", "H.14", "H.15", "H.9"]

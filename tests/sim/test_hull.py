@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from error_patterns import float_value, names
 from scipy.optimize import minimize
 
 import sim.hull as hull
@@ -17,6 +16,7 @@ from sim.hull import (
     min_norm_weights_from_gram,
     near_active_set,
 )
+from tests.error_patterns import float_value, names
 
 
 def _random_hull(rng, n, k):

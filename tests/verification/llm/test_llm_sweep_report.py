@@ -304,7 +304,7 @@ def test_real_pre_registered_statistics_on_a_small_sweep(sweep_dir, tmp_path):
     """verification.llm.personalisation.sweep_statistics on the sweep's runs with held-out margins added (the
     pre-registered analysis's own test writer), rendered as the section's first lines."""
     lp = pytest.importorskip("verification.llm.personalisation")
-    writer = pytest.importorskip("test_llm_personalisation")
+    from tests.verification.llm import test_llm_personalisation as writer
     d = tmp_path / "sw"
     shutil.copytree(sweep_dir, d)
     rng = np.random.default_rng(3)
@@ -333,7 +333,7 @@ def test_export_writes_paths_of_this_checkout_relative(tmp_path):
     relative to it in the copy; a path elsewhere is kept as it is."""
     from verification.llm.sweep import _project_relative
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[3]
     text = json.dumps({"data_file": {"path": str(root / "llm_runs" / "data" / "x.jsonl.gz")},
                        "other": ["/elsewhere/file", 3]})
     out = json.loads(_project_relative(text))

@@ -18,7 +18,7 @@ from verification.report.llm_section import llm_command, llm_unavailable
 
 pytestmark = pytest.mark.llm
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 BASELINE = ROOT / "verification" / "data" / "llm_smoke_baseline.json"
 
 

@@ -9,8 +9,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from llm_helpers import make_pairs, tiny_preference_model  # noqa: E402
-
 from llm_runs.models import add_lora, tiny_llama  # noqa: E402
 from llm_runs.objectives import (  # noqa: E402
     LAYOUTS,
@@ -24,6 +22,7 @@ from llm_runs.objectives import (  # noqa: E402
     weighted_gradient,
 )
 from sim.direction import lp_direction  # noqa: E402
+from tests.llm_helpers import make_pairs, tiny_preference_model  # noqa: E402
 
 ORDERS = {
     "first": ((0, 1), (0, 2)),

@@ -254,7 +254,7 @@ def test_missing_comparators_are_not_recorded(tmp_path):
 def test_the_module_imports_no_torch():
     code = ("import sys, verification.llm.personalisation; "
             "assert not any(m == 'torch' or m.startswith(('torch.', 'llm_runs')) for m in sys.modules)")
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[1])
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[3])
 
 
 # ---------------------------------------------------------------------------------------------- bad inputs

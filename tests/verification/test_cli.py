@@ -13,7 +13,7 @@ import pytest
 from sim import simulate
 from verification.__main__ import main as cli_main
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCHEMA = {"id", "name", "verdict", "tightness", "instances", "excluded", "negative_control", "counterexamples",
           "seconds"}
 
@@ -25,7 +25,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 def _in_process(capsys, *args: str) -> subprocess.CompletedProcess:
     """``python -m verification ARGS`` as this process runs it (the imports done once for the module; the real
-    command line is run by test_usage_error_exit_status_of_the_real_command_lines and tests/test_regression.py)."""
+    command line is run by test_usage_error_exit_status_of_the_real_command_lines and tests/verification/core/test_regression.py)."""
     capsys.readouterr()
     code = cli_main(list(args))
     out, err = capsys.readouterr()
