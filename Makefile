@@ -93,9 +93,12 @@ sweep: $(STAMP)
 llm: $(STAMP)
 	$(LLM_ENV) $(BIN)/python -m llm_runs run --preset smoke --out runs/llm-smoke --seed $(SEED)
 
-## bench: pytest-benchmark speed comparisons (batched LP solver against HiGHS)
+## bench: pytest-benchmark speed comparisons (batched LP solver against HiGHS); their JSON in reports/bench.json,
+## which `make docs` renders on the Performance page
 bench: $(STAMP)
-	$(LLM_ENV) $(BIN)/python -m pytest -m bench -s --benchmark-enable --benchmark-columns=min,median,mean,rounds
+	$(LLM_ENV) $(BIN)/python -m pytest -m bench -s --benchmark-enable --benchmark-columns=min,median,mean,rounds \
+		--benchmark-json reports/bench.json
+
 
 ## mutation: mutants of each file run against its own test file; report in reports/mutation.json
 mutation: $(STAMP)

@@ -20,7 +20,8 @@ For every source file (``sim/cluster.py`` …) the runner
 
 Kill rate, per file: ``(killed + timeout) / (killed + timeout + survived)``, i.e. equivalent (and error) mutants
 count as neither killed nor survived. The JSON report (rewritten after every mutant, so an interrupted run keeps what it measured)
-lists every sampled mutant with ``file:line``, the enclosing function, the operator, the change and the outcome.
+lists every sampled mutant with ``file:line``, the enclosing function, the operator, the change and the outcome,
+and the run's settings, date and CPU (``meta``).
 
 Operators (the usual relational, arithmetic, logical, constant and statement-deletion ones, plus those that matter
 in array code):
@@ -83,6 +84,7 @@ import ast
 import concurrent.futures
 import copy
 import dataclasses
+import datetime
 import hashlib
 import importlib
 import json
@@ -967,6 +969,18 @@ def main(argv: list[str] | None = None) -> int:
     return _summary(args, reports, equivalents, stale)
 
 
+def run_meta(args) -> dict:
+    """The ``meta`` of the JSON report: when and on which CPU it ran (named as the speed reports name it:
+    :func:`sim.cli.cpu_name`; the docs' mutation table shows both), with the settings of the run."""
+    from sim.cli import cpu_name
+
+    return {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), "cpu": cpu_name(),
+            "rerun_of": None if args.rerun is None else str(args.rerun), "seed": args.seed, "n": args.n,
+            "jobs": args.jobs, "runner": args.runner, "python": sys.version.split()[0],
+            "pytest_args": list(PYTEST_ARGS), "equivalents": str(args.equivalents),
+            "kill_rate": "(killed + timeout) / (killed + timeout + survived); equivalent and error excluded"}
+
+
 def _run_all(args, plans, trees, runners, preload, equivalents, out_path) -> dict[str, FileReport]:
     """Baseline run of every test file, then every sampled mutant on the free copies; the report is rewritten
     after each mutant. ``runners`` (filled here) maps ``(tree, env)`` to the runner of that copy and environment."""
@@ -991,10 +1005,7 @@ def _run_all(args, plans, trees, runners, preload, equivalents, out_path) -> dic
     for tree in trees:
         free.put(tree)
     originals = {t.src: (REPO / t.src).read_bytes() for t, *_ in plans}
-    meta = {"rerun_of": None if args.rerun is None else str(args.rerun), "seed": args.seed, "n": args.n,
-            "jobs": args.jobs, "runner": args.runner, "python": sys.version.split()[0],
-            "pytest_args": list(PYTEST_ARGS), "equivalents": str(args.equivalents),
-            "kill_rate": "(killed + timeout) / (killed + timeout + survived); equivalent and error excluded"}
+    meta = run_meta(args)
     todo = [(t, m) for t, _, _, picked in plans for m in picked]
     done = 0
 
