@@ -18,7 +18,7 @@ LLM_RUN ?=
 LLM_SWEEP ?=
 # mutation testing (outside the default tier): files (default: tools/mutation.py's DEFAULT_FILES, the kernels,
 # Algorithm 1, Remark H.8's clustering comparison, the kernel boundary and the compiled twin; an entry is
-# SRC[::FUNCTIONS][=TESTS][@ENV]: README, "Mutation testing"), sample size per file (0 = every mutant), parallel jobs
+# SRC[::FUNCTIONS][=TESTS][@ENV]: docs/mutation.md), sample size per file (0 = every mutant), parallel jobs
 MUTATION_FILES ?=
 MUTATION_N     ?= 60
 JOBS           ?= 1
