@@ -271,8 +271,8 @@ def index_page(stmts, rows: dict[str, dict]) -> str:
          "Every statement of the appendix is an executable check: its hypotheses monitored, its conclusion evaluated "
          "on the instances where they held, its tightness reported, and a negative control that breaks a hypothesis "
          "on purpose to show the check can fail. Each page below is written from the statement module's docstring "
-         f"and shows the verdict of {BASELINE_NOTE}. How to read a verdict: [Getting started]"
-         "(../getting-started.md#how-to-read-a-verdict).", "",
+         f"and shows the verdict of {BASELINE_NOTE}. How to read a verdict: [The dashboard]"
+         "(../dashboard.md#how-to-read-a-verdict).", "",
          "## Statements of the appendix", ""] + head + [line(s, f"{slug(s.id)}.md") for s in numeric]
         + ["", "## Symbolic identities", "",
            "The identities S1–S26 of THEOREMS.md §4, checked with sympy (`verification.symbolic`).", ""]
