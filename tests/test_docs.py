@@ -170,6 +170,15 @@ def test_site_builds_strictly_with_a_page_per_statement(tmp_path):
 # ------------------------------------------------------------------------------------------- generated tables
 
 
+def test_pages_use_the_generated_tables():
+    """The tables a tool's output file holds are rendered from it, not copied onto the pages."""
+    for page, names in {"performance.md": ["bench"], "mutation.md": ["mutation"], "dashboard.md": ["dashboard"],
+                        "llm-study.md": ["llm-study", "llm-study-cost"]}.items():
+        text = (ROOT / "docs" / page).read_text(encoding="utf-8")
+        for name in names:
+            assert f"{{{{ table {name} }}}}" in text and name in docs_hooks.TABLES
+
+
 def _benchmark(m: int, variant: str, n: int, best_us: float, median_us: float) -> dict:
     """One entry of pytest-benchmark's JSON as ``tests/test_bench_direction.py`` writes it."""
     return {"name": f"test_bench_lp_kernel[{m}-{variant}]", "params": {"m": m, "variant": variant},
