@@ -99,7 +99,6 @@ bench: $(STAMP)
 	$(LLM_ENV) $(BIN)/python -m pytest -m bench -s --benchmark-enable --benchmark-columns=min,median,mean,rounds \
 		--benchmark-json reports/bench.json
 
-
 ## mutation: mutants of each file run against its own test file; report in reports/mutation.json
 mutation: $(STAMP)
 	$(BIN)/python tools/mutation.py $(if $(MUTATION_FILES),--files $(MUTATION_FILES)) --n $(MUTATION_N) --seed $(SEED) --jobs $(JOBS) \
