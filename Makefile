@@ -18,7 +18,7 @@ LLM_RUN ?=
 LLM_SWEEP ?=
 # mutation testing (outside the default tier): files (default: tools/mutation.py's DEFAULT_FILES, the kernels,
 # Algorithm 1, Remark H.8's clustering comparison, the kernel boundary and the compiled twin; an entry is
-# SRC[::FUNCTIONS][=TESTS][@ENV]: README, "Mutation testing"), sample size per file (0 = every mutant), parallel jobs
+# SRC[::FUNCTIONS][=TESTS][@ENV]: docs/mutation.md), sample size per file (0 = every mutant), parallel jobs
 MUTATION_FILES ?=
 MUTATION_N     ?= 60
 JOBS           ?= 1
@@ -93,9 +93,11 @@ sweep: $(STAMP)
 llm: $(STAMP)
 	$(LLM_ENV) $(BIN)/python -m llm_runs run --preset smoke --out runs/llm-smoke --seed $(SEED)
 
-## bench: pytest-benchmark speed comparisons (batched LP solver against HiGHS)
+## bench: pytest-benchmark speed comparisons (batched LP solver against HiGHS); their JSON in reports/bench.json,
+## which `make docs` renders on the Performance page
 bench: $(STAMP)
-	$(LLM_ENV) $(BIN)/python -m pytest -m bench -s --benchmark-enable --benchmark-columns=min,median,mean,rounds
+	$(LLM_ENV) $(BIN)/python -m pytest -m bench -s --benchmark-enable --benchmark-columns=min,median,mean,rounds \
+		--benchmark-json reports/bench.json
 
 ## mutation: mutants of each file run against its own test file; report in reports/mutation.json
 mutation: $(STAMP)

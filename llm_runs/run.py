@@ -86,8 +86,8 @@ SHRUNK_RESPONSE_TOKENS = 16
 
 #: Objectives of the CPU presets, scored on the trained text: density (distinct content words per word) conflicts
 #: with readability within a prompt, positivity agrees with neither, and no one of them is a length axis (within-
-#: prompt τ with the word count of the trained text at most 0.23 in size; ``python -m llm_runs data stats``, README
-#: "Objectives from real data").
+#: prompt τ with the word count of the trained text at most 0.23 in size; ``python -m llm_runs data stats``, docs
+#: llm-results.md, "Objectives: agreement within a prompt").
 OBJECTIVES_3 = ("positivity", "density", "readability")
 #: The GPU preset adds conciseness (−words: the length axis itself, which conflicts with positivity at 256 tokens).
 OBJECTIVES_4 = OBJECTIVES_3 + ("conciseness",)

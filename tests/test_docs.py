@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import importlib
+import importlib.util
 import json
 import logging
 import os
@@ -164,3 +165,101 @@ def test_site_builds_strictly_with_a_page_per_statement(tmp_path):
     assert "prefalign verify run" in cli and "exit status:" in cli
     assert 'href="../cli/#prefalign-llm-data-stats"' in (site / "llm-runs" / "index.html").read_text(encoding="utf-8")
     assert (site / "api" / "direction" / "index.html").read_text(encoding="utf-8").count("lp_direction") > 3
+
+
+# ------------------------------------------------------------------------------------------- generated tables
+
+
+def test_pages_use_the_generated_tables():
+    """The tables a tool's output file holds are rendered from it, not copied onto the pages."""
+    for page, names in {"performance.md": ["bench"], "mutation.md": ["mutation"], "dashboard.md": ["dashboard"],
+                        "llm-study.md": ["llm-study", "llm-study-cost"]}.items():
+        text = (ROOT / "docs" / page).read_text(encoding="utf-8")
+        for name in names:
+            assert f"{{{{ table {name} }}}}" in text and name in docs_hooks.TABLES
+
+
+def _benchmark(m: int, variant: str, n: int, best_us: float, median_us: float) -> dict:
+    """One entry of pytest-benchmark's JSON as ``tests/sim/test_bench_direction.py`` writes it."""
+    return {"name": f"test_bench_lp_kernel[{m}-{variant}]", "params": {"m": m, "variant": variant},
+            "extra_info": {"m": m, "variant": variant, "instances_per_round": n, "us_per_lp": best_us},
+            "stats": {"min": best_us * n / 1e6, "median": median_us * n / 1e6, "rounds": 15}}
+
+
+def test_bench_table_matches_the_pytest_benchmark_json(tmp_path):
+    us = {"highs": (1630.0, 1700.0, 4), "numpy": (4.16, 4.3, 1024), "compiled": (0.418, 0.45, 1024),
+          "loop": (0.522, 0.53, 1024), "single": (21.0, 22.0, 256), "single_numpy": (560.0, 580.0, 8)}
+    benches = [_benchmark(2, v, n, b, med) for v, (b, med, n) in us.items()]
+    benches += [_benchmark(3, "highs", 4, 1510.0, 1600.0),
+                {"name": "test_bench_table", "extra_info": {}, "stats": {"min": 1e-7, "median": 1e-7}}]
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps({
+        "machine_info": {"node": "vm", "processor": "", "cpu": {"brand_raw": "AMD EPYC", "count": 2}},
+        "commit_info": {"id": "0123456789abcdef", "dirty": True}, "datetime": "2026-12-02T10:00:00+00:00",
+        "benchmarks": benches}))
+    lines = docs_hooks.bench_table(path).splitlines()
+    assert "2026-12-02T10:00:00+00:00" in lines[0] and "AMD EPYC (2 logical CPUs, host `vm`)" in lines[0]
+    assert "commit `0123456` with uncommitted changes" in lines[0] and str(path) in lines[0]
+    rows = [ln for ln in lines if ln.startswith("| 2 |") or ln.startswith("| 3 |")]
+    assert rows == ["| 2 | 1630 (1700) | 4.16 (4.3) | 0.418 (0.45) | 0.522 (0.53) | 21 (22) | 560 (580) | 3900× | 78× "
+                    "| 0.80 |",
+                    "| 3 | 1510 (1600) | – | – | – | – | – | – | – | – |"]
+    missing = docs_hooks.bench_table(tmp_path / "none.json")
+    assert "none.json" in missing and "`make bench` writes it" in missing
+
+
+def test_mutation_table_matches_the_tools_json(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("mutation_tool_docs", ROOT / "tools" / "mutation.py")
+    mt = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, mt)  # its dataclasses look their module up
+    spec.loader.exec_module(mt)
+    args = mt.build_parser().parse_args(["--files", "sim/hull.py", "--n", "60", "--seed", "0"])
+    rep = mt.FileReport("sim/_lp_compiled.py", "tests/sim/test_direction_twin.py", 2148, 3, 60, 12.0, 120.0,
+                        env={"NUMBA_DISABLE_JIT": "1"})
+    for k, status in enumerate(["killed"] * 51 + ["timeout"] + ["equivalent"] * 8):
+        rep.results.append({"id": str(k), "line": k, "col": 0, "status": status})
+    path = tmp_path / "mutation.json"
+    path.write_text(json.dumps({"meta": mt.run_meta(args), "files": [rep.to_json()]}))
+    meta = json.loads(path.read_text())["meta"]
+    lines = docs_hooks.mutation_table(path).splitlines()
+    assert meta["date"] in lines[0] and meta["cpu"] in lines[0] and "`--n 60 --seed 0 --jobs 1`" in lines[0]
+    assert lines[-1] == ("| sim/_lp_compiled.py (`NUMBA_DISABLE_JIT=1`) | `test_direction_twin.py` | 60 of 2148 | 51 | 0 "
+                         "| 1 | 8 | 0 | 100.0 % |")
+    assert "`make mutation` writes it" in docs_hooks.mutation_table(tmp_path / "none.json")
+
+
+def test_llm_study_tables_match_the_committed_sweep():
+    from verification.llm.sweep import personalisation_statistics, sweep_run_dirs
+
+    sweep = ROOT / "reports" / "llm-sweep"
+    cells = [json.loads(p.read_text()) for p in sorted((sweep / "cells").glob("*/*.json"))]
+    stats = docs_hooks.llm_study_table(ROOT / "reports").splitlines()
+    assert "`reports/llm-sweep/`" in stats[0] and all(c["cpu"] in stats[0] for c in cells)
+    lines = personalisation_statistics(sweep_run_dirs(sweep))["lines"]
+    rows = [ln for ln in stats if ln.startswith("| ") and "statistic |" not in ln]
+    assert len(rows) == len(lines) == 3
+    for row, line in zip(rows, lines, strict=True):
+        lo, hi = line["interval"]
+        assert row.startswith(f"| {line['label']}") and row.endswith(f" | {line['verdict']} |")
+        for x in (line["estimate"], lo, hi, line["p_value"], line["mde"]):
+            assert docs_hooks._g(x) in row
+    cost = docs_hooks.llm_study_cost_table(ROOT / "reports")
+    for c in cells:
+        assert (f"| {c['seed']} | {c['status']} | {c['seconds']:.0f} | {c['cpu_seconds']:.0f} | "
+                f"{c['gradient_evaluations']['done']} | {c['stage_seconds']['psi_star_estimate']:.0f} |") in cost
+    total = json.loads((sweep / "llm_sweep.json").read_text())
+    assert f"took {total['last_run']['wall_seconds']:.0f} s" in cost
+
+
+def test_dashboard_excerpt_matches_the_committed_dashboard():
+    results = {r["id"]: r for r in json.loads((ROOT / "reports" / "results.json").read_text())}
+    table = docs_hooks.dashboard_table(ROOT / "reports").splitlines()
+    assert table[0].startswith("From `reports/README.md`")
+    rows = [ln for ln in table if ln.startswith("| H.")]
+    assert [r.split(" | ")[0][2:] for r in rows] == list(docs_hooks.DASHBOARD_IDS)
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split(" | ")]
+        r = results[cells[0]]
+        assert cells[2].strip("*").lower().startswith(r["verdict"])
+        assert cells[3] == f"{r['instances'] - r['excluded']} / {r['excluded']}" and cells[4] == f"{r['tightness']:.4g}"
+        assert cells[6] == r["negative_control"] and cells[7] == str(r["counterexamples"])

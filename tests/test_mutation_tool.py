@@ -174,21 +174,21 @@ def test_end_to_end_run_kills_and_reports(tmp_path):
 
 def test_a_file_may_name_several_test_files():
     pairs = [(t.src, t.tests) for t in mt._parse_files(
-        ["sim/hull.py", "sim/direction.py=tests/test_direction.py, tests/test_direction_twin.py"])]
-    assert pairs == [("sim/hull.py", "tests/test_hull.py"),
-                     ("sim/direction.py", "tests/test_direction.py,tests/test_direction_twin.py")]
-    assert ("sim/direction.py", "tests/test_direction.py,tests/test_direction_twin.py") in [
+        ["sim/hull.py", "sim/direction.py=tests/sim/test_direction.py, tests/sim/test_direction_twin.py"])]
+    assert pairs == [("sim/hull.py", "tests/sim/test_hull.py"),
+                     ("sim/direction.py", "tests/sim/test_direction.py,tests/sim/test_direction_twin.py")]
+    assert ("sim/direction.py", "tests/sim/test_direction.py,tests/sim/test_direction_twin.py") in [
         (t.src, t.tests) for t in mt._parse_files(list(mt.DEFAULT_FILES))]
-    for spec, named in (("sim/direction.py=tests/test_direction.py,tests/nope.py", "tests/nope.py"),
-                        ("sim/direction.py=tests/test_direction.py,", "''")):
+    for spec, named in (("sim/direction.py=tests/sim/test_direction.py,tests/nope.py", "tests/nope.py"),
+                        ("sim/direction.py=tests/sim/test_direction.py,", "''")):
         with pytest.raises(ValueError, match=re.escape(named)):
             mt._parse_files([spec])
 
 
 def test_a_file_may_select_functions_and_set_its_environment(tmp_path):
-    t, = mt._parse_files(["sim/algorithm.py::random_partition,same_partition=tests/test_clustering_comparison.py"
+    t, = mt._parse_files(["sim/algorithm.py::random_partition,same_partition=tests/sim/test_clustering_comparison.py"
                           "@NUMBA_DISABLE_JIT=1,A_B="])
-    assert (t.src, t.tests, t.functions) == ("sim/algorithm.py", "tests/test_clustering_comparison.py",
+    assert (t.src, t.tests, t.functions) == ("sim/algorithm.py", "tests/sim/test_clustering_comparison.py",
                                              ("random_partition", "same_partition"))
     assert t.env == (("NUMBA_DISABLE_JIT", "1"), ("A_B", ""))
     assert t.label == "sim/algorithm.py::random_partition,same_partition"
@@ -205,4 +205,4 @@ def test_a_file_may_select_functions_and_set_its_environment(tmp_path):
         with pytest.raises(ValueError, match=re.escape(named)):
             mt._parse_files(spec.split())
     # the compiled twin is mutated as Python, against the twin tests
-    assert "sim/_lp_compiled.py=tests/test_direction_twin.py@NUMBA_DISABLE_JIT=1" in mt.DEFAULT_FILES
+    assert "sim/_lp_compiled.py=tests/sim/test_direction_twin.py@NUMBA_DISABLE_JIT=1" in mt.DEFAULT_FILES

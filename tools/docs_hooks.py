@@ -8,6 +8,9 @@
   by hand: a number that changes changes with the baseline.
 * One page per symbolic identity S1-S26 and an index of all statements.
 * ``cli.md``: the ``--help`` of ``prefalign`` and of every sub-command, from the parsers themselves.
+* Tables of the hand-written pages that a tool's output file holds (``{{ table NAME }}``, :data:`TABLES`): the last
+  ``make bench`` (``reports/bench.json``), the last ``make mutation`` (``reports/mutation.json``), the LLM study
+  (``reports/llm-sweep/``) and the top of the committed dashboard (``reports/README.md``), each rendered from that file with its source, date and machine, never copied by hand.
 * :class:`SphinxRoles`: the docstrings use Sphinx roles (``:func:`lp_direction```); the extension resolves each
   target by importing it, relative to the module (and class) whose docstring names it, and writes a cross-reference
   to its API entry. A target that names nothing is a broken reference: a warning, which fails
@@ -21,9 +24,11 @@ import dataclasses
 import html
 import importlib
 import inspect
+import json
 import logging
 import os
 import re
+import subprocess
 from pathlib import Path
 
 import griffe
@@ -266,8 +271,8 @@ def index_page(stmts, rows: dict[str, dict]) -> str:
          "Every statement of the appendix is an executable check: its hypotheses monitored, its conclusion evaluated "
          "on the instances where they held, its tightness reported, and a negative control that breaks a hypothesis "
          "on purpose to show the check can fail. Each page below is written from the statement module's docstring "
-         f"and shows the verdict of {BASELINE_NOTE}. How to read a verdict: [Getting started]"
-         "(../getting-started.md#how-to-read-a-verdict).", "",
+         f"and shows the verdict of {BASELINE_NOTE}. How to read a verdict: [The dashboard]"
+         "(../dashboard.md#how-to-read-a-verdict).", "",
          "## Statements of the appendix", ""] + head + [line(s, f"{slug(s.id)}.md") for s in numeric]
         + ["", "## Symbolic identities", "",
            "The identities S1–S26 of THEOREMS.md §4, checked with sympy (`verification.statements.symbolic`).", ""]
@@ -332,6 +337,238 @@ def cli_page() -> str:
     return "\n".join(lines)
 
 
+# ------------------------------------------------------------------------------------------- generated tables
+
+
+def _report_folder() -> Path:
+    """The dashboard folder the generated tables read (``PREFALIGN_DOCS_REPORT``, default ``reports/``)."""
+    return Path(os.environ.get("PREFALIGN_DOCS_REPORT", ROOT / "reports"))
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the checkout where it lies inside it, else as given."""
+    try:
+        return path.resolve().relative_to(ROOT).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _g(x, digits: int = 3) -> str:
+    """``x`` to ``digits`` significant digits, whole numbers from 100 on (``1630``, ``4.16``, ``0.418``)."""
+    if x is None:
+        return "–"
+    return f"{x:.0f}" if abs(x) >= 100 else f"{x:.{digits}g}"
+
+
+def _absent(path: Path, make: str, what: str) -> str:
+    return (f"*No `{_shown(path)}` in this checkout: `{make}` writes it ({what}, not committed), and `make docs` "
+            "then shows its table here. The recorded measurement on this page names the machine and date it was "
+            "measured on.*")
+
+
+#: The variants of ``tests/sim/test_bench_direction.py`` in the order of its table, with their column names.
+BENCH_VARIANTS = {"highs": "HiGHS", "numpy": "numpy batch", "compiled": "compiled batch", "loop": "straight loop",
+                  "single": "single call", "single_numpy": "single call, numpy"}
+
+
+def bench_table(path: Path) -> str:
+    """The LP kernel's table of a pytest-benchmark JSON (``make bench`` writes ``reports/bench.json``): µs per LP,
+    best round and median, of every ``test_bench_lp_kernel`` case (its ``extra_info``: ``m``, ``variant``,
+    ``instances_per_round``) and the ratios of ``tests/sim/test_bench_direction.py``'s table, with the file's date,
+    CPU and commit."""
+    if not path.is_file():
+        return _absent(path, "make bench", "pytest-benchmark's JSON")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    us: dict[tuple[int, str], tuple[float, float]] = {}
+    for b in data.get("benchmarks", []):
+        info = b.get("extra_info") or {}
+        if b.get("name", "").startswith("test_bench_lp_kernel[") and info.get("instances_per_round"):
+            n = info["instances_per_round"]
+            us[info["m"], info["variant"]] = (b["stats"]["min"] / n * 1e6, b["stats"]["median"] / n * 1e6)
+    machine = data.get("machine_info") or {}
+    cpu = machine.get("cpu") or {}
+    commit = data.get("commit_info") or {}
+    lines = [f"From `{_shown(path)}` (pytest-benchmark's JSON of `make bench`), {data.get('datetime', 'no date')}, "
+             f"{cpu.get('brand_raw') or machine.get('processor') or 'CPU not recorded'} "
+             f"({cpu.get('count', '?')} logical CPUs, host `{machine.get('node', '?')}`), commit "
+             f"`{(commit.get('id') or '?')[:7]}`{' with uncommitted changes' if commit.get('dirty') else ''}: µs per "
+             "LP, best round (median in brackets); the load is not recorded.", "",
+             "| m | " + " | ".join(BENCH_VARIANTS.values()) + " | HiGHS / compiled batch | HiGHS / single call | "
+             "compiled batch / loop |", "|---" * (len(BENCH_VARIANTS) + 4) + "|"]
+
+    def ratio(a: str, b: str, m: int, fmt: str) -> str:
+        if (m, a) not in us or (m, b) not in us:
+            return "–"
+        return format(us[m, a][0] / us[m, b][0], fmt) + ("×" if fmt == ".0f" else "")
+
+    for m in sorted({m for m, _ in us}):
+        cells = [f"{_g(us[m, v][0])} ({_g(us[m, v][1])})" if (m, v) in us else "–" for v in BENCH_VARIANTS]
+        lines.append(f"| {m} | " + " | ".join(cells) + f" | {ratio('highs', 'compiled', m, '.0f')} | "
+                     f"{ratio('highs', 'single', m, '.0f')} | {ratio('compiled', 'loop', m, '.2f')} |")
+    if not us:
+        lines.append("| – | " + " | ".join("–" for _ in range(len(BENCH_VARIANTS) + 3)) + " |")
+    return "\n".join(lines)
+
+
+def mutation_table(path: Path) -> str:
+    """The per-file table of a ``tools/mutation.py --json`` report (``make mutation`` writes
+    ``reports/mutation.json``): sample, outcome counts and kill rate of every file, with the run's settings, date
+    and CPU (``meta``)."""
+    if not path.is_file():
+        return _absent(path, "make mutation", "`tools/mutation.py --json`")
+    data = json.loads(path.read_text(encoding="utf-8"))
+    meta = data.get("meta") or {}
+    rerun = f"; a rerun of the survivors of `{meta['rerun_of']}`" if meta.get("rerun_of") else ""
+    lines = [f"From `{_shown(path)}` (`tools/mutation.py --json`), {meta.get('date') or 'no date in the file'}, "
+             f"{meta.get('cpu') or 'no machine in the file'}: `--n {meta.get('n', '?')} --seed "
+             f"{meta.get('seed', '?')} --jobs {meta.get('jobs', '?')}`{rerun}. Kill rate: "
+             f"{meta.get('kill_rate', '(killed + timeout) / (killed + timeout + survived)')}.", "",
+             "| file | tests | sample | killed | survived | timeout | equivalent | error | kill rate |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for f in data.get("files", []):
+        label = f["file"] + (f"::{','.join(f['functions'])}" if f.get("functions") else "")
+        env = " ".join(f"`{k}={v}`" for k, v in (f.get("env") or {}).items())
+        tests = ", ".join(f"`{Path(t.strip()).name}`" for t in f["tests"].split(","))
+        c, rate = f["counts"], f.get("kill_rate")
+        lines.append(f"| {label}{f' ({env})' if env else ''} | {tests} | {f['sampled']} of {f['total_mutants']} | "
+                     f"{c['killed']} | {c['survived']} | {c['timeout']} | {c['equivalent']} | {c['error']} | "
+                     + ("–" if rate is None else f"{100 * rate:.1f} %") + " |")
+    return "\n".join(lines)
+
+
+def _committed(path: Path) -> str:
+    """The date of the last commit of ``path`` (``git log``), or a note that there is none."""
+    try:
+        out = subprocess.run(["git", "log", "-1", "--format=%cs", "--", str(path)], cwd=ROOT, capture_output=True,
+                             text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        out = ""
+    return f"committed {out}" if out else "not committed"
+
+
+def _llm_sweep(folder: Path) -> tuple[Path, list[dict], str] | str:
+    """The LLM sweep copy of the dashboard folder, its cells and the line that names them; or the note that
+    there is none."""
+    sweep = folder / "llm-sweep"
+    if not (sweep / "llm_sweep.json").is_file():
+        return (f"*No LLM sweep in `{_shown(folder)}`: `make llm-study` runs the 8 seeds into `runs/llm-study` and "
+                "`make report LLM_SWEEP=runs/llm-study` copies their summaries to `reports/llm-sweep/`, from which "
+                "this table is computed.*")
+    cells = sorted((json.loads(p.read_text(encoding="utf-8")) for p in (sweep / "cells").glob("*/*.json")),
+                   key=lambda c: c["seed"])
+    cpus = sorted({c["cpu"] for c in cells if c.get("cpu")})
+    threads = sorted({str(c["threads"]) for c in cells if c.get("threads") is not None})
+    source = (f"`{_shown(sweep)}/` ({len(cells)} seeds; the files record no date: "
+              f"{_committed(sweep / 'llm_sweep.json')}), machine as the cells record it: "
+              f"{'; '.join(cpus) or 'not recorded'}, {'/'.join(threads) or '?'} torch thread(s) a seed")
+    return sweep, cells, source
+
+
+def llm_study_table(folder: Path) -> str:
+    """The pre-registered statistics of the LLM study, computed from the committed copy of its sweep
+    (``reports/llm-sweep/runs/<seed>/``) by :func:`verification.llm.sweep.personalisation_statistics`, the
+    function the dashboard calls."""
+    found = _llm_sweep(folder)
+    if isinstance(found, str):
+        return found
+    sweep, _, source = found
+    from verification.llm.sweep import personalisation_statistics, sweep_run_dirs
+
+    res = personalisation_statistics(sweep_run_dirs(sweep))
+    if not res.get("lines"):
+        return f"*The pre-registered statistics cannot be computed from {source}: {res.get('unavailable')}*"
+    lines = [f"Computed from {source}, by `verification.llm.sweep.personalisation_statistics` (as the dashboard):",
+             "", "| pre-registered statistic | estimate | 95 % interval | p | MDE (80 %) | verdict |",
+             "|---|---|---|---|---|---|"]
+    for r in res["lines"]:
+        chance = f" (chance {_g(r['null'])})" if r.get("null") else ""
+        lo, hi = r["interval"] or (None, None)
+        lines.append(f"| {r['label']}{chance} | {_g(r['estimate'])} | [{_g(lo)}, {_g(hi)}] | {_g(r['p_value'])} | "
+                     f"{_g(r['mde'])}{' above chance' if r.get('null') else ''} | {r['verdict']} |")
+    return "\n".join(lines)
+
+
+#: The stages of an LLM run's ``stage_seconds`` that the cost table shows, with their column names.
+LLM_STAGES = {"psi_star_estimate": "ψ* estimate", "algorithm_1": "Algorithm 1",
+              "personalisation": "personalisation evaluation", "generation_rewards": "generation"}
+
+
+def llm_study_cost_table(folder: Path) -> str:
+    """The cost of every seed of the LLM study as its sweep cell records it (``cells/<preset>/<seed>.json``):
+    wall and CPU seconds, gradient evaluations and the wall seconds of the main stages; the totals of
+    ``llm_sweep.json``."""
+    found = _llm_sweep(folder)
+    if isinstance(found, str):
+        return found
+    sweep, cells, source = found
+    totals = json.loads((sweep / "llm_sweep.json").read_text(encoding="utf-8"))
+    cpu, wall = totals["totals"]["cpu_seconds_per_seed"], totals["totals"]["seconds_per_seed"]
+    lines = [f"From {source}; seconds:", "",
+             "| seed | status | wall | CPU | gradient evaluations | " + " | ".join(LLM_STAGES.values()) + " |",
+             "|---" * (5 + len(LLM_STAGES)) + "|"]
+    for c in cells:
+        stages = c.get("stage_seconds") or {}
+        lines.append(f"| {c['seed']} | {c['status']} | {c['seconds']:.0f} | {c['cpu_seconds']:.0f} | "
+                     f"{(c.get('gradient_evaluations') or {}).get('done', '–')} | "
+                     + " | ".join(f"{stages[k]:.0f}" if k in stages else "–" for k in LLM_STAGES) + " |")
+    lines += ["", f"Per seed (`llm_sweep.json`): CPU {cpu['mean']:.0f} on average, {cpu['max']:.0f} at most; wall "
+              f"{wall['mean']:.0f} on average; the sweep's last run took {totals['last_run']['wall_seconds']:.0f} s "
+              "of wall time."]
+    return "\n".join(lines)
+
+
+#: The statements of the excerpt of the dashboard on "The dashboard" page.
+DASHBOARD_IDS = ("H.4", "H.7", "H.13", "H.16", "H.19", "H.29", "H.43", "H.44")
+_CELL = re.compile(r"(?<!\\)\|")
+_LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in _CELL.split(line.strip())[1:-1]]
+
+
+def dashboard_table(folder: Path, ids: tuple[str, ...] = DASHBOARD_IDS) -> str:
+    """The rows ``ids`` of the statement table of a dashboard (``README.md`` of ``make report``), as it wrote them,
+    without the seconds column and with its links to the dashboard's own files left out."""
+    path = folder / "README.md"
+    if not path.is_file():
+        return (f"*No dashboard in `{_shown(folder)}`: `make report` writes `reports/README.md` (committed), whose "
+                "statement table this excerpt is taken from.*")
+    lines = path.read_text(encoding="utf-8").splitlines()
+    start = next((k for k, ln in enumerate(lines) if ln.startswith("| # | statement |")), None)
+    if start is None:
+        return f"*`{_shown(path)}` has no statement table.*"
+    head = _cells(lines[start])
+    keep = [k for k, name in enumerate(head) if name != "s"]
+    rows = {}
+    for ln in lines[start + 2:]:
+        if not ln.startswith("|"):
+            break
+        cells = _cells(ln)
+        rows[cells[0]] = [_LINK.sub(r"\1", cells[k]) for k in keep]
+    made = next((ln.split(" in ")[0] for ln in lines if ln.startswith("Generated by")), "Generated by `make report`")
+    out = [f"From `{_shown(path)}` ({made[0].lower() + made[1:]}; the file records no date or machine: "
+           f"{_committed(path)}):", "", "| " + " | ".join(head[k] for k in keep) + " |",
+           "|---" * len(keep) + "|"]
+    out += ["| " + " | ".join(rows[i]) + " |" for i in ids if i in rows]
+    return "\n".join(out)
+
+
+#: ``{{ table NAME }}`` on a hand-written page: the function that renders it from the dashboard folder.
+TABLES = {"bench": lambda folder: bench_table(folder / "bench.json"),
+          "mutation": lambda folder: mutation_table(folder / "mutation.json"),
+          "llm-study": llm_study_table,
+          "llm-study-cost": llm_study_cost_table,
+          "dashboard": dashboard_table}
+
+
+def _table(name: str, page: str) -> str:
+    if name not in TABLES:
+        log.warning(f"{page}: unknown generated table {{{{ table {name} }}}} (known: {', '.join(TABLES)})")
+        return ""
+    return TABLES[name](_report_folder())
+
+
 # ------------------------------------------------------------------------------------------- hooks
 
 _STATE: dict = {}
@@ -340,7 +577,7 @@ _STATE: dict = {}
 def _report_figures() -> dict[str, tuple[str, str]]:
     """{figure file: (absolute path, caption)} of the dashboard folder (``PREFALIGN_DOCS_REPORT``, default
     ``reports/``), captions from its README.md; empty without a dashboard."""
-    folder = Path(os.environ.get("PREFALIGN_DOCS_REPORT", ROOT / "reports"))
+    folder = _report_folder()
     fig_dir = folder / "figures"
     if not fig_dir.is_dir():
         return {}
@@ -410,8 +647,10 @@ def baseline_summary() -> dict:
 
 def on_page_markdown(markdown, page, config, files):
     """Placeholders on a hand-written page: ``{{ baseline_summary }}``, the verdict counts of the shipped baseline;
-    ``{{ actions NAME }}``, the table of the actions of ``prefalign NAME`` (:func:`actions_table`)."""
+    ``{{ actions NAME }}``, the table of the actions of ``prefalign NAME`` (:func:`actions_table`); ``{{ table
+    NAME }}``, a table rendered from a tool's output file (:data:`TABLES`)."""
     markdown = re.sub(r"\{\{ actions (\w+) \}\}", lambda m: actions_table(m.group(1)), markdown)
+    markdown = re.sub(r"\{\{ table ([\w-]+) \}\}", lambda m: _table(m.group(1), page.file.src_uri), markdown)
     if "{{ baseline_summary }}" in markdown:
         counts = baseline_summary()
         text = ", ".join(f"{v} {k}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))

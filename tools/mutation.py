@@ -7,7 +7,7 @@ For every source file (``sim/cluster.py`` …) the runner
    standard operators below;
 2. samples ``--n`` of them with a seeded :class:`random.Random` (``--n 0``: all of them), so the same seed and the
    same source give the same sample;
-3. runs the file's own test file (``tests/test_<name>.py``, or the files named with ``SRC=TESTS``, below) against each
+3. runs the file's own test file (``tests/<folder>/test_<name>.py``, the tests mirroring the layout, or the files named with ``SRC=TESTS``, below) against each
    mutant with ``pytest -x -q -p no:cacheprovider`` and a timeout, in a private copy of the tree (one per job; the
    working tree is never written), and classifies the mutant:
 
@@ -20,7 +20,8 @@ For every source file (``sim/cluster.py`` …) the runner
 
 Kill rate, per file: ``(killed + timeout) / (killed + timeout + survived)``, i.e. equivalent (and error) mutants
 count as neither killed nor survived. The JSON report (rewritten after every mutant, so an interrupted run keeps what it measured)
-lists every sampled mutant with ``file:line``, the enclosing function, the operator, the change and the outcome.
+lists every sampled mutant with ``file:line``, the enclosing function, the operator, the change and the outcome,
+and the run's settings, date and CPU (``meta``).
 
 Operators (the usual relational, arithmetic, logical, constant and statement-deletion ones, plus those that matter
 in array code):
@@ -64,13 +65,13 @@ Usage::
 A file is given as ``SRC[::FUNCTIONS][=TESTS][@ENV]``:
 
 * ``=TESTS`` names its test files, one or several separated by commas
-  (``sim/direction.py=tests/test_direction.py,tests/test_direction_twin.py``): they run together in one pytest call;
+  (``sim/direction.py=tests/sim/test_direction.py,tests/sim/test_direction_twin.py``): they run together in one pytest call;
 * ``::FUNCTIONS`` restricts the mutants to those functions (comma-separated qualified names as the report prints
   them, ``Class.method``; a name includes what is nested in it), e.g. the part of a big module that one test file
-  covers: ``sim/algorithm.py::random_partition,same_partition=tests/test_clustering_comparison.py``; the sample
+  covers: ``sim/algorithm.py::random_partition,same_partition=tests/sim/test_clustering_comparison.py``; the sample
   is drawn from those functions' mutants and the entry is reported as ``SRC::FUNCTIONS``;
 * ``@ENV`` sets environment variables for that file's test runs (``NAME=VALUE``, comma-separated), e.g.
-  ``sim/_lp_compiled.py=tests/test_direction_twin.py@NUMBA_DISABLE_JIT=1``: the numba twin then runs as Python,
+  ``sim/_lp_compiled.py=tests/sim/test_direction_twin.py@NUMBA_DISABLE_JIT=1``: the numba twin then runs as Python,
   so a mutant costs a test run instead of a recompilation (the fork runner starts a separate server per
   environment, so the variables are set before any module is imported).
 Exit status: 0, or 1 when ``--fail-under`` is given and a file's kill rate is below it; 2 on a usage error.
@@ -83,6 +84,7 @@ import ast
 import concurrent.futures
 import copy
 import dataclasses
+import datetime
 import hashlib
 import importlib
 import json
@@ -104,17 +106,17 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 #: The kernels, Algorithm 1 and the kernel boundary, with their test files (the Makefile's MUTATION_FILES).
 #: sim/direction.py holds the numpy reference of the LP kernel *and* the backend registry of its compiled twin; the
-#: registry's tests and the reference-against-twin equality are in tests/test_direction_twin.py, so both test files
+#: registry's tests and the reference-against-twin equality are in tests/sim/test_direction_twin.py, so both test files
 #: are its own. The twin sim/_lp_compiled.py runs as Python under NUMBA_DISABLE_JIT=1 against the twin tests (a
 #: compiled mutant would cost minutes of compilation). sim/algorithm.py runs against its own tests, the clustering
 #: comparison's and the kernel boundary's (Algorithm 1 through an opaque source: divergence, streamed records);
 #: Remark H.8's clustering comparison is the last part of sim/algorithm.py, also sampled on its own.
 CLUSTERING_COMPARISON = "random_partition,comparison_clusterings,same_partition,phase1_by_clustering"
-DEFAULT_FILES = ("sim/preference.py", "sim/direction.py=tests/test_direction.py,tests/test_direction_twin.py",
+DEFAULT_FILES = ("sim/preference.py", "sim/direction.py=tests/sim/test_direction.py,tests/sim/test_direction_twin.py",
                  "sim/cluster.py", "sim/hull.py",
-                 "sim/algorithm.py=tests/test_algorithm.py,tests/test_clustering_comparison.py,tests/test_source.py",
-                 f"sim/algorithm.py::{CLUSTERING_COMPARISON}=tests/test_clustering_comparison.py",
-                 "sim/source.py", "sim/_lp_compiled.py=tests/test_direction_twin.py@NUMBA_DISABLE_JIT=1")
+                 "sim/algorithm.py=tests/sim/test_algorithm.py,tests/sim/test_clustering_comparison.py,tests/sim/test_source.py",
+                 f"sim/algorithm.py::{CLUSTERING_COMPARISON}=tests/sim/test_clustering_comparison.py",
+                 "sim/source.py", "sim/_lp_compiled.py=tests/sim/test_direction_twin.py@NUMBA_DISABLE_JIT=1")
 DEFAULT_EQUIVALENTS = REPO / "tools" / "mutation_equivalents.toml"
 PYTEST_ARGS = ("-x", "-q", "-p", "no:cacheprovider")
 
@@ -828,6 +830,14 @@ class Target:
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+def default_test_file(src: str) -> str:
+    """The test file of a source file when none is named: the tests mirror the layout, so ``sim/hull.py`` is
+    tested by ``tests/sim/test_hull.py`` and ``verification/core/search.py`` by
+    ``tests/verification/core/test_search.py``."""
+    path = Path(src)
+    return (Path("tests") / path.parent / f"test_{path.stem}.py").as_posix()
+
+
 def _parse_files(specs: list[str]) -> list[Target]:
     targets = []
     for spec in specs:
@@ -840,7 +850,7 @@ def _parse_files(specs: list[str]) -> list[Target]:
         functions = tuple(f.strip() for f in funcs.split(",")) if sep else ()
         if any(not f for f in functions):
             raise ValueError(f"--files: {spec!r}: an empty function name after '::'")
-        test_files = [t.strip() for t in tests.split(",")] if tests.strip() else [f"tests/test_{Path(src).stem}.py"]
+        test_files = [t.strip() for t in tests.split(",")] if tests.strip() else [default_test_file(src)]
         for p in (src, *test_files):
             if not p or not (REPO / p).is_file():
                 raise ValueError(f"--files: {p!r} does not exist (relative to {REPO.name}/)")
@@ -865,7 +875,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--files", nargs="+", default=list(DEFAULT_FILES), metavar="SRC[::FUNCTIONS][=TESTS][@ENV]",
                    help="source files relative to the repository root (default: %(default)s); the test file is "
-                        "tests/test_<name>.py unless given as SRC=TESTS (several test files separated by commas); "
+                        "tests/<folder>/test_<name>.py (the mirrored layout) unless given as SRC=TESTS (several test files separated by commas); "
                         "::F1,F2 restricts the mutants to those functions; @NAME=VALUE,... sets environment "
                         "variables for that file's test runs")
     p.add_argument("--n", type=int, default=60, help="mutants sampled per file; 0 for all (default: %(default)s)")
@@ -967,6 +977,18 @@ def main(argv: list[str] | None = None) -> int:
     return _summary(args, reports, equivalents, stale)
 
 
+def run_meta(args) -> dict:
+    """The ``meta`` of the JSON report: when and on which CPU it ran (named as the speed reports name it:
+    :func:`sim.cli.cpu_name`; the docs' mutation table shows both), with the settings of the run."""
+    from sim.cli import cpu_name
+
+    return {"date": datetime.datetime.now().astimezone().isoformat(timespec="seconds"), "cpu": cpu_name(),
+            "rerun_of": None if args.rerun is None else str(args.rerun), "seed": args.seed, "n": args.n,
+            "jobs": args.jobs, "runner": args.runner, "python": sys.version.split()[0],
+            "pytest_args": list(PYTEST_ARGS), "equivalents": str(args.equivalents),
+            "kill_rate": "(killed + timeout) / (killed + timeout + survived); equivalent and error excluded"}
+
+
 def _run_all(args, plans, trees, runners, preload, equivalents, out_path) -> dict[str, FileReport]:
     """Baseline run of every test file, then every sampled mutant on the free copies; the report is rewritten
     after each mutant. ``runners`` (filled here) maps ``(tree, env)`` to the runner of that copy and environment."""
@@ -991,10 +1013,7 @@ def _run_all(args, plans, trees, runners, preload, equivalents, out_path) -> dic
     for tree in trees:
         free.put(tree)
     originals = {t.src: (REPO / t.src).read_bytes() for t, *_ in plans}
-    meta = {"rerun_of": None if args.rerun is None else str(args.rerun), "seed": args.seed, "n": args.n,
-            "jobs": args.jobs, "runner": args.runner, "python": sys.version.split()[0],
-            "pytest_args": list(PYTEST_ARGS), "equivalents": str(args.equivalents),
-            "kill_rate": "(killed + timeout) / (killed + timeout + survived); equivalent and error excluded"}
+    meta = run_meta(args)
     todo = [(t, m) for t, _, _, picked in plans for m in picked]
     done = 0
 

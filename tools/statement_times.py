@@ -6,7 +6,7 @@ Run from a checkout's root (its ``sim`` and ``verification`` are imported from t
 checkouts are compared with the same interpreter. CPU time (``time.process_time``, every thread of the process)
 rather than wall time: on a shared machine the wall time of a statement moves with the load, its CPU time much
 less. A trajectory memoised for several statements counts in the first statement that builds it, in both
-checkouts alike. Used for the before/after table of the suite's speed in the README.
+checkouts alike. Used for the before/after table of the suite's speed in docs/performance.md.
 """
 
 from __future__ import annotations

@@ -17,7 +17,8 @@ For each m, on ``N_BATCH = 1024`` instances of the ``gaussian`` family:
 Every time is the best round of pytest-benchmark divided by the number of LP instances in the round (µs per LP;
 input validation included everywhere except ``loop``); every round lasts a few milliseconds (see ``N_REFERENCE``). ``test_bench_table`` prints the table with the ratios
 ``highs / compiled`` (target >= 1000 at m = 3 and 5), ``highs / single`` (target >= 40) and ``compiled / loop``
-(target <= 2), the CPU and the date; the README's table is copied from it. Other processes share the CPU: run it
+(target <= 2), the CPU and the date; the recorded table of docs/performance.md is copied from it, and the JSON
+that ``make bench`` writes (``reports/bench.json``) is rendered there by ``make docs``. Other processes share the CPU: run it
 several times and report the spread; only ratios within one run are comparable.
 """
 

@@ -54,7 +54,7 @@ FAMILIES = LP_FAMILIES + ("F6",)
 
 @pytest.fixture(autouse=True)
 def _interpreted_twin(monkeypatch):
-    """Under ``NUMBA_DISABLE_JIT=1`` (the mutation run of ``sim/_lp_compiled.py``: README, "Mutation testing") the
+    """Under ``NUMBA_DISABLE_JIT=1`` (the mutation run of ``sim/_lp_compiled.py``: docs/mutation.md) the
     twin's source runs as Python; the registry refuses it there (``auto`` would run numpy), so these tests load it
     themselves and compare the interpreted twin with the reference, the same decisions as the compiled one."""
     if HAVE_NUMBA:
