@@ -75,7 +75,7 @@ report: $(STAMP)
 
 ## llm-study: the pre-registered personalisation study, the study preset over seeds 0-7 as cells of a Dask sweep
 ## (2 workers of 1 torch thread; about 18.5 CPU-minutes and 21 minutes of wall time a seed, two at a time, 86
-## minutes for the 8 seeds on a 2-core AMD EPYC) into runs/llm-study; resumable
+## minutes for the 8 seeds on the 2-core Intel Xeon its cells record) into runs/llm-study; resumable
 llm-study: $(STAMP)
 	$(BIN)/python -m llm_runs sweep --preset study --seeds 0:8 --workers 2 --threads 1 --out runs/llm-study
 
