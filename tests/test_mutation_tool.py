@@ -7,6 +7,7 @@ import ast
 import importlib.util
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -206,3 +207,52 @@ def test_a_file_may_select_functions_and_set_its_environment(tmp_path):
             mt._parse_files(spec.split())
     # the compiled twin is mutated as Python, against the twin tests
     assert "sim/_lp_compiled.py=tests/test_direction_twin.py@NUMBA_DISABLE_JIT=1" in mt.DEFAULT_FILES
+
+
+def _package(root: Path) -> None:
+    """A package ``pkg`` with a sub-package, its modules written out of their path order."""
+    for rel, text in (("pkg/b.py", "def g(y):\n    return y * 3\n"), ("pkg/__init__.py", "from pkg.a import f\n"),
+                      ("pkg/sub/c.py", "def h(z):\n    return z - 1\n"), ("pkg/a.py", "def f(x):\n    return x + 1\n"),
+                      ("pkg/sub/__init__.py", '"""Sub-package."""\n'), ("pkg/__pycache__/a.py", "def f(x):\n    return 0\n")):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+
+
+def test_a_package_is_mutated_module_by_module_in_path_order(tmp_path):
+    """A package's mutants are its modules' (``__pycache__`` left out), module after module in the order of their
+    paths, each with its own file:line and the id it has as a file of its own; the sample is seeded by the entry."""
+    _package(tmp_path)
+    files = ["pkg/__init__.py", "pkg/a.py", "pkg/b.py", "pkg/sub/__init__.py", "pkg/sub/c.py"]
+    assert mt.source_files(tmp_path, "pkg") == files
+    assert mt.source_files(tmp_path, "pkg/a.py") == ["pkg/a.py"]
+    mutants, invalid = mt.enumerate_source(tmp_path, "pkg")
+    assert invalid == 0
+    assert mutants == [m for f in files for m in mt.enumerate_mutants(tmp_path / f, f)[0]]
+    assert {m.file for m in mutants} == {"pkg/a.py", "pkg/b.py", "pkg/sub/c.py"}
+    assert all(m.where == f"{m.file}:2" and m.source_line.startswith("return") for m in mutants)
+    sample = mt.sample_mutants(mutants, 4, 0, "pkg")
+    assert [m.id for m in sample] == [m.id for m in mt.sample_mutants(mutants, 4, 0, "pkg")]
+    assert [m.id for m in sample] == sorted((m.id for m in sample), key=[m.id for m in mutants].index)
+
+
+def test_a_run_over_a_package_mutates_each_module_in_its_copy(tmp_path, monkeypatch):
+    """End to end on a package in a repository of its own: every mutant is written into its own module of the copy
+    (the working tree is left as it was), killed by the package's test, and reported with its module."""
+    repo = tmp_path / "repo"
+    _package(repo)
+    (repo / "tests").mkdir()
+    (repo / "tests" / "test_pkg.py").write_text("import pkg\nfrom pkg.b import g\nfrom pkg.sub.c import h\n\n\n"
+                                                "def test_pkg():\n    assert (pkg.f(1), g(2), h(5)) == (2, 6, 4)\n")
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    (repo / ".gitignore").write_text("__pycache__/\n")
+    before = {p: p.read_bytes() for p in repo.rglob("*.py")}
+    monkeypatch.setattr(mt, "REPO", repo)
+    out = tmp_path / "m.json"
+    assert mt.main(["--files", "pkg", "--n", "0", "--runner", "subprocess", "--json", str(out),
+                    "--equivalents", str(tmp_path / "none.toml")]) == 0
+    (f,) = json.loads(out.read_text())["files"]
+    assert f["file"] == "pkg" and f["tests"] == "tests/test_pkg.py" and f["sampled"] == f["total_mutants"] > 6
+    assert {r["file"] for r in f["results"]} == {"pkg/a.py", "pkg/b.py", "pkg/sub/c.py"}
+    assert all(r["status"] == "killed" and r["where"] == f"{r['file']}:2" for r in f["results"])
+    assert [r["file"] for r in f["results"]] == sorted(r["file"] for r in f["results"])
+    assert {p: p.read_bytes() for p in repo.rglob("*.py")} == before
