@@ -20,6 +20,8 @@ import pandas as pd
 import pytest
 
 import sim.algorithm as al
+import sim.algorithm.evaluation as al_evaluation
+import sim.algorithm.phases as al_phases
 from sim.cluster import cluster_clients
 from sim.direction import STATUSES
 from sim.problems import PerturbedClients, PlantedQuadraticCluster
@@ -102,13 +104,13 @@ def test_algorithm_clustering_step_uses_cluster_clients_end_to_end(monkeypatch):
                        new_samples=60)
     src, w_ref, train, new, groups = build_problem(spec, np.random.default_rng(4))
     calls = []
-    real = al.cluster_clients
+    real = al_phases.cluster_clients
 
     def spy(*args, **kwargs):
         calls.append((args, kwargs))
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(al, "cluster_clients", spy)
+    monkeypatch.setattr(al_phases, "cluster_clients", spy)
     cfg = al.AlgorithmConfig(
         cluster=al.ClusterConfig(threshold=0.25),
         phase1=al.Phase1Config(rounds=4), phase2=al.Phase2Config(rounds=2, S=4, K=2),
@@ -429,7 +431,7 @@ def test_every_lp_fallback_is_counted_in_the_records(monkeypatch, policy, event)
     p = PerturbedClients.make(rng, m=3, n_w=3, n_clients=4, shift=0.3, prefs="planted", spread=0.3)
     s = p.with_samples(rng, 50, 0.2)
     seen = {st: 0 for st in STATUSES}
-    real = al.lp_direction
+    real = al_evaluation.lp_direction
 
     def spy(*args, **kwargs):
         out = real(*args, **kwargs)
@@ -437,7 +439,7 @@ def test_every_lp_fallback_is_counted_in_the_records(monkeypatch, policy, event)
             seen[st] += c
         return out
 
-    monkeypatch.setattr(al, "lp_direction", spy)
+    monkeypatch.setattr(al_evaluation, "lp_direction", spy)
     cfg = al.Phase1Config(rounds=40, tau=2, eta_local=0.1, eps_mode=0.05, on_infeasible=policy, batch_size=4)
     res = al.phase1(s, np.arange(4), p.centres.mean(axis=0) + 1.0, cfg, rng)
     df = res.records
@@ -453,7 +455,7 @@ def test_every_lp_fallback_is_counted_in_the_records(monkeypatch, policy, event)
 
 def test_lp_without_solution_raises(monkeypatch, f1_samples):
     src, w0 = f1_samples
-    real = al.lp_direction
+    real = al_evaluation.lp_direction
 
     def broken(*args, **kwargs):
         out = real(*args, **kwargs)
@@ -463,7 +465,7 @@ def test_lp_without_solution_raises(monkeypatch, f1_samples):
         w[1] = np.nan
         return replace(out, status=status, weights=w)
 
-    monkeypatch.setattr(al, "lp_direction", broken)
+    monkeypatch.setattr(al_evaluation, "lp_direction", broken)
     with pytest.raises(al.LPFailureError, match="iteration_limit"):
         al.phase1(src, np.arange(3), w0, al.Phase1Config(rounds=2), np.random.default_rng(0))
 
@@ -790,7 +792,7 @@ def test_the_stacked_hull_diagnostics_check_each_gram_once(f1_samples, monkeypat
 
     src, w0 = f1_samples
     seen = {"gram": 0, "stacks": 0}
-    check, stack = hull.check_gram, al._hull_diagnostics_stack
+    check, stack = hull.check_gram, al_phases._hull_diagnostics_stack
 
     def counted_check(*a, **k):
         seen["gram"] += 1
@@ -801,7 +803,7 @@ def test_the_stacked_hull_diagnostics_check_each_gram_once(f1_samples, monkeypat
         return stack(*a, **k)
 
     monkeypatch.setattr(hull, "check_gram", counted_check)
-    monkeypatch.setattr(al, "_hull_diagnostics_stack", counted_stack)
+    monkeypatch.setattr(al_phases, "_hull_diagnostics_stack", counted_stack)
     al.phase1(src, np.arange(3), w0, al.Phase1Config(rounds=3), np.random.default_rng(0))
     assert seen["stacks"] >= 1 and seen["gram"] == seen["stacks"]
 
@@ -914,7 +916,7 @@ def test_hull_diagnostics_stacked_over_rounds_equal_round_by_round(monkeypatch, 
         stacked = run().records
         streamed_rows = []
         streamed = run(on_rows=streamed_rows.append).records
-        monkeypatch.setattr(al, "_PENDING_GRADIENTS", 0)
+        monkeypatch.setattr(al_phases, "_PENDING_GRADIENTS", 0)
         one_by_one = run().records
         monkeypatch.undo()
         assert len(streamed_rows) == stacked["round"].nunique()  # one round at a time

@@ -187,19 +187,19 @@ def test_a_file_may_name_several_test_files():
 
 
 def test_a_file_may_select_functions_and_set_its_environment(tmp_path):
-    t, = mt._parse_files(["sim/algorithm.py::random_partition,same_partition=tests/test_clustering_comparison.py"
+    t, = mt._parse_files(["sim/algorithm::random_partition,same_partition=tests/test_clustering_comparison.py"
                           "@NUMBA_DISABLE_JIT=1,A_B="])
-    assert (t.src, t.tests, t.functions) == ("sim/algorithm.py", "tests/test_clustering_comparison.py",
+    assert (t.src, t.tests, t.functions) == ("sim/algorithm", "tests/test_clustering_comparison.py",
                                              ("random_partition", "same_partition"))
     assert t.env == (("NUMBA_DISABLE_JIT", "1"), ("A_B", ""))
-    assert t.label == "sim/algorithm.py::random_partition,same_partition"
+    assert t.label == "sim/algorithm::random_partition,same_partition"
     mutants, _ = _mutants_of(tmp_path, "def random_partition(x):\n    return x + 1\n\n\ndef same_partition(a):\n"
                                        "    return a * 2\n\n\ndef other(b):\n    return b - 1\n\n\nclass ClusterConfig:\n"
                                        "    k: int = 3\n\n    def check(self):\n        return self.k > 0\n")
     picked = [m for m in mutants if t.selects(m)]
     assert picked and {m.function for m in picked} == {"random_partition", "same_partition"}
     # a class name selects its methods
-    cfg, = mt._parse_files(["sim/algorithm.py::ClusterConfig"])
+    cfg, = mt._parse_files(["sim/algorithm::ClusterConfig"])
     assert {m.function for m in mutants if cfg.selects(m)} == {"ClusterConfig", "ClusterConfig.check"}
     for spec, named in (("sim/hull.py::", "empty function name"), ("sim/hull.py@X", "'X'"),
                         ("sim/hull.py@1A=2", "'1A=2'"), ("sim/hull.py sim/hull.py", "twice")):
@@ -233,6 +233,22 @@ def test_a_package_is_mutated_module_by_module_in_path_order(tmp_path):
     sample = mt.sample_mutants(mutants, 4, 0, "pkg")
     assert [m.id for m in sample] == [m.id for m in mt.sample_mutants(mutants, 4, 0, "pkg")]
     assert [m.id for m in sample] == sorted((m.id for m in sample), key=[m.id for m in mutants].index)
+
+
+def test_the_algorithm_package_is_an_entry():
+    """``sim/algorithm`` (a package, with or without the trailing slash) is one entry over all of its modules, its
+    default test file named after the package; a directory that is no package is refused; a package's
+    ``__init__.py`` is imported by the package's name."""
+    t, = mt._parse_files(["sim/algorithm/"])
+    assert (t.src, t.tests, t.label) == ("sim/algorithm", "tests/test_algorithm.py", "sim/algorithm")
+    files = mt.source_files(ROOT, "sim/algorithm")
+    assert files[0] == "sim/algorithm/__init__.py" and len(files) > 5 and files == sorted(files)
+    with pytest.raises(ValueError, match="neither a Python source file nor a package"):
+        mt._parse_files(["docs"])
+    assert mt._module_name("sim/algorithm/__init__.py") == "sim.algorithm"
+    assert mt._module_name("sim/algorithm/phases.py") == "sim.algorithm.phases"
+    assert any(s.startswith("sim/algorithm=") for s in mt.DEFAULT_FILES)
+    assert f"sim/algorithm::{mt.CLUSTERING_COMPARISON}=tests/test_clustering_comparison.py" in mt.DEFAULT_FILES
 
 
 def test_a_run_over_a_package_mutates_each_module_in_its_copy(tmp_path, monkeypatch):

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 r"""Mutation testing of the numerical kernels: does each module's own test file notice a small change to it?
 
-For every source file (``sim/cluster.py`` …) or package (``sim/problems``: all of its modules) the runner
+For every source file (``sim/cluster.py`` …) or package (``sim/algorithm``: all of its modules) the runner
 
 1. parses the module with :mod:`ast` and enumerates every *mutant*: one small change at one place, made with the
    standard operators below (a package's modules one after the other, in the order of their paths, so
@@ -63,13 +63,13 @@ Usage::
         --json reports/mutation.json
 
 A file is given as ``SRC[::FUNCTIONS][=TESTS][@ENV]``, where ``SRC`` is a Python file or a package directory
-(``sim/problems``, without ``.py``: every ``*.py`` below it is mutated, and its entry is reported as one):
+(``sim/algorithm``, without ``.py``: every ``*.py`` below it is mutated, and its entry is reported as one):
 
 * ``=TESTS`` names its test files, one or several separated by commas
   (``sim/direction.py=tests/test_direction.py,tests/test_direction_twin.py``): they run together in one pytest call;
 * ``::FUNCTIONS`` restricts the mutants to those functions (comma-separated qualified names as the report prints
   them, ``Class.method``; a name includes what is nested in it), e.g. the part of a big module that one test file
-  covers: ``sim/algorithm.py::random_partition,same_partition=tests/test_clustering_comparison.py``; the sample
+  covers: ``sim/algorithm::random_partition,same_partition=tests/test_clustering_comparison.py``; the sample
   is drawn from those functions' mutants and the entry is reported as ``SRC::FUNCTIONS``;
 * ``@ENV`` sets environment variables for that file's test runs (``NAME=VALUE``, comma-separated), e.g.
   ``sim/_lp_compiled.py=tests/test_direction_twin.py@NUMBA_DISABLE_JIT=1``: the numba twin then runs as Python,
@@ -108,14 +108,15 @@ REPO = Path(__file__).resolve().parent.parent
 #: sim/direction.py holds the numpy reference of the LP kernel *and* the backend registry of its compiled twin; the
 #: registry's tests and the reference-against-twin equality are in tests/test_direction_twin.py, so both test files
 #: are its own. The twin sim/_lp_compiled.py runs as Python under NUMBA_DISABLE_JIT=1 against the twin tests (a
-#: compiled mutant would cost minutes of compilation). sim/algorithm.py runs against its own tests, the clustering
-#: comparison's and the kernel boundary's (Algorithm 1 through an opaque source: divergence, streamed records);
-#: Remark H.8's clustering comparison is the last part of sim/algorithm.py, also sampled on its own.
+#: compiled mutant would cost minutes of compilation). The package sim/algorithm (all of its modules) runs against
+#: Algorithm 1's own tests, the clustering comparison's and the kernel boundary's (Algorithm 1 through an opaque
+#: source: divergence, streamed records); Remark H.8's clustering comparison (in sim/algorithm/run.py) is also
+#: sampled on its own.
 CLUSTERING_COMPARISON = "random_partition,comparison_clusterings,same_partition,phase1_by_clustering"
 DEFAULT_FILES = ("sim/preference.py", "sim/direction.py=tests/test_direction.py,tests/test_direction_twin.py",
                  "sim/cluster.py", "sim/hull.py",
-                 "sim/algorithm.py=tests/test_algorithm.py,tests/test_clustering_comparison.py,tests/test_source.py",
-                 f"sim/algorithm.py::{CLUSTERING_COMPARISON}=tests/test_clustering_comparison.py",
+                 "sim/algorithm=tests/test_algorithm.py,tests/test_clustering_comparison.py,tests/test_source.py",
+                 f"sim/algorithm::{CLUSTERING_COMPARISON}=tests/test_clustering_comparison.py",
                  "sim/source.py", "sim/_lp_compiled.py=tests/test_direction_twin.py@NUMBA_DISABLE_JIT=1")
 DEFAULT_EQUIVALENTS = REPO / "tools" / "mutation_equivalents.toml"
 PYTEST_ARGS = ("-x", "-q", "-p", "no:cacheprovider")
