@@ -199,7 +199,7 @@ def test_a_file_may_select_functions_and_set_its_environment(tmp_path):
     picked = [m for m in mutants if t.selects(m)]
     assert picked and {m.function for m in picked} == {"random_partition", "same_partition"}
     # a class name selects its methods
-    cfg, = mt._parse_files(["sim/algorithm::ClusterConfig"])
+    cfg, = mt._parse_files(["sim/algorithm::ClusterConfig=tests/test_algorithm_configs.py"])
     assert {m.function for m in mutants if cfg.selects(m)} == {"ClusterConfig", "ClusterConfig.check"}
     for spec, named in (("sim/hull.py::", "empty function name"), ("sim/hull.py@X", "'X'"),
                         ("sim/hull.py@1A=2", "'1A=2'"), ("sim/hull.py sim/hull.py", "twice")):
@@ -237,17 +237,20 @@ def test_a_package_is_mutated_module_by_module_in_path_order(tmp_path):
 
 def test_the_algorithm_package_is_an_entry():
     """``sim/algorithm`` (a package, with or without the trailing slash) is one entry over all of its modules, its
-    default test file named after the package; a directory that is no package is refused; a package's
-    ``__init__.py`` is imported by the package's name."""
-    t, = mt._parse_files(["sim/algorithm/"])
-    assert (t.src, t.tests, t.label) == ("sim/algorithm", "tests/test_algorithm.py", "sim/algorithm")
+    default test file named after the package (Algorithm 1's tests, one file per layer, are named in the defaults);
+    a directory that is no package is refused; a package's ``__init__.py`` is imported by the package's name."""
+    t, = mt._parse_files(["sim/algorithm/=tests/test_algorithm_phases.py"])
+    assert (t.src, t.tests, t.label) == ("sim/algorithm", "tests/test_algorithm_phases.py", "sim/algorithm")
+    with pytest.raises(ValueError, match=re.escape("'tests/test_algorithm.py' does not exist")):
+        mt._parse_files(["sim/algorithm"])
     files = mt.source_files(ROOT, "sim/algorithm")
     assert files[0] == "sim/algorithm/__init__.py" and len(files) > 5 and files == sorted(files)
     with pytest.raises(ValueError, match="neither a Python source file nor a package"):
         mt._parse_files(["docs"])
     assert mt._module_name("sim/algorithm/__init__.py") == "sim.algorithm"
     assert mt._module_name("sim/algorithm/phases.py") == "sim.algorithm.phases"
-    assert any(s.startswith("sim/algorithm=") for s in mt.DEFAULT_FILES)
+    entry, = (s for s in mt.DEFAULT_FILES if s.startswith("sim/algorithm="))
+    assert entry.split("=")[1].split(",")[:4] == [f"tests/test_algorithm_{m}.py" for m in mt.ALGORITHM_TESTS]
     assert f"sim/algorithm::{mt.CLUSTERING_COMPARISON}=tests/test_clustering_comparison.py" in mt.DEFAULT_FILES
 
 

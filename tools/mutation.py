@@ -109,13 +109,16 @@ REPO = Path(__file__).resolve().parent.parent
 #: registry's tests and the reference-against-twin equality are in tests/test_direction_twin.py, so both test files
 #: are its own. The twin sim/_lp_compiled.py runs as Python under NUMBA_DISABLE_JIT=1 against the twin tests (a
 #: compiled mutant would cost minutes of compilation). The package sim/algorithm (all of its modules) runs against
-#: Algorithm 1's own tests, the clustering comparison's and the kernel boundary's (Algorithm 1 through an opaque
+#: Algorithm 1's own tests (one file per layer), the clustering comparison's and the kernel boundary's (Algorithm 1 through an opaque
 #: source: divergence, streamed records); Remark H.8's clustering comparison (in sim/algorithm/run.py) is also
 #: sampled on its own.
+#: Algorithm 1's test files, tests/test_algorithm_<name>.py, in the order of the package's layers
+ALGORITHM_TESTS = ("configs", "phases", "adaptation", "run")
 CLUSTERING_COMPARISON = "random_partition,comparison_clusterings,same_partition,phase1_by_clustering"
 DEFAULT_FILES = ("sim/preference.py", "sim/direction.py=tests/test_direction.py,tests/test_direction_twin.py",
                  "sim/cluster.py", "sim/hull.py",
-                 "sim/algorithm=tests/test_algorithm.py,tests/test_clustering_comparison.py,tests/test_source.py",
+                 "sim/algorithm=" + ",".join(f"tests/test_algorithm_{m}.py" for m in ALGORITHM_TESTS)
+                 + ",tests/test_clustering_comparison.py,tests/test_source.py",
                  f"sim/algorithm::{CLUSTERING_COMPARISON}=tests/test_clustering_comparison.py",
                  "sim/source.py", "sim/_lp_compiled.py=tests/test_direction_twin.py@NUMBA_DISABLE_JIT=1")
 DEFAULT_EQUIVALENTS = REPO / "tools" / "mutation_equivalents.toml"
