@@ -140,6 +140,8 @@ from sim.algorithm.phases import (
     shared_iteration,
 )
 from sim.algorithm.records import RECORD_COLUMNS, AdaptResult, AlgorithmResult, PhaseResult
+from sim.algorithm.records import Progress as Progress
+from sim.algorithm.records import RowSink as RowSink
 from sim.algorithm.run import (
     CLUSTERING_NAMES,
     comparison_clusterings,
@@ -156,10 +158,10 @@ from sim.direction import lp_direction as lp_direction
 from sim.hull import near_active_set as near_active_set
 from sim.source import ClientProblem, ClientSource, Evaluation, SampleData, Source, as_source
 
-# Also reached through sim.algorithm, outside __all__: the LP kernel and the near-active set that Algorithm 1's
-# modules import, and the private steps the tests call. A test that replaces one of them (monkeypatch) replaces it
-# in the module that looks it up (sim.algorithm.evaluation, sim.algorithm.phases, ...); replacing it here would
-# change nothing.
+# Also reached through sim.algorithm, outside __all__: the callback types Progress and RowSink, the LP kernel and
+# the near-active set that Algorithm 1's modules import, and the private steps the tests call. A test that replaces
+# one of them (monkeypatch) replaces it in the module that looks it up (sim.algorithm.evaluation,
+# sim.algorithm.phases, ...); replacing it here would change nothing.
 __all__ = [
     "ProblemSpec",
     "build_problem",
