@@ -7,6 +7,7 @@ import ast
 import importlib.util
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -186,19 +187,19 @@ def test_a_file_may_name_several_test_files():
 
 
 def test_a_file_may_select_functions_and_set_its_environment(tmp_path):
-    t, = mt._parse_files(["sim/algorithm.py::random_partition,same_partition=tests/sim/test_clustering_comparison.py"
+    t, = mt._parse_files(["sim/algorithm::random_partition,same_partition=tests/sim/test_clustering_comparison.py"
                           "@NUMBA_DISABLE_JIT=1,A_B="])
-    assert (t.src, t.tests, t.functions) == ("sim/algorithm.py", "tests/sim/test_clustering_comparison.py",
+    assert (t.src, t.tests, t.functions) == ("sim/algorithm", "tests/sim/test_clustering_comparison.py",
                                              ("random_partition", "same_partition"))
     assert t.env == (("NUMBA_DISABLE_JIT", "1"), ("A_B", ""))
-    assert t.label == "sim/algorithm.py::random_partition,same_partition"
+    assert t.label == "sim/algorithm::random_partition,same_partition"
     mutants, _ = _mutants_of(tmp_path, "def random_partition(x):\n    return x + 1\n\n\ndef same_partition(a):\n"
                                        "    return a * 2\n\n\ndef other(b):\n    return b - 1\n\n\nclass ClusterConfig:\n"
                                        "    k: int = 3\n\n    def check(self):\n        return self.k > 0\n")
     picked = [m for m in mutants if t.selects(m)]
     assert picked and {m.function for m in picked} == {"random_partition", "same_partition"}
     # a class name selects its methods
-    cfg, = mt._parse_files(["sim/algorithm.py::ClusterConfig"])
+    cfg, = mt._parse_files(["sim/algorithm::ClusterConfig=tests/sim/test_algorithm_configs.py"])
     assert {m.function for m in mutants if cfg.selects(m)} == {"ClusterConfig", "ClusterConfig.check"}
     for spec, named in (("sim/hull.py::", "empty function name"), ("sim/hull.py@X", "'X'"),
                         ("sim/hull.py@1A=2", "'1A=2'"), ("sim/hull.py sim/hull.py", "twice")):
@@ -206,3 +207,71 @@ def test_a_file_may_select_functions_and_set_its_environment(tmp_path):
             mt._parse_files(spec.split())
     # the compiled twin is mutated as Python, against the twin tests
     assert "sim/_lp_compiled.py=tests/sim/test_direction_twin.py@NUMBA_DISABLE_JIT=1" in mt.DEFAULT_FILES
+
+
+def _package(root: Path) -> None:
+    """A package ``pkg`` with a sub-package, its modules written out of their path order."""
+    for rel, text in (("pkg/b.py", "def g(y):\n    return y * 3\n"), ("pkg/__init__.py", "from pkg.a import f\n"),
+                      ("pkg/sub/c.py", "def h(z):\n    return z - 1\n"), ("pkg/a.py", "def f(x):\n    return x + 1\n"),
+                      ("pkg/sub/__init__.py", '"""Sub-package."""\n'), ("pkg/__pycache__/a.py", "def f(x):\n    return 0\n")):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+
+
+def test_a_package_is_mutated_module_by_module_in_path_order(tmp_path):
+    """A package's mutants are its modules' (``__pycache__`` left out), module after module in the order of their
+    paths, each with its own file:line and the id it has as a file of its own; the sample is seeded by the entry."""
+    _package(tmp_path)
+    files = ["pkg/__init__.py", "pkg/a.py", "pkg/b.py", "pkg/sub/__init__.py", "pkg/sub/c.py"]
+    assert mt.source_files(tmp_path, "pkg") == files
+    assert mt.source_files(tmp_path, "pkg/a.py") == ["pkg/a.py"]
+    mutants, invalid = mt.enumerate_source(tmp_path, "pkg")
+    assert invalid == 0
+    assert mutants == [m for f in files for m in mt.enumerate_mutants(tmp_path / f, f)[0]]
+    assert {m.file for m in mutants} == {"pkg/a.py", "pkg/b.py", "pkg/sub/c.py"}
+    assert all(m.where == f"{m.file}:2" and m.source_line.startswith("return") for m in mutants)
+    sample = mt.sample_mutants(mutants, 4, 0, "pkg")
+    assert [m.id for m in sample] == [m.id for m in mt.sample_mutants(mutants, 4, 0, "pkg")]
+    assert [m.id for m in sample] == sorted((m.id for m in sample), key=[m.id for m in mutants].index)
+
+
+def test_the_algorithm_package_is_an_entry():
+    """``sim/algorithm`` (a package, with or without the trailing slash) is one entry over all of its modules, its
+    default test file named after the package (Algorithm 1's tests, one file per layer, are named in the defaults);
+    a directory that is no package is refused; a package's ``__init__.py`` is imported by the package's name."""
+    t, = mt._parse_files(["sim/algorithm/=tests/sim/test_algorithm_phases.py"])
+    assert (t.src, t.tests, t.label) == ("sim/algorithm", "tests/sim/test_algorithm_phases.py", "sim/algorithm")
+    with pytest.raises(ValueError, match=re.escape("'tests/sim/test_algorithm.py' does not exist")):
+        mt._parse_files(["sim/algorithm"])
+    files = mt.source_files(ROOT, "sim/algorithm")
+    assert files[0] == "sim/algorithm/__init__.py" and len(files) > 5 and files == sorted(files)
+    with pytest.raises(ValueError, match="neither a Python source file nor a package"):
+        mt._parse_files(["docs"])
+    assert mt._module_name("sim/algorithm/__init__.py") == "sim.algorithm"
+    assert mt._module_name("sim/algorithm/phases.py") == "sim.algorithm.phases"
+    entry, = (s for s in mt.DEFAULT_FILES if s.startswith("sim/algorithm="))
+    assert entry.split("=")[1].split(",")[:4] == [f"tests/sim/test_algorithm_{m}.py" for m in mt.ALGORITHM_TESTS]
+    assert f"sim/algorithm::{mt.CLUSTERING_COMPARISON}=tests/sim/test_clustering_comparison.py" in mt.DEFAULT_FILES
+
+
+def test_a_run_over_a_package_mutates_each_module_in_its_copy(tmp_path, monkeypatch):
+    """End to end on a package in a repository of its own: every mutant is written into its own module of the copy
+    (the working tree is left as it was), killed by the package's test, and reported with its module."""
+    repo = tmp_path / "repo"
+    _package(repo)
+    (repo / "tests").mkdir()
+    (repo / "tests" / "test_pkg.py").write_text("import pkg\nfrom pkg.b import g\nfrom pkg.sub.c import h\n\n\n"
+                                                "def test_pkg():\n    assert (pkg.f(1), g(2), h(5)) == (2, 6, 4)\n")
+    subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
+    (repo / ".gitignore").write_text("__pycache__/\n")
+    before = {p: p.read_bytes() for p in repo.rglob("*.py")}
+    monkeypatch.setattr(mt, "REPO", repo)
+    out = tmp_path / "m.json"
+    assert mt.main(["--files", "pkg", "--n", "0", "--runner", "subprocess", "--json", str(out),
+                    "--equivalents", str(tmp_path / "none.toml")]) == 0
+    (f,) = json.loads(out.read_text())["files"]
+    assert f["file"] == "pkg" and f["tests"] == "tests/test_pkg.py" and f["sampled"] == f["total_mutants"] > 6
+    assert {r["file"] for r in f["results"]} == {"pkg/a.py", "pkg/b.py", "pkg/sub/c.py"}
+    assert all(r["status"] == "killed" and r["where"] == f"{r['file']}:2" for r in f["results"])
+    assert [r["file"] for r in f["results"]] == sorted(r["file"] for r in f["results"])
+    assert {p: p.read_bytes() for p in repo.rglob("*.py")} == before

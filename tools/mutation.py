@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 r"""Mutation testing of the numerical kernels: does each module's own test file notice a small change to it?
 
-For every source file (``sim/cluster.py`` …) the runner
+For every source file (``sim/cluster.py`` …) or package (``sim/algorithm``: all of its modules) the runner
 
 1. parses the module with :mod:`ast` and enumerates every *mutant*: one small change at one place, made with the
-   standard operators below;
+   standard operators below (a package's modules one after the other, in the order of their paths, so
+   ``__init__.py`` comes first; each mutant keeps its own module's ``file:line``);
 2. samples ``--n`` of them with a seeded :class:`random.Random` (``--n 0``: all of them), so the same seed and the
-   same source give the same sample;
+   same source give the same sample (a package's sample is drawn from the mutants of all its modules at once);
 3. runs the file's own test file (``tests/<folder>/test_<name>.py``, the tests mirroring the layout, or the files named with ``SRC=TESTS``, below) against each
    mutant with ``pytest -x -q -p no:cacheprovider`` and a timeout, in a private copy of the tree (one per job; the
    working tree is never written), and classifies the mutant:
@@ -62,13 +63,14 @@ Usage::
     python tools/mutation.py --files sim/cluster.py sim/hull.py --n 60 --seed 0 --jobs 2 \
         --json reports/mutation.json
 
-A file is given as ``SRC[::FUNCTIONS][=TESTS][@ENV]``:
+A file is given as ``SRC[::FUNCTIONS][=TESTS][@ENV]``, where ``SRC`` is a Python file or a package directory
+(``sim/algorithm``, without ``.py``: every ``*.py`` below it is mutated, and its entry is reported as one):
 
 * ``=TESTS`` names its test files, one or several separated by commas
   (``sim/direction.py=tests/sim/test_direction.py,tests/sim/test_direction_twin.py``): they run together in one pytest call;
 * ``::FUNCTIONS`` restricts the mutants to those functions (comma-separated qualified names as the report prints
   them, ``Class.method``; a name includes what is nested in it), e.g. the part of a big module that one test file
-  covers: ``sim/algorithm.py::random_partition,same_partition=tests/sim/test_clustering_comparison.py``; the sample
+  covers: ``sim/algorithm::random_partition,same_partition=tests/sim/test_clustering_comparison.py``; the sample
   is drawn from those functions' mutants and the entry is reported as ``SRC::FUNCTIONS``;
 * ``@ENV`` sets environment variables for that file's test runs (``NAME=VALUE``, comma-separated), e.g.
   ``sim/_lp_compiled.py=tests/sim/test_direction_twin.py@NUMBA_DISABLE_JIT=1``: the numba twin then runs as Python,
@@ -108,14 +110,18 @@ REPO = Path(__file__).resolve().parent.parent
 #: sim/direction.py holds the numpy reference of the LP kernel *and* the backend registry of its compiled twin; the
 #: registry's tests and the reference-against-twin equality are in tests/sim/test_direction_twin.py, so both test files
 #: are its own. The twin sim/_lp_compiled.py runs as Python under NUMBA_DISABLE_JIT=1 against the twin tests (a
-#: compiled mutant would cost minutes of compilation). sim/algorithm.py runs against its own tests, the clustering
-#: comparison's and the kernel boundary's (Algorithm 1 through an opaque source: divergence, streamed records);
-#: Remark H.8's clustering comparison is the last part of sim/algorithm.py, also sampled on its own.
+#: compiled mutant would cost minutes of compilation). The package sim/algorithm (all of its modules) runs against
+#: Algorithm 1's own tests (one file per layer), the clustering comparison's and the kernel boundary's (Algorithm 1 through an opaque
+#: source: divergence, streamed records); Remark H.8's clustering comparison (in sim/algorithm/run.py) is also
+#: sampled on its own.
+#: Algorithm 1's test files, tests/sim/test_algorithm_<name>.py, in the order of the package's layers
+ALGORITHM_TESTS = ("configs", "phases", "adaptation", "run")
 CLUSTERING_COMPARISON = "random_partition,comparison_clusterings,same_partition,phase1_by_clustering"
 DEFAULT_FILES = ("sim/preference.py", "sim/direction.py=tests/sim/test_direction.py,tests/sim/test_direction_twin.py",
                  "sim/cluster.py", "sim/hull.py",
-                 "sim/algorithm.py=tests/sim/test_algorithm.py,tests/sim/test_clustering_comparison.py,tests/sim/test_source.py",
-                 f"sim/algorithm.py::{CLUSTERING_COMPARISON}=tests/sim/test_clustering_comparison.py",
+                 "sim/algorithm=" + ",".join(f"tests/sim/test_algorithm_{m}.py" for m in ALGORITHM_TESTS)
+                 + ",tests/sim/test_clustering_comparison.py,tests/sim/test_source.py",
+                 f"sim/algorithm::{CLUSTERING_COMPARISON}=tests/sim/test_clustering_comparison.py",
                  "sim/source.py", "sim/_lp_compiled.py=tests/sim/test_direction_twin.py@NUMBA_DISABLE_JIT=1")
 DEFAULT_EQUIVALENTS = REPO / "tools" / "mutation_equivalents.toml"
 PYTEST_ARGS = ("-x", "-q", "-p", "no:cacheprovider")
@@ -518,6 +524,28 @@ def enumerate_mutants(path: Path, rel: str) -> tuple[list[Mutant], int]:
     return out, invalid
 
 
+def source_files(root: Path, src: str) -> list[str]:
+    """The Python files that ``src`` names (paths relative to ``root``), in the order their mutants are
+    enumerated: ``[src]`` for a file; for a package directory every ``*.py`` below it, sorted by path (so a
+    folder's ``__init__.py`` comes before its other modules)."""
+    if src.endswith(".py"):
+        return [src]
+    return sorted(p.relative_to(root).as_posix() for p in (root / src).rglob("*.py")
+                  if "__pycache__" not in p.parts)
+
+
+def enumerate_source(root: Path, src: str) -> tuple[list[Mutant], int]:
+    """Every mutant of the file or package ``src`` (:func:`source_files`), module after module, each module's in
+    source order (:func:`enumerate_mutants`); also the number dropped as not compiling."""
+    mutants: list[Mutant] = []
+    invalid = 0
+    for rel in source_files(root, src):
+        found, dropped = enumerate_mutants(root / rel, rel)
+        mutants += found
+        invalid += dropped
+    return mutants, invalid
+
+
 def sample_mutants(mutants: list[Mutant], n: int, seed: int, rel: str) -> list[Mutant]:
     """``n`` mutants drawn without replacement by ``random.Random(f"{seed}:{rel}")`` (all when ``n == 0``)."""
     if n == 0 or n >= len(mutants):
@@ -581,7 +609,8 @@ def _env(tree: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def _module_name(rel: str) -> str:
-    return rel[: -len(".py")].replace("/", ".")
+    name = rel[: -len(".py")].replace("/", ".")
+    return name[: -len(".__init__")] if name.endswith(".__init__") else name
 
 
 def _check_imports_from(tree: Path, rels: list[str]) -> None:
@@ -806,7 +835,7 @@ class FileReport:
         d = dataclasses.asdict(self)
         d["counts"] = self.counts()
         d["kill_rate"] = self.kill_rate()
-        d["results"] = sorted(self.results, key=lambda r: (r["line"], r["col"], r["id"]))
+        d["results"] = sorted(self.results, key=lambda r: (r.get("file", self.file), r["line"], r["col"], r["id"]))
         return d
 
 
@@ -844,14 +873,14 @@ def _parse_files(specs: list[str]) -> list[Target]:
         head, _, env_text = spec.partition("@")
         head, _, tests = head.partition("=")
         src, sep, funcs = head.partition("::")
-        src = src.strip()
-        if not src.endswith(".py"):
-            raise ValueError(f"--files: {spec!r} is not a Python source file")
+        src = src.strip().rstrip("/")
+        if not src.endswith(".py") and not (REPO / src / "__init__.py").is_file():
+            raise ValueError(f"--files: {spec!r} is neither a Python source file nor a package directory")
         functions = tuple(f.strip() for f in funcs.split(",")) if sep else ()
         if any(not f for f in functions):
             raise ValueError(f"--files: {spec!r}: an empty function name after '::'")
         test_files = [t.strip() for t in tests.split(",")] if tests.strip() else [default_test_file(src)]
-        for p in (src, *test_files):
+        for p in ([] if (REPO / src).is_dir() else [src]) + test_files:  # a package's __init__.py is checked above
             if not p or not (REPO / p).is_file():
                 raise ValueError(f"--files: {p!r} does not exist (relative to {REPO.name}/)")
         env = []
@@ -874,7 +903,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Mutation testing: sample mutants of each source file and run its own test file against them.",
     )
     p.add_argument("--files", nargs="+", default=list(DEFAULT_FILES), metavar="SRC[::FUNCTIONS][=TESTS][@ENV]",
-                   help="source files relative to the repository root (default: %(default)s); the test file is "
+                   help="source files or package directories (every module below one) relative to the repository "
+                        "root (default: %(default)s); the test file is "
                         "tests/<folder>/test_<name>.py (the mirrored layout) unless given as SRC=TESTS (several test files separated by commas); "
                         "::F1,F2 restricts the mutants to those functions; @NAME=VALUE,... sets environment "
                         "variables for that file's test runs")
@@ -937,7 +967,7 @@ def main(argv: list[str] | None = None) -> int:
     plans = []
     all_ids = set()
     for t in targets:
-        every, invalid = enumerate_mutants(REPO / t.src, t.src)
+        every, invalid = enumerate_source(REPO, t.src)
         all_ids |= {m.id for m in every}
         mutants = [m for m in every if t.selects(m)]
         if t.functions and not mutants:
@@ -963,8 +993,9 @@ def main(argv: list[str] | None = None) -> int:
             t = Path(tmp) / f"tree{j}"
             _copy_tree(REPO, files, t)
             trees.append(t)
-        _check_imports_from(trees[0], sorted({t.src for t, *_ in plans}))
-        preload = _preload_modules([REPO / p for t, *_ in plans for p in (t.src, *t.tests.split(","))])
+        _check_imports_from(trees[0], sorted({f for t, *_ in plans for f in source_files(REPO, t.src)}))
+        preload = _preload_modules([REPO / p for t, *_ in plans
+                                    for p in (*source_files(REPO, t.src), *t.tests.split(","))])
         runners: dict = {}  # (tree, env) -> runner, started on first use: one server per environment
         try:
             reports = _run_all(args, plans, trees, runners, preload, equivalents, out_path)
@@ -972,7 +1003,7 @@ def main(argv: list[str] | None = None) -> int:
             for r in runners.values():
                 r.close()
 
-    checked = {t.src for t, *_ in plans}
+    checked = {f for t, *_ in plans for f in source_files(REPO, t.src)}
     stale = sorted(i for i, e in equivalents.items() if e["file"] in checked and i not in all_ids)
     return _summary(args, reports, equivalents, stale)
 
@@ -1012,7 +1043,7 @@ def _run_all(args, plans, trees, runners, preload, equivalents, out_path) -> dic
     free: queue.Queue = queue.Queue()
     for tree in trees:
         free.put(tree)
-    originals = {t.src: (REPO / t.src).read_bytes() for t, *_ in plans}
+    originals = {f: (REPO / f).read_bytes() for t, *_ in plans for f in source_files(REPO, t.src)}
     meta = run_meta(args)
     todo = [(t, m) for t, _, _, picked in plans for m in picked]
     done = 0
@@ -1027,12 +1058,12 @@ def _run_all(args, plans, trees, runners, preload, equivalents, out_path) -> dic
         nonlocal done
         tree = free.get()
         try:
-            target = tree / t.src
-            target.write_bytes(m.apply(originals[t.src]))
+            target = tree / m.file
+            target.write_bytes(m.apply(originals[m.file]))
             try:
                 status, dt, info = runner_for(tree, t.env).run(t.tests, reports[t.label].timeout_s)
             finally:
-                target.write_bytes(originals[t.src])
+                target.write_bytes(originals[m.file])
         finally:
             free.put(tree)
         eq = equivalents.get(m.id)
@@ -1041,7 +1072,7 @@ def _run_all(args, plans, trees, runners, preload, equivalents, out_path) -> dic
                 status, info = "equivalent", eq["reason"]
             else:
                 info = f"listed as equivalent but {status}: {info}"
-        row = {"id": m.id, "line": m.line, "col": m.col, "where": m.where, "function": m.function,
+        row = {"id": m.id, "file": m.file, "line": m.line, "col": m.col, "where": m.where, "function": m.function,
                "operator": m.operator, "change": m.change, "source_line": m.source_line,
                "status": status, "seconds": round(dt, 2), "info": info}
         with lock:

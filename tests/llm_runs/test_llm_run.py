@@ -28,6 +28,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
 import sim.algorithm as al  # noqa: E402
+import sim.algorithm.evaluation as al_evaluation  # noqa: E402
 from llm_runs.clients import ClientDesign, DataShortageError, Federation, build_federation  # noqa: E402
 from llm_runs.data import DEFAULT_DATA_FILE, UnknownObjectiveError, load_candidates  # noqa: E402
 from llm_runs.models import save_random_llama  # noqa: E402
@@ -113,7 +114,7 @@ def test_lp_receives_exactly_the_source_losses_grams_and_preferences(src_obj, mo
     clients; HiGHS on the recorded inputs gives the same status, mode and optimal value."""
     src, obj = src_obj
     calls, returned = [], []
-    lp = al.lp_direction
+    lp = al_evaluation.lp_direction
 
     def spy_lp(l, lam, C, **kw):
         res = lp(l, lam, C, **kw)
@@ -127,7 +128,7 @@ def test_lp_receives_exactly_the_source_losses_grams_and_preferences(src_obj, mo
         returned.append((np.array(clients), ev.losses.copy(), ev.gram.copy()))
         return ev
 
-    monkeypatch.setattr(al, "lp_direction", spy_lp)
+    monkeypatch.setattr(al_evaluation, "lp_direction", spy_lp)
     monkeypatch.setattr(src, "evaluate", spy_eval)
     clients = np.arange(3)
     al.phase1(src, clients, obj.initial(), al.Phase1Config(rounds=2, tau=2, eta_local=0.5),
