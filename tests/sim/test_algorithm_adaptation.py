@@ -470,3 +470,13 @@ def test_pipeline1_records_its_preconditioner_on_every_row(f1_samples):
                        np.random.default_rng(0))
     assert res.records["preconditioner"].tolist() == ["adamw"] * len(res.records)
     assert sorted(set(res.records["round"])) == [0, 1, 2]  # the final row (k = K) included
+
+
+def test_the_preconditioned_steps_default_clip_is_the_adaptation_configs():
+    """Called without ``p_minus``, ``p_plus`` (as a user stepping by hand would), the step clips to the spectrum
+    ``[p_-, p_+]`` that :class:`AdaptConfig` states by default."""
+    import inspect
+
+    sig = inspect.signature(al.preconditioned_step).parameters
+    cfg = al.AdaptConfig()
+    assert (sig["p_minus"].default, sig["p_plus"].default) == (cfg.p_minus, cfg.p_plus)

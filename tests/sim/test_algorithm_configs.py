@@ -55,3 +55,32 @@ def test_documented_configurations_are_accepted():
     assert al.ClusterConfig(method="kmeans", k=3, threshold=None).k == 3
     assert al.Pipeline2Config(decay_steps=None).decay_steps is None
     assert al.Pipeline2Config(decay_steps=50).decay_steps == 50
+
+
+@pytest.mark.parametrize("make, field", [
+    (lambda: al.ClusterConfig(), "method"), (lambda: al.Phase1Config(), "rounds"), (lambda: al.Phase2Config(), "K"),
+    (lambda: al.AdaptConfig(), "K"), (lambda: al.Pipeline2Config(), "eta"), (lambda: al.AlgorithmConfig(), "phase1"),
+])
+def test_every_configuration_is_frozen(make, field):
+    """A configuration is a value: a run's recorded parameters cannot drift from the object that made them."""
+    import dataclasses
+
+    cfg = make()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(cfg, field, getattr(cfg, field))
+
+
+def test_the_cluster_count_check_names_k():
+    with pytest.raises(ValueError, match=r"ClusterConfig\.k must be an integer >= 1; got 0"):
+        al.ClusterConfig(method="kmeans", k=0, threshold=None)
+
+
+def test_the_symmetry_tolerance_of_a_fixed_preconditioner_is_inclusive():
+    """``P`` counts as symmetric up to ``|P - Pᵀ| ≤ 1e-12·max(1, |P|)``, the bound itself included; one ulp above it
+    is refused."""
+    at = np.array([[1.0, 1e-12], [0.0, 1.0]])
+    assert al.AdaptConfig(preconditioner="fixed", P=at).P[0, 1] == 1e-12
+    above = at.copy()
+    above[0, 1] = np.nextafter(1e-12, 1.0)
+    with pytest.raises(ValueError, match=r"\.P must be symmetric"):
+        al.AdaptConfig(preconditioner="fixed", P=above)

@@ -361,3 +361,9 @@ def test_a_stack_of_rounds_refused_by_the_hull_checks_gives_the_round_by_round_e
             al.phase1(_Skew(src0.problem, src0.samples), np.arange(3), w0, cfg, np.random.default_rng(0), **kw)
         msgs.append(str(info.value))
     assert msgs[0] == msgs[1]
+
+
+def test_phase2_refuses_another_configuration():
+    p = _FAMILIES["F1"](seed=3)
+    with pytest.raises(ValueError, match="config must be a Phase2Config; got Phase1Config"):
+        al.phase2(p, np.arange(p.n_clients), p.centres.mean(axis=0), al.Phase1Config(), np.random.default_rng(0))

@@ -127,3 +127,18 @@ def test_problem_spec_defaults_are_the_default_scenario():
     spec = al.ProblemSpec()
     assert (spec.m, spec.n_w, spec.n_groups, spec.n_train, spec.n_new, spec.spread) == (3, 5, 2, 4, 2, 0.05)
     assert (spec.train_samples, spec.new_samples, spec.noise_scale, spec.w_ref_offset) == (200, 4000, 0.1, 0.5)
+
+
+def test_the_summary_records_both_training_step_sizes():
+    res = _small_run(0)
+    cfg1, cfg2 = al.Phase1Config(rounds=3, tau=2, batch_size=5), al.Phase2Config(rounds=2, S=4, K=2)
+    assert res.summary["eta_I"] == cfg1.eta_eff and res.summary["eta_II"] == cfg2.eta_eff
+
+
+def test_an_adaptation_row_is_from_an_lp_step_exactly_when_it_is_a_steps_row():
+    """Adaptation records: a step's row (``local_steps`` 1) carries that step's LP (``lp_from_step``), the last row
+    of a run (``local_steps`` 0, no step taken from it) does not."""
+    df = _small_run(0).records
+    ad = df[df["phase"].isin(["pipeline1_wI", "pipeline1_wII", "local_only", "fedavg_adapt", "pipeline1_wII_adamw"])]
+    assert set(ad["local_steps"]) == {0, 1}
+    assert (ad["lp_from_step"] == (ad["local_steps"] == 1)).all()
