@@ -344,7 +344,7 @@ class _Evaluations:
         return weak if limit is None else weak[:limit]
 
     def record(self) -> dict[str, Any]:
-        """A JSON-ready record of these evaluations (a cell of :func:`run_search`)."""
+        """A JSON-ready record of these evaluations (a cell of :func:`verification.engine.search_cells.run_search`)."""
         return to_jsonable({"evaluations": self.evaluations, "best": self.best, "detecting": self.detecting,
                             "counterexamples": self.counterexamples, "n_counterexamples": self.n_counterexamples,
                             "errors": self.errors[:20]})
@@ -376,7 +376,7 @@ def falsify(stmt, space: SearchSpace, budget: str | Budget = "default", seed: in
             progress: Callable[[str], None] | None = None) -> SearchResult:
     """Search the box of ``space`` for instances of ``stmt`` (a :class:`verification.core.registry.Statement`) where
     its numeric conclusions come closest to (or beyond) their bounds, in this process. See the module docstring;
-    :func:`run_search` spreads a larger budget over a Dask cluster."""
+    :func:`verification.engine.search_cells.run_search` spreads a larger budget over a Dask cluster."""
     if isinstance(budget, str) and budget not in BUDGETS:
         raise ValueError(f"budget must be one of {sorted(BUDGETS)}; got {budget!r}")
     b = BUDGETS[budget] if isinstance(budget, str) else budget
