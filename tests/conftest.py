@@ -105,17 +105,36 @@ def _uses_cluster(item) -> bool:
     return _CLUSTER_FIXTURE in getattr(item, "fixturenames", ())
 
 
+#: The test modules that build, train and sample LLMs: they run after all the others. Their tensors and tokenizers
+#: leave this process's C heap in a state in which the small allocations of the numerical tests cost more (measured
+#: on a 2-core Intel Xeon: HiGHS's option set-up 42 -> 53 us, tests/sim/test_direction.py 17 -> 23 CPU-s after
+#: tests/llm_runs/test_llm_objectives.py, with or without the malloc settings of LLM_ENV; malloc_trim does not
+#: restore it).
+LLM_TESTS = "tests/llm_runs/"
+
+
+def _is_llm(item) -> bool:
+    return item.nodeid.startswith(LLM_TESTS)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session, config, items):
-    """The modules whose tests use the shared cluster run one after the other, from the first one's place (each
-    module's tests in their order), so that the cluster is not kept open, idle, across the modules in between."""
+    """The order of the session: the modules of :data:`LLM_TESTS` after all the others; and the modules whose tests
+    use the shared cluster one after the other (each module's tests in their order), so that the cluster is not
+    kept open, idle, across the modules in between: at the first one's place, or, when one of them is an LLM
+    module, between the others and the LLM modules. Each module's tests keep their order."""
     users = list(dict.fromkeys(i.module for i in items if _uses_cluster(i)))
-    if len(users) < 2:
-        return
-    first = next(k for k, i in enumerate(items) if getattr(i, "module", None) in users)
     grouped = [i for m in users for i in items if getattr(i, "module", None) is m]
+    grouped = [i for i in grouped if not _is_llm(i)] + [i for i in grouped if _is_llm(i)]
     rest = [i for i in items if getattr(i, "module", None) not in users]
-    items[:] = rest[:first] + grouped + rest[first:]
+    before, after = [i for i in rest if not _is_llm(i)], [i for i in rest if _is_llm(i)]
+    first = len(before)
+    if users and not any(_is_llm(i) for i in grouped):
+        place = next(k for k, i in enumerate(items) if getattr(i, "module", None) in users)
+        first = sum(1 for i in items[:place] if getattr(i, "module", None) not in users and not _is_llm(i))
+    ordered = before[:first] + grouped + before[first:] + after
+    assert len(ordered) == len(items)
+    items[:] = ordered
 
 
 _LAST_CLUSTER_USER: list = []  # [the last item of the session that uses the shared cluster, or None]
