@@ -254,9 +254,8 @@ def test_the_algorithm_package_is_an_entry():
     assert f"sim/algorithm::{mt.CLUSTERING_COMPARISON}=tests/sim/test_clustering_comparison.py" in mt.DEFAULT_FILES
 
 
-def test_a_run_over_a_package_mutates_each_module_in_its_copy(tmp_path, monkeypatch):
-    """End to end on a package in a repository of its own: every mutant is written into its own module of the copy
-    (the working tree is left as it was), killed by the package's test, and reported with its module."""
+def _package_repo(tmp_path: Path) -> tuple[Path, dict]:
+    """:func:`_package` in a git repository of its own with a test that kills every mutant; and its files' bytes."""
     repo = tmp_path / "repo"
     _package(repo)
     (repo / "tests").mkdir()
@@ -264,14 +263,34 @@ def test_a_run_over_a_package_mutates_each_module_in_its_copy(tmp_path, monkeypa
                                                 "def test_pkg():\n    assert (pkg.f(1), g(2), h(5)) == (2, 6, 4)\n")
     subprocess.run(["git", "init", "-q"], cwd=repo, check=True)
     (repo / ".gitignore").write_text("__pycache__/\n")
-    before = {p: p.read_bytes() for p in repo.rglob("*.py")}
+    return repo, {p: p.read_bytes() for p in repo.rglob("*.py")}
+
+
+def test_a_run_over_a_package_mutates_each_module_in_its_copy(tmp_path, monkeypatch):
+    """End to end on a package in a repository of its own: every mutant is written into its own module of the copy
+    (the working tree is left as it was), killed by the package's test, and reported with its module."""
+    repo, before = _package_repo(tmp_path)
     monkeypatch.setattr(mt, "REPO", repo)
     out = tmp_path / "m.json"
-    assert mt.main(["--files", "pkg", "--n", "0", "--runner", "subprocess", "--json", str(out),
+    assert mt.main(["--files", "pkg", "--n", "0", "--runner", "fork", "--json", str(out),
                     "--equivalents", str(tmp_path / "none.toml")]) == 0
     (f,) = json.loads(out.read_text())["files"]
     assert f["file"] == "pkg" and f["tests"] == "tests/test_pkg.py" and f["sampled"] == f["total_mutants"] > 6
     assert {r["file"] for r in f["results"]} == {"pkg/a.py", "pkg/b.py", "pkg/sub/c.py"}
     assert all(r["status"] == "killed" and r["where"] == f"{r['file']}:2" for r in f["results"])
     assert [r["file"] for r in f["results"]] == sorted(r["file"] for r in f["results"])
+    assert {p: p.read_bytes() for p in repo.rglob("*.py")} == before
+
+
+def test_the_subprocess_runner_kills_in_a_new_interpreter(tmp_path, monkeypatch):
+    """``--runner subprocess`` (a new interpreter per mutant, where there is no fork): two of the package's
+    mutants, each killed in its module of the copy, the working tree left as it was."""
+    repo, before = _package_repo(tmp_path)
+    monkeypatch.setattr(mt, "REPO", repo)
+    out = tmp_path / "m.json"
+    assert mt.main(["--files", "pkg", "--n", "2", "--seed", "0", "--runner", "subprocess", "--json", str(out),
+                    "--equivalents", str(tmp_path / "none.toml")]) == 0
+    (f,) = json.loads(out.read_text())["files"]
+    assert f["sampled"] == 2 and [r["status"] for r in f["results"]] == ["killed", "killed"]
+    assert json.loads(out.read_text())["meta"]["runner"] == "subprocess"
     assert {p: p.read_bytes() for p in repo.rglob("*.py")} == before
