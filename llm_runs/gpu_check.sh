@@ -9,20 +9,22 @@
 # the SmolLM2 tokenizer that ships in the package (llm_runs/assets), and the data is the shipped data file. The
 # outputs of a random model mean nothing; its speed and memory are those of a real model of its size.
 #
-# usage: llm_runs/gpu_check.sh [--size 0.5b|1b | --model DIR] [--work DIR] [--budget SECONDS] [--tiny]
+# usage: llm_runs/gpu_check.sh [--size 0.5b|1b | --model DIR] [--work DIR] [--budget SECONDS] [--no-preflight] [--tiny]
 #   --size    the random Llama (default 0.5b, about 0.48 B parameters; 1b: about 1.07 B)
 #   --model   check this model directory instead of building a random Llama (step 2 is skipped), e.g. the
 #             random-llama-SIZE that an earlier check left in its --work; not with --size
 #   --work    where the model and the run go (default: a temporary directory, removed at the end)
 #   --budget  wall-clock limit of the run in seconds (default 480; --tiny: 300): SIGINT then, so that the run
 #             writes its summary (status interrupted) and the timings are printed; SIGKILL 30 s later
+#   --no-preflight  skip step 1, for a check again on a machine whose preflight passed (with the same
+#             packages): the preflight costs about 20 s of the machine's time, of a device budget of minutes
 #   --tiny    a CPU check of this script: a tiny Llama and `run --preset gpu --shrink --autocast none` on the CPU
 #             (the gpu preset's objectives, m = 4 with readability, the separate layout and the generation
 #             evaluation, at the smallest counts: RunPreset.shrunk); tests/llm_runs/test_gpu_check.py runs it. In float32:
 #             bf16 autocast cost 2.6-3x the CPU time of a step on a CPU without bf16 instructions; the preflight
 #             runs a tiny Llama's forward and backward under the preset's bf16 autocast on the device instead
 # Steps, each before the next costs anything:
-#   1. `python -m llm_runs.gpu_check preflight`: every requirement of the pyproject's `llm` extra that this run
+#   1. `python -m llm_runs.gpu_check preflight` (not with --no-preflight): every requirement of the pyproject's `llm` extra that this run
 #      needs, every module the run imports, the rewards of the preset's objectives (VADER's lexicon, the CMU
 #      dictionary), the data file and clients, CUDA with bf16, and a tiny LoRA Llama's forward, backward and
 #      generate on the device. Anything missing is named and the script exits 3: nothing is built or trained.
@@ -59,6 +61,7 @@ model=""
 work=""
 tiny=0
 budget=""
+preflight=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --size) size="$2"; size_given=1; shift 2 ;;
@@ -66,7 +69,9 @@ while [ $# -gt 0 ]; do
     --work) work="$2"; shift 2 ;;
     --budget) budget="$2"; shift 2 ;;
     --tiny) tiny=1; shift ;;
-    *) echo "gpu_check.sh: error: unknown argument $1 (use --size, --model, --work, --budget, --tiny)" >&2; exit 2 ;;
+    --no-preflight) preflight=0; shift ;;
+    *) echo "gpu_check.sh: error: unknown argument $1 (use --size, --model, --work, --budget, --no-preflight, --tiny)" >&2
+       exit 2 ;;
   esac
 done
 if [ -n "$model" ] && [ "$size_given" = 1 ]; then
@@ -100,11 +105,15 @@ fi
 run="$work/run"
 
 t0=$(date +%s)
-"$PY" -m llm_runs.gpu_check preflight --preset gpu "$mode" --device "$device" --model "$model"
-rc=$?
-if [ "$rc" != 0 ]; then
-  echo "gpu_check.sh: the preflight failed (status $rc): nothing was built or run" >&2
-  exit "$rc"
+if [ "$preflight" = 1 ]; then
+  "$PY" -m llm_runs.gpu_check preflight --preset gpu "$mode" --device "$device" --model "$model"
+  rc=$?
+  if [ "$rc" != 0 ]; then
+    echo "gpu_check.sh: the preflight failed (status $rc): nothing was built or run" >&2
+    exit "$rc"
+  fi
+else
+  echo "preflight: skipped (--no-preflight)"
 fi
 if [ "$build" = 1 ]; then
   timeout --signal=INT --kill-after=30 120 "$PY" -m llm_runs random-model --size "$size" --dtype float32 --out "$model"
@@ -114,10 +123,15 @@ if [ "$build" = 1 ]; then
     exit "$rc"
   fi
   t1=$(date +%s)
-  echo "random model: $((t1 - t0)) s since the start (preflight and build)"
+  if [ "$preflight" = 1 ]; then what="preflight and build"; else what="build; no preflight"; fi
+  echo "random model: $((t1 - t0)) s since the start ($what)"
 else
   t1=$(date +%s)
-  echo "model: $model (not built; the preflight took $((t1 - t0)) s)"
+  if [ "$preflight" = 1 ]; then
+    echo "model: $model (not built; the preflight took $((t1 - t0)) s)"
+  else
+    echo "model: $model (not built; no preflight)"
+  fi
 fi
 timeout --signal=INT --kill-after=30 "$budget" "$PY" -m llm_runs run --preset gpu "$mode" --device "$device" \
   --layout separate ${autocast[@]+"${autocast[@]}"} --model "$model" --out "$run" --no-progress

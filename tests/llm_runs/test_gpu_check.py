@@ -192,7 +192,7 @@ def _rate(stdout: str, what: str) -> float:
 def test_tiny_runs_the_gpu_presets_paths_and_prints_tokens_per_second_per_stage(tiny_check):
     work, res = tiny_check
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    assert "preflight: ok (gpu --shrink on cpu)" in res.stdout
+    assert "preflight: ok (gpu --shrink on cpu)" in res.stdout and " s since the start (preflight and build)" in res.stdout
     assert _rate(res.stdout, "training") > 0 and _rate(res.stdout, "generation") > 0
     for text in ("seconds per stage: ", "steps/s: ", "peak memory: ", "status complete"):
         assert text in res.stdout
@@ -228,11 +228,14 @@ def test_a_failed_generation_is_reported_from_the_summary(tiny_check, tmp_path):
 
 
 def test_a_run_that_fails_after_training_still_prints_its_timings(tiny_check, tmp_path):
-    """On the model the complete check built (--model: nothing is built again)."""
+    """On the model the complete check built (--model: nothing is built again), with --no-preflight (the
+    complete check's preflight passed on this machine)."""
     model = tiny_check[0] / "random-llama-tiny"
-    res = _script(tmp_path, "--model", str(model), env={"PREFALIGN_INJECT_FAULT": "generation"})
+    res = _script(tmp_path, "--model", str(model), "--no-preflight", env={"PREFALIGN_INJECT_FAULT": "generation"})
     assert res.returncode == 1, res.stdout[-3000:] + res.stderr[-3000:]
-    assert f"model: {model} (not built; " in res.stdout and sorted(p.name for p in tmp_path.iterdir()) == ["run"]
+    assert res.stdout.startswith("preflight: skipped (--no-preflight)\n") and "preflight: ok" not in res.stdout
+    assert f"model: {model} (not built; no preflight)" in res.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
     assert "gpu_check.sh: the run failed (status 1)" in res.stderr
     out = res.stdout.split("---- GPU check report ----", 1)[1]
     assert "training tokens/s: " in out and _rate(out, "training") > 0
