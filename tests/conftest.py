@@ -119,22 +119,15 @@ def _is_llm(item) -> bool:
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session, config, items):
-    """The order of the session: the modules of :data:`LLM_TESTS` after all the others; and the modules whose tests
-    use the shared cluster one after the other (each module's tests in their order), so that the cluster is not
-    kept open, idle, across the modules in between: at the first one's place, or, when one of them is an LLM
-    module, between the others and the LLM modules. Each module's tests keep their order."""
-    users = list(dict.fromkeys(i.module for i in items if _uses_cluster(i)))
-    grouped = [i for m in users for i in items if getattr(i, "module", None) is m]
-    grouped = [i for i in grouped if not _is_llm(i)] + [i for i in grouped if _is_llm(i)]
-    rest = [i for i in items if getattr(i, "module", None) not in users]
-    before, after = [i for i in rest if not _is_llm(i)], [i for i in rest if _is_llm(i)]
-    first = len(before)
-    if users and not any(_is_llm(i) for i in grouped):
-        place = next(k for k, i in enumerate(items) if getattr(i, "module", None) in users)
-        first = sum(1 for i in items[:place] if getattr(i, "module", None) not in users and not _is_llm(i))
-    ordered = before[:first] + grouped + before[first:] + after
-    assert len(ordered) == len(items)
-    items[:] = ordered
+    """The order of the session, each module's tests in their order: the other modules, then the modules whose
+    tests use the shared cluster one after the other (so that it is not kept open, idle, across the modules in
+    between), then the modules of :data:`LLM_TESTS`."""
+    users = {i.module for i in items if _uses_cluster(i)}
+
+    def tier(item) -> int:
+        return 1 if getattr(item, "module", None) in users else 2 if _is_llm(item) else 0
+
+    items.sort(key=tier)  # stable: the collection order within each tier
 
 
 _LAST_CLUSTER_USER: list = []  # [the last item of the session that uses the shared cluster, or None]

@@ -1,6 +1,5 @@
-"""The order of the test session (tests/conftest.py): the LLM runs' modules after all the others, and the modules
-on the shared Dask cluster one block (each module's tests in their order), at the first one's place or, when one
-of them is an LLM module, between the other modules and the LLM ones."""
+"""The order of the test session (tests/conftest.py), each module's tests in their order: the other modules, the
+modules on the shared Dask cluster as one block, the LLM runs' modules."""
 
 from __future__ import annotations
 
@@ -33,17 +32,17 @@ def test_llm_modules_run_last_and_the_cluster_modules_are_one_block_between():
             ("tests/verification/test_c.py", ["t1"], False)]
     assert _order(spec) == [
         "tests/sim/test_b.py::t1", "tests/verification/test_c.py::t1",
-        "tests/verification/engine/test_sweep.py::s1", "tests/verification/engine/test_sweep.py::s2",
         "tests/llm_runs/test_sweep.py::s1", "tests/llm_runs/test_sweep.py::s2",
+        "tests/verification/engine/test_sweep.py::s1", "tests/verification/engine/test_sweep.py::s2",
         "tests/llm_runs/test_a.py::t1", "tests/llm_runs/test_a.py::t2"]
 
 
-def test_without_an_llm_module_the_cluster_block_is_at_the_first_ones_place():
-    spec = [("tests/sim/test_b.py", ["t1"], False), ("tests/v/test_s1.py", ["a"], True),
-            ("tests/v/test_c.py", ["t1"], False), ("tests/v/test_s2.py", ["b"], True),
-            ("tests/llm_runs/test_a.py", ["t1"], False)]
-    assert _order(spec) == ["tests/sim/test_b.py::t1", "tests/v/test_s1.py::a", "tests/v/test_s2.py::b",
-                            "tests/v/test_c.py::t1", "tests/llm_runs/test_a.py::t1"]
+def test_a_module_counts_as_a_cluster_user_if_any_of_its_tests_is_one():
+    spec = [("tests/v/test_s.py", ["a"], False), ("tests/v/test_s.py", ["b"], True), ("tests/v/test_c.py", ["t"], False)]
+    items = _items(spec)
+    items[1].module = items[0].module  # one module, two tests, the second on the cluster
+    conftest.pytest_collection_modifyitems(None, None, items)
+    assert [i.nodeid for i in items] == ["tests/v/test_c.py::t", "tests/v/test_s.py::a", "tests/v/test_s.py::b"]
 
 
 def test_without_cluster_modules_only_the_llm_modules_move():
