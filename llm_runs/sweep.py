@@ -103,6 +103,7 @@ from verification.engine.dask_engine import (
     CellRun,
     folder_params,
     read_cell,
+    read_summary_file,
 )
 
 __all__ = ["SWEEP_KIND", "SUMMARY_JSON", "RUNS_DIR", "cell_path", "run_dir", "sweep_params", "check_params", "llm_cell",
@@ -354,18 +355,8 @@ def write_summary(out: str | Path, summary: dict[str, Any]) -> Path:
 
 def read_summary(out: str | Path) -> dict[str, Any]:
     """The ``llm_sweep.json`` of folder ``out``; :class:`CellFolderError` when there is none or it is not one."""
-    p = Path(out) / SUMMARY_JSON
-    try:
-        summary = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CellFolderError(f"{str(p)!r} does not exist: DIR must be the --out folder of `python -m llm_runs "
-                              "sweep`") from None
-    except (OSError, ValueError) as exc:
-        raise CellFolderError(f"cannot read {str(p)!r}: {exc}") from None
-    if not isinstance(summary, dict) or summary.get("sweep") != SWEEP_KIND or not isinstance(
-            summary.get("run_dirs"), list):
-        raise CellFolderError(f"{str(p)!r} is not the summary of an LLM sweep")
-    return summary
+    return read_summary_file(Path(out) / SUMMARY_JSON, kind=SWEEP_KIND, list_key="run_dirs",
+                             what="the summary of an LLM sweep", folder="the --out folder of `python -m llm_runs sweep`")
 
 
 def _num(v: Any, fmt: str = ".1f") -> str:

@@ -37,8 +37,8 @@ from typing import Any
 from sim.cli import atomic_write_text
 
 __all__ = ["WORKER_ENV", "CONNECT_TIMEOUT", "PARAMS_NAME", "CELLS_DIR", "SchedulerUnreachable", "CellFolderError",
-           "Cell", "CellRun", "dask_client", "run_cells", "read_cell", "folder_params", "check_params",
-           "write_params"]
+           "Cell", "CellRun", "dask_client", "run_cells", "read_cell", "read_summary_file", "folder_params",
+           "check_params", "write_params"]
 
 #: Environment of every worker process of a local cluster, set before the process starts (so that numpy's BLAS
 #: reads it): one thread per BLAS / OpenMP pool, the worker process itself having one thread.
@@ -188,6 +188,21 @@ def read_cell(path: Path) -> Any:
             return json.load(fh)
     except (OSError, ValueError) as exc:
         raise CellFolderError(f"cannot read {str(path)!r} ({exc}): remove it to compute the cell again") from None
+
+
+def read_summary_file(path: Path, *, kind: str, list_key: str, what: str, folder: str) -> dict[str, Any]:
+    """The summary a sweep wrote to ``path``: a JSON object whose ``sweep`` is ``kind`` and whose ``list_key`` is a
+    list. :class:`CellFolderError` naming the file when there is none (DIR must be ``folder``), when it cannot be
+    read, or when it is not ``what``."""
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CellFolderError(f"{str(path)!r} does not exist: DIR must be {folder}") from None
+    except (OSError, ValueError) as exc:
+        raise CellFolderError(f"cannot read {str(path)!r}: {exc}") from None
+    if not isinstance(summary, dict) or summary.get("sweep") != kind or not isinstance(summary.get(list_key), list):
+        raise CellFolderError(f"{str(path)!r} is not {what}")
+    return summary
 
 
 def _remove_stale_temporaries(cells: Sequence[Cell]) -> None:

@@ -56,6 +56,7 @@ from verification.engine.dask_engine import (
     CellRun,
     folder_params,
     read_cell,
+    read_summary_file,
     run_cells,
     write_params,
 )
@@ -354,17 +355,8 @@ def write_summary(out: str | Path, summary: dict[str, Any]) -> tuple[Path, Path]
 
 def read_summary(out: str | Path) -> dict[str, Any]:
     """The ``sweep.json`` of folder ``out``; raises :class:`CellFolderError` when there is none or it is not one."""
-    p = Path(out) / SUMMARY_JSON
-    try:
-        summary = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise CellFolderError(f"{str(p)!r} does not exist: DIR must be the --out folder of a finished sweep") from None
-    except (OSError, ValueError) as exc:
-        raise CellFolderError(f"cannot read {str(p)!r}: {exc}") from None
-    if not isinstance(summary, dict) or summary.get("sweep") != SWEEP_KIND or not isinstance(
-            summary.get("statements"), list):
-        raise CellFolderError(f"{str(p)!r} is not the summary of a statement sweep")
-    return summary
+    return read_summary_file(Path(out) / SUMMARY_JSON, kind=SWEEP_KIND, list_key="statements",
+                             what="the summary of a statement sweep", folder="the --out folder of a finished sweep")
 
 
 def screen(summary: dict[str, Any], out: Path, run: CellRun | None) -> str:

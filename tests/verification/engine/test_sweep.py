@@ -146,6 +146,31 @@ def test_usage_errors_before_any_work(argv, message, tmp_path, capsys, monkeypat
     assert rc == 2 and len(err) == 1 and message in err[0], err
 
 
+def test_a_sweep_summary_that_is_missing_unreadable_or_of_another_sweep_is_named(tmp_path):
+    """The statement sweep's and the LLM sweep's summaries are read by one reader (dask_engine.read_summary_file):
+    each failure names the file, and the folder the command wants."""
+    from llm_runs import sweep as llm_sweep
+
+    for mod, want in ((sweep, "a finished sweep"), (llm_sweep, "`python -m llm_runs sweep`")):
+        p = tmp_path / mod.SUMMARY_JSON
+        with pytest.raises(dask_engine.CellFolderError, match=f"does not exist: DIR must be the --out folder of {want}"):
+            mod.read_summary(tmp_path)
+        p.write_text("{not json")
+        with pytest.raises(dask_engine.CellFolderError, match=f"cannot read '{p}'"):
+            mod.read_summary(tmp_path)
+        other = llm_sweep if mod is sweep else sweep
+        p.write_text(json.dumps({"sweep": other.SWEEP_KIND, "statements": [], "run_dirs": []}))
+        with pytest.raises(dask_engine.CellFolderError, match="is not the summary of an? (statement|LLM) sweep"):
+            mod.read_summary(tmp_path)
+        key = "statements" if mod is sweep else "run_dirs"
+        p.write_text(json.dumps({"sweep": mod.SWEEP_KIND, key: {}}))
+        with pytest.raises(dask_engine.CellFolderError, match="is not the summary"):
+            mod.read_summary(tmp_path)
+        p.write_text(json.dumps({"sweep": mod.SWEEP_KIND, key: []}))
+        assert mod.read_summary(tmp_path) == {"sweep": mod.SWEEP_KIND, key: []}
+        p.unlink()
+
+
 def test_other_parameters_or_bad_cells_are_refused(swept, tmp_path, capsys, monkeypatch, no_statement_runs):
     _no_cluster(monkeypatch)
     assert cli_main(["sweep", "H.9", "--seeds", "0:2", "--scale", "paper", "--out", str(swept)]) == 2
