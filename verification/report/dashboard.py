@@ -50,6 +50,7 @@ from verification.core import registry, resultlog
 from verification.core.evidence import FEW_DETECTING, POWER_FACTOR, Evidence, to_jsonable
 from verification.core.montecarlo import FAMILY_WISE_BUDGET
 from verification.core.resultlog import ResultLogError
+from verification.report.markup import figures_html, figures_markdown
 
 __all__ = ["SCALES", "SEARCH_BUDGET", "LOG_NAME", "ReportResult", "build_report", "statement_config",
            "evidence_tables", "confidence_budget"]
@@ -887,10 +888,7 @@ def dashboard_markdown(res: ReportResult, results, study_results, *, scale: str,
         "## Figures",
         "",
     ]
-    for f, cap in res.figures.items():
-        lines += [f"![{cap}](figures/{f})", "", f"*{cap}*", ""]
-    for f, why in res.missing_figures.items():
-        lines += [f"* figure `{f}` not drawn: {why}"]
+    lines += figures_markdown(res.figures, res.missing_figures)
     if res.sweep is not None:
         lines += ["", *_sweep_markdown(res)]
     if res.llm is not None:
@@ -953,9 +951,7 @@ def _sweep_markdown(res: ReportResult) -> list[str]:
              "|" + "---|" * len(_SWEEP_HEADER)]
     lines += ["| " + " | ".join(_sweep_cells(p, alpha)) + " |" for p in sw["statements"]]
     lines.append("")
-    for f, cap in res.sweep_figures.items():
-        lines += [f"![{cap}](figures/{f})", "", f"*{cap}*", ""]
-    lines += [f"* figure `{f}` not drawn: {why}" for f, why in res.sweep_missing.items()]
+    lines += figures_markdown(res.sweep_figures, res.sweep_missing)
     return lines
 
 
@@ -968,11 +964,7 @@ def _sweep_html(res: ReportResult) -> str:
     parts += ["<tr>" + "".join(f"<td>{esc(c)}</td>" for c in _sweep_cells(p, alpha)) + "</tr>"
               for p in sw["statements"]]
     parts.append("</table></div>")
-    parts += [f"<figure><img src='figures/{esc(f)}' alt='{esc(c)}'><figcaption>{esc(c)}</figcaption></figure>"
-              for f, c in res.sweep_figures.items()]
-    if res.sweep_missing:
-        parts.append("<ul>" + "".join(f"<li>figure <code>{esc(f)}</code> not drawn: {esc(w)}</li>"
-                                      for f, w in res.sweep_missing.items()) + "</ul>")
+    parts += figures_html(res.sweep_figures, res.sweep_missing)
     return "\n".join(parts)
 
 
@@ -1063,11 +1055,7 @@ def dashboard_html(res: ReportResult, results, study_results, *, scale: str, see
     body.append("<h2>How to read a verdict</h2><ul>")
     body += [f"<li><b>{k}</b>: {esc(v)}.</li>" for k, v in VERDICT_HELP.items()]
     body.append("</ul><h2>Figures</h2>")
-    body += [f"<figure><img src='figures/{esc(f)}' alt='{esc(c)}'><figcaption>{esc(c)}</figcaption></figure>"
-             for f, c in res.figures.items()]
-    if res.missing_figures:
-        body.append("<ul>" + "".join(f"<li>figure <code>{esc(f)}</code> not drawn: {esc(w)}</li>"
-                                     for f, w in res.missing_figures.items()) + "</ul>")
+    body += figures_html(res.figures, res.missing_figures)
     if res.sweep is not None:
         body.append(_sweep_html(res))
     if res.llm is not None:

@@ -32,6 +32,7 @@ from pathlib import Path
 from verification.core.evidence import to_jsonable
 from verification.llm.records import RunRecords, _f, _get, _pipeline_key, load_run
 from verification.llm.studies import LLMStudyConfig, run_llm_studies
+from verification.report.markup import figures_html, figures_markdown
 
 __all__ = ["LLM_RUN_DIR", "SIM_RUN_DIR", "SIM_S_VALUES", "DEFAULT_LLM_PRESET", "LLMSection", "llm_unavailable",
            "llm_command", "build_llm_section", "headline_rows", "section_markdown", "section_html"]
@@ -318,9 +319,7 @@ def section_markdown(sec: LLMSection) -> list[str]:
         lines += ["| quantity | " + " | ".join(sources) + " |", "|---|" + "---|" * len(sources)]
         lines += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
         lines += [""]
-    for f, cap in sec.figures.items():
-        lines += [f"![{cap[:120]}](figures/{f})", "", f"*{cap}*", ""]
-    lines += [f"* figure `{f}` not drawn: {why}" for f, why in sec.missing_figures.items()]
+    lines += figures_markdown(sec.figures, sec.missing_figures, alt_chars=120)
     lines += [f"* study `{sid}` not run: {why}" for sid, why in sec.not_run.items()]
     lines += [""]
     for st in sec.results:
@@ -348,12 +347,8 @@ def section_html(sec: LLMSection) -> str:
         parts.append("<table><tr><th>quantity</th>" + "".join(f"<th>{esc(s)}</th>" for s in sources) + "</tr>"
                      + "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in rows)
                      + "</table>")
-    parts += [f"<figure><img src='figures/{esc(f)}' alt='{esc(c[:120])}'><figcaption>{esc(c)}</figcaption></figure>"
-              for f, c in sec.figures.items()]
-    extra = [f"figure <code>{esc(f)}</code> not drawn: {esc(w)}" for f, w in sec.missing_figures.items()]
-    extra += [f"study <code>{esc(s)}</code> not run: {esc(w)}" for s, w in sec.not_run.items()]
-    if extra:
-        parts.append("<ul>" + "".join(f"<li>{e}</li>" for e in extra) + "</ul>")
+    parts += figures_html(sec.figures, sec.missing_figures, alt_chars=120,
+                          more=tuple(f"study <code>{esc(s)}</code> not run: {esc(w)}" for s, w in sec.not_run.items()))
     for st in sec.results:
         nr = st.summary.get("not_recorded") or st.summary.get("eq91")
         parts.append(f"<details><summary>{esc(st.id)}: {esc(st.name)}</summary><p>{esc(st.notes)}</p>"
