@@ -14,18 +14,6 @@ import numpy as np
 import pytest
 
 import sim.algorithm as al
-from tests import algorithm_helpers
-
-
-@pytest.fixture(scope="module")
-def f1_samples():
-    return algorithm_helpers.f1_samples()
-
-
-@pytest.fixture(scope="module")
-def adaptation_setup():
-    return algorithm_helpers.adaptation_setup()
-
 
 # (K, S) -> mean over 8 new clients and seeds 0..15 of gap(Pipeline 1) - gap(Pipeline 2), measured with the
 # scale-relative lagged RMSprop (sim.algorithm.rmsprop_diagonal; P_k in [0.5, 1], 12-18% of the coordinates at 0.5)

@@ -23,17 +23,6 @@ from sim.cluster import cluster_clients
 from sim.direction import STATUSES
 from sim.problems import PerturbedClients, PlantedQuadraticCluster
 from sim.simulate import ProblemSpec, build_problem
-from tests import algorithm_helpers
-
-
-@pytest.fixture(scope="module")
-def f1_samples():
-    return algorithm_helpers.f1_samples()
-
-
-@pytest.fixture(scope="module")
-def adaptation_setup():
-    return algorithm_helpers.adaptation_setup()
 
 
 def _f1(seed=0, n_clients=5, spread=0.05, m=3, n_w=4):

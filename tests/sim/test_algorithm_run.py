@@ -13,12 +13,6 @@ import pytest
 
 import sim.algorithm as al
 from sim.simulate import ProblemSpec, build_problem, main
-from tests import algorithm_helpers
-
-
-@pytest.fixture(scope="module")
-def f1_samples():
-    return algorithm_helpers.f1_samples()
 
 
 def _small_run(seed, **kw):
