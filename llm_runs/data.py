@@ -51,6 +51,7 @@ import math
 import os
 import weakref
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -74,6 +75,7 @@ __all__ = [
     "score_and_write",
     "trained_candidates",
     "trained_text",
+    "trained_texts",
     "truncation_table",
     "within_prompt_taus",
     "write_candidates",
@@ -577,8 +579,40 @@ def agreement_table(cands: Candidates, objectives=None, *, margin: float = 0.25)
 # Labels on the trained text
 
 
-def _response_ids(tokenizer, text: str) -> list[int]:
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
+def _responses_ids(tokenizer, texts: Sequence[str]) -> list[list[int]]:
+    """The token ids of each of ``texts`` (no special tokens), in one call of the tokenizer: a fast tokenizer
+    encodes the batch at once, with the ids of one call per text."""
+    return [list(ids) for ids in tokenizer(list(texts), add_special_tokens=False)["input_ids"]] if texts else []
+
+
+def trained_texts(tokenizer, texts: Sequence[str], max_tokens: int) -> tuple[list[str], list[int], list[bool]]:
+    """:func:`trained_text` of each of ``texts``, with the tokenizer called once per round for every text not yet
+    at its fixed point (on the shipped data file, 960 responses: about half the CPU time of one call per text).
+    Returns the trained texts, their token counts (of the trained text's own encoding) and whether each text is
+    longer than ``max_tokens`` tokens."""
+    if int(max_tokens) != max_tokens or max_tokens < 1:
+        raise ValueError(f"max_tokens must be a positive integer; got {max_tokens!r}")
+    T = int(max_tokens)
+    out = list(texts)
+    ids = _responses_ids(tokenizer, out)
+    longer = [len(i) > T for i in ids]
+    n_tokens = [0] * len(out)
+    todo = list(range(len(out)))
+    for _ in range(8):
+        again = []
+        for i, row in zip(todo, ids, strict=True):
+            nxt = tokenizer.decode(row[:T])
+            if nxt == out[i]:
+                n_tokens[i] = len(row)
+            else:
+                out[i] = nxt
+                again.append(i)
+        todo = again
+        if not todo:
+            return out, n_tokens, longer
+        ids = _responses_ids(tokenizer, [out[i] for i in todo])
+    text = texts[todo[0]]
+    raise ValueError(f"no fixed point of encode/cut at {max_tokens} tokens/decode for the response {text[:60]!r}...")
 
 
 def trained_text(tokenizer, text: str, max_tokens: int) -> str:
@@ -586,15 +620,7 @@ def trained_text(tokenizer, text: str, max_tokens: int) -> str:
     iterated to a fixed point (``decode(encode(t)[:T]) == t``), so that the training tokenisation of the returned
     text (:class:`llm_runs.objectives.PreferenceModel` encodes the response and keeps its first ``T`` tokens)
     decodes to exactly this text. Raises ``ValueError`` if no fixed point is reached in 8 rounds."""
-    if int(max_tokens) != max_tokens or max_tokens < 1:
-        raise ValueError(f"max_tokens must be a positive integer; got {max_tokens!r}")
-    t = text
-    for _ in range(8):
-        nxt = tokenizer.decode(_response_ids(tokenizer, t)[: int(max_tokens)])
-        if nxt == t:
-            return t
-        t = nxt
-    raise ValueError(f"no fixed point of encode/cut at {max_tokens} tokens/decode for the response {text[:60]!r}...")
+    return trained_texts(tokenizer, [text], max_tokens)[0][0]
 
 
 #: tokenizer -> (its length, its key) of the tokenizers keyed so far (the key costs 65 ms for the SmolLM2 vocabulary
@@ -646,17 +672,10 @@ def trained_candidates(cands: Candidates, tokenizer, max_tokens: int, objectives
     hit = _TRAINED_CACHE.get(key)
     if hit is not None:
         return hit
-    texts, ntok = [], []
-    for row in cands.responses:
-        t_row, n_row = [], []
-        for r in row:
-            t = trained_text(tokenizer, r, T)
-            t_row.append(t)
-            n_row.append(len(_response_ids(tokenizer, t)))
-        texts.append(tuple(t_row))
-        ntok.append(n_row)
-    P, K = len(texts), len(texts[0]) if texts else 0
-    cut = np.array([[len(_response_ids(tokenizer, r)) > T for r in row] for row in cands.responses], dtype=bool)
+    P, K = len(cands.responses), len(cands.responses[0]) if cands.responses else 0
+    flat, ntok, longer = trained_texts(tokenizer, [r for row in cands.responses for r in row], T)
+    texts = [tuple(flat[p * K: (p + 1) * K]) for p in range(P)]
+    cut = np.asarray(longer, dtype=bool).reshape(P, K)
     if cands.labels == "annotations":
         scores = {n: np.where(cut, np.nan, cands.scores[n]) for n in names}
     else:
@@ -700,10 +719,11 @@ def truncation_table(cands: Candidates, tokenizer, tokens, objectives=None, *, m
     names = cands.check_objectives(objectives if objectives is not None else cands.objectives)
     rows = []
     words_full = response_words(cands)
+    full_ids = _responses_ids(tokenizer, [r for row in cands.responses for r in row])
     for T in tokens:
         tc = trained_candidates(cands, tokenizer, T, names)
         words = response_words(tc)
-        cut = ~np.asarray([[len(_response_ids(tokenizer, r)) <= T for r in row] for row in cands.responses])
+        cut = np.array([len(ids) > T for ids in full_ids], dtype=bool).reshape(words_full.shape)
         for o in names:
             full_pairs = preference_pairs(cands, o, margin=margin)
             trained = tc.scores_of(o)

@@ -27,6 +27,7 @@ from llm_runs.data import (  # noqa: E402
     score_and_write,
     trained_candidates,
     trained_text,
+    trained_texts,
     truncation_table,
     within_prompt_taus,
 )
@@ -269,6 +270,44 @@ def test_trained_text_is_the_decoded_token_prefix_and_a_fixed_point(tok):
         assert tok.decode(tok(t, add_special_tokens=False)["input_ids"][:T]) == t
     with pytest.raises(ValueError, match="positive integer"):
         trained_text(tok, text, 0)
+
+
+def test_trained_texts_of_a_batch_are_those_of_each_text_alone(cands, tok):
+    """The batched tokenisation gives, text by text, the fixed point of one encode/cut/decode per call, the token
+    count of its own encoding and whether the full text is longer than the limit."""
+
+    def alone(text, T):
+        t = text
+        while True:
+            nxt = tok.decode(tok(t, add_special_tokens=False)["input_ids"][:T])
+            if nxt == t:
+                return t
+            t = nxt
+
+    flat = [r for row in cands.responses for r in row][:120]
+    median = int(np.median([len(tok(r, add_special_tokens=False)["input_ids"]) for r in flat]))
+    for T in (1, 6, median):
+        texts, n_tokens, longer = trained_texts(tok, flat, T)
+        want = [alone(r, T) for r in flat]
+        assert texts == want
+        assert n_tokens == [len(tok(t, add_special_tokens=False)["input_ids"]) for t in want]
+        assert longer == [len(tok(r, add_special_tokens=False)["input_ids"]) > T for r in flat]
+    assert any(longer) and not all(longer)  # at the median length: texts cut and texts kept whole
+    assert trained_texts(tok, [], 5) == ([], [], [])
+
+
+def test_a_text_without_a_fixed_point_is_named():
+    class Growing:  # a tokenizer of characters whose decode of a text starting "never" never returns that text
+        def __call__(self, texts, add_special_tokens=False):
+            return {"input_ids": [[ord(ch) for ch in t] for t in texts]}
+
+        def decode(self, ids):
+            text = "".join(map(chr, ids))
+            return text + "!" if text.startswith("never") else text
+
+    assert trained_texts(Growing(), ["fine", "also fine"], 1000) == (["fine", "also fine"], [4, 9], [False, False])
+    with pytest.raises(ValueError, match=r"no fixed point .* at 1000 tokens.* 'never ends'"):
+        trained_texts(Growing(), ["fine", "never ends"], 1000)
 
 
 def test_labels_score_exactly_the_text_the_model_trains_on(cands, tok):
