@@ -209,20 +209,33 @@ def _enumerate_in_blocks(K: np.ndarray, mask: np.ndarray, V: np.ndarray | None, 
                            for lo in range(0, b, block)])
 
 
-def _enumerate(K: np.ndarray, mask: np.ndarray, V: np.ndarray | None, max_size: int) -> np.ndarray:
+def _enumerate(K: np.ndarray, mask: np.ndarray, V: np.ndarray | None, max_size: int, *,
+               exhaustive: bool = False) -> np.ndarray:
     """Exact support enumeration on a flat batch: ``K`` (b, k, k), ``mask`` (b, k), optional ``V`` (b, n, k).
 
     All supports of one size are solved in one batched call over (instance, support); per instance the kept
-    candidate is the first support, in the order of :func:`itertools.combinations` by size, of smallest norm. Every
-    operation is per instance (batched solves and matrix products, row sums), so an instance's weights do not depend
-    on the other instances of the batch. Its arrays are dense over (instances × supports of one size): callers take
-    it through :func:`_enumerate_in_blocks`."""
+    candidate is the first support, in the order of :func:`itertools.combinations` by size, of smallest norm.
+    Sizes are taken in increasing order, and an instance leaves the enumeration after the first size at which its
+    kept candidate ``u`` has the KKT property of the minimum-norm point, ``(K u)_j ≥ uᵀK u − KKT_TOL · scale`` for
+    every ``j`` of its mask (``scale = max_j K_jj``): the minimum-norm point is unique, so a larger support can
+    only give it again (an equal norm, which never replaces the kept candidate) or a larger norm. Only a tie
+    within roundoff between the kept candidate and one of a larger support could have been resolved otherwise;
+    ``exhaustive`` (for tests) tries every size for every instance. On the statements' search boxes the exit
+    halves the (instance, support) pairs solved (H.19) with the same weights, bit for bit.
+
+    Every operation is per instance (batched solves and matrix products, row sums), so an instance's weights do not
+    depend on the other instances of the batch. Its arrays are dense over (instances × supports of one size):
+    callers take it through :func:`_enumerate_in_blocks`."""
     b, k, _ = K.shape
     best = np.full(b, np.inf)
     best_u = np.zeros((b, k))
+    live = np.ones(b, dtype=bool)  # instances whose kept candidate is not yet known to be the minimiser
+    tol = KKT_TOL * np.maximum(np.where(mask, np.einsum("bii->bi", K), -np.inf).max(axis=1), np.finfo(float).tiny)
     for size in range(1, max_size + 1):
+        if not live.any():
+            break
         supports = np.array(list(combinations(range(k), size)), dtype=np.intp)  # (n_s, size)
-        rows, which = np.nonzero(mask[:, supports].all(axis=2))  # the supports inside each instance's mask
+        rows, which = np.nonzero(mask[:, supports].all(axis=2) & live[:, None])  # the supports inside each mask
         if rows.size == 0:
             continue
         vals = np.full((b, supports.shape[0]), np.inf)
@@ -256,6 +269,11 @@ def _enumerate(K: np.ndarray, mask: np.ndarray, V: np.ndarray | None, max_size: 
             best[better] = val[better]
             best_u[better] = 0.0
             best_u[better[:, None], supports[first[better]]] = us[better, first[better]]
+        if not exhaustive:
+            r = np.flatnonzero(live & np.isfinite(best))
+            Ku = (K[r] @ best_u[r, :, None])[:, :, 0]
+            slack = np.where(mask[r], (Ku * best_u[r]).sum(axis=1)[:, None] - Ku, -np.inf).max(axis=1)
+            live[r[slack <= tol[r]]] = False
     return best_u
 
 

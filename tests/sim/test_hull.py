@@ -538,6 +538,46 @@ def test_enumeration_batch_equals_each_instance_alone(gram_only):
         assert np.all(u[~mask] == 0.0) and np.allclose(u.sum(axis=1), 1.0)
 
 
+@pytest.mark.parametrize("gram_only", [True, False])
+def test_enumeration_stops_at_the_minimiser_with_the_weights_of_every_size(gram_only):
+    """An instance leaves the enumeration at the first size whose kept candidate has the KKT property: on random
+    instances with spreads of 1e±4 and partial masks its weights are bit for bit those of trying every size. Where
+    generators are affinely dependent (a duplicated generator, one on the segment of two others) one point has
+    weights on several supports (so do more than n + 1 generators in R^n, which the Gram form tries), and trying
+    every size could keep a larger support whose norm's round-off came out lower: the exit keeps the smaller
+    support, the same point to round-off."""
+    from sim.hull import KKT_TOL, _enumerate
+
+    rng = np.random.default_rng(21)
+    for k, n in ((4, 7), (6, 3), (8, 9), (8, 2)):
+        b = 400
+        V = rng.standard_normal((b, n, k)) * np.exp(rng.uniform(-4.0, 4.0, (b, 1, k)))
+        V[::3, :, -1] = V[::3, :, 0]
+        V[1::4, :, 1] = 0.5 * (V[1::4, :, 0] + V[1::4, :, 2])
+        K = np.swapaxes(V, -1, -2) @ V
+        K = 0.5 * (K + np.swapaxes(K, -1, -2))
+        mask = rng.random((b, k)) < 0.8
+        mask[:, 0] = True
+        Vx = None if gram_only else V
+        size = k if gram_only else min(k, n + 1)
+        u = _enumerate(K, mask, Vx, size)
+        every = _enumerate(K, mask, Vx, size, exhaustive=True)
+        dependent = np.zeros(b, dtype=bool)
+        dependent[::3] = mask[::3, 0] & mask[::3, -1]
+        dependent[1::4] |= mask[1::4, 1] & (mask[1::4, 0] | mask[1::4, 2])
+        dependent |= mask.sum(axis=1) > n + 1  # more generators than n + 1 in R^n (the Gram form tries them)
+        differ = ~(u == every).all(axis=1)
+        np.testing.assert_array_equal(u[~dependent], every[~dependent])
+        assert not (differ & ~dependent).any()
+        gap = u[differ] - every[differ]  # the two weights' points: the same to round-off
+        assert np.all((np.einsum("bi,bij,bj->b", gap, K[differ], gap)) <= 1e-12 * np.einsum("bii->b", K[differ]))
+        Ku = (K @ u[:, :, None])[:, :, 0]
+        slack = np.where(mask, (Ku * u).sum(axis=1)[:, None] - Ku, -np.inf).max(axis=1)
+        scale = np.where(mask, np.einsum("bii->bi", K), -np.inf).max(axis=1)
+        assert np.all(slack <= 1e3 * KKT_TOL * scale)  # each is the minimiser
+        assert ((u > 0).sum(axis=1) < size).any()
+
+
 def test_enumeration_in_blocks_of_instances_equals_one_block(monkeypatch):
     """A batch larger than a block (``_ENUM_CHUNK`` pairs of the size with the most supports) is solved block by
     block, bounding the dense (instances × supports) arrays: the weights are bitwise those of one block, for blocks
