@@ -512,6 +512,20 @@ def test_wolfe_batch_in_lockstep_equals_each_instance_alone():
     assert np.all(u[~mask] == 0.0) and np.allclose(u.sum(axis=1), 1.0)
 
 
+def _dependent_instances(rng, b: int, n: int, k: int, p_mask: float):
+    """``b`` hulls of ``k`` generators in ``R^n`` (spreads of 1e±4): every third with its last generator a copy of
+    the first, every fourth from the second with generator 1 on the segment of 0 and 2; their Gram matrices and
+    masks (each with generator 0, the others with probability ``p_mask``)."""
+    V = rng.standard_normal((b, n, k)) * np.exp(rng.uniform(-4.0, 4.0, (b, 1, k)))
+    V[::3, :, -1] = V[::3, :, 0]
+    V[1::4, :, 1] = 0.5 * (V[1::4, :, 0] + V[1::4, :, 2])
+    K = np.swapaxes(V, -1, -2) @ V
+    K = 0.5 * (K + np.swapaxes(K, -1, -2))
+    mask = rng.random((b, k)) < p_mask
+    mask[:, 0] = True
+    return V, K, mask
+
+
 @pytest.mark.parametrize("gram_only", [True, False])
 def test_enumeration_batch_equals_each_instance_alone(gram_only):
     """The support enumeration solves every support of one size for the whole batch in one call: every instance
@@ -522,13 +536,7 @@ def test_enumeration_batch_equals_each_instance_alone(gram_only):
     rng = np.random.default_rng(4)
     for k, n in ((4, 7), (6, 3), (8, 9)):
         b = 57
-        V = rng.standard_normal((b, n, k)) * np.exp(rng.uniform(-4.0, 4.0, (b, 1, k)))
-        V[::3, :, -1] = V[::3, :, 0]
-        V[1::4, :, 1] = 0.5 * (V[1::4, :, 0] + V[1::4, :, 2])
-        K = np.swapaxes(V, -1, -2) @ V
-        K = 0.5 * (K + np.swapaxes(K, -1, -2))
-        mask = rng.random((b, k)) < 0.7
-        mask[:, 0] = True
+        V, K, mask = _dependent_instances(rng, b, n, k, 0.7)
         Vx = None if gram_only else V
         size = k if gram_only else min(k, n + 1)
         u = _enumerate(K, mask, Vx, size)
@@ -551,13 +559,7 @@ def test_enumeration_stops_at_the_minimiser_with_the_weights_of_every_size(gram_
     rng = np.random.default_rng(21)
     for k, n in ((4, 7), (6, 3), (8, 9), (8, 2)):
         b = 400
-        V = rng.standard_normal((b, n, k)) * np.exp(rng.uniform(-4.0, 4.0, (b, 1, k)))
-        V[::3, :, -1] = V[::3, :, 0]
-        V[1::4, :, 1] = 0.5 * (V[1::4, :, 0] + V[1::4, :, 2])
-        K = np.swapaxes(V, -1, -2) @ V
-        K = 0.5 * (K + np.swapaxes(K, -1, -2))
-        mask = rng.random((b, k)) < 0.8
-        mask[:, 0] = True
+        V, K, mask = _dependent_instances(rng, b, n, k, 0.8)
         Vx = None if gram_only else V
         size = k if gram_only else min(k, n + 1)
         u = _enumerate(K, mask, Vx, size)
