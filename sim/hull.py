@@ -82,8 +82,9 @@ class MinNormResult:
         norm:         ``‖d_M‖``, shape ``(...)``.
         kkt_residual: ``max_{j ∈ mask} (‖d_M‖² - v_jᵀ d_M)_+``, shape ``(...)``; 0 up to round-off at the optimum.
         scale:        ``max_{j ∈ mask} ‖v_j‖²``, shape ``(...)``: the unit of the KKT residual (Wolfe's iteration
-                      stops at a residual ``≤`` :data:`KKT_TOL` ``· scale``; the enumeration is exact up to the
-                      roundoff of its small solves).
+                      stops at a residual ``≤`` :data:`KKT_TOL` ``· scale``; the enumeration stops at the first
+                      support size whose candidate has a residual that small, exact up to the roundoff of its small
+                      solves).
     """
 
     point: np.ndarray
@@ -159,6 +160,12 @@ def _check_mask(mask, k: int, batch: tuple[int, ...], name: str = "mask") -> np.
     return arr
 
 
+def _kkt_tolerance(K: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """``KKT_TOL · max_{j ∈ mask} K_jj`` per instance of a flat batch ``K`` (b, k, k): the KKT residual at which
+    Wolfe's iteration and the support enumeration take a candidate as the minimum-norm point."""
+    return KKT_TOL * np.maximum(np.where(mask, np.einsum("bii->bi", K), -np.inf).max(axis=1), np.finfo(float).tiny)
+
+
 def _kkt_solve(Ks: np.ndarray) -> np.ndarray:
     """Solve ``[K_S 1; 1ᵀ 0][u; ν] = [0; 1]`` for a stack ``(b, s, s)``; returns ``u`` ``(b, s)`` (NaN if singular).
 
@@ -230,7 +237,7 @@ def _enumerate(K: np.ndarray, mask: np.ndarray, V: np.ndarray | None, max_size: 
     best = np.full(b, np.inf)
     best_u = np.zeros((b, k))
     live = np.ones(b, dtype=bool)  # instances whose kept candidate is not yet known to be the minimiser
-    tol = KKT_TOL * np.maximum(np.where(mask, np.einsum("bii->bi", K), -np.inf).max(axis=1), np.finfo(float).tiny)
+    tol = _kkt_tolerance(K, mask)
     for size in range(1, max_size + 1):
         if not live.any():
             break
@@ -290,8 +297,7 @@ def _wolfe(K: np.ndarray, active: np.ndarray, batch: tuple = ()) -> np.ndarray:
     if b == 0:
         return u
     diag = np.einsum("bii->bi", K)
-    scale = np.maximum(np.where(active, diag, -np.inf).max(axis=1), np.finfo(float).tiny)
-    tol = KKT_TOL * scale
+    tol = _kkt_tolerance(K, active)
     rows = np.arange(b)
     j0 = np.argmin(np.where(active, diag, np.inf), axis=1)
     S = np.zeros((b, k), dtype=np.intp)  # S[r, :size[r]]: the support, in entry order
