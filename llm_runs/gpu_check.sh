@@ -28,8 +28,11 @@
 #      needs, every module the run imports, the rewards of the preset's objectives (VADER's lexicon, the CMU
 #      dictionary), the data file and clients, CUDA with bf16, and a tiny LoRA Llama's forward, backward and
 #      generate on the device. Anything missing is named and the script exits 3: nothing is built or trained.
-#   2. `python -m llm_runs random-model --dtype float32` (skipped with --model): saved in float32, the dtype the
-#      run loads and times it in (fp32 weights under the preset's bf16 autocast, as a run of a real model does).
+#   2. the random Llama (skipped with --model), saved in float32, the dtype the run loads and times it in (fp32
+#      weights under the preset's bf16 autocast, as a run of a real model does): in the preflight's process
+#      (`preflight --build SIZE`, after the preflight passed: torch is imported once; exit 4 if the build fails;
+#      steps 1 and 2 together are stopped at 240 s), or with --no-preflight `python -m llm_runs random-model
+#      --dtype float32` (stopped at 120 s).
 #   3. `python -m llm_runs run --preset gpu --quick --device cuda --layout separate`: the gpu preset's sizes
 #      (16 clients, m = 4, 6 pairs per objective, responses up to 256 tokens), one round of each phase, one
 #      adaptation and Pipeline-2 step, the clustering comparison, and the generation evaluation cut by --quick to
@@ -105,7 +108,25 @@ fi
 run="$work/run"
 
 t0=$(date +%s)
-if [ "$preflight" = 1 ]; then
+if [ "$preflight" = 1 ] && [ "$build" = 1 ]; then
+  # steps 1 and 2 in one process (torch imported once); the build starts only after the preflight passed
+  timeout --signal=INT --kill-after=30 240 "$PY" -m llm_runs.gpu_check preflight --preset gpu "$mode" \
+    --device "$device" --model "$model" --build "$size"
+  rc=$?
+  if [ "$rc" = 4 ]; then
+    echo "gpu_check.sh: building the random model failed (status $rc)" >&2
+    exit "$rc"
+  elif [ "$rc" = 124 ] || [ "$rc" = 130 ]; then
+    echo "gpu_check.sh: the preflight and build were stopped at their limit of 240 s (status $rc): nothing was run" >&2
+    exit "$rc"
+  elif [ "$rc" = 3 ]; then
+    echo "gpu_check.sh: the preflight failed (status $rc): nothing was built or run" >&2
+    exit "$rc"
+  elif [ "$rc" != 0 ]; then
+    echo "gpu_check.sh: the preflight (or the build after it) failed (status $rc): nothing was run" >&2
+    exit "$rc"
+  fi
+elif [ "$preflight" = 1 ]; then
   "$PY" -m llm_runs.gpu_check preflight --preset gpu "$mode" --device "$device" --model "$model"
   rc=$?
   if [ "$rc" != 0 ]; then
@@ -115,13 +136,15 @@ if [ "$preflight" = 1 ]; then
 else
   echo "preflight: skipped (--no-preflight)"
 fi
-if [ "$build" = 1 ]; then
+if [ "$build" = 1 ] && [ "$preflight" = 0 ]; then
   timeout --signal=INT --kill-after=30 120 "$PY" -m llm_runs random-model --size "$size" --dtype float32 --out "$model"
   rc=$?
   if [ "$rc" != 0 ]; then
     echo "gpu_check.sh: building the random model failed (status $rc)" >&2
     exit "$rc"
   fi
+fi
+if [ "$build" = 1 ]; then
   t1=$(date +%s)
   if [ "$preflight" = 1 ]; then what="preflight and build"; else what="build; no preflight"; fi
   echo "random model: $((t1 - t0)) s since the start ($what)"

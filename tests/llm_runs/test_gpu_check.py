@@ -125,6 +125,31 @@ def test_preflight_names_a_missing_requirement(monkeypatch):
     assert gpu_check.preflight("gpu", variant="quick", default_model=False, device="cpu", library_check=False).ok
 
 
+@pytest.mark.parametrize("args, match", [
+    (["--build", "tiny"], "argument --build: needs --model DIR"),
+    (["--build", "2b", "--model", "m"], "argument --build: invalid choice: '2b'"),
+])
+def test_preflight_build_usage_errors_exit_2_before_any_work(tmp_path, capsys, args, match, monkeypatch):
+    monkeypatch.setattr(gpu_check, "preflight", lambda *a, **k: pytest.fail("the preflight ran after a usage error"))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exc:
+        gpu_check.main(["preflight", "--device", "cpu", *args])
+    assert exc.value.code == 2 and match in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_failed_build_after_the_preflight_exits_4_naming_the_error(tmp_path, capsys, monkeypatch):
+    import llm_runs.__main__ as cli
+
+    def boom(args):
+        raise OSError(f"no space left on device: {args.out}")
+
+    monkeypatch.setattr(cli, "_random_model", boom)
+    assert gpu_check._build(str(tmp_path / "m"), "tiny") == gpu_check.EXIT_BUILD == 4
+    err = capsys.readouterr().err
+    assert "the preflight passed; building the random model failed: OSError: no space left on device" in err
+
+
 def test_the_script_exits_3_naming_the_missing_module_before_any_model_or_run(tmp_path):
     res = _script(tmp_path, env={gpu_check.EXTRA_ENV: f"{FAKE}>=1"})
     assert res.returncode == gpu_check.EXIT_MISSING == 3, res.stdout[-2000:] + res.stderr[-2000:]
@@ -193,6 +218,9 @@ def test_tiny_runs_the_gpu_presets_paths_and_prints_tokens_per_second_per_stage(
     work, res = tiny_check
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     assert "preflight: ok (gpu --shrink on cpu)" in res.stdout and " s since the start (preflight and build)" in res.stdout
+    # the preflight's process built the model, after the preflight passed
+    assert res.stdout.index("preflight: ok") < res.stdout.index("wrote a random Llama of ") < res.stdout.index(
+        "random model: ")
     assert _rate(res.stdout, "training") > 0 and _rate(res.stdout, "generation") > 0
     for text in ("seconds per stage: ", "steps/s: ", "peak memory: ", "status complete"):
         assert text in res.stdout

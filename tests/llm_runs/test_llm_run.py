@@ -580,9 +580,10 @@ def test_usage_errors_exit_2_with_one_line_before_any_work(tmp_path, capsys, arg
 
 def test_random_model_sizes_of_the_parser_are_the_model_shapes():
     from llm_runs.__main__ import RANDOM_MODEL_SIZES
+    from llm_runs.gpu_check import BUILD_SIZES
     from llm_runs.models import RANDOM_LLAMA_SIZES
 
-    assert sorted(RANDOM_MODEL_SIZES) == sorted(RANDOM_LLAMA_SIZES)
+    assert sorted(RANDOM_MODEL_SIZES) == sorted(RANDOM_LLAMA_SIZES) == sorted(BUILD_SIZES)
 
 
 def test_bad_model_dir_corrupt_data_and_missing_cuda_are_usage_errors(tmp_path, capsys):
