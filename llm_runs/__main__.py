@@ -15,7 +15,8 @@
 ``python -m llm_runs random-model --size tiny|0.5b|1b --out DIR``  a randomly initialised Llama with the SmolLM2
     tokenizer, saved as a model directory (for speed checks where no weights can be brought, e.g. a GPU machine)
 ``python -m llm_runs.gpu_check preflight|report``  the GPU check's preflight (everything a run needs, loaded before
-    any work; exit 3 naming what is missing) and speed report (``llm_runs/gpu_check.sh``)
+    any work; exit 3 naming what is missing; with ``--build SIZE --model DIR``, then the random model, in the same
+    process) and speed report (``llm_runs/gpu_check.sh``)
 
 The process re-executes itself once with ``MALLOC_MMAP_MAX_=0`` and ``MALLOC_TRIM_THRESHOLD_=100000000000`` when
 they are not set (glibc malloc otherwise stalls for seconds when large tensors are freed and re-mapped), and with
