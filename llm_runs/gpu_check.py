@@ -63,8 +63,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["BUILD_SIZES", "CONDITIONAL", "EXIT_BUILD", "EXIT_MISSING", "EXTRA_ENV", "FAULTS", "STAGES", "import_names", "inject_fault",
-           "llm_requirements", "preflight", "report", "run_imports"]
+__all__ = ["BUILD_SIZES", "CONDITIONAL", "EXIT_BUILD", "EXIT_MISSING", "EXTRA_ENV", "FAULTS", "STAGES",
+           "import_names", "inject_fault", "llm_requirements", "preflight", "report", "run_imports"]
 
 #: Exit status of a preflight that found something missing.
 EXIT_MISSING = 3
