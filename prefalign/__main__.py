@@ -84,15 +84,18 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in COMMANDS:
         name = argv[0]
-        try:
-            return COMMANDS[name].main()(argv[1:], prog=f"{PROG} {name}")
-        except KeyboardInterrupt:  # before the command took over its own handling (its modules import for a
-            # second or two): one line instead of a traceback; a command that was running handles it itself
-            print(f"{PROG} {name}: interrupted while starting (nothing ran)", file=sys.stderr, flush=True)
-            return cli.EXIT_INTERRUPTED
-        except BrokenPipeError:  # output piped into a reader that closed early (e.g. `| head`)
-            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at interpreter exit
-            return cli.EXIT_OK
+        with cli.interrupts_recorded():  # a Ctrl-C that Python swallows in an import is raised when it is done
+            try:
+                run = COMMANDS[name].main()
+                cli.raise_if_interrupted()
+                return run(argv[1:], prog=f"{PROG} {name}")
+            except KeyboardInterrupt:  # before the command took over its own handling (its modules import for a
+                # second or two): one line instead of a traceback; a command that was running handles it itself
+                print(f"{PROG} {name}: interrupted while starting (nothing ran)", file=sys.stderr, flush=True)
+                return cli.EXIT_INTERRUPTED
+            except BrokenPipeError:  # output piped into a reader that closed early (e.g. `| head`)
+                sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at interpreter exit
+                return cli.EXIT_OK
     parser = build_parser()
     try:
         unknown = next((a for a in argv if a.startswith("-") and a not in ("-h", "--help", "--version")), None)

@@ -181,3 +181,77 @@ def test_an_interrupt_while_the_modules_import_is_one_line_and_exit_130(tmp_path
     assert p.returncode == 130, err
     lines = err.strip().splitlines()
     assert lines and "Traceback" not in err and "interrupted" in lines[-1], err
+
+
+def _lose_a_ctrl_c_in_a_weakref_callback():
+    """Deliver SIGINT while Python runs a weak-reference callback, as the import system's module locks run one:
+    its KeyboardInterrupt is raised there, where Python prints "Exception ignored" and goes on."""
+    import os
+    import signal
+    import weakref
+
+    class _Target:
+        pass
+
+    target = _Target()
+    ref = weakref.ref(target, lambda _: (os.kill(os.getpid(), signal.SIGINT), sum(range(100))))
+    del target
+    return ref
+
+
+def test_a_ctrl_c_that_python_swallows_is_raised_at_the_next_check(monkeypatch):
+    import signal
+    import sys
+
+    from sim import cli
+
+    lost: list = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: lost.append(u.exc_type))
+    with cli.interrupts_recorded():
+        _lose_a_ctrl_c_in_a_weakref_callback()
+        assert lost == [KeyboardInterrupt]  # swallowed: the code after it ran
+        with pytest.raises(KeyboardInterrupt):
+            cli.raise_if_interrupted()
+        cli.raise_if_interrupted()  # raised once
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # the control: without the recorder the same Ctrl-C is lost, and nothing raises it
+    _lose_a_ctrl_c_in_a_weakref_callback()
+    assert lost == [KeyboardInterrupt] * 2
+    cli.raise_if_interrupted()
+
+
+def test_the_interrupt_recorder_keeps_a_handler_it_did_not_install():
+    import signal
+
+    from sim import cli
+
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a job started in the background
+    try:
+        with cli.interrupts_recorded():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+def test_a_ctrl_c_swallowed_while_a_command_imports_stops_it_before_it_runs(tmp_path, monkeypatch, capsys):
+    import inspect
+    import sys
+
+    import prefalign.__main__ as top
+
+    ran = tmp_path / "ran"
+    (tmp_path / "swallowing_command.py").write_text(
+        "import inspect, textwrap\n"  # the helper above, run as the module imports
+        f"exec(textwrap.dedent({inspect.getsource(_lose_a_ctrl_c_in_a_weakref_callback)!r}))\n"
+        "_lose_a_ctrl_c_in_a_weakref_callback()\n"
+        "def main(argv, prog):\n"
+        f"    open({str(ran)!r}, 'w').close()\n"
+        "    return 0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: None)
+    monkeypatch.setitem(top.COMMANDS, "verify", top.Command("swallowing_command", "python -m x", "test"))
+    assert top.main(["verify"]) == 130
+    assert not ran.exists()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["prefalign verify: interrupted while starting (nothing ran)"], err

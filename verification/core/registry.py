@@ -44,6 +44,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from sim import cli
 from sim.roundoff import JitteredGenerator
 from verification.core.evidence import Evidence, to_jsonable
 from verification.core.resultlog import error_row
@@ -414,7 +415,9 @@ def run_statement_row(stmt: Statement, seed: int = DEFAULT_SEED, *, scale: str =
     applied to the Evidence (:func:`verification.core.search.apply`); make its result row. Returns a
     :class:`StatementRow`; when the check raised, ``(None, an error row, None)``, after ``on_error(exc)`` (e.g. to
     print the traceback), and the caller goes on. ``python -m verification run``, ``report`` and ``sweep`` all make
-    their rows here."""
+    their rows here. A Ctrl-C that Python swallowed while the statement's modules imported is raised here, before
+    or after the statement (:func:`sim.cli.raise_if_interrupted`)."""
+    cli.raise_if_interrupted()
     try:
         ev = run_statement(stmt, seed=seed, config=statement_config(stmt, scale), jitter=jitter,
                            jitter_seed=jitter_seed)
@@ -428,6 +431,7 @@ def run_statement_row(stmt: Statement, seed: int = DEFAULT_SEED, *, scale: str =
         if on_error is not None:
             on_error(exc)
         return StatementRow(None, to_jsonable(error_row(stmt, exc)), None)
+    cli.raise_if_interrupted()
     return StatementRow(ev, to_jsonable(ev.to_dict()), res)
 
 
