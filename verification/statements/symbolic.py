@@ -7,7 +7,9 @@ sub-check of the identity is verified, "violated" otherwise. ``details["checks"]
 Method. An identity ``E = 0`` is verified by expanding logarithms (``expand_log(force=True)``), replacing every
 remaining ``log(·)`` by an independent symbol and cancelling the resulting rational function: if that is zero,
 ``E`` is identically zero (logs treated as algebraically independent is a stronger statement). Only if this
-fails is ``sympy.simplify`` tried (the residual it leaves is reported). Power series use ``series``.
+fails is ``sympy.simplify`` tried (the residual it leaves is reported). Power series use ``series``; S3's
+coefficients of ``‖A‖²`` and ``β`` are Taylor's, ``f⁽ᵏ⁾(0)/k!`` (:func:`taylor_coefficients`: the same polynomial as
+``series`` for functions analytic at 0, in a tenth of the time).
 Inequalities are reduced to identities ``rhs − lhs = (manifestly non-negative expression)`` whose sign sympy
 decides from symbol assumptions.
 
@@ -184,6 +186,17 @@ def _pos(names):
 # --------------------------------------------------------------------------------------------------------------
 
 
+def taylor_coefficients(f, x, n: int) -> list:
+    """The coefficients of ``x⁰, …, xⁿ⁻¹`` in the Taylor expansion of ``f`` about ``x = 0``, ``f⁽ᵏ⁾(0)/k!``, expanded
+    (``f`` analytic at 0: its series about 0 has the same coefficients; sympy's ``series`` of a sum of squared
+    logarithms took 1.7 s where the derivatives take 0.15)."""
+    out, d = [], sp.sympify(f)
+    for k in range(n):
+        out.append(sp.expand(d.subs(x, 0) / sp.factorial(k)))
+        d = sp.diff(d, x)
+    return out
+
+
 def _beta_eps(t, eps):
     m = len(eps)
     return sum((1 + t * e) / m * sp.log(1 + t * e) for e in eps)
@@ -242,15 +255,13 @@ def s3(rng=None) -> Evidence:
     m = 3
     beta = _beta_eps(t, eps)
     A2 = sum(lj**2 * (sp.log(1 + t * e) - beta) ** 2 for lj, e in zip(lam, eps, strict=True))
-    num = sp.expand(sp.series(A2, t, 0, 3).removeO())
-    den = sp.expand(sp.series(beta, t, 0, 3).removeO())
+    num, den = taylor_coefficients(A2, t, 3), taylor_coefficients(beta, t, 3)
     for k in (0, 1):
-        ck.zero(f"||A||^2 has no t^{k} term", num.coeff(t, k))
-        ck.zero(f"beta has no t^{k} term", den.coeff(t, k))
+        ck.zero(f"||A||^2 has no t^{k} term", num[k])
+        ck.zero(f"beta has no t^{k} term", den[k])
     S2 = sum(e**2 for e in eps)
     target = 2 * m * sum(lj**2 * e**2 for lj, e in zip(lam, eps, strict=True)) / S2
-    ck.equal("lim ||A||^2/beta = ratio of t^2 coefficients == 2m sum(l^2 e^2)/sum(e^2)",
-             num.coeff(t, 2) / den.coeff(t, 2), target)
+    ck.equal("lim ||A||^2/beta = ratio of t^2 coefficients == 2m sum(l^2 e^2)/sum(e^2)", num[2] / den[2], target)
     lmin = sp.Symbol("lambda_min", positive=True)
     s = _pos("s1 s2 s3")
     # target - 2mλ_min² = 2mΣ(λ_j² − λ_min²)ε_j²/Σε² with λ_j² − λ_min² =: s_j ≥ 0
