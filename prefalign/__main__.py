@@ -65,9 +65,11 @@ the LLM fine-tuning runs. `prefalign COMMAND --help` shows the options of a comm
 `python -m MODULE` (verify: verification, simulate: sim.simulate, llm: llm_runs)."""
 
 
-def build_parser() -> cli.ArgumentParser:
+def build_parser(*, summaries: bool = True) -> cli.ArgumentParser:
     """The top-level parser: ``--version``, ``--help`` and the names of the sub-commands (each sub-command parses
-    its own arguments)."""
+    its own arguments). ``summaries``: the help line of each sub-command, which lists the actions of its package's
+    parser and so imports that package (about a second and a half for ``verify``); without them (``--version``,
+    a usage error) the help lines are the bare descriptions."""
     parser = cli.ArgumentParser(
         prog=PROG, description=_DESCRIPTION,
         epilog=cli.exit_status_help("the command ran and what it checks failed: a verdict, a negative control, a "
@@ -75,7 +77,7 @@ def build_parser() -> cli.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, cmd in COMMANDS.items():
-        sub.add_parser(name, help=cmd.summary(), add_help=False)
+        sub.add_parser(name, help=cmd.summary() if summaries else cmd.help, add_help=False)
     return parser
 
 
@@ -96,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
             except BrokenPipeError:  # output piped into a reader that closed early (e.g. `| head`)
                 sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the flush at interpreter exit
                 return cli.EXIT_OK
-    parser = build_parser()
+    parser = build_parser(summaries=any(a in ("-h", "--help") for a in argv))
     try:
         unknown = next((a for a in argv if a.startswith("-") and a not in ("-h", "--help", "--version")), None)
         if unknown is not None:  # name it (argparse would only say that COMMAND is missing)

@@ -31,6 +31,18 @@ def test_version_is_written_once():
     assert res.returncode == 0 and res.stdout.strip() == f"prefalign {sim.__version__}"
 
 
+def test_version_and_usage_errors_import_no_command_line():
+    """Only ``--help`` lists each command line's actions, which imports its package (``verify``'s about a second
+    and a half); ``--version`` and a usage error import none of them."""
+    code = ("import sys\nfrom prefalign.__main__ import main\n"
+            "try:\n    main(['--version'])\nexcept SystemExit:\n    pass\n"
+            "assert main(['bogus']) == 2\n"
+            "print(sorted(m for m in ('verification.__main__', 'sim.simulate', 'llm_runs.__main__') if m in sys.modules))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [f"prefalign {sim.__version__}", "[]"]
+
+
 def test_help_lists_the_sub_commands_and_the_exit_status(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["--help"])
