@@ -37,7 +37,8 @@ def test_version_and_usage_errors_import_no_command_line():
     code = ("import sys\nfrom prefalign.__main__ import main\n"
             "try:\n    main(['--version'])\nexcept SystemExit:\n    pass\n"
             "assert main(['bogus']) == 2\n"
-            "print(sorted(m for m in ('verification.__main__', 'sim.simulate', 'llm_runs.__main__') if m in sys.modules))\n")
+            "print(sorted(m for m in ('verification.__main__', 'sim.simulate', 'llm_runs.__main__')\n"
+            "             if m in sys.modules))\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [f"prefalign {sim.__version__}", "[]"]
