@@ -30,6 +30,7 @@ work (the conventions of :mod:`sim.cli`).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 
@@ -328,6 +329,7 @@ def _check_sweep_args(args):
 
     from llm_runs.sweep import check_folder
 
+    _tokenizer(args.model)  # the --model directory before any work
     preset = _preset_of(args)
     params, pending = check_folder(args, preset)
     if pending:  # with --scheduler, CUDA is the workers' to have: the runs check it
@@ -337,24 +339,15 @@ def _check_sweep_args(args):
 
 
 def _check_run_args(args):
-    """Usage checks of ``run`` before any work: the model directory, the device, the output directory, the data file
-    and whether it holds enough prompts for the preset. Returns the preset."""
-    from pathlib import Path
-
+    """Usage checks of ``run`` before any work: the model directory (:func:`_tokenizer`), the device, the output
+    directory, the data file and whether it holds enough prompts for the preset. Returns the preset."""
     import numpy as np
 
     from llm_runs.clients import DataShortageError, build_federation
     from llm_runs.data import DataFileError, UnknownObjectiveError
     from llm_runs.run import training_candidates
 
-    if args.model is not None:
-        p = Path(args.model).expanduser()
-        if not p.is_dir():
-            raise cli.UsageError(f"argument --model: model directory {args.model!r} does not exist"
-                                 if not p.exists() else f"argument --model: {args.model!r} is not a directory")
-        if not (p / "config.json").is_file():
-            raise cli.UsageError(f"argument --model: {args.model!r} has no config.json (not a Hugging Face model "
-                                 f"directory)")
+    tokenizer = _tokenizer(args.model)  # the --model directory first (llm_runs.model_folder)
     if args.device == "cuda":
         import torch
 
@@ -365,7 +358,7 @@ def _check_run_args(args):
     preset = _preset_of(args)
     try:
         # pairs exist only on the trained text: the responses cut at the preset's token limit by the run's tokenizer
-        _, cands = training_candidates(preset, _tokenizer(args.model), args.data, args.columns)
+        _, cands = training_candidates(preset, tokenizer, args.data, args.columns)
         build_federation(cands, preset.design, np.random.default_rng(args.seed))
     except (DataFileError, DataShortageError, UnknownObjectiveError) as exc:
         raise cli.UsageError(f"argument --data: {exc}") from None
@@ -538,6 +531,8 @@ def _data_build(args) -> int:
         timeout_s=args.timeout,
         prompts_per_call=args.prompts_per_call,
     )
+    if args.model is not None:
+        _tokenizer(args.model)  # the --model directory before any work
     torch.set_num_threads(args.threads)
     prompts = prompt_set(args.prompts)
     info = model_identity(args.model)
@@ -617,9 +612,10 @@ def _data_check(args, prog: str) -> int:
     preset = PRESETS[args.preset]
     preset = preset.shrunk() if args.shrink else preset.quick() if args.quick else preset
     try:
+        tokenizer = _tokenizer(args.model)  # the --model directory before the data
         report = data_check(args.path, columns=args.columns, objectives=args.objectives, preset=preset,
-                            tokenizer=_tokenizer(args.model), seed=args.seed)
-    except DataFileError as exc:
+                            tokenizer=tokenizer, seed=args.seed)
+    except (DataFileError, cli.UsageError) as exc:
         return cli.print_usage_error(cli.UsageError(str(exc)), prog)
     if args.json:
         import json
@@ -630,15 +626,22 @@ def _data_check(args, prog: str) -> int:
     return 0
 
 
+@functools.cache
 def _tokenizer(model_dir):
-    """The tokenizer of a Hugging Face model directory, or SmolLM2's (shipped with the package; imports no torch)."""
+    """The tokenizer of a ``--model`` directory, or SmolLM2's (shipped with the package; imports no torch). The
+    directory is checked first (:func:`llm_runs.model_folder.check_model_folder`: no code from it runs, pickled or
+    ill-fitting weights and a broken tokenizer are refused); a fault is a :class:`cli.UsageError` naming it. Once
+    per directory and process (the command's checks and its work share it)."""
     from llm_runs.tokenizer import smollm2_tokenizer
 
     if model_dir is None:
         return smollm2_tokenizer()
-    from transformers import AutoTokenizer
+    from llm_runs.model_folder import ModelFolderError, ModelNotFoundError, check_model_folder
 
-    return AutoTokenizer.from_pretrained(model_dir)
+    try:
+        return check_model_folder(model_dir)
+    except (ModelFolderError, ModelNotFoundError) as exc:
+        raise cli.UsageError(f"argument --model: {exc}") from None
 
 
 def _data_rescore(args) -> int:
@@ -652,10 +655,10 @@ def _data_rescore(args) -> int:
 def _input_errors() -> tuple[type[Exception], ...]:
     from llm_runs.build import GenerationFileError
     from llm_runs.data import DataFileError
-    from llm_runs.models import ModelNotFoundError
+    from llm_runs.model_folder import ModelFolderError, ModelNotFoundError
     from llm_runs.rewards import UnknownObjectiveError
 
-    return (DataFileError, GenerationFileError, ModelNotFoundError, UnknownObjectiveError)
+    return (DataFileError, GenerationFileError, ModelFolderError, ModelNotFoundError, UnknownObjectiveError)
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m llm_runs") -> int:
@@ -693,9 +696,10 @@ def main(argv: list[str] | None = None, prog: str = "python -m llm_runs") -> int
         if args.command == "probe":
             _ensure_malloc_env(argv, prog)
             return _probe_conflict(args) if args.action == "conflict" else _probe_dpo(args)
+    except cli.UsageError as exc:  # a command's own argument checks (e.g. the --model directory of data stats)
+        return cli.print_usage_error(exc, prog)
     except _input_errors() as exc:  # a bad input file, model directory or objective name: say which, exit 2
-        print(f"{prog}: error: {exc}", file=sys.stderr)
-        return cli.EXIT_USAGE
+        return cli.print_usage_error(cli.UsageError(str(exc)), prog)
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return cli.EXIT_INTERRUPTED

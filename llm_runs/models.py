@@ -12,7 +12,9 @@ well under a second. A cache entry carries a manifest (file names and sizes); an
 does not load is rebuilt from the GGUF.
 
 **Any local model.** :func:`load_model` with ``model_dir`` loads any Hugging Face causal-LM directory (the GPU
-path: a bigger model copied to the machine).
+path: a bigger model copied to the machine), after the checks of :func:`llm_runs.model_folder.check_model_folder`:
+no code from the folder ever runs (every load passes ``trust_remote_code=False``), weights come from safetensors
+files only, and an unusable folder is a one-line :class:`~llm_runs.model_folder.ModelFolderError`.
 
 **Tiny random Llama.** :func:`tiny_llama` builds a 2-layer Llama from a config with the SmolLM2 tokenizer and no
 weights: every code path (LoRA, adapter-disabled reference, generation) runs in seconds, for tests. The
@@ -65,12 +67,14 @@ CACHE_ENV = "PREFALIGN_CACHE_DIR"
 
 _MANIFEST = "prefalign-manifest.json"
 _MANIFEST_VERSION = 1
+from llm_runs.model_folder import (  # noqa: E402  (re-exported: torch-free)
+    LOAD_FLAGS,
+    ModelNotFoundError,
+    check_model_folder,
+    load_causal_lm,
+    load_tokenizer,
+)
 from llm_runs.tokenizer import smollm2_tokenizer  # noqa: E402  (re-exported: torch-free, see llm_runs.tokenizer)
-
-
-class ModelNotFoundError(FileNotFoundError):
-    """A model directory, model file or model package is missing; the message says which and how to fix it."""
-
 
 # --------------------------------------------------------------------------------------------------------------
 # Default model: locate the GGUF, convert once, cache
@@ -159,8 +163,8 @@ def prepare_default_model(cache_dir: str | os.PathLike | None = None, *, force: 
     cache.mkdir(parents=True, exist_ok=True)
     tmp = cache / f".{DEFAULT_MODEL_NAME}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name, **LOAD_FLAGS)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32, **LOAD_FLAGS)
     clear_quantization_flags(model)
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
@@ -176,17 +180,6 @@ def prepare_default_model(cache_dir: str | os.PathLike | None = None, *, force: 
 # Loading
 
 
-def _check_model_dir(model_dir: Path) -> None:
-    if not model_dir.exists():
-        raise ModelNotFoundError(f"model directory {model_dir} does not exist")
-    if not model_dir.is_dir():
-        raise ModelNotFoundError(f"model directory {model_dir} is not a directory")
-    if not (model_dir / "config.json").is_file():
-        raise ModelNotFoundError(
-            f"model directory {model_dir} has no config.json: it is not a Hugging Face model directory"
-        )
-
-
 def _resolve_device(device: str | torch.device) -> torch.device:
     if str(device) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -197,11 +190,9 @@ def _resolve_device(device: str | torch.device) -> torch.device:
 
 
 def _load_dir(model_dir: Path, dtype, device, tokenizer):
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     if tokenizer is None:
-        tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
+        tokenizer = load_tokenizer(model_dir)
+    model = load_causal_lm(model_dir, dtype=dtype)
     clear_quantization_flags(model)
     return model.to(device), tokenizer
 
@@ -218,15 +209,17 @@ def load_model(
 
     ``model_dir=None`` loads the default model (converted and cached on first use, see
     :func:`prepare_default_model`); a cached entry that fails to load is rebuilt once. Otherwise ``model_dir``
-    is any local Hugging Face causal-LM directory. ``tokenizer`` overrides the directory's own tokenizer (e.g.
+    is any local Hugging Face causal-LM directory, checked first by :func:`~llm_runs.model_folder.check_model_folder`
+    (an unusable one raises :class:`~llm_runs.model_folder.ModelFolderError` or :class:`ModelNotFoundError` naming the
+    folder and the file or field; no code from it ever runs). ``tokenizer`` overrides the directory's own tokenizer (e.g.
     :func:`smollm2_tokenizer` for a directory holding only a config and weights). ``device`` may be ``"auto"``
     (CUDA when available).
     """
     dev = _resolve_device(device)
     if model_dir is not None:
         path = Path(model_dir).expanduser()
-        _check_model_dir(path)
-        model, tok = _load_dir(path, dtype, dev, tokenizer)
+        checked = check_model_folder(path, tokenizer=tokenizer is None)  # before anything is loaded
+        model, tok = _load_dir(path, dtype, dev, tokenizer if tokenizer is not None else checked)
     else:
         entry = prepare_default_model(cache_dir)
         try:

@@ -183,6 +183,8 @@ def _embedder():
     import torch
     from transformers import AutoModel, AutoTokenizer
 
+    from llm_runs.model_folder import LOAD_FLAGS, MODEL_LOAD_FLAGS
+
     try:
         files = importlib.metadata.files(_EMBEDDER_DIST) or ()
     except importlib.metadata.PackageNotFoundError:
@@ -193,8 +195,8 @@ def _embedder():
     if not cfg:
         raise FileNotFoundError(f"package {_EMBEDDER_DIST!r} has no model/config.json; reinstall it")
     model_dir = Path(cfg[0].locate()).parent
-    tok = AutoTokenizer.from_pretrained(model_dir)
-    model = AutoModel.from_pretrained(model_dir, dtype=torch.float32).eval()
+    tok = AutoTokenizer.from_pretrained(model_dir, **LOAD_FLAGS)
+    model = AutoModel.from_pretrained(model_dir, dtype=torch.float32, **MODEL_LOAD_FLAGS).eval()
     return tok, model
 
 

@@ -99,7 +99,7 @@ def test_local_model_directory_round_trip(tmp_path, tok):
 
 
 def test_missing_or_bad_model_directory_is_named(tmp_path):
-    with pytest.raises(ModelNotFoundError, match=f"model directory {tmp_path / 'nope'} does not exist"):
+    with pytest.raises(ModelNotFoundError, match=f"model directory '{tmp_path / 'nope'}' does not exist"):
         load_model(tmp_path / "nope")
     (tmp_path / "empty").mkdir()
     with pytest.raises(ModelNotFoundError, match="has no config.json"):
