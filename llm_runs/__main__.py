@@ -22,9 +22,9 @@ The process re-executes itself once with ``MALLOC_MMAP_MAX_=0`` and ``MALLOC_TRI
 they are not set (glibc malloc otherwise stalls for seconds when large tensors are freed and re-mapped), and with
 ``OMP_WAIT_POLICY=PASSIVE`` unless set otherwise (OpenMP threads that spin on a CPU shared with other jobs multiply
 torch's CPU time).
-Usage errors (a bad option, a missing ``--model`` directory, an unavailable ``--device``, a data file that is
-missing, corrupt or too small for the preset) exit with status 2 and one line naming the argument, before any
-work (the conventions of :mod:`sim.cli`).
+Usage errors (a bad option, a ``--model`` directory that is missing or unusable, :mod:`llm_runs.model_folder`:
+no code from it ever runs; an unavailable ``--device``, a data file that is missing, corrupt or too small for the
+preset) exit with status 2 and one line naming the argument, before any work (the conventions of :mod:`sim.cli`).
 """
 
 from __future__ import annotations
@@ -87,7 +87,8 @@ def _shard(text: str) -> tuple[int, int]:
 def _add_run_options(p, default_data) -> None:
     """The options of ``run`` and ``sweep`` that choose the model, the data, the device and the preset's variant."""
     p.add_argument("--model", default=None, metavar="DIR",
-                   help="a local Hugging Face causal-LM directory (default: the embedded SmolLM2-135M-Instruct)")
+                   help="a local Hugging Face causal-LM directory with safetensors weights, checked before any work; "
+                        "no code from it ever runs (default: the embedded SmolLM2-135M-Instruct)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                    help="auto: CUDA when available (default %(default)s)")
     p.add_argument("--data", default=str(default_data), metavar="PATH",
@@ -170,7 +171,8 @@ def build_parser(prog: str = "python -m llm_runs") -> argparse.ArgumentParser:
     b.add_argument("--shard", type=_shard, default=(0, 1), metavar="I/N",
                    help="generate only call groups g with g %% N == I-1 (run N processes with I = 1..N, one "
                         "thread each); scoring and the data file are left to a run without --shard")
-    b.add_argument("--model", default=None, help="a local Hugging Face causal-LM directory (default: SmolLM2)")
+    b.add_argument("--model", default=None, help="a local Hugging Face causal-LM directory (default: SmolLM2); no "
+                                                  "code from it ever runs")
     b.add_argument("--cache-dir", default=None, help="cache of the converted default model")
     b.add_argument("--reverse", action="store_true",
                    help="take the call groups last first (a second process on the same work meets the first)")
@@ -191,7 +193,8 @@ def build_parser(prog: str = "python -m llm_runs") -> argparse.ArgumentParser:
                    help="comma-separated objective names (default: every reward of the data file for the full texts, "
                         "the presets' objectives for the trained texts)")
     s.add_argument("--model", default=None, metavar="DIR",
-                   help="the tokenizer of this Hugging Face model directory (default: SmolLM2's, shipped)")
+                   help="the tokenizer of this Hugging Face model directory, checked as a run checks it (no "
+                         "code from it ever runs; default: SmolLM2's, shipped)")
     rs = dsub.add_parser("rescore", help="score every response of a data file again with the current rewards")
     rs.add_argument("--data", default=str(DEFAULT_DATA_FILE), help="data file (default: the shipped file)")
     rs.add_argument("--out", default=None, help="data file to write (default: the --data file)")
@@ -204,7 +207,8 @@ def build_parser(prog: str = "python -m llm_runs") -> argparse.ArgumentParser:
     ck.add_argument("--preset", choices=sorted(PRESETS), default="smoke",
                     help="the run preset whose response limit, margin and clients are checked (default %(default)s)")
     ck.add_argument("--model", default=None, metavar="DIR",
-                    help="the tokenizer of this Hugging Face model directory (default: SmolLM2's, shipped)")
+                    help="the tokenizer of this Hugging Face model directory, checked as a run checks it (no "
+                         "code from it ever runs; default: SmolLM2's, shipped)")
     size = ck.add_mutually_exclusive_group()
     size.add_argument("--quick", action="store_true", help="the preset's --quick variant (as run --quick)")
     size.add_argument("--shrink", action="store_true", help="the preset's --shrink variant (as run --shrink)")
@@ -216,7 +220,8 @@ def build_parser(prog: str = "python -m llm_runs") -> argparse.ArgumentParser:
     common.add_argument("--data", default=str(DEFAULT_DATA_FILE), help="data file (default: the shipped file)")
     common.add_argument("--objectives", default=None,
                         help="comma-separated objective names (default: every reward in the data file)")
-    common.add_argument("--model", default=None, help="a local Hugging Face causal-LM directory (default: SmolLM2)")
+    common.add_argument("--model", default=None,
+                        help="a local Hugging Face causal-LM directory (default: SmolLM2); no code from it ever runs")
     common.add_argument("--cache-dir", default=None, help="cache of the converted default model")
     common.add_argument("--seed", type=int, default=0)
     common.add_argument("--threads", type=positive_int, default=None, help="torch threads (default: torch's)")
@@ -420,6 +425,8 @@ def _probe_model(args):
     from llm_runs.models import add_lora, load_model
     from llm_runs.objectives import DPOSettings, PreferenceModel
 
+    if args.model is not None:
+        _tokenizer(args.model)  # the --model directory before any work
     settings = DPOSettings(beta=args.beta, label_smoothing=args.label_smoothing,
                            max_response_tokens=args.max_response_tokens)
     cands = load_candidates(args.data)
