@@ -184,7 +184,7 @@ class FolderLock:
             return None
 
     def _is_current(self, fd: int) -> bool:
-        """True iff ``fd`` is still the file at :attr:`path` (not removed or replaced since it was opened)."""
+        """True iff ``fd`` is still the file at ``self.path`` (not removed or replaced since it was opened)."""
         try:
             st, now = os.fstat(fd), os.stat(self.path)
         except FileNotFoundError:
