@@ -266,7 +266,9 @@ def build_parser(prog: str = "python -m llm_runs") -> argparse.ArgumentParser:
                             "CPUs // --threads; 1 with --device cuda)")
     where.add_argument("--scheduler", metavar="ADDRESS",
                        help="use the existing Dask cluster whose scheduler listens at ADDRESS (e.g. "
-                            "tcp://10.0.0.5:8786); one GPU per worker for --device cuda")
+                            "tcp://10.0.0.5:8786); one GPU per worker for --device cuda. Dask sends it pickled tasks "
+                            "and unpickles the results it sends back: trust the cluster, and everyone who can reach "
+                            "its scheduler, as much as your own account")
     sw.add_argument("--connect-timeout", type=positive_float, default=5.0, metavar="S",
                     help="seconds allowed to reach the --scheduler (default %(default)s)")
     sw.add_argument("--threads", type=positive_int, default=1, metavar="T",

@@ -54,8 +54,9 @@ difference (:func:`verification.engine.dask_engine.check_params`; a preset confi
 **Exit status.** 0 when every requested cell is present and its run complete; 1 when a cell failed or is missing;
 2 on a usage error (a bad ``--seeds``, an unknown preset, ``--workers`` < 1, both ``--workers`` and
 ``--scheduler``, a folder made with other parameters, a missing model directory or data file, CUDA requested on a
-machine without it for a local cluster, a scheduler that cannot be reached), printed as one line naming the
-argument before any work; 130 when interrupted.
+machine without it for a local cluster, a scheduler that cannot be reached, a folder that another running command
+writes: one writer per folder, :func:`sim.cli.writer_lock`), printed as one line naming the argument before any
+work; 130 when interrupted.
 
 **Where the cells run.** ``--workers K`` starts a ``distributed.LocalCluster`` of K worker processes, one task at a
 time each (:func:`verification.engine.dask_engine.dask_client`; default ``max(1, CPUs // T)``, and 1 with ``--device
@@ -69,8 +70,10 @@ SmolLM2-135M on a CPU). ``--scheduler ADDRESS`` uses an existing cluster::
     python -m llm_runs sweep --preset gpu --seeds 0:8 --scheduler tcp://HOST:8786 --device cuda --threads 4 \
         --out /shared/sweeps/gpu
 
-(or through ``dask-jobqueue`` / ``dask-kubernetes``). With the ``gpu`` preset give each worker one GPU and one
-thread (``--nthreads 1``, so that one run holds the device at a time): on a node with several GPUs start one
+(or through ``dask-jobqueue`` / ``dask-kubernetes``). Dask sends that cluster pickled tasks and unpickles the
+results it sends back, so the cluster, and everyone who can reach its scheduler, must be trusted as much as the
+local user. With the ``gpu`` preset give each worker one GPU and one thread (``--nthreads 1``, so that one run
+holds the device at a time): on a node with several GPUs start one
 ``dask worker`` per GPU with ``CUDA_VISIBLE_DEVICES=i`` (or ``dask cuda worker``, one worker per GPU), pass
 ``--device cuda`` (the client machine need not have a GPU: with ``--scheduler`` CUDA is checked by the runs) and
 ``--threads`` for the CPU-side work of each run (tokenizing, the LP, the rewards). The workers need the package,
@@ -425,8 +428,20 @@ def check_folder(args, preset) -> tuple[dict[str, Any], list[int]]:
 
 
 def command(args, preset, params: dict[str, Any], prog: str = "python -m llm_runs") -> int:
-    """``sweep`` after the usage checks (:mod:`llm_runs.__main__`): run the cells still missing, write and print
-    the summary; returns the exit status (a scheduler that cannot be reached: a usage error, printed)."""
+    """``sweep`` after the usage checks (:mod:`llm_runs.__main__`): under the folder's writer lock
+    (:func:`sim.cli.writer_lock`: a folder another running command writes is a usage error naming it), run the cells
+    still missing, write and print the summary; returns the exit status (a scheduler that cannot be reached, or a
+    folder changed by another command since it was checked: a usage error, printed)."""
+    try:
+        with cli.writer_lock(args.out, "--out"):
+            return _command(args, preset, params, prog)
+    except CellFolderError as exc:  # run_sweep checks the folder again, now under the lock
+        return cli.print_usage_error(cli.UsageError(f"argument --out: {exc}"), prog)
+    except cli.UsageError as exc:
+        return cli.print_usage_error(exc, prog)
+
+
+def _command(args, preset, params: dict[str, Any], prog: str) -> int:
     out = Path(args.out)
     seeds = list(args.seeds)
     pending = sum(not cell_path(out, preset.name, s).is_file() for s in seeds)

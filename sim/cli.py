@@ -1,6 +1,7 @@
 """Command-line plumbing shared by the project's command lines (``python -m sim.simulate``,
 ``python -m verification``, ``python -m llm_runs``): one-line usage errors, argument types, output-path checks,
-atomic writes and the name of the CPU that speed reports quote.
+atomic writes, the writer lock of an output folder (:func:`writer_lock`) and the name of the CPU that speed reports
+quote.
 
 Usage errors follow argparse's convention, exit status 2, and are found before any work: the argument types
 below reject a bad value while the command line is parsed, and :func:`check_writable_dir` /
@@ -56,6 +57,7 @@ __all__ = [
     "seed_range",
     "check_writable_dir",
     "check_writable_file",
+    "writer_lock",
     "atomic_write_text",
     "cpu_name",
 ]
@@ -288,6 +290,30 @@ def check_writable_file(path: str | Path, option: str) -> Path:
         except OSError as exc:
             raise UsageError(f"argument {option}: cannot write {str(p)!r}: {exc.strerror or exc}") from None
     return p
+
+
+@contextlib.contextmanager
+def writer_lock(path: str | Path, option: str) -> Iterator[Path]:
+    """:func:`check_writable_dir`, then hold the folder's writer lock (:mod:`sim.folder_lock`) until the block ends,
+    normally, on an error or on Ctrl-C; yields the folder's path.
+
+    A folder that another running command writes is a :class:`UsageError` naming ``option`` and that command (its
+    pid, host, start time and command line): one writer per folder. A lock left by a process that ended without
+    releasing it is taken over, with a note on stderr. A command calls this after its argument checks and before it
+    reads what the folder holds (``params.json``, cells, a results log to resume), so that what it checked cannot
+    change before it writes."""
+    from sim.folder_lock import FolderLock, FolderLockError
+
+    p = check_writable_dir(path, option)
+    lock = FolderLock(p)
+    try:
+        lock.acquire(note=lambda msg: print(f"note: {msg}", file=sys.stderr, flush=True))
+    except FolderLockError as exc:
+        raise UsageError(f"argument {option}: {exc}") from None
+    try:
+        yield p
+    finally:
+        lock.release()
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

@@ -47,7 +47,10 @@ Exit status: 0 iff no verdict is "violated" or "vacuous", no negative control is
 (with ``--baseline``) no bound regressed against the earlier results (:mod:`verification.core.regression`); 1
 otherwise; 2 on a usage error, found before any statement runs and printed as one line naming the argument (a
 bad seed or tolerance, unknown ids, an unreadable or malformed baseline, an output path that cannot be written, a
-results log that cannot be resumed); 130 when interrupted (the finished statements stay in the log).
+results log that cannot be resumed), and when the ``--out`` folder of ``sweep``, ``search``, ``grid`` or ``report``
+is being written by another running command (one writer per folder: the command holds the folder's lock from
+after its argument checks to its end, :func:`sim.cli.writer_lock`; the line names the other command's pid, host,
+start and command line); 130 when interrupted (the finished statements stay in the log).
 
 ``power`` re-runs the checks with every numeric bound scaled to ``rhs − (1 − f)|rhs|`` and reports per conclusion
 whether that is detected, with the falsification search's best ratio and the stated reason for a weak one
@@ -72,9 +75,12 @@ New subcommands (a later ``report``) are added by writing ``_add_<name>(subparse
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
+from collections.abc import Iterator
+from pathlib import Path
 
 from sim import cli
 from sim.cli import UsageError
@@ -310,17 +316,17 @@ def _cmd_report(args: argparse.Namespace) -> int:
                 raise UsageError(f"argument --llm-run: {d!r} is a synthetic run (sim.simulate), not an LLM run "
                                  "(python -m llm_runs run)")
         llm_runs = list(args.llm_run)
-    out = cli.check_writable_dir(args.out, "--out")
-    try:
-        res = build_report(out, ids=[s.id for s in stmts], scale=args.scale, seed=args.seed,
-                           studies=not args.no_studies, resume=args.resume, sweep=sweep_summary,
-                           llm=not args.no_llm, llm_runs=llm_runs, llm_sweep=args.llm_sweep)
-    except resultlog.ResultLogError as exc:
-        raise UsageError(f"argument --resume: {exc}") from None
-    except KeyboardInterrupt:
-        _note(f"interrupted: the finished statements are in {out / LOG_NAME}; finish with the same command and "
-              "--resume")
-        return EXIT_INTERRUPTED
+    with cli.writer_lock(args.out, "--out") as out:
+        try:
+            res = build_report(out, ids=[s.id for s in stmts], scale=args.scale, seed=args.seed,
+                               studies=not args.no_studies, resume=args.resume, sweep=sweep_summary,
+                               llm=not args.no_llm, llm_runs=llm_runs, llm_sweep=args.llm_sweep)
+        except resultlog.ResultLogError as exc:
+            raise UsageError(f"argument --resume: {exc}") from None
+        except KeyboardInterrupt:
+            _note(f"interrupted: the finished statements are in {out / LOG_NAME}; finish with the same command and "
+                  "--resume")
+            return EXIT_INTERRUPTED
     print(res.summary())
     return EXIT_FAIL if res.failed else EXIT_OK
 
@@ -371,6 +377,25 @@ def _on_dask(args: argparse.Namespace, what: str, n_cells: int, pending: int, ou
         raise UsageError(f"argument --scheduler: {exc}") from None
 
 
+@contextlib.contextmanager
+def _cell_folder(args: argparse.Namespace, params: dict, read_cells=None) -> Iterator[Path]:
+    """The ``--out`` folder of a command whose cells run on Dask, locked for this command until the block ends
+    (:func:`sim.cli.writer_lock`: a folder another running command writes is a usage error naming it); under the
+    lock its ``params.json`` is checked against ``params`` and ``read_cells(out)`` reads its cells, so that a
+    folder made with other parameters or holding a bad cell file is a usage error, and none of it changes before
+    the work starts."""
+    from verification.engine.dask_engine import CellFolderError, check_params
+
+    with cli.writer_lock(args.out, "--out") as out:
+        try:
+            check_params(out, params)
+            if read_cells is not None:
+                read_cells(out)
+        except CellFolderError as exc:
+            raise UsageError(f"argument --out: {exc}") from None
+        yield out
+
+
 def _interrupted(out) -> int:
     _note(f"interrupted: the finished cells are in {out}/cells; the same command computes the rest")
     return EXIT_INTERRUPTED
@@ -378,7 +403,6 @@ def _interrupted(out) -> int:
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     from verification.engine import sweep
-    from verification.engine.dask_engine import CellFolderError, check_params
 
     # every usage error is found here, before any cell runs or any cluster starts
     try:
@@ -389,23 +413,18 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         raise UsageError(f"argument --mc: {exc}") from None
     seeds = list(args.seeds)
     ids = [s.id for s in stmts]
-    out = cli.check_writable_dir(args.out, "--out")
-    try:
-        check_params(out, sweep.sweep_params(args.scale))
-        sweep.read_cells(out, ids, seeds)
-    except CellFolderError as exc:
-        raise UsageError(f"argument --out: {exc}") from None
-    cells = sweep.sweep_cells(out, stmts, seeds, args.scale)
-    pending = sum(not c.path.is_file() for c in cells)
-    try:
-        run = _on_dask(args, f"sweep of {len(stmts)} statement(s) x {len(seeds)} seed(s) at scale {args.scale}",
-                       len(cells), pending, out,
-                       lambda client: sweep.run_sweep(client, out, stmts, seeds, scale=args.scale,
-                                                      progress=not args.quiet))
-    except KeyboardInterrupt:
-        return _interrupted(out)
-    summary = sweep.summarize(stmts, seeds, sweep.read_cells(out, ids, seeds), scale=args.scale, run=run)
-    sweep.write_summary(out, summary)
+    with _cell_folder(args, sweep.sweep_params(args.scale), lambda out: sweep.read_cells(out, ids, seeds)) as out:
+        cells = sweep.sweep_cells(out, stmts, seeds, args.scale)
+        pending = sum(not c.path.is_file() for c in cells)
+        try:
+            run = _on_dask(args, f"sweep of {len(stmts)} statement(s) x {len(seeds)} seed(s) at scale {args.scale}",
+                           len(cells), pending, out,
+                           lambda client: sweep.run_sweep(client, out, stmts, seeds, scale=args.scale,
+                                                          progress=not args.quiet))
+        except KeyboardInterrupt:
+            return _interrupted(out)
+        summary = sweep.summarize(stmts, seeds, sweep.read_cells(out, ids, seeds), scale=args.scale, run=run)
+        sweep.write_summary(out, summary)
     print(sweep.screen(summary, out, run))
     return EXIT_FAIL if sweep.failed(summary, run) else EXIT_OK
 
@@ -421,7 +440,9 @@ def _add_dask_options(p, what: str, seeds: bool = True) -> None:
                             "thread (default: one per CPU)")
     where.add_argument("--scheduler", metavar="ADDRESS",
                        help="use the existing Dask cluster whose scheduler listens at ADDRESS (e.g. "
-                            "tcp://10.0.0.5:8786)")
+                            "tcp://10.0.0.5:8786). Dask sends it pickled tasks and unpickles the results it sends "
+                            "back: trust the cluster, and everyone who can reach its scheduler, as much as your own "
+                            "account")
     p.add_argument("--connect-timeout", type=cli.positive_float, default=5.0, metavar="S",
                    help="seconds allowed to reach the --scheduler (default %(default)s)")
     p.add_argument("--out", required=True, metavar="DIR", help=what)
@@ -443,7 +464,6 @@ def _add_sweep(sub) -> None:
 def _cmd_search(args: argparse.Namespace) -> int:
     from verification.core import search
     from verification.engine import search_cells
-    from verification.engine.dask_engine import CellFolderError, check_params
 
     stmts = _resolve(args.ids)  # every usage error is found here, before any cell runs or any cluster starts
     boxless = [s.id for s in stmts if s.search is None]
@@ -451,30 +471,26 @@ def _cmd_search(args: argparse.Namespace) -> int:
         raise UsageError(f"argument ID: {', '.join(boxless)} declare(s) no search box (SEARCH); the statements "
                          "with one: " + " ".join(s.id for s in registry.all_statements() if s.search is not None))
     stmts = [s for s in stmts if s.search is not None]
-    out = cli.check_writable_dir(args.out, "--out")
     if args.store is not None:
         cli.check_writable_dir(args.store, "--store")
-    try:
-        check_params(out, search_cells.search_params(args.budget, args.seed))
-    except CellFolderError as exc:
-        raise UsageError(f"argument --out: {exc}") from None
-    pending = search_cells.pending_cells(out, stmts, args.budget, args.seed)
-    n_cells = len(search_cells.design_cells(out, stmts, args.budget, args.seed)) + len(stmts)
-    try:
-        runs = _on_dask(args, f"falsification search of {len(stmts)} statement(s), {args.budget} evaluations each "
-                              f"(seed {args.seed})", n_cells, pending, out,
-                        lambda client: search_cells.run_search(client, out, stmts, evaluations=args.budget,
-                                                               seed=args.seed, progress=not args.quiet))
-    except KeyboardInterrupt:
-        return _interrupted(out)
-    summary = search_cells.write_results(out, stmts, args.budget, args.seed)
-    failed = {k: v for r in (runs or ()) if r is not None for k, v in r.failed.items()}
-    print(search.screen(summary))
-    for key, why in failed.items():
-        _note(f"cell {key} failed: {why}")
-    if args.store is not None and not failed:
-        copied = search.store_results(out, args.store)
-        _note(f"stored the results of {len(copied)} statement(s) in {args.store}")
+    with _cell_folder(args, search_cells.search_params(args.budget, args.seed)) as out:
+        pending = search_cells.pending_cells(out, stmts, args.budget, args.seed)
+        n_cells = len(search_cells.design_cells(out, stmts, args.budget, args.seed)) + len(stmts)
+        try:
+            runs = _on_dask(args, f"falsification search of {len(stmts)} statement(s), {args.budget} evaluations "
+                                  f"each (seed {args.seed})", n_cells, pending, out,
+                            lambda client: search_cells.run_search(client, out, stmts, evaluations=args.budget,
+                                                                   seed=args.seed, progress=not args.quiet))
+        except KeyboardInterrupt:
+            return _interrupted(out)
+        summary = search_cells.write_results(out, stmts, args.budget, args.seed)
+        failed = {k: v for r in (runs or ()) if r is not None for k, v in r.failed.items()}
+        print(search.screen(summary))
+        for key, why in failed.items():
+            _note(f"cell {key} failed: {why}")
+        if args.store is not None and not failed:  # copied from the folder while it is locked
+            copied = search.store_results(out, args.store)
+            _note(f"stored the results of {len(copied)} statement(s) in {args.store}")
     incomplete = [sid for sid, v in summary["statements"].items() if not v["complete"]]
     return EXIT_FAIL if summary["counterexamples"] or failed or incomplete else EXIT_OK
 
@@ -500,7 +516,6 @@ def _add_search(sub) -> None:
 
 def _cmd_grid(args: argparse.Namespace) -> int:
     from verification.engine import grid
-    from verification.engine.dask_engine import CellFolderError, check_params
 
     try:
         axes = grid.parse_axes(args.axes, args.preset)
@@ -508,26 +523,22 @@ def _cmd_grid(args: argparse.Namespace) -> int:
         raise UsageError(f"argument AXIS=VALUES: {exc}") from None
     points = grid.grid_points(axes)
     seeds = list(args.seeds)
-    out = cli.check_writable_dir(args.out, "--out")
-    try:
-        check_params(out, grid.grid_params(args.preset))
-        grid.read_grid_cells(out, points, seeds)
-    except CellFolderError as exc:
-        raise UsageError(f"argument --out: {exc}") from None
-    cells = grid.grid_cells(out, args.preset, points, seeds)
-    pending = sum(not c.path.is_file() for c in cells)
-    shape = " x ".join(f"{len(v)} {a}" for a, v in axes.items())
-    try:
-        run = _on_dask(args, f"grid of {shape} (preset {args.preset}) x {len(seeds)} seed(s)", len(cells), pending,
-                       out, lambda client: grid.run_grid(client, out, args.preset, points, seeds,
-                                                         progress=not args.quiet))
-    except KeyboardInterrupt:
-        return _interrupted(out)
-    table = grid.summarize_grid(grid.read_grid_cells(out, points, seeds))
-    grid.write_grid(out, table, preset=args.preset, seeds=seeds, run=run)
-    from verification.report import figures  # plotting is imported only when a figure is drawn
+    with _cell_folder(args, grid.grid_params(args.preset),
+                      lambda out: grid.read_grid_cells(out, points, seeds)) as out:
+        cells = grid.grid_cells(out, args.preset, points, seeds)
+        pending = sum(not c.path.is_file() for c in cells)
+        shape = " x ".join(f"{len(v)} {a}" for a, v in axes.items())
+        try:
+            run = _on_dask(args, f"grid of {shape} (preset {args.preset}) x {len(seeds)} seed(s)", len(cells),
+                           pending, out, lambda client: grid.run_grid(client, out, args.preset, points, seeds,
+                                                                      progress=not args.quiet))
+        except KeyboardInterrupt:
+            return _interrupted(out)
+        table = grid.summarize_grid(grid.read_grid_cells(out, points, seeds))
+        grid.write_grid(out, table, preset=args.preset, seeds=seeds, run=run)
+        from verification.report import figures  # plotting is imported only when a figure is drawn
 
-    drawn, missing = figures.draw_grid(out, table)
+        drawn, missing = figures.draw_grid(out, table)
     print(grid.screen(table, out, run, drawn, missing))
     return EXIT_OK if run.complete and not table["errors"].any() else EXIT_FAIL
 

@@ -196,6 +196,30 @@ def test_usage_errors_exit_2_naming_the_value_before_any_work(tmp_path, capsys, 
     assert not out.exists()
 
 
+def test_a_folder_held_by_another_writer_is_refused_before_any_work(tiny_dir, tmp_path, capsys, monkeypatch):
+    """A second `llm sweep` on a folder another command writes (here: this process holds its lock) exits 2 with one
+    line naming the holder, and starts no cluster, writes no params.json, removes no run directory."""
+    from sim.folder_lock import LOCK_NAME, FolderLock
+
+    monkeypatch.setattr(dask_engine, "dask_client", lambda *a, **k: pytest.fail("a Dask cluster was started"))
+    out = tmp_path / "sw"
+    in_flight = sweep.run_dir(out, 0) / "trajectory.csv"  # the holder's run directory of seed 0, being written
+    in_flight.parent.mkdir(parents=True)
+    in_flight.write_text("step,loss\n")
+    with FolderLock(out, command="prefalign llm sweep --preset smoke --seeds 0:2 --out sw"):
+        code, screen = _cli("sweep", *PRESET_ARGS, "--model", str(tiny_dir), "--seeds", "0:2", "--workers", "1",
+                            "--out", str(out))
+        assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == [LOCK_NAME, "runs", "runs/0",
+                                                                                 "runs/0/trajectory.csv"]
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert code == 2 and screen == "" and len(err) == 1, err
+    assert err[0].startswith(f"python -m llm_runs: error: argument --out: {str(out)!r} is being written by pid "
+                             f"{os.getpid()} on host "), err[0]
+    assert err[0].endswith("(prefalign llm sweep --preset smoke --seeds 0:2 --out sw): one writer per folder (lock "
+                           f"file {str(out / LOCK_NAME)!r})"), err[0]
+    assert in_flight.read_text() == "step,loss\n" and not (out / LOCK_NAME).exists()
+
+
 def test_prefalign_llm_lists_and_runs_sweep(tmp_path, capsys):
     from prefalign.__main__ import COMMANDS
     from prefalign.__main__ import main as prefalign_main
