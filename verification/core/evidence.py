@@ -60,6 +60,7 @@ __all__ = [
     "VERDICTS",
     "NEGATIVE_CONTROL_STATES",
     "MAX_STORED_COUNTEREXAMPLES",
+    "kept_counterexamples",
     "CONCLUSION_KINDS",
     "CONCLUSION_ROLES",
     "NUMERIC_KINDS",
@@ -106,6 +107,19 @@ NEGATIVE_CONTROL_STATES = ("detected", "missed", "none")
 FEW_DETECTING = 10
 #: At most this many counterexamples are stored in full; all of them are counted.
 MAX_STORED_COUNTEREXAMPLES = 20
+
+
+def kept_counterexamples(found: int, kept: int) -> dict[str, Any]:
+    """What a list of counterexamples written to a file says of itself: ``counterexamples_kept`` (how many it
+    holds) and, when that is fewer than the ``found`` ones, ``counterexamples_note`` saying that the first ``kept``
+    of ``found`` are kept."""
+    found, kept = int(found), int(kept)
+    out: dict[str, Any] = {"counterexamples_kept": kept}
+    if kept < found:
+        out["counterexamples_note"] = (f"the first {kept} of the {found} counterexamples found are kept in full; "
+                                       "all of them are counted")
+    return out
+
 #: Floor of a tightness that measures roundoff: where a conclusion is an identity whose lhs is a residual (exactly 0
 #: in exact arithmetic, ~1e-15 computed) its tightness is the residual over the identity's tolerance, ~1e-6..1e-5 on
 #: every machine we know, and changes with the BLAS kernel. Below this floor (1000x the roundoff seen, 1000x below
