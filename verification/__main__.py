@@ -62,7 +62,8 @@ that baseline from two or more runs of one preset and seed, the tolerances measu
 
 ``mc-calibration`` measures the false-failure rate of every budgeted confidence-level assertion at its boundary
 (:mod:`verification.engine.mc_calibration`): each assertion's own estimator, sample size and ``δ`` on synthetic draws whose
-mean is exactly its bound, R times (H.17's order-statistic tests ``--os-replications`` times, default 40 R), with
+mean is exactly its bound, R times (H.17's order-statistic tests ``--os-replications`` times, default 4,000,000
+at the default R of 300,000, in proportion otherwise), with
 the one-sided Clopper–Pearson upper bounds and the exact rates where they are known, and the family-wise sum against
 the budget ``1e-3``; ``--json PATH`` writes the result (the committed one is
 ``verification/data/mc_calibration.json``, the defaults). It exits 1 when that sum does not show the budget or a
@@ -675,16 +676,22 @@ def _cmd_mc_calibration(args: argparse.Namespace) -> int:
 
 
 def _add_mc_calibration(sub) -> None:
-    from verification.engine.mc_calibration import DEFAULT_REPLICATIONS, DEFAULT_SEED, ORDER_STATISTIC_FACTOR
+    from verification.engine.mc_calibration import (
+        DEFAULT_ORDER_STATISTIC_REPLICATIONS,
+        DEFAULT_REPLICATIONS,
+        DEFAULT_SEED,
+    )
 
     p = sub.add_parser("mc-calibration", help="measure the false-failure rate of every budgeted confidence-level "
                                               "assertion at its boundary, and the family-wise sum",
                        epilog=_epilog("mc-calibration"))
     p.add_argument("--replications", type=cli.positive_int, default=DEFAULT_REPLICATIONS, metavar="R",
-                   help="replications per mean-claim assertion, an integer >= 1 (default %(default)s)")
+                   help="replications per mean-claim assertion, an integer >= 1 (default %(default)s, those of "
+                        "the committed verification/data/mc_calibration.json)")
     p.add_argument("--os-replications", type=cli.positive_int, default=None, metavar="R",
                    help="replications per order-statistic test of H.17, an integer >= 1 (default "
-                        f"{ORDER_STATISTIC_FACTOR} x --replications)")
+                        f"{DEFAULT_ORDER_STATISTIC_REPLICATIONS} at the default --replications, those of the committed "
+                        "file; in proportion to --replications otherwise)")
     p.add_argument("--seed", type=cli.seed, default=DEFAULT_SEED,
                    help="seed of the calibration's draws, an integer >= 0 (default %(default)s; the statements' own "
                         "samples come from their default run, seed 0)")

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import sim.algorithm as al
+from sim.direction import STATUSES
 
 # (K, S) -> mean over 8 new clients and seeds 0..15 of gap(Pipeline 1) - gap(Pipeline 2), measured with the
 # scale-relative lagged RMSprop (sim.algorithm.rmsprop_diagonal; P_k in [0.5, 1], 12-18% of the coordinates at 0.5)
@@ -468,3 +469,15 @@ def test_the_preconditioned_steps_default_clip_is_the_adaptation_configs():
     sig = inspect.signature(al.preconditioned_step).parameters
     cfg = al.AdaptConfig()
     assert (sig["p_minus"].default, sig["p_plus"].default) == (cfg.p_minus, cfg.p_plus)
+
+
+def test_adaptation_counts_the_status_of_every_lp_step(f1_samples):
+    """``step_status_counts`` of Pipelines 1 and 2: one status per client and LP step, the sums of the records'
+    per-status columns (every step recorded)."""
+    src, w0 = f1_samples
+    new = np.array([4, 5])
+    p1 = al.pipeline1(src, new, w0, al.AdaptConfig(K=3, S=4), np.random.default_rng(0))
+    p2 = al.pipeline2(src, new, w0, al.Pipeline2Config(max_steps=4, record_every=1))
+    for res, steps in ((p1, 3), (p2, 4)):
+        assert res.steps == steps and sum(res.step_status_counts.values()) == steps * new.size
+        assert res.step_status_counts == {st: int(res.records[f"n_{st}"].sum()) for st in STATUSES}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -36,6 +38,8 @@ import sim.algorithm as al
         (lambda: al.Phase1Config(descent="loose"), r"^Phase1Config\.descent must be one of \('restricted', "),
         (lambda: al.Phase2Config(B=-1.0), r"^Phase2Config\.B must be a finite number > 0; got -1\.0$"),
         (lambda: al.AdaptConfig(preconditioner="adam"), r"^AdaptConfig\.preconditioner must be one of \('identity', "),
+        (lambda: al.AdaptConfig(weight_decay=-1.0), r"^AdaptConfig\.weight_decay must be a finite number >= 0; got -1\.0$"),
+        (lambda: al.Pipeline2Config(record_every=0), r"^Pipeline2Config\.record_every must be an integer >= 1; got 0$"),
     ],
 )
 def test_bad_configuration_raises(make, match):
@@ -84,3 +88,14 @@ def test_the_symmetry_tolerance_of_a_fixed_preconditioner_is_inclusive():
     above[0, 1] = np.nextafter(1e-12, 1.0)
     with pytest.raises(ValueError, match=r"\.P must be symmetric"):
         al.AdaptConfig(preconditioner="fixed", P=above)
+
+
+def test_to_dict_keeps_the_arrays_as_lists():
+    """``AlgorithmConfig.to_dict`` (the records' and the JSON's parameters) keeps a fixed preconditioner's ``P`` of
+    the nested configurations, as a plain list that JSON writes and reads back."""
+    P = np.array([[2.0, 0.5], [0.5, 1.0]])
+    cfg = al.AlgorithmConfig(adapt=al.AdaptConfig(preconditioner="fixed", P=P),
+                             adamw=al.AdaptConfig(preconditioner="fixed", P=2 * P))
+    d = json.loads(json.dumps(cfg.to_dict()))
+    assert d["adapt"]["P"] == P.tolist() and d["adamw"]["P"] == (2 * P).tolist()
+    assert d["adapt"]["preconditioner"] == "fixed" and d["pipeline2"]["record_every"] == 50

@@ -39,6 +39,7 @@ from sim.source import (
     check_clients,
     check_psi_star,
     check_source,
+    sample_counts,
 )
 
 DEV = xps.Device("device1")
@@ -280,6 +281,20 @@ def test_minibatches_need_sample_level_data():
     p = _f1()
     with pytest.raises(ValueError, match=r"^minibatches: "):
         ClientSource(p).minibatch(np.zeros((1, p.n_params)), np.array([0]), [np.array([0])])
+
+
+def test_episodes_and_sample_counts_need_sample_level_data():
+    """A source without samples refuses an episode and the per-client sample counts with a ValueError naming what
+    needed them; Algorithm 1 with ``rho='samples'`` on such a source is refused the same way."""
+    p = _f1()
+    src = ClientSource(p)
+    with pytest.raises(ValueError, match=r"^episodes: this source has no sample-level data"):
+        src.episode(np.random.default_rng(0), 0, 2)
+    with pytest.raises(ValueError, match=r"^what needs them: this source has no sample-level data"):
+        sample_counts(src, "what needs them")
+    with pytest.raises(ValueError, match=r"^rho='samples': this source has no sample-level data"):
+        al.phase1(src, np.arange(2), np.zeros(p.n_params), al.Phase1Config(rounds=1), np.random.default_rng(0),
+                  rho="samples")
 
 
 def test_check_source_refuses_what_is_not_a_source():

@@ -60,6 +60,7 @@ __all__ = [
     "VERDICTS",
     "NEGATIVE_CONTROL_STATES",
     "MAX_STORED_COUNTEREXAMPLES",
+    "kept_counterexamples",
     "CONCLUSION_KINDS",
     "CONCLUSION_ROLES",
     "NUMERIC_KINDS",
@@ -106,6 +107,19 @@ NEGATIVE_CONTROL_STATES = ("detected", "missed", "none")
 FEW_DETECTING = 10
 #: At most this many counterexamples are stored in full; all of them are counted.
 MAX_STORED_COUNTEREXAMPLES = 20
+
+
+def kept_counterexamples(found: int, kept: int) -> dict[str, Any]:
+    """What a list of counterexamples written to a file says of itself: ``counterexamples_kept`` (how many it
+    holds) and, when that is fewer than the ``found`` ones, ``counterexamples_note`` saying that the first ``kept``
+    of ``found`` are kept."""
+    found, kept = int(found), int(kept)
+    out: dict[str, Any] = {"counterexamples_kept": kept}
+    if kept < found:
+        out["counterexamples_note"] = (f"the first {kept} of the {found} counterexamples found are kept in full; "
+                                       "all of them are counted")
+    return out
+
 #: Floor of a tightness that measures roundoff: where a conclusion is an identity whose lhs is a residual (exactly 0
 #: in exact arithmetic, ~1e-15 computed) its tightness is the residual over the identity's tolerance, ~1e-6..1e-5 on
 #: every machine we know, and changes with the BLAS kernel. Below this floor (1000x the roundoff seen, 1000x below
@@ -508,7 +522,8 @@ class Conclusion:
     ``worst`` the instance that attains it (data to reproduce it); ``reason`` why a numeric bound cannot be
     approached on its family (declared by the statement); ``search`` the falsification search's outcome
     (:mod:`verification.core.search`); ``family_detect_factor`` the detection factor on the statement's default family
-    alone (before the designed ``TIGHT_POINTS`` are merged in, :meth:`Evidence.merged`); ``n_detecting`` the
+    alone (every part of it that :meth:`Evidence.merged` merges, not the designed ``TIGHT_POINTS``,
+    :meth:`Evidence.at_designed_point`); ``n_detecting`` the
     number of instances whose detection factor exceeds :data:`POWER_FACTOR` (those a halved bound would fail on)."""
 
     name: str
@@ -1008,13 +1023,22 @@ class Evidence:
             labels=literal.labels,
         )
 
+    def at_designed_point(self) -> Evidence:
+        """This Evidence as a run at a designed point of the family (a ``TIGHT_POINTS`` entry), not on the
+        statement's default family: no conclusion has a ``family_detect_factor``, so that where it is merged
+        (:meth:`merged`) its detections count as a designed tight point's, not the default family's."""
+        return dataclasses.replace(self, conclusions=tuple(dataclasses.replace(c, family_detect_factor=None)
+                                                           for c in self.conclusions))
+
     @classmethod
     def merged(cls, main: Evidence, parts: Sequence[tuple[Mapping[str, Any], Evidence] | tuple[Mapping[str, Any],
                Evidence, Any]]) -> Evidence:
         """``main`` with the instances of further checks of the same statement (``parts``: ``(label, Evidence)``,
-        e.g. the tight points of the family found by the falsification search) added: conclusions merged by name
-        (counts summed, tightness and detection factor the maxima; a conclusion whose role differs from the one
-        already there is kept apart, its name suffixed with ``[role]``), hypotheses summed, counterexamples
+        e.g. a further part of its default family, or the tight points of the family found by the falsification
+        search) added: conclusions merged by name (counts summed, tightness and detection factor the maxima; each
+        part's detection facts kept: the detection factor on the default family is the largest of the parts', a
+        part run at a designed point, :meth:`at_designed_point`, having none; a conclusion whose role differs from
+        the one already there is kept apart, its name suffixed with ``[role]``), hypotheses summed, counterexamples
         concatenated; the verdict is ``violated`` if any part is, ``vacuous`` only if every part is; ``details``
         are ``main``'s plus ``details["added_points"]`` (one summary per part). A part may be ``(label, Evidence,
         seed)``: its summary and soft counterexamples then carry the seed it ran with. A conclusion's ``worst``
@@ -1030,10 +1054,10 @@ class Evidence:
         by_name: dict[str, Conclusion] = {}
         for k, e in enumerate(evs):
             for c in e.conclusions:
-                if k > 0:  # an added point: its detection is not the default family's; its worst names the point
+                if k > 0:  # an added part: its worst instance names the part
                     worst = None if c.worst is None else {**c.worst, "added_point": dict(parts[k - 1][0]),
                                                           **seeds[k - 1]}
-                    c = dataclasses.replace(c, family_detect_factor=None, worst=worst)
+                    c = dataclasses.replace(c, worst=worst)
                 o = by_name.get(c.name)
                 if o is not None and o.role != c.role:  # e.g. a soft Monte Carlo row of an added point
                     c = dataclasses.replace(c, name=f"{c.name} [{c.role}]")
@@ -1044,11 +1068,12 @@ class Evidence:
                 best = c if (c.detect_factor or -math.inf) > (o.detect_factor or -math.inf) else o
                 tights = [x for x in (o.tightness, c.tightness) if x is not None]
                 counts = [x for x in (o.n_detecting, c.n_detecting) if x is not None]
+                fams = [x for x in (o.family_detect_factor, c.family_detect_factor) if x is not None]
                 by_name[c.name] = dataclasses.replace(
                     o, tightness=max(tights) if tights else None, instances=o.instances + c.instances,
                     excluded=o.excluded + c.excluded, counterexamples=o.counterexamples + c.counterexamples,
                     detect_factor=best.detect_factor, worst=best.worst,
-                    n_detecting=sum(counts) if counts else None)
+                    family_detect_factor=max(fams) if fams else None, n_detecting=sum(counts) if counts else None)
         hyp: dict[str, list[int]] = {}
         margins: dict[str, float | None] = {}
         for e in evs:

@@ -359,7 +359,7 @@ def run_statement(stmt: Statement, seed: int = DEFAULT_SEED, config: Any = None,
                 s = tight_point_seed(seed, j)
                 parts.append((dict(p), _check_evidence(
                     stmt.run(stmt.search.make_config(dict(p)), statement_rng(s, jitter, jitter_seed)),
-                    stmt, f"run at the tight point {p} (seed {s})"), s))
+                    stmt, f"run at the tight point {p} (seed {s})").at_designed_point(), s))
         ev = Evidence.merged(ev, parts)
     control = None
     state = "none"

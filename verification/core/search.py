@@ -25,7 +25,10 @@ statement is a FINDING whose repaired statement holds there, leaves it a finding
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import hashlib
+import importlib.util
 import json
 import math
 import time
@@ -36,11 +39,17 @@ from typing import Any
 
 import numpy as np
 
-from verification.core.evidence import MAX_STORED_COUNTEREXAMPLES, Evidence, bound_factor, to_jsonable
+from verification.core.evidence import (
+    MAX_STORED_COUNTEREXAMPLES,
+    Evidence,
+    bound_factor,
+    kept_counterexamples,
+    to_jsonable,
+)
 
 __all__ = ["TARGET", "Param", "SearchSpace", "Budget", "BUDGETS", "STORED", "SearchResult", "falsify", "apply",
            "design", "store_results", "load_stored", "refine_stored", "search_statement",
-           "DEFAULT_EVALUATIONS", "STORE", "REACH", "F1_SHAPE", "PLANTED_LAMBDA"]
+           "DEFAULT_EVALUATIONS", "STORE", "REACH", "F1_SHAPE", "PLANTED_LAMBDA", "DIGEST_PACKAGES", "check_code"]
 
 #: The tightness every numeric conclusion should reach on its family (a halved bound is then detected).
 TARGET = 0.5
@@ -232,10 +241,17 @@ class SearchResult:
     #: and date, and the refinement's evaluations; None for a search made in full here
     stored: dict[str, Any] | None = None
 
+    def evaluations_split(self) -> tuple[int, int]:
+        """The evaluations the result rests on: ``(now, stored)``, those made in this process and those of the
+        stored search it refines (0 for a search made in full here)."""
+        stored = int((self.stored or {}).get("evaluations", 0))
+        return self.evaluations - stored, stored
+
     def summary(self) -> dict[str, Any]:
+        now, stored = self.evaluations_split()
         out = {
             "statement": self.statement, "budget": self.budget, "seed": self.seed, "family": self.family,
-            "box": self.space, "evaluations": self.evaluations,
+            "box": self.space, "evaluations": self.evaluations, "evaluations_now": now, "evaluations_stored": stored,
             "counterexamples": self.n_counterexamples, "errors": self.errors[:5],
             "best_ratio": {k: v["best_ratio"] for k, v in self.best.items()},
         }
@@ -246,7 +262,8 @@ class SearchResult:
     def worst_file(self) -> dict[str, Any]:
         """The content of ``worst/<id>.json``: the best instance of every conclusion with the data to reproduce
         it (``run(Config(**config), numpy.random.default_rng(seed))``)."""
-        return to_jsonable({**self.summary(), "conclusions": self.best, "search_counterexamples": self.counterexamples})
+        return to_jsonable({**self.summary(), **kept_counterexamples(self.n_counterexamples, len(self.counterexamples)),
+                            "conclusions": self.best, "search_counterexamples": self.counterexamples})
 
 
 def _scores(ev: Evidence, targets: Sequence[str]) -> dict[str, tuple[float | None, dict | None, int]]:
@@ -417,7 +434,9 @@ def apply(ev: Evidence, result: SearchResult) -> Evidence:
     for c in ev.conclusions:
         rec = result.best.get(c.name)
         if rec is not None:
+            now, stored = result.evaluations_split()
             srec = {"best_ratio": rec["best_ratio"], "params": rec["params"], "evaluations": result.evaluations,
+                    "evaluations_now": now, "evaluations_stored": stored,
                     "budget": result.budget, "counterexamples": rec["counterexamples"]}
             if result.stored is not None:
                 srec.update({k: result.stored[k] for k in ("date", "missing") if k in result.stored})
@@ -452,6 +471,119 @@ SUMMARY_NAME = "search.json"
 #: The stored search results the report and the power report start from (the output of
 #: ``python -m verification search ... --store``), one ``<id>.json`` per statement and ``search.json``.
 STORE = Path(__file__).parents[1] / "data" / "search"
+
+
+#: The packages whose modules enter a check's code digest (:func:`check_code`) besides the statement's own module
+#: and package: those of them it imports, directly or through each other.
+DIGEST_PACKAGES = ("sim", "verification.statements")
+_SOURCES: dict[tuple[str, int, int], str] = {}  # (path, mtime_ns, size) -> sha256 of the normalised source
+_IMPORTS: dict[tuple[str, int, int], tuple[str, ...]] = {}
+
+
+def _module_file(name: str) -> Path | None:
+    """The source file of the module ``name`` (a package: its ``__init__.py``), found from its top-level package's
+    location without importing anything below it; None where there is none."""
+    parts = name.split(".")
+    try:
+        spec = importlib.util.find_spec(parts[0])
+    except (ImportError, ValueError):
+        return None
+    if spec is None or spec.origin is None:
+        return None
+    path = Path(spec.origin)
+    for part in parts[1:]:
+        if path.name != "__init__.py":
+            return None  # the parent is a module, not a package: ``part`` is a name in it
+        for cand in (path.parent / f"{part}.py", path.parent / part / "__init__.py"):
+            if cand.is_file():
+                path = cand
+                break
+        else:
+            return None
+    return path
+
+
+def _in_digest(name: str, packages: Sequence[str]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
+def _imported_names(name: str, path: Path, tree: ast.Module) -> list[str]:
+    """Every module name an import statement of ``tree`` (the module ``name`` at ``path``; at any depth: lazy
+    imports in functions count) may bring in, with the packages above it (their ``__init__`` runs first)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            bases = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            else:
+                base = node.module or ""
+            bases = [base] + [f"{base}.{a.name}" for a in node.names if a.name != "*"]
+        else:
+            continue
+        for b in bases:
+            parts = b.split(".")
+            out.extend(".".join(parts[:k]) for k in range(1, len(parts) + 1))
+    return out
+
+
+def _source_facts(name: str, path: Path) -> tuple[str, tuple[str, ...]]:
+    """The sha256 of the module's source (bytes, newlines normalised to ``\\n``) and the names it imports; cached
+    per file version (path, modification time, size)."""
+    st = path.stat()
+    key = (str(path), st.st_mtime_ns, st.st_size)
+    if key not in _SOURCES:
+        src = path.read_bytes().replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        _SOURCES[key] = hashlib.sha256(src).hexdigest()
+        _IMPORTS[key] = tuple(_imported_names(name, path, ast.parse(src, filename=str(path))))
+    return _SOURCES[key], _IMPORTS[key]
+
+
+def check_code(module: str, packages: Sequence[str] = DIGEST_PACKAGES) -> dict[str, Any]:
+    """What a statement's check is made of, as a digest to key its stored search on: the statement module
+    ``module`` and every module of ``packages`` and of ``module``'s own package (its helpers: for the suite's
+    statements ``verification.statements``) it imports, directly or through those modules (found from the source's
+    import statements, lazy ones included, with the packages above each module), each named by its dotted name
+    with the sha256 of its source bytes (newlines normalised: the same on every machine and checkout, independent
+    of ``.pyc`` files). Returns ``{"digest": sha256 of the sorted (name, sha256) lines, "modules": {name:
+    sha256}}``. Raises ``ValueError`` when ``module``'s source cannot be found."""
+    path = _module_file(module)
+    if path is None:
+        raise ValueError(f"check_code: no source file for the statement module {module!r}")
+    own = module.rpartition(".")[0]
+    packages = tuple(packages) + ((own,) if own else ())
+    hashes: dict[str, str] = {}
+    todo = [(module, path)]
+    parts = module.split(".")
+    todo += [(m, f) for m in (".".join(parts[:k]) for k in range(1, len(parts)))
+             if _in_digest(m, packages) and (f := _module_file(m)) is not None]
+    while todo:
+        name, path = todo.pop()
+        if name in hashes:
+            continue
+        hashes[name], imports = _source_facts(name, path)
+        for imp in imports:
+            if imp not in hashes and _in_digest(imp, packages) and (f := _module_file(imp)) is not None:
+                todo.append((imp, f))
+    lines = "".join(f"{n} {h}\n" for n, h in sorted(hashes.items()))
+    return {"digest": hashlib.sha256(lines.encode()).hexdigest(), "modules": dict(sorted(hashes.items()))}
+
+
+def code_changes(stored: dict[str, Any], now: dict[str, Any]) -> str:
+    """What differs between a stored search's ``code_modules`` and :func:`check_code`'s ``modules`` now, in words
+    (the modules changed, added and gone)."""
+    old = stored.get("code_modules") or {}
+    new = now["modules"]
+    bits = []
+    for what, names in (("changed", [n for n in new if n in old and old[n] != new[n]]),
+                        ("new", [n for n in new if n not in old]), ("gone", [n for n in old if n not in new])):
+        if names:
+            bits.append(f"{what}: {', '.join(names[:6])}" + (f" and {len(names) - 6} more" if len(names) > 6 else ""))
+    return "; ".join(bits)
 
 
 def _statement(stmt_id: str):
@@ -551,8 +683,8 @@ def store_results(out: str | Path, store: str | Path = STORE) -> list[str]:
         if p.name == SUMMARY_NAME:
             continue
         rec = json.loads(p.read_text(encoding="utf-8"))
-        index[rec["statement"]] = {k: rec[k] for k in ("budget", "evaluations", "date", "seed", "counterexamples",
-                                                       "best_ratio")}
+        index[rec["statement"]] = {k: rec.get(k) for k in ("budget", "evaluations", "date", "seed", "counterexamples",
+                                                           "best_ratio", "code_digest")}
     atomic_write_text(dst / SUMMARY_NAME, json.dumps({"kind": SEARCH_KIND, "statements": index}, indent=1,
                                                      allow_nan=False) + "\n")
     return copied
@@ -560,7 +692,9 @@ def store_results(out: str | Path, store: str | Path = STORE) -> list[str]:
 
 def load_stored(stmt, store: str | Path = STORE) -> tuple[dict[str, Any] | None, str]:
     """The stored search result of ``stmt`` and a word on it: ``(record, "")``, or ``(None, why)`` when there is
-    none or it is stale (its box is not the statement's box today)."""
+    none or it is stale: its box is not the statement's box today, or its ``code_digest`` is not the digest of the
+    check's code today (:func:`check_code`: the statement module and the modules of :data:`DIGEST_PACKAGES` it
+    imports; a stored search without one counts as made by other code)."""
     p = Path(store) / f"{stmt.id}.json"
     if not p.is_file():
         return None, f"no stored search in {p.parent}"
@@ -570,6 +704,11 @@ def load_stored(stmt, store: str | Path = STORE) -> tuple[dict[str, Any] | None,
         return None, f"cannot read {p}: {exc}"
     if rec.get("box") != stmt.search.describe():
         return None, f"the stored search of {stmt.id} ({p}) searched another box: run the search again"
+    code = check_code(stmt.module)
+    if rec.get("code_digest") != code["digest"]:
+        what = code_changes(rec, code) if rec.get("code_modules") else "it records no code digest"
+        return None, (f"the stored search of {stmt.id} ({p}) was made by other code than the check's today ({what}): "
+                      "run the search again")
     return rec, ""
 
 
@@ -601,16 +740,16 @@ def refine_stored(stmt, stored: dict[str, Any], seed: int | None = None, steps: 
 
 
 def search_statement(stmt, budget: str = STORED, seed: int = 0,
-                     progress: Callable[[str], None] | None = None) -> SearchResult | None:
+                     progress: Callable[[str], None] | None = None, store: str | Path = STORE) -> SearchResult | None:
     """The falsification search of ``stmt`` (None without a ``SEARCH`` box): with ``budget`` ``"stored"`` the
-    short refinement of its stored result (:func:`refine_stored`; without a current stored result, the
-    ``default`` budget in this process, the result saying why in ``stored["missing"]``), otherwise
-    :func:`falsify` with that budget."""
+    short refinement of its stored result in ``store`` (:func:`refine_stored`; without a current stored result,
+    :func:`load_stored`: none, another box or other code, the ``default`` budget in this process, the result saying
+    why in ``stored["missing"]``), otherwise :func:`falsify` with that budget."""
     if stmt.search is None:
         return None
     if budget != STORED:
         return falsify(stmt, stmt.search, budget, seed, progress=progress)
-    rec, why = load_stored(stmt)
+    rec, why = load_stored(stmt, store)
     if rec is not None:
         return refine_stored(stmt, rec, progress=progress)
     res = falsify(stmt, stmt.search, "default", seed, progress=progress)

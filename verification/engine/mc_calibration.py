@@ -30,7 +30,8 @@ H.17's order-statistic tests (a count ``K`` of fresh points below the estimation
 maximum, against the critical value ``k_crit``) are distribution-free: for i.i.d. continuous ratios ``K`` depends
 on the ranks only, so the replications draw ``n_est + n_fresh`` uniforms and count; the exact rate is
 ``P(K > k_crit)`` under ``BetaBinomial(n_fresh, 1, n_est)``. Their rate is not far below ``δ`` (the quantile is
-discrete), so they get ``order_statistic_replications`` (default ``40·R``) for a tight upper bound.
+discrete), so they get ``order_statistic_replications`` (default :func:`default_order_statistic_replications`: the
+committed study's 4,000,000 at its ``R`` of 300,000, in proportion otherwise) for a tight upper bound.
 
 Per assertion and family: failures ``k`` out of ``R``, the rate, the one-sided 95 % Clopper–Pearson bounds
 (:func:`verification.engine.sweep.clopper_pearson`) and the exact rate where it is known. An assertion's upper bound is
@@ -41,8 +42,9 @@ partly cancel and the sum of one-sided 95 % bounds covers the summed rate at lea
 the ``simultaneous`` entry repeats the sum with every Clopper–Pearson bound taken at ``1 − 0.05/(number of
 bounds)``, so that all of them hold at once with probability ``>= 0.95`` whatever the regime.) The sweep's Clopper–Pearson figure over seeds stays as the end-to-end check.
 
-The full-size result (``R = 1e5``, seed 0) is committed as ``verification/data/mc_calibration.json``
-(:data:`DATA_FILE`, :func:`load_calibration`); ``python -m verification mc-calibration`` recomputes it.
+The full-size result (``R = 300,000``, 4,000,000 replications per order-statistic test, seed 0: the defaults, each
+recorded in the file) is committed as ``verification/data/mc_calibration.json`` (:data:`DATA_FILE`,
+:func:`load_calibration`); ``python -m verification mc-calibration`` with its defaults recomputes it.
 """
 
 from __future__ import annotations
@@ -72,7 +74,8 @@ from verification.engine.sweep import CP_ALPHA, clopper_pearson
 __all__ = [
     "DEFAULT_REPLICATIONS",
     "DEFAULT_SEED",
-    "ORDER_STATISTIC_FACTOR",
+    "DEFAULT_ORDER_STATISTIC_REPLICATIONS",
+    "default_order_statistic_replications",
     "DATA_FILE",
     "FAMILIES",
     "MeanSubtest",
@@ -90,12 +93,21 @@ __all__ = [
     "table",
 ]
 
-#: Replications per assertion (the mean claims) of the full-size study.
-DEFAULT_REPLICATIONS = 100_000
+#: Replications per assertion (the mean claims) of the full-size study: those of the committed file.
+DEFAULT_REPLICATIONS = 300_000
 #: Seed of the calibration's own generator (each assertion and family draws from ``default_rng([seed, row, family])``).
 DEFAULT_SEED = 0
-#: H.17's order-statistic tests get this many times more replications (their rate is close to ``δ``).
-ORDER_STATISTIC_FACTOR = 40
+#: Replications per order-statistic test of H.17 at :data:`DEFAULT_REPLICATIONS` (their rate is close to ``δ``, so
+#: they get more): those of the committed file.
+DEFAULT_ORDER_STATISTIC_REPLICATIONS = 4_000_000
+
+
+def default_order_statistic_replications(replications: int) -> int:
+    """The order-statistic tests' replications that go with ``replications`` per mean claim when none are given:
+    :data:`DEFAULT_ORDER_STATISTIC_REPLICATIONS` at :data:`DEFAULT_REPLICATIONS` (the committed study), in the same
+    proportion otherwise (rounded up)."""
+    return -(-int(replications) * DEFAULT_ORDER_STATISTIC_REPLICATIONS // DEFAULT_REPLICATIONS)
+
 #: The committed full-size result.
 DATA_FILE = Path(__file__).parents[1] / "data" / "mc_calibration.json"
 #: Distribution families of a mean claim at its boundary.
@@ -445,8 +457,8 @@ def calibrate(assertions: Sequence[Assertion], *, replications: int = DEFAULT_RE
     replaces the protocol's bound of the mean claims (a negative control: an invalid bound must be caught)."""
     if replications < 1:
         raise ValueError(f"replications must be >= 1; got {replications!r}")
-    R_os = ORDER_STATISTIC_FACTOR * replications if order_statistic_replications is None \
-        else order_statistic_replications
+    R_os = (default_order_statistic_replications(replications) if order_statistic_replications is None
+            else order_statistic_replications)
     if R_os < 1:
         raise ValueError(f"order_statistic_replications must be >= 1; got {R_os!r}")
     rows = []

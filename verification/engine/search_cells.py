@@ -1,8 +1,10 @@
 """The falsification search (:mod:`verification.core.search`) as cells of the Dask engine
 (``python -m verification search``): per statement a design in cells of :data:`~verification.core.search.DESIGN_CELL`
 points, then one refinement cell from the design's best points, each written atomically to
-``DIR/cells/<id>/design-<k>.json`` and ``refine.json`` (:func:`verification.engine.dask_engine.run_cells`: a
-second run computes only the missing cells); then ``DIR/worst/<id>.json`` and ``DIR/search.json``
+``DIR/cells/<id>/<code>/design-<k>.json`` and ``refine.json`` (:func:`verification.engine.dask_engine.run_cells`: a
+second run computes only the missing cells; ``<code>``: the first 16 hex digits of the check's code digest,
+:func:`~verification.core.search.check_code`, so that a changed check computes its cells afresh instead of reusing
+those of its old code); then ``DIR/worst/<id>.json`` and ``DIR/search.json``
 (:func:`write_results`). The cells' own computations (:func:`~verification.core.search.design_cell`,
 :func:`~verification.core.search.refine_cell`, :func:`~verification.core.search.merge_records`) are in the core."""
 
@@ -14,12 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from sim.cli import atomic_write_text
-from verification.core.evidence import to_jsonable
+from verification.core.evidence import kept_counterexamples, to_jsonable
 from verification.core.search import (
     DEFAULT_EVALUATIONS,
     DESIGN_CELL,
     SEARCH_KIND,
     SUMMARY_NAME,
+    check_code,
     design_cell,
     design_size,
     merge_records,
@@ -38,14 +41,15 @@ def search_params(evaluations: int, seed: int) -> dict[str, Any]:
     return folder_params(SEARCH_KIND, evaluations=int(evaluations), seed=int(seed), design_cell=DESIGN_CELL)
 
 
-def _cell_dir(out: Path, stmt_id: str) -> Path:
-    return cell_path(out, stmt_id, 0).parent
+def _cell_dir(out: Path, stmt) -> Path:
+    """``DIR/cells/<id>/<code>/``: the cells of ``stmt`` made by its code of today."""
+    return cell_path(out, stmt.id, 0).parent / check_code(stmt.module)["digest"][:16]
 
 
 def design_cells(out: str | Path, stmts, evaluations: int, seed: int) -> list:
-    """The design cells of a search (``cells/<id>/design-<k>.json``), statement by statement."""
+    """The design cells of a search (``cells/<id>/<code>/design-<k>.json``), statement by statement."""
     n = design_size(evaluations)
-    return [Cell(f"{s.id}/design-{k}", _cell_dir(Path(out), s.id) / f"design-{k}.json", design_cell,
+    return [Cell(f"{s.id}/design-{k}", _cell_dir(Path(out), s) / f"design-{k}.json", design_cell,
                  (s.id, int(seed), start, min(DESIGN_CELL, n - start)))
             for s in stmts for k, start in enumerate(range(0, n, DESIGN_CELL))]
 
@@ -57,7 +61,8 @@ def _read_records(cells) -> list[dict] | None:
 
 
 def refine_cells(out: str | Path, stmts, evaluations: int, seed: int) -> list:
-    """The refinement cells (``cells/<id>/refine.json``) of the statements whose design cells are all written."""
+    """The refinement cells (``cells/<id>/<code>/refine.json``) of the statements whose design cells are all
+    written."""
     cells = []
     by_stmt: dict[str, list] = {}
     for c in design_cells(out, stmts, evaluations, seed):
@@ -67,7 +72,7 @@ def refine_cells(out: str | Path, stmts, evaluations: int, seed: int) -> list:
         if recs is None:
             continue
         starts, steps = refine_plan(merge_records(recs), evaluations)
-        cells.append(Cell(f"{s.id}/refine", _cell_dir(Path(out), s.id) / "refine.json", refine_cell,
+        cells.append(Cell(f"{s.id}/refine", _cell_dir(Path(out), s) / "refine.json", refine_cell,
                           (s.id, int(seed), starts, steps)))
     return cells
 
@@ -88,28 +93,34 @@ def run_search(client, out: str | Path, stmts, *, evaluations: int = DEFAULT_EVA
 def pending_cells(out: str | Path, stmts, evaluations: int, seed: int) -> int:
     """Cells a search into ``out`` has left to compute (a refinement cell counts once per statement)."""
     d = design_cells(out, stmts, evaluations, seed)
-    refined = sum((_cell_dir(Path(out), s.id) / "refine.json").is_file() for s in stmts)
+    refined = sum((_cell_dir(Path(out), s) / "refine.json").is_file() for s in stmts)
     return sum(not c.path.is_file() for c in d) + len(stmts) - refined
 
 
 def statement_record(out: str | Path, stmt, evaluations: int, seed: int, date: str) -> dict[str, Any] | None:
-    """The result of one statement's search (its ``worst/<id>.json``): the box, the budget, the evaluations
+    """The result of one statement's search (its ``worst/<id>.json``): the box, the check's code
+    (:func:`~verification.core.search.check_code`: ``code_digest`` and ``code_modules``), the budget, the evaluations
     spent, the date, per conclusion the best ratio with the point, ``Config``, seed and instance to reproduce it,
-    and the counterexamples found; None while a cell is missing."""
+    and the counterexamples found (``counterexamples``: how many; ``search_counterexamples``: the first
+    :data:`~verification.core.evidence.MAX_STORED_COUNTEREXAMPLES` of them,
+    :func:`~verification.core.evidence.kept_counterexamples` saying how many); None while a cell is missing."""
     cells = design_cells(out, [stmt], evaluations, seed)
     recs = _read_records(cells)
-    ref = _cell_dir(Path(out), stmt.id) / "refine.json"
+    ref = _cell_dir(Path(out), stmt) / "refine.json"
     if recs is None or not ref.is_file():
         return None
     m = merge_records(recs + [read_cell(ref)])
+    code = check_code(stmt.module)
     return to_jsonable({
         "statement": stmt.id, "family": stmt.search.family, "box": stmt.search.describe(),
+        "code_digest": code["digest"], "code_modules": code["modules"],
         "params": [p.name for p in stmt.search.params], "budget": int(evaluations), "seed": int(seed), "date": date,
         "evaluations": m["evaluations"], "cpu_seconds": m["cpu_seconds"], "design_points": design_size(evaluations),
         "counterexamples": m["n_counterexamples"], "errors": m["errors"][:20],
         "best_ratio": {k: v["best_ratio"] for k, v in m["best"].items()},
         # per conclusion, the design points (space-filling, independent of the chains) with a ratio above TARGET
         "detecting_points": {k: m["detecting"].get(k, 0) for k in m["best"] if not k.startswith("score: ")},
+        **kept_counterexamples(m["n_counterexamples"], len(m["counterexamples"])),
         "conclusions": m["best"], "search_counterexamples": m["counterexamples"],
         "reproduce": ("verification.core.registry.get_statement(statement).search.make_config(params) gives the Config; "
                       "run(config, numpy.random.default_rng(seed))"),

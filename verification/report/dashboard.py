@@ -47,7 +47,13 @@ import pandas as pd
 
 from sim.cli import atomic_write_text
 from verification.core import registry, resultlog
-from verification.core.evidence import FEW_DETECTING, POWER_FACTOR, Evidence, to_jsonable
+from verification.core.evidence import (
+    FEW_DETECTING,
+    POWER_FACTOR,
+    Evidence,
+    kept_counterexamples,
+    to_jsonable,
+)
 from verification.core.montecarlo import FAMILY_WISE_BUDGET
 from verification.core.resultlog import ResultLogError
 from verification.report.markup import figures_html, figures_markdown
@@ -270,6 +276,7 @@ def _write_statement_files(out: Path, stmt: registry.Statement, ev: Evidence | N
     if ev.n_counterexamples or ev.repaired is not None or ev.control is not None:
         _write_json(out / "counterexamples" / f"{_safe(stmt.id)}.json", _counterexample_record(ev))
         rec["counterexample_file"] = True
+        rec["counterexamples_kept"] = len(ev.counterexamples)
     tables = evidence_tables(ev)
     _write_tables(out, stmt.id, tables)
     rec["tables"] = list(tables)
@@ -282,15 +289,19 @@ def _write_statement_files(out: Path, stmt: registry.Statement, ev: Evidence | N
 
 def _counterexample_record(ev: Evidence) -> dict[str, Any]:
     rec = {"id": ev.id, "name": ev.name, "verdict": ev.verdict, "n_counterexamples": ev.n_counterexamples,
+           **kept_counterexamples(ev.n_counterexamples, len(ev.counterexamples)),
            "counterexamples": ev.counterexamples}
     if ev.repaired is not None:
         rec["repaired"] = {"verdict": ev.repaired.verdict, "tightness": ev.repaired.tightness,
                            "n_counterexamples": ev.repaired.n_counterexamples,
+                           **kept_counterexamples(ev.repaired.n_counterexamples, len(ev.repaired.counterexamples)),
                            "counterexamples": ev.repaired.counterexamples}
     if ev.control is not None:
+        kept = ev.control.counterexamples[:5]
         rec["negative_control"] = {"detected": ev.control.control_detected,
                                    "n_counterexamples": ev.control.n_counterexamples,
-                                   "counterexamples": ev.control.counterexamples[:5],
+                                   **kept_counterexamples(ev.control.n_counterexamples, len(kept)),
+                                   "counterexamples": kept,
                                    "details": ev.control.details}
     return rec
 
@@ -317,6 +328,7 @@ def _worst_record(ev: Evidence, search) -> dict[str, Any]:
         stmt = registry.get_statement(ev.id)
         if stmt.search is not None:
             rec["search"]["reach"] = stmt.search.reach()
+        rec.update(kept_counterexamples(search.n_counterexamples, len(search.counterexamples)))
         rec["search_counterexamples"] = search.counterexamples
         rec["reproduce"] = ("verification.core.registry.get_statement(id).run(Config(**config), "
                             "numpy.random.default_rng(seed)) with the module's Config")
@@ -538,6 +550,11 @@ def _repaired_cell(ev: Evidence | None) -> str:
     return f"repaired: {r.verdict}, tightness {_fmt(r.tightness)}"
 
 
+def _cex_text(found: int, kept: int | None) -> str:
+    """The counterexamples of a statement, ``"194 (20 kept)"`` when its file keeps fewer than were found."""
+    return f"{found} ({kept} kept)" if kept is not None and kept < found else str(found)
+
+
 def _dashboard_rows(res: ReportResult, results) -> list[dict[str, str]]:
     """One dashboard row per (statement, report record, result row) of ``results``."""
     out = []
@@ -547,7 +564,7 @@ def _dashboard_rows(res: ReportResult, results) -> list[dict[str, str]]:
             "number": s.number, "id": s.id, "name": s.name, "verdict": row["verdict"],
             "held": str(row["instances"] - row["excluded"]), "excluded": str(row["excluded"]),
             "tightness": _fmt(row["tightness"]), "control": row["negative_control"],
-            "cex": str(row["counterexamples"]),
+            "cex": _cex_text(row["counterexamples"], rec.get("counterexamples_kept")),
             "cex_link": f"counterexamples/{_safe(s.id)}.json" if has_file else "",
             "seconds": f"{row['seconds']:.2f}", "repaired": rec["repaired"], "power": _power_cell(row),
         })
@@ -572,15 +589,24 @@ def _control_rows(res: ReportResult, results) -> list[dict[str, str]]:
 
 SEARCH_INTRO = ("The falsification search (`python -m verification search --budget N --store`, "
                 "`verification/data/search/`) tries to break every numeric conclusion on its family's box; the report "
-                "re-evaluates its stored best points and refines those still below 0.5 by a few steps. Per statement: "
-                "the stored search's budget, evaluations and date, the refinement's evaluations, the counterexamples "
-                "found, and whether the box reaches each stress corner (m >= 10, conditioning >= 1e6, "
+                "re-evaluates its stored best points and refines those still below 0.5 by a few steps. A stored search "
+                "counts only while its box and its check's code (the statement module and the modules of `sim/` and "
+                "`verification/statements/` it imports) are those of today; otherwise the report searches here "
+                "with the default budget and says why. Per statement: the stored search's budget and date, the "
+                "evaluations the search's verdict rests on (made by this report now, and from the store), the "
+                "counterexamples found, and whether the box reaches each stress corner (m >= 10, conditioning >= 1e6, "
                 "lambda_min <= 1e-12, near-collinear Gram matrices) or why it does not.")
 
 
+#: The columns of the falsification search's table.
+SEARCH_COLUMNS = ("statement", "stored search: budget (date)", "evaluations: now + from the store",
+                  "counterexamples", "box reaches")
+
+
 def _search_rows(results) -> list[dict[str, str]]:
-    """One row per statement with a search box: the stored search's budget, evaluations and date, the
-    refinement's evaluations, counterexamples, and the box's reach of :data:`verification.core.search.REACH`."""
+    """One row per statement with a search box: the stored search's budget and date (or why none counts), the
+    evaluations made now and those from the store, counterexamples, and the box's reach of
+    :data:`verification.core.search.REACH`."""
     out = []
     for s, _, row in results:
         if s.search is None:
@@ -591,16 +617,26 @@ def _search_rows(results) -> list[dict[str, str]]:
         out.append({
             "id": s.id,
             "stored": ("none: " + st["missing"]) if st.get("missing") else
-                      (f"{st.get('budget', '-')} / {st.get('evaluations', '-')} ({st.get('date', '-')})" if st else
-                       f"run here: {d.get('budget', '-')}"),
-            # a refined stored search: the refinement's evaluations; a search run here: all of them
-            "refined": str(st.get("refinement_evaluations", d.get("evaluations", "-"))),
+                      (f"{st.get('budget', '-')} ({st.get('date', '-')})" if st else
+                       f"none, run here: {d.get('budget', '-')}"),
+            "evaluations": _evaluations_text(d),
             "cex": (f"{st['counterexamples']} in the stored search; {d.get('counterexamples', 0)} at its re-evaluated "
                     "points" if "counterexamples" in st else str(d.get("counterexamples", "-"))),
             "reach": "; ".join(f"{k}: " + ("yes" if not v.startswith(("excluded", "NOT")) else v)
                                for k, v in reach.items()),
         })
     return out
+
+
+def _evaluations_text(search: dict) -> str:
+    """``"N now + M stored"``: the evaluations a search result rests on, made by this report and from the store
+    (a result written before the split was recorded: the refinement's evaluations and the stored search's)."""
+    now, stored = search.get("evaluations_now"), search.get("evaluations_stored")
+    if now is None:
+        st = search.get("stored") or {}
+        now = st.get("refinement_evaluations", search.get("evaluations", "-"))
+        stored = st.get("evaluations", 0)
+    return f"{now} now + {stored} stored"
 
 
 def _detect_cell(p: dict) -> str:
@@ -626,7 +662,7 @@ def _search_cell(search: dict) -> str:
     if not search:
         return "-"
     cell = _fmt(search.get("best_ratio"))
-    bits = [f"{search['evaluations']} evaluations"] if search.get("evaluations") is not None else []
+    bits = [f"{_evaluations_text(search)} evaluations"] if search.get("evaluations") is not None else []
     if search.get("detecting_points") is not None:
         bits.append(f"above 0.5 at {search['detecting_points']} of its {search['design_points']} design points")
     if search.get("date"):
@@ -831,9 +867,8 @@ def dashboard_markdown(res: ReportResult, results, study_results, *, scale: str,
     srows = _search_rows(results)
     if srows:
         lines += ["## Falsification search", "", SEARCH_INTRO, "",
-                  "| statement | stored budget / evaluations (date) | refinement evaluations | counterexamples | "
-                  "box reaches |", "|---|---|---|---|---|"]
-        lines += [f"| {c['id']} | {_md(c['stored'])} | {c['refined']} | {c['cex']} | {_md(c['reach'])} |"
+                  "| " + " | ".join(SEARCH_COLUMNS) + " |", "|---" * len(SEARCH_COLUMNS) + "|"]
+        lines += [f"| {c['id']} | {_md(c['stored'])} | {c['evaluations']} | {c['cex']} | {_md(c['reach'])} |"
                   for c in srows]
         lines += [""]
     lines += ["## Conclusions of each statement", "",
@@ -1034,9 +1069,8 @@ def dashboard_html(res: ReportResult, results, study_results, *, scale: str, see
     if srows:
         body.append(
             f"<h2>Falsification search</h2><p>{_inline_html(SEARCH_INTRO)}</p><div class='scroll'><table><tr>"
-            "<th>statement</th><th>stored budget / evaluations (date)</th><th>refinement evaluations</th>"
-            "<th>counterexamples</th><th>box reaches</th></tr>" + "".join(
-                f"<tr><td>{esc(c['id'])}</td><td>{esc(c['stored'])}</td><td>{c['refined']}</td><td>{c['cex']}</td>"
+            + "".join(f"<th>{esc(h)}</th>" for h in SEARCH_COLUMNS) + "</tr>" + "".join(
+                f"<tr><td>{esc(c['id'])}</td><td>{esc(c['stored'])}</td><td>{c['evaluations']}</td><td>{c['cex']}</td>"
                 f"<td>{esc(c['reach'])}</td></tr>" for c in srows) + "</table></div>")
     per_statement = res.budget.get("per_statement", {})
     body.append("<h2>Confidence-level assertions (one family-wise budget)</h2>" + (

@@ -345,14 +345,44 @@ def test_power_says_where_a_detection_comes_from_and_on_how_many_instances():
     assert own["status"] == "detected" and own["detected_by"] == "default family"
     assert own["detecting_instances"] == 1 and "rests on 1 instance " in own["few_instances"]
     weak = Evidence.from_implication("X.8", "x", None, [0.2, 0.3], [1.0, 1.0], conclusion="eq 1")
-    merged = Evidence.merged(weak, [({"p": 1}, point)]).conclusion("eq 1").power()
+    merged = Evidence.merged(weak, [({"p": 1}, point.at_designed_point())]).conclusion("eq 1").power()
     assert merged["status"] == "detected" and merged["detected_by"] == "designed tight point"
     assert merged["detecting_instances"] == 2
-    both = Evidence.merged(fam, [({"p": 1}, point)]).conclusion("eq 1").power()
+    both = Evidence.merged(fam, [({"p": 1}, point.at_designed_point())]).conclusion("eq 1").power()
     assert both["detected_by"] == "default family" and both["detecting_instances"] == 3
     many = Evidence.from_implication("X.8", "x", None, np.full(12, 0.9), np.ones(12), conclusion="eq 1")
     assert "few_instances" not in many.conclusion("eq 1").power()
     assert "detected_by" not in weak.conclusion("eq 1").power()
+
+
+def test_merged_evidence_keeps_each_parts_detection_facts():
+    """A part that is more of the default family (H.13's tau > 1 part) keeps its detection on the family when it is
+    merged: a conclusion only that part has, or that it detects better, is detected by the default family; a part
+    run at a designed point (at_designed_point) adds its detection as the designed tight point's."""
+    main = Evidence.from_implication("X.9", "x", None, [0.2, 0.3], [1.0, 1.0], conclusion="eq 1")
+    part = Evidence.from_implication("X.9", "x", None, [0.1, 0.8, 0.3], [1.0, 1.0, 1.0],
+                                     conclusion=["eq 1", "eq 1", "eq 2"])
+    tight = Evidence.from_implication("X.9", "x", None, [0.95, 0.9], [1.0, 1.0], conclusion=["eq 1", "eq 2"])
+    m = Evidence.merged(main, [({"part": "tau > 1"}, part)])
+    e1, e2 = m.conclusion("eq 1"), m.conclusion("eq 2")
+    assert e1.family_detect_factor == pytest.approx(0.8) and e2.family_detect_factor == pytest.approx(0.3)
+    assert e1.power()["detected_by"] == "default family" and e1.power()["detecting_instances"] == 1
+    both = Evidence.merged(m, [({"p": 1}, tight.at_designed_point())])
+    e1, e2 = both.conclusion("eq 1"), both.conclusion("eq 2")
+    assert (e1.detect_factor, e1.family_detect_factor) == (pytest.approx(0.95), pytest.approx(0.8))
+    assert e1.power()["detected_by"] == "default family" and e1.power()["detecting_instances"] == 2
+    assert (e2.detect_factor, e2.family_detect_factor) == (pytest.approx(0.9), pytest.approx(0.3))
+    assert e2.power()["detected_by"] == "designed tight point"
+
+
+def test_h13_tau_part_is_detected_by_its_default_family(default_run):
+    """H.13 merges its tau > 1 part, made on the default clusters, into its check: the repaired eq 46 allowance,
+    halved, is detected on that family (factor 0.803 on the default clusters), not only at a designed tight
+    point."""
+    c = default_run("H.13").conclusion("eq 46, tau > 1, repaired allowance ||d_bal|| ((tau - 1)/tau D + L0 B eta "
+                                       "(tau - 1)/2)")
+    assert c.family_detect_factor == pytest.approx(0.8026, abs=1e-3) and c.detect_factor > c.family_detect_factor
+    assert c.power()["detected_by"] == "default family"
 
 
 def test_merged_evidence_adds_instances_by_conclusion():

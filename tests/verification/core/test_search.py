@@ -3,10 +3,14 @@ statements' declared boxes (each evaluates its check at the centre of the box)."
 
 from __future__ import annotations
 
+import importlib
+import json
+import sys
+
 import numpy as np
 import pytest
 
-from verification.core import registry
+from verification.core import registry, search
 from verification.core.evidence import Evidence, HypothesisMonitor
 from verification.core.search import BUDGETS, Budget, Param, SearchSpace, apply, falsify
 
@@ -226,3 +230,102 @@ def test_every_statement_with_a_config_has_a_larger_paper_preset():
         grown = [f.name for f in dataclasses.fields(default)
                  if isinstance(getattr(default, f.name), int) and getattr(paper, f.name) > getattr(default, f.name)]
         assert grown, f"{stmt.id}: its paper() preset enlarges no sample size of the default Config"
+
+
+# ------------------------------------------------------------------------------ the stored search and the check's code
+
+_CHECK = '''"""A check whose code is in two modules: this one and its helper."""
+from dataclasses import dataclass
+
+from verification.core.evidence import Evidence
+from verification.core.search import Param, SearchSpace
+from {pkg} import helper
+
+STATEMENT_ID = "CK.1"
+NAME = "a check keyed on its code"
+
+
+@dataclass(frozen=True)
+class Config:
+    a: float = 0.5
+
+
+def run(config, rng):
+    cfg = config or Config()
+    x = rng.uniform(0.0, cfg.a, 8)
+    return Evidence.from_implication(STATEMENT_ID, NAME, None, helper.scale(x), [1.0] * 8, conclusion="x <= 1")
+
+
+SEARCH = SearchSpace((Param("a", 0.1, 1.0),), lambda p: Config(**p), family="uniform draws")
+'''
+
+
+def _check_package(root, name, scale="0.9 * x", newline="\n"):
+    pkg = root / name
+    pkg.mkdir(exist_ok=True)
+    for fname, text in (("__init__.py", ""), ("helper.py", f"def scale(x):\n    return {scale}\n"),
+                        ("check.py", _CHECK.replace("{pkg}", name))):
+        (pkg / fname).write_bytes(text.replace("\n", newline).encode())
+    return f"{name}.check"
+
+
+def test_check_code_follows_the_imports_and_reads_the_same_on_every_checkout(tmp_path, monkeypatch):
+    """The digest of a check: its module and the modules of sim/, verification/statements/ and its own package
+    that it imports, directly, lazily (sim.direction's compiled twin) or through each other, with the packages
+    above them; not verification/core. Newlines are normalised (a CRLF checkout gives the same digest); a changed
+    helper changes it and is named."""
+    code = search.check_code("verification.statements.h13_simultaneous_balancing")
+    mods = set(code["modules"])
+    assert {"verification.statements.h13_simultaneous_balancing", "verification.statements._cluster_common",
+            "verification.statements", "sim", "sim.direction", "sim._lp_compiled", "sim.problems"} <= mods
+    assert not any(m.startswith(("verification.core", "verification.report", "llm_runs")) for m in mods)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    lf = search.check_code(_check_package(tmp_path, "ckcode"))
+    assert set(lf["modules"]) == {"ckcode", "ckcode.check", "ckcode.helper"}  # verification.core is not followed
+    crlf = search.check_code(_check_package(tmp_path, "ckcode", newline="\r\n"))
+    assert crlf == lf
+    changed = search.check_code(_check_package(tmp_path, "ckcode", scale="1.1 * x"))
+    assert changed["digest"] != lf["digest"]
+    assert search.code_changes({"code_modules": lf["modules"]}, changed) == "changed: ckcode.helper"
+
+
+def _store_search(stmt, out, store, evaluations=6, seed=0):
+    """The search of ``stmt`` as the command makes it, its cells computed in this process, then stored."""
+    from sim.cli import atomic_write_text
+    from verification.engine import search_cells
+
+    for cells in (search_cells.design_cells, search_cells.refine_cells):
+        for c in cells(out, [stmt], evaluations, seed):
+            c.path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(c.path, json.dumps(c.func(*c.args)))
+    search_cells.write_results(out, [stmt], evaluations, seed)
+    search.store_results(out, store)
+
+
+def test_a_changed_check_does_not_use_its_stored_search(tmp_path, monkeypatch):
+    """A stored search counts only for the code it was made by: once the check's helper changes, the store is
+    stale (the report searches here, saying why) and the search folder's cells are computed afresh."""
+    from verification.engine import search_cells
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(registry, "_EXPLICIT", [])
+    monkeypatch.setattr(registry, "_CACHE", None)
+    (stmt,) = registry.register_module(_check_package(tmp_path, "ckstore"))
+    out, store = tmp_path / "se", tmp_path / "store"
+    _store_search(stmt, out, store)
+    rec, why = search.load_stored(stmt, store)
+    assert why == "" and rec["code_digest"] == search.check_code(stmt.module)["digest"]
+    assert set(rec["code_modules"]) == {"ckstore", "ckstore.check", "ckstore.helper"}
+    res = search.search_statement(stmt, store=store)
+    assert "missing" not in res.stored and res.evaluations_split() == (res.stored["refinement_evaluations"],
+                                                                       rec["evaluations"])
+    assert search_cells.pending_cells(out, [stmt], 6, 0) == 0
+
+    _check_package(tmp_path, "ckstore", scale="3.0 * x")  # the check changes: its helper scales by 3
+    importlib.reload(sys.modules["ckstore.helper"])  # as a new process (the next report) would import it
+    rec, why = search.load_stored(stmt, store)
+    assert rec is None and "was made by other code" in why and "changed: ckstore.helper" in why
+    res = search.search_statement(stmt, store=store)
+    assert res.stored["missing"] == why and res.evaluations_split()[1] == 0 and res.evaluations > 0
+    assert res.best["x <= 1"]["best_ratio"] > 1.0  # the changed check's counterexample, found here
+    assert search_cells.pending_cells(out, [stmt], 6, 0) > 0  # the old code's cells are not taken

@@ -3,6 +3,7 @@ replications, a negative control, reproducibility, and the committed full-size r
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 from collections import Counter
@@ -10,7 +11,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from verification.__main__ import main
+from verification.__main__ import build_parser, main
+from verification.core import registry
 from verification.core.montecarlo import ASSERTIONS, CAP_FACTOR, DELTA, FAMILY_WISE_BUDGET, protocol_lcbs
 from verification.engine import mc_calibration as MC
 from verification.engine.sweep import CP_ALPHA, clopper_pearson
@@ -157,6 +159,19 @@ def test_committed_file_has_a_row_for_every_budgeted_assertion(committed):
         if r["exact_part"] > 0:  # the replicated part of a composite has delta - exact_part of its delta
             R = math.ceil(R * r["delta"] / (r["delta"] - r["exact_part"]))
         assert all(d["replications"] == R for d in fams)
+
+
+def test_the_defaults_are_the_committed_files_parameters(committed):
+    """``mc-calibration`` without options reproduces the committed file: its replications (mean claims and
+    order-statistic tests) and seed are the command line's and the library's defaults, and the file records
+    them."""
+    args = build_parser().parse_args(["mc-calibration"])
+    assert (args.replications, args.seed) == (committed["replications"], committed["seed"])
+    assert args.os_replications is None  # the default that goes with --replications:
+    assert MC.default_order_statistic_replications(args.replications) == committed["order_statistic_replications"]
+    sig = inspect.signature(MC.run_calibration).parameters
+    assert sig["replications"].default == committed["replications"] and sig["seed"].default == committed["seed"]
+    assert committed["statement_seed"] == registry.DEFAULT_SEED
 
 
 def test_committed_family_wise_status(committed):

@@ -399,7 +399,9 @@ def test_search_cells_and_results(searched):
         rec = json.loads((searched / "worst" / f"{sid}.json").read_text())
         assert rec["box"] == stmt.search.describe() and rec["budget"] == 12 and rec["date"]
         assert 0 < rec["evaluations"] <= 12  # the design's repeated points are taken from the cache
-        assert (searched / "cells" / sid / "design-0.json").is_file() and (searched / "cells" / sid / "refine.json").is_file()
+        cells = searched / "cells" / sid / search.check_code(stmt.module)["digest"][:16]  # the check's code of today
+        assert (cells / "design-0.json").is_file() and (cells / "refine.json").is_file()
+        assert rec["code_digest"] == search.check_code(stmt.module)["digest"]
         # each best record reproduces: the stored Config at the stored seed gives the stored ratio
         name, best = max(((k, v) for k, v in rec["conclusions"].items() if v["best_ratio"] is not None),
                          key=lambda kv: kv[1]["best_ratio"])
