@@ -14,12 +14,14 @@ operations in the same order: a result does not depend on the batch around it), 
   the docstring of :mod:`sim.direction`;
 * the row scaling, the dual simplex (same start vertex, same Dantzig/Bland pivot rules, same tie breaking, same
   tolerances, same proof of infeasibility, so the same pivot sequence and verdict), the recovery of the weights
-  with their certificate, the re-solve of an uncertified basis from the data, and the ``on_infeasible`` policy.
+  with their certificate, the re-solve of an uncertified basis from the data, the post-solve check
+  (:func:`_uncertified`) and the ``on_infeasible`` policy.
 
 The simplex is bit-identical to the numpy reference on the same LP data (the tableau update is the same sequence
-of rounded operations). The builder is equal to roundoff: sums over the objective axis follow numpy's pairwise
-order, but ``log``/``expm1``/``log1p`` come from another math library than numpy's SIMD loops and ``einsum``'s
-summation order is not reproduced, so values may differ in the last bits (the tests bound the difference).
+of rounded operations), and so is the builder: sums over the objective axis follow numpy's pairwise order, and
+``math.log``/``exp``/``expm1``/``log1p`` compile to calls of the C math library, which the reference calls too
+(:func:`sim.roundoff.libm`; numpy's own SIMD ufuncs differ from it in the last bit). So both backends return the same
+bits, hence the same status and flags, on every instance, however ill-conditioned.
 
 Nothing here is public: constants are passed in by :mod:`sim.direction` (numba freezes module globals at compile
 time and its cache would not see them change), so every tolerance is defined once, in :mod:`sim.direction`,
@@ -34,8 +36,8 @@ import numpy as np
 from numba import njit
 
 # Indices into the parameter vector built by sim.direction._compiled_params().
-P_TIE, P_EPS, P_PRIMAL, P_PIVOT, P_RATIO, P_CERT, P_UNIQUE, P_SIMPLEX, P_GRAM, P_LN2, P_CENTRE = range(11)
-N_PARAMS = 11
+P_TIE, P_EPS, P_PRIMAL, P_PIVOT, P_RATIO, P_CERT, P_UNIQUE, P_SIMPLEX, P_GRAM, P_LN2, P_CENTRE, P_FEAS = range(12)
+N_PARAMS = 12
 
 # Status codes: indices into sim.direction.STATUSES.
 S_OPTIMAL, S_RELAXED, S_FALLBACK, S_INFEASIBLE, S_ITERLIMIT = 0, 1, 2, 3, 4
@@ -689,6 +691,22 @@ def _feasibility(D, e, mu, tmp):
     return _nmax(_nmax(rows, -mumin), _nmax(abs(_np_sum(mu) - 1.0), 0.0))
 
 
+@njit(cache=True, error_model="numpy", inline="always")
+def _uncertified(D, e, mu, rtol, tmp):
+    """``sim.direction._uncertified`` of one instance: some row has ``e_j - D_j μ > rtol·(max_k |D_jk|·Σ_k μ_k +
+    |e_j|)`` (the same rounded operations)."""
+    k, m = D.shape
+    s = _np_sum(mu)
+    for i in range(k):
+        dmax = 0.0
+        for j in range(m):  # (D[i] * mu).sum(): the products, then numpy's pairwise sum
+            tmp[j] = D[i, j] * mu[j]
+            dmax = max(dmax, abs(D[i, j]))
+        if e[i] - _pairwise_sum(tmp, 0, m) > rtol * (dmax * s + abs(e[i])):
+            return True
+    return False
+
+
 @njit(cache=True, error_model="numpy")
 def _resolve_basis(D, e, basis, B, xB):
     """``B x_B = b`` from the data (``sim.direction._resolve_basis``, the same elimination as
@@ -885,7 +903,9 @@ def instance_loop(l, lam, C, eps_mode, restricted, tlog, policy, max_iter, P, S,
             F[t, 2 * m + F_KKT] = kkt
             Fl[t, 2 * m + B_BALANCE] = balance
             Fl[t, 2 * m + B_UNIQUE] = unique and solved
-            Fl[t, 2 * m + B_AMBIGUOUS] = G[G_AMB, b]
+            # the post-solve check of an LP solution (optimal or relaxed) on the data it solved
+            uncert = solved and (st == S_OPTIMAL or st == S_RELAXED) and _uncertified(Ds, es, mu, P[P_FEAS], tmp)
+            Fl[t, 2 * m + B_AMBIGUOUS] = G[G_AMB, b] or uncert
             Fl[t, 2 * m + B_REDO] = redo
             I[t, 0] = st
             I[t, 1] = iters
