@@ -707,6 +707,17 @@ def _uncertified(D, e, mu, rtol, tmp):
     return False
 
 
+@njit(cache=True, error_model="numpy", inline="always")
+def _loosened(D, e, rtol, out):
+    """``sim.direction._loosened`` of one instance into ``out``: ``e_i - rtol·(max_j |D_ij| + |e_i|)``."""
+    k, m = D.shape
+    for i in range(k):
+        dmax = 0.0
+        for j in range(m):
+            dmax = max(dmax, abs(D[i, j]))
+        out[i] = e[i] - rtol * (dmax + abs(e[i]))
+
+
 @njit(cache=True, error_model="numpy")
 def _resolve_basis(D, e, basis, B, xB):
     """``B x_B = b`` from the data (``sim.direction._resolve_basis``, the same elimination as
@@ -823,11 +834,11 @@ def _workspace(m, width=BLOCK):
     """Scratch arrays, allocated once per batch: the builder's block scratch ``S, G`` for blocks of ``width``
     instances (:func:`_block_scratch`),
     vectors ``V`` (rows: c, c scaled, e, e scaled, pivot row, pivot column, duals, basic values, re-solved values,
-    scratch, weights), ``D`` and its scaled copy, the tableau, ``B``, the basis and the active rows."""
+    scratch, weights, loosened right-hand sides), ``D`` and its scaled copy, the tableau, ``B``, the basis and the active rows."""
     k = m + 1
     n, p = m + k, k + 1
     S, G = _block_scratch(m, width)
-    return (S, G, np.empty((11, n + 1)), np.empty((k, m)), np.empty((k, m)), np.empty((p + 1, n + 1)),
+    return (S, G, np.empty((12, n + 1)), np.empty((k, m)), np.empty((k, m)), np.empty((p + 1, n + 1)),
             np.empty((p, p)), np.empty(p, dtype=np.int64), np.empty(k, dtype=np.bool_))
 
 
@@ -846,6 +857,7 @@ def instance_loop(l, lam, C, eps_mode, restricted, tlog, policy, max_iter, P, S,
     p = k + 1
     c, cs, e, es, prow, f, y, xB, xr, tmp, mu = V[0, :m], V[1, :m], V[2, :k], V[3, :k], V[4], V[5, : p + 1], \
         V[6, :p], V[7, :p], V[8, :p], V[9], V[10, :m]
+    el = V[11, :k]  # right-hand sides loosened by the post-solve check's tolerance
     ra, ca, beta_row = R_A * m, R_CA * m, R_C * m + m * m + Q_BETA
     width = S.shape[1]  # instances per block
     for t0 in range(0, N, width):
@@ -862,6 +874,12 @@ def instance_loop(l, lam, C, eps_mode, restricted, tlog, policy, max_iter, P, S,
             code, iters, kkt, unique, fe = _solve_lp(cs, Ds, es, max_iter, P, T, basis, prow, f, y, xB, xr, B, tmp,
                                                      mu)
             st = S_OPTIMAL if code == 0 else (S_INFEASIBLE if code == 1 else S_ITERLIMIT)
+            undecided = False
+            if code == 1:  # a verdict of infeasibility is decided only where no point passes the post-solve check
+                _loosened(Ds, es, P[P_FEAS], el)
+                undecided = _solve_lp(cs, Ds, el, max_iter, P, T, basis, prow, f, y, xB, xr, B, tmp, mu)[0] == 0
+                for j in range(m):
+                    mu[j] = _NAN
             redo = code == 1 and (not balance) and active[m]
             if redo:
                 if policy == POLICY_RELAXED:  # drop the restriction row μᵀCA >= min(max CA, 0) and re-solve
@@ -905,7 +923,7 @@ def instance_loop(l, lam, C, eps_mode, restricted, tlog, policy, max_iter, P, S,
             Fl[t, 2 * m + B_UNIQUE] = unique and solved
             # the post-solve check of an LP solution (optimal or relaxed) on the data it solved
             uncert = solved and (st == S_OPTIMAL or st == S_RELAXED) and _uncertified(Ds, es, mu, P[P_FEAS], tmp)
-            Fl[t, 2 * m + B_AMBIGUOUS] = G[G_AMB, b] or uncert
+            Fl[t, 2 * m + B_AMBIGUOUS] = G[G_AMB, b] or uncert or undecided
             Fl[t, 2 * m + B_REDO] = redo
             I[t, 0] = st
             I[t, 1] = iters

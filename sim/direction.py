@@ -57,8 +57,9 @@ make robust — ``β`` within its own resolution of ``eps_mode``, a datum just o
 of the sign change of ``(CA)_j`` — and, after the solve, every LP solution whose weights the float data do not
 certify (the **post-solve check**: a row ``D_j μ >= e_j`` of the LP solved violated by more than ``TIE_RTOL·(max_k
 |D_jk|·Σ_k μ_k + |e_j|)``, a row-wise backward error beyond the resolution; it happens where the optimal basis is
-ill-conditioned, with gradient norms ``1e12`` apart: ``cond(C)`` up to ``1e24``). Whether the optimum is unique (so
-that the weights, not only the objective, are stable) is reported in ``unique``.
+ill-conditioned, with gradient norms ``1e12`` apart: ``cond(C)`` up to ``1e24``) and every verdict of infeasibility
+that roundoff decides (the LP, re-solved with every right-hand side loosened by that tolerance, is feasible). Whether
+the optimum is unique (so that the weights, not only the objective, are stable) is reported in ``unique``.
 
 The restricted descent LP can be infeasible (THEOREMS.md §1.5). ``on_infeasible`` says what happens then:
 ``"relaxed"`` re-solves the relaxed LP (status ``"relaxed"``), ``"fallback_preference"`` returns ``μ = λ``
@@ -207,7 +208,10 @@ class DirectionResult:
         above the on-ray resolution; and where the post-solve check does not certify an LP solution (status
         ``"optimal"`` or ``"relaxed"``): its weights violate a row of the LP solved by more than ``TIE_RTOL·(max_k
         |D_jk|·Σ_k μ_k + |e_j|)`` (row ``D_j μ >= e_j``; for ``Cμ >= 0``: ``TIE_RTOL·max_k |C_jk|``), so no data
-        within the resolution of the float data admit them (ill-conditioned bases: gradient norms ``1e12`` apart).
+        within the resolution of the float data admit them (ill-conditioned bases: gradient norms ``1e12`` apart);
+        and where a verdict of infeasibility is not decided: the LP the simplex proved infeasible (the restricted LP
+        of a ``"relaxed"`` or ``"fallback"`` result, the LP of an ``"infeasible"`` one) is feasible once every row is
+        loosened by that tolerance, so a point exists that the post-solve check would certify.
         Such an instance's mode, index sets or weights can change under a relative perturbation of the data of order
         ``TIE_RTOL``; elsewhere they cannot, and every unflagged LP solution satisfies its rows within that
         tolerance. An instance of log spread exactly 0 (the rounded weighted losses equal) is not flagged: its LP is
@@ -627,6 +631,13 @@ def _uncertified(D, e, mu) -> np.ndarray:
     return (rows > tol).any(axis=1)
 
 
+def _loosened(D, e) -> np.ndarray:
+    """Right-hand sides of the (row-scaled) rows ``D_j μ >= e_j`` moved down by the post-solve check's tolerance at a
+    point of the simplex, ``_FEAS_RTOL·(max_k |D_jk| + |e_j|)``: the LP whose feasible points are exactly those the
+    check certifies (the compiled twin's ``_loosened``, the same operations)."""
+    return e - _FEAS_RTOL * (np.abs(D).max(axis=2) + np.abs(e))
+
+
 def _feasibility_residual(D, e, mu) -> np.ndarray:
     """``max(max_j (e_j - D_j μ), max_j -μ_j, |1ᵀμ - 1|, 0)`` on the row-scaled data (relative violation)."""
     rows = (e - (D * mu[:, None, :]).sum(axis=2)).max(axis=1)
@@ -673,6 +684,15 @@ def _finish(lp_fn, backend, losses, prefs, gram, eps_mode, descent, on_infeasibl
     scaled = _scale_lp(lp)
     mu, code, iters, kkt, unique = lp_fn(lp, scaled, **solver_kw)
     status = _CODE_NAMES[code]
+    # An infeasibility verdict is decided only where no point passes the post-solve check: re-solve with every row
+    # loosened by the check's tolerance; a feasible point there means that roundoff decided the verdict.
+    inf = np.flatnonzero(code == _INFEASIBLE)
+    if inf.size:
+        c_s, D_s, e_s = (a[inf] for a in scaled)
+        sub = _LP(c=lp.c[inf], D=lp.D[inf], e=lp.e[inf], active=lp.active[inf])
+        code_l = lp_fn(sub, (c_s, D_s, _loosened(D_s, e_s)), **solver_kw)[1]
+        ambiguous = ambiguous.copy()
+        ambiguous[inf] |= code_l == _OPTIMAL
 
     # The restricted descent LP may be infeasible: apply the policy, never silently.
     redo = (code == _INFEASIBLE) & ~balance & lp.active[:, -1]
