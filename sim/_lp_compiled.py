@@ -15,7 +15,7 @@ operations in the same order: a result does not depend on the batch around it), 
 * the row scaling, the dual simplex (same start vertex, same Dantzig/Bland pivot rules, same tie breaking, same
   tolerances, same proof of infeasibility, so the same pivot sequence and verdict), the recovery of the weights
   with their certificate, the re-solve of an uncertified basis from the data, the post-solve check
-  (:func:`_uncertified`) and the ``on_infeasible`` policy.
+  (in :func:`_feasibility`) and the ``on_infeasible`` policy.
 
 The simplex is bit-identical to the numpy reference on the same LP data (the tableau update is the same sequence
 of rounded operations), and so is the builder: sums over the objective axis follow numpy's pairwise order, and
@@ -677,34 +677,27 @@ def _certificate(c, D, e, mu, y, tmp):
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def _feasibility(D, e, mu, tmp):
-    """``sim.direction._feasibility_residual`` of one instance."""
-    k, m = D.shape
-    rows = -_INF
-    for i in range(k):
-        for j in range(m):  # (D[i] * mu).sum(): the products, then numpy's pairwise sum
-            tmp[j] = D[i, j] * mu[j]
-        rows = _nmax(rows, e[i] - _pairwise_sum(tmp, 0, m))
-    mumin = _INF
-    for j in range(m):
-        mumin = -_nmax(-mumin, -mu[j])
-    return _nmax(_nmax(rows, -mumin), _nmax(abs(_np_sum(mu) - 1.0), 0.0))
-
-
-@njit(cache=True, error_model="numpy", inline="always")
-def _uncertified(D, e, mu, rtol, tmp):
-    """``sim.direction._uncertified`` of one instance: some row has ``e_j - D_j μ > rtol·(max_k |D_jk|·Σ_k μ_k +
-    |e_j|)`` (the same rounded operations)."""
+def _feasibility(D, e, mu, rtol, tmp):
+    """``sim.direction._feasibility_residual`` of one instance, and in the same pass the post-solve check
+    ``sim.direction._uncertified`` (some row has ``e_j - D_j μ > rtol·(max_k |D_jk|·Σ_k μ_k + |e_j|)``): returns
+    ``(residual, uncertified)`` with the same rounded operations as the two numpy functions."""
     k, m = D.shape
     s = _np_sum(mu)
+    rows = -_INF
+    uncertified = False
     for i in range(k):
         dmax = 0.0
         for j in range(m):  # (D[i] * mu).sum(): the products, then numpy's pairwise sum
             tmp[j] = D[i, j] * mu[j]
             dmax = max(dmax, abs(D[i, j]))
-        if e[i] - _pairwise_sum(tmp, 0, m) > rtol * (dmax * s + abs(e[i])):
-            return True
-    return False
+        v = e[i] - _pairwise_sum(tmp, 0, m)
+        rows = _nmax(rows, v)
+        if v > rtol * (dmax * s + abs(e[i])):
+            uncertified = True
+    mumin = _INF
+    for j in range(m):
+        mumin = -_nmax(-mumin, -mu[j])
+    return _nmax(_nmax(rows, -mumin), _nmax(abs(s - 1.0), 0.0)), uncertified
 
 
 @njit(cache=True, error_model="numpy", inline="always")
@@ -770,8 +763,8 @@ def _resolve_basis(D, e, basis, B, xB):
 def _solve_lp(c, D, e, max_iter, P, T, basis, prow, f, y, xB, xr, B, tmp, mu):
     """Dual simplex, recovery and certificate of one scaled LP (``sim.direction._solve_batched`` per instance).
 
-    Returns ``(code, iterations, kkt, unique, feasibility)`` (``feasibility``: :func:`_feasibility` of the
-    returned weights, NaN unless code 0); the weights are in ``mu`` (NaN unless code 0).
+    Returns ``(code, iterations, kkt, unique, feasibility, uncertified)`` (:func:`_feasibility` of the returned
+    weights: NaN and False unless code 0); the weights are in ``mu`` (NaN unless code 0).
 
     Not inlined (unlike the short helpers): :func:`instance_loop` calls it at two places, and inlining it there
     (with :func:`_dual_simplex` inside) made the first compilation of :func:`directions` 60 CPU-s instead of 37,
@@ -784,7 +777,7 @@ def _solve_lp(c, D, e, max_iter, P, T, basis, prow, f, y, xB, xr, B, tmp, mu):
     if code != 0:
         for j in range(m):
             mu[j] = _NAN
-        return code, iters, _NAN, False, _NAN
+        return code, iters, _NAN, False, _NAN, False
     for i in range(k):
         y[1 + i] = T[p, m + i]
     jb = basis[0]
@@ -798,12 +791,12 @@ def _solve_lp(c, D, e, max_iter, P, T, basis, prow, f, y, xB, xr, B, tmp, mu):
     for t in range(p):
         xB[t] = T[t, n]
     _weights_from(xB, basis, m, mu)
-    feas = _feasibility(D, e, mu, tmp)
+    feas, uncertified = _feasibility(D, e, mu, P[P_FEAS], tmp)
     kkt = _nmax(_certificate(c, D, e, mu, y, tmp), feas)
     if kkt > P[P_CERT]:
         if _resolve_basis(D, e, basis, B, xr):  # an exactly singular basis keeps the tableau's weights
             _weights_from(xr, basis, m, mu)
-            feas = _feasibility(D, e, mu, tmp)
+            feas, uncertified = _feasibility(D, e, mu, P[P_FEAS], tmp)
             kkt = _nmax(_certificate(c, D, e, mu, y, tmp), feas)
     unique = True
     for j in range(n):
@@ -815,7 +808,7 @@ def _solve_lp(c, D, e, max_iter, P, T, basis, prow, f, y, xB, xr, B, tmp, mu):
         if not basic and not (T[p, j] < -P[P_UNIQUE]):
             unique = False
             break
-    return code, iters, kkt, unique, feas
+    return code, iters, kkt, unique, feas, uncertified
 
 
 # ------------------------------------------------------------------------------------------------ driver
@@ -871,7 +864,7 @@ def instance_loop(l, lam, C, eps_mode, restricted, tlog, policy, max_iter, P, S,
                     return t
             balance = G[G_BAL, b]
             _scale(c, D, e, cs, Ds, es)
-            code, iters, kkt, unique, fe = _solve_lp(cs, Ds, es, max_iter, P, T, basis, prow, f, y, xB, xr, B, tmp,
+            code, iters, kkt, unique, fe, unc = _solve_lp(cs, Ds, es, max_iter, P, T, basis, prow, f, y, xB, xr, B, tmp,
                                                      mu)
             st = S_OPTIMAL if code == 0 else (S_INFEASIBLE if code == 1 else S_ITERLIMIT)
             undecided = False
@@ -886,7 +879,7 @@ def instance_loop(l, lam, C, eps_mode, restricted, tlog, policy, max_iter, P, S,
                     for j in range(m):
                         Ds[m, j] = 0.0
                     es[m] = -1.0
-                    code2, it2, kkt, unique, fe = _solve_lp(cs, Ds, es, max_iter, P, T, basis, prow, f, y, xB, xr,
+                    code2, it2, kkt, unique, fe, unc = _solve_lp(cs, Ds, es, max_iter, P, T, basis, prow, f, y, xB, xr,
                                                             B, tmp, mu)
                     iters += it2
                     st = S_RELAXED if code2 == 0 else S_INFEASIBLE
@@ -897,7 +890,7 @@ def instance_loop(l, lam, C, eps_mode, restricted, tlog, policy, max_iter, P, S,
                     kkt = _NAN
                     unique = False
                     st = S_FALLBACK
-                    fe = _feasibility(Ds, es, mu, tmp)
+                    fe = _feasibility(Ds, es, mu, P[P_FEAS], tmp)[0]
             solved = True
             for j in range(m):
                 if not (abs(mu[j]) < _INF):
@@ -922,7 +915,7 @@ def instance_loop(l, lam, C, eps_mode, restricted, tlog, policy, max_iter, P, S,
             Fl[t, 2 * m + B_BALANCE] = balance
             Fl[t, 2 * m + B_UNIQUE] = unique and solved
             # the post-solve check of an LP solution (optimal or relaxed) on the data it solved
-            uncert = solved and (st == S_OPTIMAL or st == S_RELAXED) and _uncertified(Ds, es, mu, P[P_FEAS], tmp)
+            uncert = solved and (st == S_OPTIMAL or st == S_RELAXED) and unc
             Fl[t, 2 * m + B_AMBIGUOUS] = G[G_AMB, b] or uncert or undecided
             Fl[t, 2 * m + B_REDO] = redo
             I[t, 0] = st
@@ -1009,6 +1002,6 @@ def solve_lps(c, D, e, max_iter, P):
     T, prow, f, y = np.empty((p + 1, n + 1)), np.empty(n + 1), np.empty(p + 1), np.empty(p)
     xB, xr, B, tmp = np.empty(p), np.empty(p), np.empty((p, p)), np.empty(p)
     for t in range(N):
-        code[t], iters[t], kkt[t], unique[t], _ = _solve_lp(c[t], D[t], e[t], max_iter, P, T, basis[t], prow, f, y,
+        code[t], iters[t], kkt[t], unique[t], _, _ = _solve_lp(c[t], D[t], e[t], max_iter, P, T, basis[t], prow, f, y,
                                                              xB, xr, B, tmp, mu[t])
     return mu, code, iters, kkt, unique, basis
