@@ -14,12 +14,14 @@ operations in the same order: a result does not depend on the batch around it), 
   the docstring of :mod:`sim.direction`;
 * the row scaling, the dual simplex (same start vertex, same Dantzig/Bland pivot rules, same tie breaking, same
   tolerances, same proof of infeasibility, so the same pivot sequence and verdict), the recovery of the weights
-  with their certificate, the re-solve of an uncertified basis from the data, and the ``on_infeasible`` policy.
+  with their certificate, the re-solve of an uncertified basis from the data, the post-solve check
+  (in :func:`_feasibility`) and the ``on_infeasible`` policy.
 
 The simplex is bit-identical to the numpy reference on the same LP data (the tableau update is the same sequence
-of rounded operations). The builder is equal to roundoff: sums over the objective axis follow numpy's pairwise
-order, but ``log``/``expm1``/``log1p`` come from another math library than numpy's SIMD loops and ``einsum``'s
-summation order is not reproduced, so values may differ in the last bits (the tests bound the difference).
+of rounded operations), and so is the builder: sums over the objective axis follow numpy's pairwise order, and
+``math.log``/``exp``/``expm1``/``log1p`` compile to calls of the C math library, which the reference calls too
+(:func:`sim.roundoff.libm`; numpy's own SIMD ufuncs differ from it in the last bit). So both backends return the same
+bits, hence the same status and flags, on every instance, however ill-conditioned.
 
 Nothing here is public: constants are passed in by :mod:`sim.direction` (numba freezes module globals at compile
 time and its cache would not see them change), so every tolerance is defined once, in :mod:`sim.direction`,
@@ -34,8 +36,8 @@ import numpy as np
 from numba import njit
 
 # Indices into the parameter vector built by sim.direction._compiled_params().
-P_TIE, P_EPS, P_PRIMAL, P_PIVOT, P_RATIO, P_CERT, P_UNIQUE, P_SIMPLEX, P_GRAM, P_LN2, P_CENTRE = range(11)
-N_PARAMS = 11
+P_TIE, P_EPS, P_PRIMAL, P_PIVOT, P_RATIO, P_CERT, P_UNIQUE, P_SIMPLEX, P_GRAM, P_LN2, P_CENTRE, P_FEAS = range(12)
+N_PARAMS = 12
 
 # Status codes: indices into sim.direction.STATUSES.
 S_OPTIMAL, S_RELAXED, S_FALLBACK, S_INFEASIBLE, S_ITERLIMIT = 0, 1, 2, 3, 4
@@ -675,18 +677,38 @@ def _certificate(c, D, e, mu, y, tmp):
 
 
 @njit(cache=True, error_model="numpy", inline="always")
-def _feasibility(D, e, mu, tmp):
-    """``sim.direction._feasibility_residual`` of one instance."""
+def _feasibility(D, e, mu, rtol, tmp):
+    """``sim.direction._feasibility_residual`` of one instance, and in the same pass the post-solve check
+    ``sim.direction._uncertified`` (some row has ``e_j - D_j μ > rtol·(max_k |D_jk|·Σ_k μ_k + |e_j|)``): returns
+    ``(residual, uncertified)`` with the same rounded operations as the two numpy functions."""
     k, m = D.shape
+    s = _np_sum(mu)
     rows = -_INF
+    uncertified = False
     for i in range(k):
+        dmax = 0.0
         for j in range(m):  # (D[i] * mu).sum(): the products, then numpy's pairwise sum
             tmp[j] = D[i, j] * mu[j]
-        rows = _nmax(rows, e[i] - _pairwise_sum(tmp, 0, m))
+            dmax = max(dmax, abs(D[i, j]))
+        v = e[i] - _pairwise_sum(tmp, 0, m)
+        rows = _nmax(rows, v)
+        if v > rtol * (dmax * s + abs(e[i])):
+            uncertified = True
     mumin = _INF
     for j in range(m):
         mumin = -_nmax(-mumin, -mu[j])
-    return _nmax(_nmax(rows, -mumin), _nmax(abs(_np_sum(mu) - 1.0), 0.0))
+    return _nmax(_nmax(rows, -mumin), _nmax(abs(s - 1.0), 0.0)), uncertified
+
+
+@njit(cache=True, error_model="numpy", inline="always")
+def _loosened(D, e, rtol, out):
+    """``sim.direction._loosened`` of one instance into ``out``: ``e_i - rtol·(max_j |D_ij| + |e_i|)``."""
+    k, m = D.shape
+    for i in range(k):
+        dmax = 0.0
+        for j in range(m):
+            dmax = max(dmax, abs(D[i, j]))
+        out[i] = e[i] - rtol * (dmax + abs(e[i]))
 
 
 @njit(cache=True, error_model="numpy")
@@ -741,8 +763,8 @@ def _resolve_basis(D, e, basis, B, xB):
 def _solve_lp(c, D, e, max_iter, P, T, basis, prow, f, y, xB, xr, B, tmp, mu):
     """Dual simplex, recovery and certificate of one scaled LP (``sim.direction._solve_batched`` per instance).
 
-    Returns ``(code, iterations, kkt, unique, feasibility)`` (``feasibility``: :func:`_feasibility` of the
-    returned weights, NaN unless code 0); the weights are in ``mu`` (NaN unless code 0).
+    Returns ``(code, iterations, kkt, unique, feasibility, uncertified)`` (:func:`_feasibility` of the returned
+    weights: NaN and False unless code 0); the weights are in ``mu`` (NaN unless code 0).
 
     Not inlined (unlike the short helpers): :func:`instance_loop` calls it at two places, and inlining it there
     (with :func:`_dual_simplex` inside) made the first compilation of :func:`directions` 60 CPU-s instead of 37,
@@ -755,7 +777,7 @@ def _solve_lp(c, D, e, max_iter, P, T, basis, prow, f, y, xB, xr, B, tmp, mu):
     if code != 0:
         for j in range(m):
             mu[j] = _NAN
-        return code, iters, _NAN, False, _NAN
+        return code, iters, _NAN, False, _NAN, False
     for i in range(k):
         y[1 + i] = T[p, m + i]
     jb = basis[0]
@@ -769,12 +791,12 @@ def _solve_lp(c, D, e, max_iter, P, T, basis, prow, f, y, xB, xr, B, tmp, mu):
     for t in range(p):
         xB[t] = T[t, n]
     _weights_from(xB, basis, m, mu)
-    feas = _feasibility(D, e, mu, tmp)
+    feas, uncertified = _feasibility(D, e, mu, P[P_FEAS], tmp)
     kkt = _nmax(_certificate(c, D, e, mu, y, tmp), feas)
     if kkt > P[P_CERT]:
         if _resolve_basis(D, e, basis, B, xr):  # an exactly singular basis keeps the tableau's weights
             _weights_from(xr, basis, m, mu)
-            feas = _feasibility(D, e, mu, tmp)
+            feas, uncertified = _feasibility(D, e, mu, P[P_FEAS], tmp)
             kkt = _nmax(_certificate(c, D, e, mu, y, tmp), feas)
     unique = True
     for j in range(n):
@@ -786,7 +808,7 @@ def _solve_lp(c, D, e, max_iter, P, T, basis, prow, f, y, xB, xr, B, tmp, mu):
         if not basic and not (T[p, j] < -P[P_UNIQUE]):
             unique = False
             break
-    return code, iters, kkt, unique, feas
+    return code, iters, kkt, unique, feas, uncertified
 
 
 # ------------------------------------------------------------------------------------------------ driver
@@ -805,11 +827,11 @@ def _workspace(m, width=BLOCK):
     """Scratch arrays, allocated once per batch: the builder's block scratch ``S, G`` for blocks of ``width``
     instances (:func:`_block_scratch`),
     vectors ``V`` (rows: c, c scaled, e, e scaled, pivot row, pivot column, duals, basic values, re-solved values,
-    scratch, weights), ``D`` and its scaled copy, the tableau, ``B``, the basis and the active rows."""
+    scratch, weights, loosened right-hand sides), ``D`` and its scaled copy, the tableau, ``B``, the basis and the active rows."""
     k = m + 1
     n, p = m + k, k + 1
     S, G = _block_scratch(m, width)
-    return (S, G, np.empty((11, n + 1)), np.empty((k, m)), np.empty((k, m)), np.empty((p + 1, n + 1)),
+    return (S, G, np.empty((12, n + 1)), np.empty((k, m)), np.empty((k, m)), np.empty((p + 1, n + 1)),
             np.empty((p, p)), np.empty(p, dtype=np.int64), np.empty(k, dtype=np.bool_))
 
 
@@ -828,6 +850,7 @@ def instance_loop(l, lam, C, eps_mode, restricted, tlog, policy, max_iter, P, S,
     p = k + 1
     c, cs, e, es, prow, f, y, xB, xr, tmp, mu = V[0, :m], V[1, :m], V[2, :k], V[3, :k], V[4], V[5, : p + 1], \
         V[6, :p], V[7, :p], V[8, :p], V[9], V[10, :m]
+    el = V[11, :k]  # right-hand sides loosened by the post-solve check's tolerance
     ra, ca, beta_row = R_A * m, R_CA * m, R_C * m + m * m + Q_BETA
     width = S.shape[1]  # instances per block
     for t0 in range(0, N, width):
@@ -841,16 +864,22 @@ def instance_loop(l, lam, C, eps_mode, restricted, tlog, policy, max_iter, P, S,
                     return t
             balance = G[G_BAL, b]
             _scale(c, D, e, cs, Ds, es)
-            code, iters, kkt, unique, fe = _solve_lp(cs, Ds, es, max_iter, P, T, basis, prow, f, y, xB, xr, B, tmp,
+            code, iters, kkt, unique, fe, unc = _solve_lp(cs, Ds, es, max_iter, P, T, basis, prow, f, y, xB, xr, B, tmp,
                                                      mu)
             st = S_OPTIMAL if code == 0 else (S_INFEASIBLE if code == 1 else S_ITERLIMIT)
+            undecided = False
+            if code == 1:  # a verdict of infeasibility is decided only where no point passes the post-solve check
+                _loosened(Ds, es, P[P_FEAS], el)
+                undecided = _solve_lp(cs, Ds, el, max_iter, P, T, basis, prow, f, y, xB, xr, B, tmp, mu)[0] == 0
+                for j in range(m):
+                    mu[j] = _NAN
             redo = code == 1 and (not balance) and active[m]
             if redo:
                 if policy == POLICY_RELAXED:  # drop the restriction row μᵀCA >= min(max CA, 0) and re-solve
                     for j in range(m):
                         Ds[m, j] = 0.0
                     es[m] = -1.0
-                    code2, it2, kkt, unique, fe = _solve_lp(cs, Ds, es, max_iter, P, T, basis, prow, f, y, xB, xr,
+                    code2, it2, kkt, unique, fe, unc = _solve_lp(cs, Ds, es, max_iter, P, T, basis, prow, f, y, xB, xr,
                                                             B, tmp, mu)
                     iters += it2
                     st = S_RELAXED if code2 == 0 else S_INFEASIBLE
@@ -861,7 +890,7 @@ def instance_loop(l, lam, C, eps_mode, restricted, tlog, policy, max_iter, P, S,
                     kkt = _NAN
                     unique = False
                     st = S_FALLBACK
-                    fe = _feasibility(Ds, es, mu, tmp)
+                    fe = _feasibility(Ds, es, mu, P[P_FEAS], tmp)[0]
             solved = True
             for j in range(m):
                 if not (abs(mu[j]) < _INF):
@@ -885,7 +914,9 @@ def instance_loop(l, lam, C, eps_mode, restricted, tlog, policy, max_iter, P, S,
             F[t, 2 * m + F_KKT] = kkt
             Fl[t, 2 * m + B_BALANCE] = balance
             Fl[t, 2 * m + B_UNIQUE] = unique and solved
-            Fl[t, 2 * m + B_AMBIGUOUS] = G[G_AMB, b]
+            # the post-solve check of an LP solution (optimal or relaxed) on the data it solved
+            uncert = solved and (st == S_OPTIMAL or st == S_RELAXED) and unc
+            Fl[t, 2 * m + B_AMBIGUOUS] = G[G_AMB, b] or uncert or undecided
             Fl[t, 2 * m + B_REDO] = redo
             I[t, 0] = st
             I[t, 1] = iters
@@ -971,6 +1002,6 @@ def solve_lps(c, D, e, max_iter, P):
     T, prow, f, y = np.empty((p + 1, n + 1)), np.empty(n + 1), np.empty(p + 1), np.empty(p)
     xB, xr, B, tmp = np.empty(p), np.empty(p), np.empty((p, p)), np.empty(p)
     for t in range(N):
-        code[t], iters[t], kkt[t], unique[t], _ = _solve_lp(c[t], D[t], e[t], max_iter, P, T, basis[t], prow, f, y,
+        code[t], iters[t], kkt[t], unique[t], _, _ = _solve_lp(c[t], D[t], e[t], max_iter, P, T, basis[t], prow, f, y,
                                                              xB, xr, B, tmp, mu[t])
     return mu, code, iters, kkt, unique, basis

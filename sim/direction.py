@@ -50,10 +50,16 @@ decision so that data differing only by roundoff give the same LP (:mod:`sim.rou
 
 Every instance where a rule changed an entry — (R1) a spread in ``(0, TIE_RTOL]`` set to the ray, (R2) an objective
 in ``J*`` only by the widening to ``TIE_RTOL``, (R3) a nonzero computed ``(CA)_j`` set to 0 — is reported in
-``ambiguous``: the LP solved there is not the exact LP of the float data. So are the decisions that no rule can make
-robust — ``β`` within its own resolution of ``eps_mode``, a datum just outside a tie band or within ``3·res_j`` of
-the sign change of ``(CA)_j``. Whether the optimum is unique (so that the weights, not only the objective, are
-stable) is reported in ``unique``.
+``ambiguous``: the LP solved there is not the LP of the rounded weighted losses ``fl(λ_j l_j)``. (A log spread of
+exactly 0, the rounded products equal, is the on-ray LP and is not flagged, although the exact products of the float
+inputs may differ in their last bit: see :attr:`DirectionResult.ambiguous`.) So are the decisions that no rule can
+make robust — ``β`` within its own resolution of ``eps_mode``, a datum just outside a tie band or within ``3·res_j``
+of the sign change of ``(CA)_j`` — and, after the solve, every LP solution whose weights the float data do not
+certify (the **post-solve check**: a row ``D_j μ >= e_j`` of the LP solved violated by more than ``TIE_RTOL·(max_k
+|D_jk|·Σ_k μ_k + |e_j|)``, a row-wise backward error beyond the resolution; it happens where the optimal basis is
+ill-conditioned, with gradient norms ``1e12`` apart: ``cond(C)`` up to ``1e24``) and every verdict of infeasibility
+that roundoff decides (the LP, re-solved with every right-hand side loosened by that tolerance, is feasible). Whether
+the optimum is unique (so that the weights, not only the objective, are stable) is reported in ``unique``.
 
 The restricted descent LP can be infeasible (THEOREMS.md §1.5). ``on_infeasible`` says what happens then:
 ``"relaxed"`` re-solves the relaxed LP (status ``"relaxed"``), ``"fallback_preference"`` returns ``μ = λ``
@@ -79,10 +85,11 @@ certificate is reported).
 :func:`lp_direction_reference` solves the same LPs one by one with ``scipy.optimize.linprog(method="highs")``.
 
 Backends. The code above is the **numpy reference**. :mod:`sim._lp_compiled` is its **compiled twin** (numba,
-``cache=True``): the same checks, builder, rules (R1)-(R5), simplex, certificate and policy, one instance at a time in
-one compiled call, performing the same rounded operations in the same order (sums over the objective axis in numpy's
-pairwise order; the re-solve by the Gaussian elimination of :func:`_lu_solve`), so that on the same LP data its
-solver is bit-identical and its builder differs only by the last bits of ``log``/``expm1``/``log1p``.
+``cache=True``): the same checks, builder, rules (R1)-(R5), simplex, certificate, post-solve check and policy, one
+instance at a time in one compiled call, performing the same rounded operations in the same order (sums over the
+objective axis in numpy's pairwise order; the re-solve by the Gaussian elimination of :func:`_lu_solve`; ``log``,
+``exp``, ``expm1`` and ``log1p`` from the C math library in both, :func:`sim.roundoff.libm`, not numpy's SIMD loops),
+so that both return bit-identical results: the same status, flags and weights on every instance.
 ``lp_direction(..., backend="auto")`` runs the twin where numba can be imported (:func:`backend_status`,
 :func:`resolve_backend`); every result names its backend; nothing switches backends silently.
 """
@@ -156,7 +163,7 @@ def _check_lp_data(c, CA, l, lam, C, batch) -> None:
 
 
 def _overflow_error(t: int, l, lam, C, batch) -> LPDataOverflowError:
-    A = preference_parts(l[t], lam[t], validate=False).adjustment
+    A = preference_parts(l[t], lam[t], validate=False, libm=True).adjustment
     where = f" at index {tuple(int(i) for i in np.unravel_index(t, batch))}" if batch else ""
     return LPDataOverflowError(
         f"the LP data overflow float64{where}: gram @ adjustment or the column sums of gram are not finite "
@@ -192,13 +199,26 @@ class DirectionResult:
         weights need not be; False for the HiGHS reference (no basis to certify) and for unsolved instances.
         Uniqueness is not conditioning: at a unique optimum whose basis is ill-conditioned (nearly dependent
         gradients) the weights move by up to ``‖B⁻¹‖`` times the change of the data.
-    ambiguous : (...) bool: a roundoff rule of the LP data builder changed an entry (so the LP solved is not the
-        exact LP of the float data: a nonzero spread up to ``TIE_RTOL`` put on the ray, an objective in ``J*`` only
-        by the tie widening, an entry of ``CA`` whose sign the float data do not decide set to 0), or a decision lies
-        within the resolution band of its threshold (module docstring, "Data at the resolution"): ``β`` within its
-        own resolution of ``eps_mode``, a weighted loss just outside the ``J*`` tie band, an entry of ``CA`` within
-        3 resolutions of 0, a spread just above the on-ray resolution. Such an instance's mode, index sets (hence
-        weights) can change under a relative perturbation of the data of order ``TIE_RTOL``; elsewhere they cannot.
+    ambiguous : (...) bool: float64 does not decide this instance. Set where a roundoff rule of the LP data builder
+        changed an entry (so the LP solved is not the LP of the rounded weighted losses ``fl(λ_j l_j)``: a nonzero
+        log spread up to ``TIE_RTOL`` put on the ray, an objective in ``J*`` only by the tie widening, an entry of
+        ``CA`` whose sign the float data do not decide set to 0), where a decision lies within the resolution band of
+        its threshold (module docstring, "Data at the resolution"): ``β`` within its own resolution of ``eps_mode``,
+        a weighted loss just outside the ``J*`` tie band, an entry of ``CA`` within 3 resolutions of 0, a spread just
+        above the on-ray resolution; and where the post-solve check does not certify an LP solution (status
+        ``"optimal"`` or ``"relaxed"``): its weights violate a row of the LP solved by more than ``TIE_RTOL·(max_k
+        |D_jk|·Σ_k μ_k + |e_j|)`` (row ``D_j μ >= e_j``; for ``Cμ >= 0``: ``TIE_RTOL·max_k |C_jk|``), so no data
+        within the resolution of the float data admit them (ill-conditioned bases: gradient norms ``1e12`` apart);
+        and where a verdict of infeasibility is not decided: the LP the simplex proved infeasible (the restricted LP
+        of a ``"relaxed"`` or ``"fallback"`` result, the LP of an ``"infeasible"`` one) is feasible once every row is
+        loosened by that tolerance, so a point exists that the post-solve check would certify.
+        Such an instance's mode, index sets or weights can change under a relative perturbation of the data of order
+        ``TIE_RTOL``; elsewhere they cannot, and every unflagged LP solution satisfies its rows within that
+        tolerance. An instance of log spread exactly 0 (the rounded weighted losses equal) is not flagged: its LP is
+        the on-ray LP (``β = 0``, ``A = 0``, ``J* = [m]``, no restriction row) by design, although the exact
+        products ``λ_j l_j`` of the float inputs may differ in their last bit, and the exact LP of those (an ``A``
+        of order ``1e-16`` with a scale-invariant restriction row) can differ from it: the flag marks data that the
+        rules moved beyond the one rounding of the products, not that rounding.
     backend : the solver that produced the result: ``"numpy"`` (the reference), ``"compiled"`` (the numba twin)
         or ``"highs"`` (:func:`lp_direction_reference`); see :func:`backend_status`.
     """
@@ -295,7 +315,7 @@ def _build(l, lam, C, eps_mode, descent, tol_Jstar):
     rules of the module docstring ("Data at the resolution") are applied here, and nowhere else.
     """
     N, m = l.shape
-    parts = preference_parts(l, lam, validate=False)
+    parts = preference_parts(l, lam, validate=False, libm=True)
     beta, A, x, spread = parts.beta, parts.adjustment, parts.x, parts.spread
     # (R1) on the ray within the resolution: β = 0 and A = 0 exactly.
     on_ray = spread <= TIE_RTOL
@@ -595,6 +615,29 @@ def _solve_batched(lp: _LP, scaled, max_iter: int | None):
     return mu, code, iters, kkt, unique
 
 
+#: Relative tolerance of the post-solve feasibility check (:func:`_uncertified`): a returned ``μ`` counts as feasible
+#: where it is feasible for data whose every row is moved by at most this fraction of its own size.
+_FEAS_RTOL = TIE_RTOL
+
+
+def _uncertified(D, e, mu) -> np.ndarray:
+    """Per instance: the weights ``μ`` are not certified feasible on the (row-scaled) LP data, i.e. some row has
+    ``e_j - D_j μ > _FEAS_RTOL·(max_k |D_jk|·Σ_k μ_k + |e_j|)``: no data within the resolution of the float data
+    (each row moved by at most ``_FEAS_RTOL`` of its own norm, a row-wise normwise backward error) admit ``μ``, so
+    the answer is not one a backward-stable solve of these data can return; float64 has not decided it. The same
+    rounded operations as the compiled twin's ``_uncertified`` (products, numpy's pairwise sums)."""
+    rows = e - (D * mu[:, None, :]).sum(axis=2)
+    tol = _FEAS_RTOL * (np.abs(D).max(axis=2) * mu.sum(axis=1)[:, None] + np.abs(e))
+    return (rows > tol).any(axis=1)
+
+
+def _loosened(D, e) -> np.ndarray:
+    """Right-hand sides of the (row-scaled) rows ``D_j μ >= e_j`` moved down by the post-solve check's tolerance at a
+    point of the simplex, ``_FEAS_RTOL·(max_k |D_jk| + |e_j|)``: the LP whose feasible points are exactly those the
+    check certifies (the compiled twin's ``_loosened``, the same operations)."""
+    return e - _FEAS_RTOL * (np.abs(D).max(axis=2) + np.abs(e))
+
+
 def _feasibility_residual(D, e, mu) -> np.ndarray:
     """``max(max_j (e_j - D_j μ), max_j -μ_j, |1ᵀμ - 1|, 0)`` on the row-scaled data (relative violation)."""
     rows = (e - (D * mu[:, None, :]).sum(axis=2)).max(axis=1)
@@ -641,6 +684,15 @@ def _finish(lp_fn, backend, losses, prefs, gram, eps_mode, descent, on_infeasibl
     scaled = _scale_lp(lp)
     mu, code, iters, kkt, unique = lp_fn(lp, scaled, **solver_kw)
     status = _CODE_NAMES[code]
+    # An infeasibility verdict is decided only where no point passes the post-solve check: re-solve with every row
+    # loosened by the check's tolerance; a feasible point there means that roundoff decided the verdict.
+    inf = np.flatnonzero(code == _INFEASIBLE)
+    if inf.size:
+        c_s, D_s, e_s = (a[inf] for a in scaled)
+        sub = _LP(c=lp.c[inf], D=lp.D[inf], e=lp.e[inf], active=lp.active[inf])
+        code_l = lp_fn(sub, (c_s, D_s, _loosened(D_s, e_s)), **solver_kw)[1]
+        ambiguous = ambiguous.copy()
+        ambiguous[inf] |= code_l == _OPTIMAL
 
     # The restricted descent LP may be infeasible: apply the policy, never silently.
     redo = (code == _INFEASIBLE) & ~balance & lp.active[:, -1]
@@ -675,6 +727,10 @@ def _finish(lp_fn, backend, losses, prefs, gram, eps_mode, descent, on_infeasibl
     feas = _feasibility_residual(scaled[1], scaled[2], mu0)
     if not solved.all():
         gain[~solved] = objective[~solved] = feas[~solved] = np.nan
+    # The post-solve check: an LP solution (optimal or relaxed) that the float data do not certify feasible is
+    # reported, never passed off as decided.
+    lp_solution = (status == "optimal") | (status == "relaxed")
+    ambiguous = ambiguous | (lp_solution & _uncertified(scaled[1], scaled[2], mu0))
     return _result(
         batch, backend, weights=mu, mode=_MODE_NAMES[balance.view(np.int8)], status=status, gain=gain, beta=beta,
         adjustment=A, J=J, J_star=J_star, objective=objective, feasibility_residual=feas, kkt_residual=kkt,
@@ -757,7 +813,7 @@ def _compiled_params() -> np.ndarray:
     P = np.empty(k.N_PARAMS)
     P[k.P_TIE], P[k.P_EPS], P[k.P_PRIMAL], P[k.P_PIVOT], P[k.P_RATIO] = TIE_RTOL, EPS, _PRIMAL_TOL, _PIVOT_TOL, _RATIO_TIE
     P[k.P_CERT], P[k.P_UNIQUE], P[k.P_SIMPLEX], P[k.P_GRAM] = _CERT_TOL, _UNIQUE_TOL, SIMPLEX_ATOL, GRAM_RTOL
-    P[k.P_LN2], P[k.P_CENTRE] = _LN2, _MEAN_CENTRE_MAX_SPREAD
+    P[k.P_LN2], P[k.P_CENTRE], P[k.P_FEAS] = _LN2, _MEAN_CENTRE_MAX_SPREAD, _FEAS_RTOL
     P.flags.writeable = False
     return P
 

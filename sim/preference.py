@@ -39,6 +39,7 @@ from __future__ import annotations
 import numpy as np
 
 from sim.roundoff import EPS, TIE_RTOL
+from sim.roundoff import libm as _libm_math
 
 __all__ = [
     "SIMPLEX_ATOL",
@@ -248,17 +249,22 @@ _LN2 = float(np.log(2.0))
 _MEAN_CENTRE_MAX_SPREAD = 50.0
 
 
-def _log_weights(l: np.ndarray, lam: np.ndarray) -> np.ndarray:
+def _numpy_math(name: str, x):
+    return getattr(np, name)(x)
+
+
+def _log_weights(l: np.ndarray, lam: np.ndarray, fn=_numpy_math) -> np.ndarray:
     """``y_j = log(λ_j l_j) - c`` with a per-row constant ``c`` (a power of two), without overflow or underflow.
 
     ``l = a·2^p``, ``λ = b·2^q`` (``frexp``: exact); ``λ_j l_j = (a_j b_j)·2^{p_j+q_j}`` with ``a_j b_j ∈ [1/4, 1)``
-    rounded once; ``y_j = log(a_j b_j) + (p_j + q_j - max_k(p_k + q_k))·log 2``.
+    rounded once; ``y_j = log(a_j b_j) + (p_j + q_j - max_k(p_k + q_k))·log 2``. ``fn(name, x)`` applies the
+    elementary function ``name`` (numpy's ufuncs, or :func:`sim.roundoff.libm`).
     """
     ma, ea = np.frexp(l)
     mb, eb = np.frexp(lam)
     e = ea + eb
     e = e - e.max(axis=-1, keepdims=True)
-    return np.log(ma * mb) + e * _LN2
+    return fn("log", ma * mb) + e * _LN2
 
 
 class PreferenceParts:
@@ -279,22 +285,27 @@ class PreferenceParts:
         adjustment_roundoff: ``(..., m)``, its roundoff part alone, ``λ_j 4mε Σ_{k≠j} ĺ_k (|y_j| + |y_k| +
             |y_j - y_k|)``: a bound on the error of the computed ``a_j`` against the exact ``a_j`` of the float
             data (the rounding of ``y`` and of the sum), without any perturbation of the data.
+
+    ``libm=True`` computes the logarithms and exponentials with the C math library's scalar functions
+    (:func:`sim.roundoff.libm`) instead of numpy's SIMD ufuncs: the LP data builder does, so that the numpy reference
+    and the compiled twin (which calls the same functions) build bit-identical LP data.
     """
 
     __slots__ = ("lhat", "x", "beta", "spread", "_y", "_lam", "_terms")
 
-    def __init__(self, l: np.ndarray, lam: np.ndarray):
-        y = _log_weights(l, lam)
+    def __init__(self, l: np.ndarray, lam: np.ndarray, libm: bool = False):
+        fn = _libm_math if libm else _numpy_math
+        y = _log_weights(l, lam, fn)
         m = y.shape[-1]
         ymax = y.max(axis=-1, keepdims=True)
         self.spread = ymax[..., 0] - y.min(axis=-1)
         centre = np.where((self.spread <= _MEAN_CENTRE_MAX_SPREAD)[..., None], y.mean(axis=-1, keepdims=True), ymax)
         d = y - centre
-        u = np.expm1(d)
+        u = fn("expm1", d)
         S = u.mean(axis=-1, keepdims=True)  # (1/m) Σ e^d - 1
-        L = np.log1p(S)  # log((1/m) Σ e^d)
+        L = fn("log1p", S)  # log((1/m) Σ e^d)
         ed = 1.0 + u
-        self.lhat = np.exp(d) / (m * (1.0 + S))  # e^d, not 1 + expm1(d): small entries keep their relative accuracy
+        self.lhat = fn("exp", d) / (m * (1.0 + S))  # e^d, not 1 + expm1(d): small entries keep their relative accuracy
         self.x = d - L
         first = (ed * d).mean(axis=-1) / (1.0 + S[..., 0])
         # β = Σ ĺ_j d_j - log((1/m) Σ e^{d_j}) >= 0 (a KL divergence); clip the last-ulp roundoff below 0.
@@ -397,11 +408,11 @@ def uniformity_and_adjustment(losses, prefs, *, validate: bool = True) -> tuple[
     return parts.beta, parts.adjustment
 
 
-def preference_parts(losses, prefs, *, validate: bool = True) -> PreferenceParts:
+def preference_parts(losses, prefs, *, validate: bool = True, libm: bool = False) -> PreferenceParts:
     """:class:`PreferenceParts` of ``(l, λ)``: ``β``, ``A``, ``x = log(m ĺ)``, the spread and the resolutions of
-    ``β`` and ``A`` computed together (the LP data builder uses all of them)."""
+    ``β`` and ``A`` computed together (the LP data builder uses all of them, with ``libm=True``)."""
     l, lam = _prepare(losses, prefs, validate)
-    return PreferenceParts(l, lam)
+    return PreferenceParts(l, lam, libm=libm)
 
 
 def jstar_log_tolerance(tol, *, widen: bool = True) -> np.ndarray:

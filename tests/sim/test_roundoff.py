@@ -11,6 +11,7 @@ from sim.roundoff import (
     child_generator,
     first_max,
     generator_state,
+    libm,
     order_desc,
     set_generator_state,
 )
@@ -56,3 +57,20 @@ def test_ties_within_the_resolution_are_broken_by_index():
     assert first_max(v[0], TIE_RTOL) == 0
     # beyond the resolution the larger value wins
     assert order_desc(np.array([1.0, 1.0 + 10 * TIE_RTOL]))[0] == 1
+
+
+@pytest.mark.parametrize("name", ["log", "exp", "expm1", "log1p"])
+def test_libm_is_the_c_library_entry_by_entry(name):
+    """``libm`` applies the scalar function of Python's math module (the C library's, which numba's compiled code
+    calls too) to every entry, keeps the shape, and passes non-finite results through where math would raise."""
+    import math
+
+    rng = np.random.default_rng(0)
+    lo = {"log": 0.25, "log1p": -0.99}.get(name, -30.0)
+    x = rng.uniform(lo, 30.0, (50, 4))
+    got = libm(name, x)
+    assert got.shape == x.shape and got.dtype == np.float64
+    np.testing.assert_array_equal(got, np.array([[getattr(math, name)(v) for v in row] for row in x]))
+    if name == "exp":
+        with np.errstate(over="ignore"):  # numpy's overflow warning, as np.exp gives it
+            np.testing.assert_array_equal(libm(name, np.array([1e4, 0.0, np.nan])), [np.inf, 1.0, np.nan])
