@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from types import FrameType
 
 __all__ = ["EXIT_INTERRUPTED", "quiet_if_started_as", "quiet_until_handled", "interrupts_recorded",
            "raise_if_interrupted"]
@@ -36,7 +37,7 @@ _interrupt_pending = False
 _starting_prog = ""
 
 
-def _exit_while_starting(signum: int, frame: object) -> None:
+def _exit_while_starting(signum: int, frame: FrameType | None) -> None:
     os.write(2, f"{_starting_prog}: interrupted while starting (nothing ran)\n".encode())
     os._exit(EXIT_INTERRUPTED)  # nothing to flush or clean: the command has not begun its work
 
@@ -74,7 +75,7 @@ def quiet_if_started_as(module: str, prog: str, script: str | None = None) -> No
         signal.signal(signal.SIGINT, before)
 
 
-def _record_interrupt(signum: int, frame: object) -> None:
+def _record_interrupt(signum: int, frame: FrameType | None) -> None:
     global _interrupt_pending
     _interrupt_pending = True
     signal.default_int_handler(signum, frame)  # raises KeyboardInterrupt where the signal lands
