@@ -667,6 +667,11 @@ def main(argv: list[str] | None = None, prog: str = "python -m llm_runs") -> int
     with cli.interrupts_recorded():
         try:
             return _main(list(sys.argv[1:] if argv is None else argv), prog)
+        except ImportError:
+            if not cli.interrupt_pending():
+                raise
+            print(f"{prog}: interrupted", file=sys.stderr, flush=True)  # a Ctrl-C inside a C extension's import
+            return cli.EXIT_INTERRUPTED
         except KeyboardInterrupt:  # while the parser is built or the arguments checked (the data read)
             print(f"{prog}: interrupted", file=sys.stderr, flush=True)
             return cli.EXIT_INTERRUPTED

@@ -40,6 +40,7 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "interrupts_recorded",
     "raise_if_interrupted",
+    "interrupt_pending",
     "quiet_until_handled",
     "exit_status_help",
     "UsageError",
@@ -67,6 +68,7 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = _interrupts.EXIT_INTERRUPTED
 interrupts_recorded = _interrupts.interrupts_recorded
 raise_if_interrupted = _interrupts.raise_if_interrupted
+interrupt_pending = _interrupts.interrupt_pending
 quiet_until_handled = _interrupts.quiet_until_handled
 
 

@@ -26,7 +26,7 @@ import sys
 from types import FrameType
 
 __all__ = ["EXIT_INTERRUPTED", "quiet_if_started_as", "quiet_until_handled", "interrupts_recorded",
-           "raise_if_interrupted"]
+           "interrupt_pending", "raise_if_interrupted"]
 
 #: Exit status of a command interrupted by Ctrl-C (128 + SIGINT, the shell's convention).
 EXIT_INTERRUPTED = 130
@@ -104,6 +104,13 @@ class interrupts_recorded:  # noqa: N801 - used as a function: ``with interrupts
         if self.installed:
             signal.signal(signal.SIGINT, signal.default_int_handler)
             _interrupt_pending = False
+
+
+def interrupt_pending() -> bool:
+    """Whether a Ctrl-C was recorded under :func:`interrupts_recorded` and not yet raised by
+    :func:`raise_if_interrupted`: an exception raised then is that Ctrl-C in disguise (a ``KeyboardInterrupt`` inside
+    the import of a C extension, e.g. numpy's import of ``datetime``, comes out as that module's ``ImportError``)."""
+    return _interrupt_pending
 
 
 def raise_if_interrupted() -> None:
