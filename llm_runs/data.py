@@ -72,6 +72,7 @@ __all__ = [
     "preference_pairs",
     "rank_agreement",
     "rescore_file",
+    "scale_outlier",
     "score_and_write",
     "trained_candidates",
     "trained_text",
@@ -373,16 +374,50 @@ class PreferencePair:
     rejected_index: int
 
 
+def _scaled_row_variances(scores: np.ndarray) -> tuple[np.ndarray, int]:
+    """``(v, e)``: ``v[p] = var_p(r) / 4**e``, the variance of each prompt's labelled scores (NaN where a prompt has
+    fewer than two) computed on the scores divided by ``2**e``, the power of two just above the largest
+    ``|score|``. Dividing by a power of two is exact, so ``v * 4**e`` is bit for bit the plain ``var_p(r)`` wherever
+    that is finite; the squares of scores near 1e300 (which overflow) or near 1e-300 (which underflow) stay in range."""
+    scores = np.asarray(scores, dtype=np.float64)
+    finite = np.isfinite(scores)
+    top = float(np.abs(scores[finite]).max()) if finite.any() else 0.0
+    e = int(np.frexp(top)[1]) if top > 0 else 0
+    x = np.ldexp(scores, -e)
+    if finite.all():
+        return np.var(x, axis=1), e
+    return np.array([np.var(r[np.isfinite(r)]) if np.isfinite(r).sum() >= 2 else np.nan for r in x]), e
+
+
 def within_prompt_scale(scores: np.ndarray) -> float:
     """``sqrt(mean_p var_p(r))``: the within-prompt standard deviation of a reward, pooled over prompts. A NaN
     score (no label on that slot: a missing response, or an annotated response cut by the token limit) is left out:
-    ``var_p`` is then over the prompt's labelled responses, and the mean over the prompts with at least two."""
-    scores = np.asarray(scores, dtype=np.float64)
-    if not np.isnan(scores).any():
-        return float(np.sqrt(np.mean(np.var(scores, axis=1))))
-    rows = [r[np.isfinite(r)] for r in scores]
-    v = [np.var(r) for r in rows if r.size >= 2]
-    return float(np.sqrt(np.mean(v))) if v else 0.0
+    ``var_p`` is then over the prompt's labelled responses, and the mean over the prompts with at least two.
+    Scale-robust (:func:`_scaled_row_variances`): scores multiplied by ``2**k`` give ``2**k`` times the scale,
+    exactly, from 1e-300 to 1e300, and the same float as the plain formula wherever that formula does not overflow."""
+    v, e = _scaled_row_variances(scores)
+    v = v[np.isfinite(v)]
+    return float(np.ldexp(np.sqrt(np.mean(v)), e)) if v.size else 0.0
+
+
+def scale_outlier(cands: Candidates, objective: str, *, share: float = 0.5) -> str:
+    """A sentence naming the prompt whose scores of ``objective`` hold more than ``share`` of the pooled
+    within-prompt variance (:func:`within_prompt_scale`), with its score farthest from the prompt's mean: one
+    outlying score makes the pair margin so large that the other prompts have few pairs. ``""`` when no prompt
+    holds that much."""
+    s = cands.scores_of(objective)
+    v, _ = _scaled_row_variances(s)
+    total = float(np.nansum(v))
+    if not total > 0:
+        return ""
+    p = int(np.nanargmax(v))
+    if v[p] / total <= share:
+        return ""
+    row = s[p]
+    k = int(np.nanargmax(np.abs(row - np.nanmedian(row))))
+    return (f"prompt {cands.prompt_ids[p]!r} ({cands.prompts[p][:40]!r}) holds {v[p] / total:.0%} of the "
+            f"within-prompt variance of {objective!r} (sd {within_prompt_scale(s):.4g}) with its response {k + 1}'s "
+            f"score {float(row[k])!r}: the pair margin of every prompt is measured in that sd")
 
 
 def preference_pairs(cands: Candidates, objective: str, *, margin: float = 0.25, prompt_ids=None) -> list[PreferencePair]:
@@ -409,8 +444,8 @@ def preference_pairs(cands: Candidates, objective: str, *, margin: float = 0.25,
         texts = cands.responses[p]
         for a in range(k):
             for b in range(a + 1, k):
-                gap = s[p, a] - s[p, b]
-                if not math.isfinite(gap) or abs(gap) < thr or gap == 0 or texts[a] == texts[b]:
+                gap = s[p, a] - s[p, b]  # +-inf only where two finite scores near 1e308 differ by more
+                if math.isnan(gap) or abs(gap) < thr or gap == 0 or texts[a] == texts[b]:
                     continue
                 c, r = (a, b) if gap > 0 else (b, a)
                 pairs.append(

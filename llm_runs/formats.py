@@ -51,7 +51,8 @@ import numpy as np
 
 from llm_runs.data import DEFAULT_DATA_FILE, Candidates, DataFileError, load_candidates
 
-__all__ = ["SCHEMAS", "LABEL_SUFFIX", "data_check", "load_data", "parse_columns", "read_rows", "is_candidates_file"]
+__all__ = ["SCHEMAS", "LABEL_SUFFIX", "data_check", "data_files", "load_data", "parse_columns", "read_rows",
+           "is_candidates_file"]
 
 #: The schemas and their structural columns (the canonical names ``--columns`` maps).
 SCHEMAS: dict[str, tuple[str, ...]] = {
@@ -79,6 +80,10 @@ def parse_columns(text: str | None) -> dict[str, str]:
             raise ValueError(f"column mapping {part.strip()!r}: {key!r} is not one of {', '.join(_CANONICAL)}")
         if key in out:
             raise ValueError(f"column mapping names {key!r} twice")
+        other = next((k for k, c in out.items() if c == col), None)
+        if other is not None:
+            raise ValueError(f"column mapping {other}={col},{key}={col} maps the one column {col!r} to two roles "
+                             f"({other!r} and {key!r}); map each role to its own column")
         out[key] = col
     return out
 
@@ -118,8 +123,106 @@ def _builder(path: Path, files: list[Path]) -> str:
     return kinds.pop()
 
 
+#: The files that make a folder a dataset saved with ``save_to_disk`` (a ``Dataset``; a ``DatasetDict``).
+_SAVED_MARKS = ("dataset_info.json", "state.json", "dataset_dict.json")
+
+
+def _is_saved(path: Path) -> bool:
+    return path.is_dir() and any((path / m).is_file() for m in _SAVED_MARKS)
+
+
+def _json_file(path: Path, what: str):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise DataFileError(f"saved dataset {path.parent}: {path.name} cannot be read as {what} ({exc})") from None
+
+
+def _inside(folder: Path, name, where: str) -> Path:
+    """``folder / name`` where ``name`` (a file or split named in the saved dataset's ``where``) is a relative path
+    that stays inside ``folder`` (symbolic links followed); else :class:`DataFileError` naming it."""
+    if not isinstance(name, str) or not name:
+        raise DataFileError(f"saved dataset {folder}: {where} names {name!r}, not a file name")
+    target = (folder / name).resolve()
+    if Path(name).is_absolute() or not target.is_relative_to(folder.resolve()):
+        raise DataFileError(f"saved dataset {folder}: {where} names {name!r}, outside the folder (a saved dataset "
+                            f"is read from its own folder only: save it again with save_to_disk)")
+    return folder / name
+
+
+def _saved_dataset(path: Path) -> tuple[Path, list[Path]]:
+    """The folder of the one ``Dataset`` that :func:`read_rows` loads from the saved dataset ``path`` (``path``
+    itself, or for a ``DatasetDict`` its one split or its ``train`` split) and every file that reading it opens:
+    the metadata files and the Arrow files its ``state.json`` names. Raises :class:`DataFileError` for a
+    ``DatasetDict`` of several splits without ``train`` and for a split or file named outside ``path``."""
+    files: list[Path] = []
+    folder = path
+    if (path / "dataset_dict.json").is_file() and not (path / "state.json").is_file():
+        splits = _json_file(path / "dataset_dict.json", "a DatasetDict's list of splits")
+        splits = splits.get("splits") if isinstance(splits, dict) else None
+        if not isinstance(splits, list) or not splits:
+            raise DataFileError(f"saved dataset {path}: dataset_dict.json lists no splits")
+        if len(splits) != 1 and "train" not in splits:
+            raise DataFileError(f"data folder {path}: a saved DatasetDict of splits {splits}; save one split (or one "
+                                f"named 'train')")
+        folder = _inside(path, "train" if "train" in splits else splits[0], "dataset_dict.json")
+        files.append(path / "dataset_dict.json")
+    state = _json_file(folder / "state.json", "the state of a saved Dataset")
+    entries = state.get("_data_files") if isinstance(state, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise DataFileError(f"saved dataset {folder}: state.json names no data files (_data_files)")
+    arrow = [_inside(folder, e.get("filename") if isinstance(e, dict) else e, "state.json") for e in entries]
+    files += [f for f in (folder / "state.json", folder / "dataset_info.json") if f.is_file()] + arrow
+    return folder, files
+
+
+def _plain_files(path: Path) -> list[Path]:
+    """The data files of a path that is not a saved dataset: the file itself, or a folder's visible files (sorted;
+    no sub-folders)."""
+    if not path.is_dir():
+        return [path]
+    files = sorted(f for f in path.iterdir() if f.is_file() and not f.name.startswith("."))
+    if not files:
+        raise DataFileError(f"data folder {path} is empty")
+    return files
+
+
+def data_files(path) -> list[Path]:
+    """Every file that :func:`read_rows` (or, for the shipped kind, :func:`~llm_runs.data.load_candidates`) reads
+    for ``--data path``, in a fixed order: what a digest of the data must cover (``llm_runs.sweep``). A saved
+    dataset gives its metadata and the Arrow files its ``state.json`` names (one that names a file outside the
+    folder is refused, :class:`DataFileError`); a folder its visible files; a file itself."""
+    path = Path(DEFAULT_DATA_FILE if path is None else path).expanduser()
+    if not path.exists():
+        raise DataFileError(f"data file {path} does not exist")
+    return _saved_dataset(path)[1] if _is_saved(path) else _plain_files(path)
+
+
+def _not_utf8(path: Path, files: list[Path], exc: UnicodeDecodeError) -> DataFileError:
+    """The error for a text file that is not UTF-8: the file, line and byte of the first undecodable line."""
+    for f in files:
+        opener = gzip.open if f.name.endswith(".gz") else open
+        try:
+            with opener(f, "rb") as fh:
+                for n, line in enumerate(fh, 1):
+                    try:
+                        line.decode("utf-8")
+                    except UnicodeDecodeError as bad:
+                        return DataFileError(f"data file {f}: line {n}: byte {bad.start + 1} is "
+                                             f"{line[bad.start:bad.start + 1]!r}, not UTF-8 text ({bad.reason}); "
+                                             f"save the file as UTF-8")
+        except OSError:
+            continue
+    return DataFileError(f"data file {path}: a text is not UTF-8 ({exc.reason} at byte {exc.start + 1} of "
+                         f"{exc.object[max(0, exc.start - 20):exc.end + 20]!r}); save the file as UTF-8")
+
+
 def read_rows(path) -> list[dict]:
-    """The rows of ``path`` (a file, a folder of files, or a saved dataset) read by ``datasets``, as dicts."""
+    """The rows of ``path`` (a file, a folder of files, or a saved dataset) read by ``datasets``, as dicts.
+
+    Nothing is written outside a temporary folder that is removed before this returns: ``datasets`` converts a
+    JSON Lines, Parquet or CSV file to an Arrow file in its cache, here a fresh temporary folder (not the user's
+    ``HF_DATASETS_CACHE``), and the rows are read into memory; a saved dataset is read in place."""
     path = Path(path).expanduser()
     if not path.exists():
         raise DataFileError(f"data file {path} does not exist")
@@ -128,32 +231,27 @@ def read_rows(path) -> list[dict]:
     except ImportError as exc:  # the llm extra is not installed
         raise DataFileError(f"data file {path}: reading it needs the datasets library ({exc.name or 'datasets'} is "
                             f"missing: pip install 'prefalign-verify[llm]')") from None
+    import tempfile
+
     datasets.disable_progress_bars()
     datasets.logging.set_verbosity_error()
+    saved = _is_saved(path)
+    folder, files = _saved_dataset(path) if saved else (path, _plain_files(path))
     try:
-        if path.is_dir() and ((path / "dataset_info.json").is_file() or (path / "state.json").is_file()
-                              or (path / "dataset_dict.json").is_file()):
-            ds = datasets.load_from_disk(str(path))
-            if isinstance(ds, datasets.DatasetDict):
-                splits = list(ds)
-                if len(splits) != 1 and "train" not in splits:
-                    raise DataFileError(f"data folder {path}: a saved DatasetDict of splits {splits}; save one split "
-                                        f"(or one named 'train')")
-                ds = ds["train"] if "train" in splits else ds[splits[0]]
-        else:
-            files = sorted(f for f in path.iterdir() if f.is_file() and not f.name.startswith(".")) \
-                if path.is_dir() else [path]
-            if not files:
-                raise DataFileError(f"data folder {path} is empty")
-            ds = datasets.load_dataset(_builder(path, files), data_files=[str(f) for f in files], split="train",
-                                       keep_in_memory=True)
+        if saved:
+            return datasets.load_from_disk(str(folder)).to_list()
+        builder = _builder(path, files)
+        with tempfile.TemporaryDirectory(prefix="prefalign-datasets-") as cache:
+            return datasets.load_dataset(builder, data_files=[str(f) for f in files], split="train",
+                                         keep_in_memory=True, cache_dir=cache).to_list()
     except DataFileError:
         raise
+    except UnicodeDecodeError as exc:
+        raise _not_utf8(path, files, exc) from None
     except Exception as exc:  # noqa: BLE001 - whatever the reader raises, the file is named
         msg = " ".join(str(exc).split())[:300]
         raise DataFileError(f"data file {path} cannot be read by the datasets library ({type(exc).__name__}: "
                             f"{msg})") from None
-    return ds.to_list()
 
 
 # ---------------------------------------------------------------------------------------------------- values
@@ -210,6 +308,14 @@ def _schema(path, cols: set[str], m: dict[str, str]) -> str:
 
 
 def _require(path, cols: set[str], m: dict[str, str], schema: str) -> None:
+    roles: dict[str, str] = {}
+    for c in SCHEMAS[schema]:
+        col = m.get(c, c)
+        if col in roles:
+            mapping = ",".join(f"{k}={v}" for k, v in m.items())
+            raise DataFileError(f"data file {path}: --columns {mapping}: the column {col!r} would be both "
+                                f"{roles[col]!r} and {c!r} (schema {schema}); map each role to its own column")
+        roles[col] = c
     for c in SCHEMAS[schema]:
         if c == "id":
             continue

@@ -25,9 +25,10 @@ set explicitly inside the cell). The folder ``DIR`` holds
   ``--preset smoke --shrink``);
 * ``params.json``: what every cell depends on besides its seed (:func:`sweep_params`): the preset's name and full
   configuration (:meth:`~llm_runs.run.RunPreset.to_dict`), the model directory (or ``embedded default``), the data
-  file (its path, or ``shipped: <name>`` for the shipped file, and its sha256: of a folder's files for a folder;
-  the ``--columns`` mapping when given; ``--objectives`` is part of the preset's configuration), the device, the threads, the
-  layout and the package version;
+  file (its path, or ``shipped: <name>`` for the shipped file, and the sha256 of the bytes a run reads: for a folder
+  its data files, for a saved dataset its metadata and the Arrow files its ``state.json`` names; the ``--columns``
+  mapping when given; ``--objectives`` is part of the preset's configuration), the device, the threads, the layout
+  and the package version;
 * ``llm_sweep.json``: the summary (:func:`summarize`): per seed its status, seconds and CPU-seconds, the
   CPU-seconds and seconds per seed (mean and max), the wall time of the last invocation, and ``run_dirs``: the
   complete runs' directories (relative to ``DIR``), for the aggregation across seeds.
@@ -110,8 +111,8 @@ from verification.engine.dask_engine import (
 )
 
 __all__ = ["SWEEP_KIND", "SUMMARY_JSON", "RUNS_DIR", "cell_path", "run_dir", "sweep_params", "check_params", "llm_cell",
-           "sweep_cells", "read_cells", "run_sweep", "summarize", "write_summary", "read_summary", "screen", "failed",
-           "default_workers", "command"]
+           "sweep_cells", "read_cells", "pending_seeds", "run_sweep", "summarize", "write_summary", "read_summary",
+           "screen", "failed", "default_workers", "command"]
 
 #: Identifies an LLM sweep's folder (params.json) and summary (llm_sweep.json).
 SWEEP_KIND = "prefalign-verify llm sweep"
@@ -137,11 +138,14 @@ def run_dir(out: str | Path, seed: int) -> Path:
 
 
 def _sha256(path: Path) -> str:
-    """The SHA-256 of a file, or of a folder's files (a saved dataset, a folder of data files): their relative
-    paths and contents in path order."""
+    """The SHA-256 of the bytes the data ``path`` is read from (:func:`llm_runs.formats.data_files`: a file; a
+    folder's data files; a saved dataset's metadata and the Arrow files its ``state.json`` names), each file's path
+    relative to ``path`` before its contents, in that order. Raises :class:`~llm_runs.data.DataFileError` for a
+    saved dataset that names a file outside its folder, ``OSError`` for a file that cannot be read."""
+    from llm_runs.formats import data_files
+
     h = hashlib.sha256()
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    for f in files:
+    for f in data_files(path):
         if path.is_dir():
             h.update(f.relative_to(path).as_posix().encode() + b"\0")
         with open(f, "rb") as fh:
@@ -410,6 +414,16 @@ def _note(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
+def pending_seeds(args, preset) -> list[int]:
+    """The seeds of ``args.seeds`` whose cell file is not in ``args.out`` (read only: nothing is created or hashed).
+    Raises :class:`sim.cli.UsageError` for a cell file that is not a result of this preset and seed."""
+    try:
+        rows = read_cells(args.out, preset.name, args.seeds)
+    except CellFolderError as exc:
+        raise cli.UsageError(f"argument --out: {exc}") from None
+    return [s for s in args.seeds if s not in rows]
+
+
 def check_folder(args, preset) -> tuple[dict[str, Any], list[int]]:
     """The usage checks of the folder (``args.out``: writable, made with these parameters, its cell files results of
     this preset); returns the parameters and the seeds still to run. Raises :class:`sim.cli.UsageError`."""
@@ -419,6 +433,8 @@ def check_folder(args, preset) -> tuple[dict[str, Any], list[int]]:
                               threads=args.threads, layout=args.layout, columns=args.columns)
     except OSError as exc:
         raise cli.UsageError(f"argument --data: cannot read data file {str(args.data)!r}: {exc}") from None
+    except ValueError as exc:  # a DataFileError: a saved dataset that names a file outside its folder
+        raise cli.UsageError(f"argument --data: {exc}") from None
     try:
         check_params(out, params)
         rows = read_cells(out, preset.name, args.seeds)

@@ -13,5 +13,9 @@ version is :data:`sim.__version__`.
 """
 
 from sim import __version__
+from sim.interrupts import quiet_if_started_as
+
+# the command `prefalign`: a Ctrl-C from here until it handles it is one line and exit 130 (sim.interrupts)
+quiet_if_started_as("prefalign", "prefalign", script="prefalign")
 
 __all__ = ["__version__"]

@@ -91,6 +91,11 @@ def main(argv: list[str] | None = None) -> int:
                 run = COMMANDS[name].main()
                 cli.raise_if_interrupted()
                 return run(argv[1:], prog=f"{PROG} {name}")
+            except ImportError:  # a Ctrl-C inside a C extension's import (e.g. numpy's) comes out as its ImportError
+                if not cli.interrupt_pending():
+                    raise
+                print(f"{PROG} {name}: interrupted while starting (nothing ran)", file=sys.stderr, flush=True)
+                return cli.EXIT_INTERRUPTED
             except KeyboardInterrupt:  # before the command took over its own handling (its modules import for a
                 # second or two): one line instead of a traceback; a command that was running handles it itself
                 print(f"{PROG} {name}: interrupted while starting (nothing ran)", file=sys.stderr, flush=True)

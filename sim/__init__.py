@@ -9,5 +9,10 @@ boundary of Algorithm 1: client sources supplying losses, Gram matrices and ``d 
 line :mod:`sim.simulate`.
 """
 
+from sim.interrupts import quiet_if_started_as
+
+# the command `python -m sim.simulate`: a Ctrl-C from here until it handles it is one line and exit 130
+quiet_if_started_as("sim.simulate", "python -m sim.simulate")
+
 #: The version of prefalign-verify: the one place it is written (``pyproject.toml`` reads it from here).
 __version__ = "0.1.0"

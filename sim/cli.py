@@ -17,10 +17,8 @@ regression against a baseline; each command's ``--help`` says what), :data:`EXIT
 :data:`EXIT_INTERRUPTED` (130) when interrupted (Ctrl-C). :func:`exit_status_help` writes that list for a
 command's ``--help``.
 
-A Ctrl-C that arrives while Python runs a weak-reference callback (the import system's module locks use one) raises
-its ``KeyboardInterrupt`` where Python only prints "Exception ignored" and goes on, so the command would run to its
-end. Under :func:`interrupts_recorded` every Ctrl-C is also recorded, and :func:`raise_if_interrupted`, called at
-the points where a command can stop cleanly, raises the one that was lost.
+A Ctrl-C is one line and exit 130 from the first line of a command's entry module (:mod:`sim.interrupts`:
+:func:`quiet_until_handled`, :func:`interrupts_recorded`, :func:`raise_if_interrupted`, re-exported here).
 """
 
 from __future__ import annotations
@@ -29,14 +27,14 @@ import argparse
 import contextlib
 import math
 import os
-import signal
 import sys
 import tempfile
 import textwrap
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NoReturn
+
+from sim import interrupts as _interrupts
 
 __all__ = [
     "EXIT_OK",
@@ -45,6 +43,8 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "interrupts_recorded",
     "raise_if_interrupted",
+    "interrupt_pending",
+    "quiet_until_handled",
     "exit_status_help",
     "UsageError",
     "ArgumentParser",
@@ -69,47 +69,11 @@ EXIT_FAIL = 1
 #: Exit status of a usage error (argparse's convention).
 EXIT_USAGE = 2
 #: Exit status of a command interrupted by Ctrl-C (128 + SIGINT, the shell's convention).
-EXIT_INTERRUPTED = 130
-
-#: Set by the SIGINT handler of :func:`interrupts_recorded`, cleared by :func:`raise_if_interrupted`.
-_interrupt_pending = False
-
-
-def _record_interrupt(signum: int, frame: Any) -> None:
-    global _interrupt_pending
-    _interrupt_pending = True
-    signal.default_int_handler(signum, frame)  # raises KeyboardInterrupt where the signal lands
-
-
-@contextlib.contextmanager
-def interrupts_recorded() -> Iterator[None]:
-    """Within the block, a Ctrl-C raises ``KeyboardInterrupt`` as usual and is also recorded, so that
-    :func:`raise_if_interrupted` raises one that Python swallowed (in a weak-reference callback or a ``__del__``).
-
-    Only where Python's own handler is installed, in the main thread: a process that ignores SIGINT (a job
-    started in the background) or handles it itself keeps its handler. Nested blocks keep the outer one's."""
-    if (threading.current_thread() is not threading.main_thread()
-            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
-        yield
-        return
-    global _interrupt_pending
-    _interrupt_pending = False
-    signal.signal(signal.SIGINT, _record_interrupt)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        _interrupt_pending = False
-
-
-def raise_if_interrupted() -> None:
-    """Raise ``KeyboardInterrupt`` if a Ctrl-C was recorded under :func:`interrupts_recorded` since the last call
-    (whether or not its own ``KeyboardInterrupt`` reached a handler); a no-op otherwise, and in any thread but the
-    main one (where the handler runs)."""
-    global _interrupt_pending
-    if _interrupt_pending and threading.current_thread() is threading.main_thread():
-        _interrupt_pending = False
-        raise KeyboardInterrupt
+EXIT_INTERRUPTED = _interrupts.EXIT_INTERRUPTED
+interrupts_recorded = _interrupts.interrupts_recorded
+raise_if_interrupted = _interrupts.raise_if_interrupted
+interrupt_pending = _interrupts.interrupt_pending
+quiet_until_handled = _interrupts.quiet_until_handled
 
 
 def exit_status_help(fail: str | None = None, width: int = 100) -> str:

@@ -204,6 +204,15 @@ def _with_clients(preset: Preset, clients: int | None) -> Preset:
 def main(argv: list[str] | None = None, prog: str = "python -m sim.simulate") -> int:
     """Run the command line on ``argv`` (default ``sys.argv[1:]``; ``prog``: the name its messages give it); returns
     the exit status: 0, 2 on a usage error (found before any work), 130 when interrupted (nothing is written)."""
+    with cli.interrupts_recorded():
+        try:
+            return _main(argv, prog)
+        except KeyboardInterrupt:  # while the parser is built or the arguments checked
+            print(f"{prog}: interrupted", file=sys.stderr, flush=True)
+            return cli.EXIT_INTERRUPTED
+
+
+def _main(argv: list[str] | None, prog: str) -> int:
     ap = build_parser(prog)
     try:
         args = ap.parse_args(argv)

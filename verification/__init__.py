@@ -17,7 +17,13 @@ names (``verification.registry``, ``verification.sweep``, …; :data:`MOVED`): t
 with a :class:`DeprecationWarning` naming where it is now.
 """
 
+# ruff: noqa: E402 - the start handler comes before the imports
 from __future__ import annotations
+
+from sim.interrupts import quiet_if_started_as
+
+# the command `python -m verification`: a Ctrl-C from here until it handles it is one line and exit 130
+quiet_if_started_as("verification", "python -m verification")
 
 import importlib
 import importlib.abc

@@ -374,3 +374,110 @@ def test_a_sweep_records_the_data_and_refuses_bad_data_before_any_work(tmp_path,
     code, _, err = _main(capsys, "sweep", "--preset", "smoke", "--seeds", "0:1", "--data", FIXTURES / "pku_saferlhf.csv",
                          "--objectives", "better", "--out", out)
     assert code == 2 and len(err) == 1 and "argument --objectives: need at least two objectives" in err[0], err
+
+
+# ------------------------------------------------------------------------------------- issue 43: data and arguments
+
+
+def test_non_utf8_json_lines_is_one_line_exit_2_naming_the_byte(tmp_path, capsys, tiny_dir):
+    """A JSON Lines file with a Latin-1 byte: ``data check`` and ``run`` name the file, the line and the byte."""
+    p = tmp_path / "latin1.jsonl"
+    rows = _raw("helpsteer2.parquet")
+    text = "".join(json.dumps(r) + "\n" for r in rows).encode()
+    p.write_bytes(text.replace(b"Describe", b"D\xe9scribe", 1))
+    code, _, err = _main(capsys, "data", "check", p)
+    assert code == 2 and len(err) == 1 and "line 1: byte 14 is b'\\xe9', not UTF-8" in err[0], err
+    out = tmp_path / "out"
+    code, _, err = _main(capsys, "run", "--preset", "smoke", "--shrink", "--data", p, "--model", tiny_dir, "--out", out)
+    assert code == 2 and len(err) == 1 and "not UTF-8" in err[0] and not out.exists(), err
+
+
+def test_scores_of_any_size_give_the_same_pairs(tmp_path):
+    """The same file with every score multiplied by 1e290 (squares overflow) or 1e-290: the same pairs."""
+    rows = _raw("helpsteer2.parquet")
+    ref = load_data(FIXTURES / "helpsteer2.parquet")
+    for k, factor in enumerate((1e290, 1e-290)):
+        scaled = [{**r, **{o: float(r[o]) * factor for o in ref.objectives}} for r in rows]
+        p = tmp_path / f"scaled{k}.jsonl"
+        p.write_text("".join(json.dumps(r) + "\n" for r in scaled))
+        c = load_data(p)
+        for o in ref.objectives:
+            key = [(x.prompt_id, x.chosen_index, x.rejected_index) for x in preference_pairs(ref, o)]
+            assert [(x.prompt_id, x.chosen_index, x.rejected_index) for x in preference_pairs(c, o)] == key
+            assert within_prompt_scale(c.scores[o]) == pytest.approx(within_prompt_scale(ref.scores[o]) * factor,
+                                                                     rel=1e-12)
+
+
+def test_an_outlying_score_is_named_when_the_prompts_run_out(tmp_path, capsys):
+    """One score of 1e30 among ordinary ones makes the pair margin that large: the refusal names the score."""
+    p = _edit_rows("helpsteer2.parquet", tmp_path, _set(3, "helpfulness", 1e30))
+    code, _, err = _main(capsys, "data", "check", p)
+    assert code == 2 and len(err) == 1 and "runs out of prompts" in err[0], err
+    assert "'helpfulness' has pairs in" in err[0] and "score 1e+30" in err[0], err
+
+
+@pytest.mark.parametrize("mapping, match", [
+    ("prompt=response,response=response", "mapping prompt=response,response=response maps the one column "
+                                          "'response' to two roles"),
+    ("prompt=response", "--columns prompt=response: the column 'response' would be both 'prompt' and 'response'")])
+def test_one_column_for_two_roles_names_the_mapping(mapping, match, capsys):
+    code, _, err = _main(capsys, "data", "check", FIXTURES / "helpsteer2.parquet", "--columns", mapping)
+    assert code == 2 and len(err) == 1 and match in err[0], err
+
+
+def _saved_copy(tmp_path, filename=None):
+    import shutil
+
+    d = tmp_path / "saved"
+    shutil.copytree(FIXTURES / "ultrafeedback", d)
+    if filename is not None:
+        state = json.loads((d / "state.json").read_text())
+        state["_data_files"] = [{"filename": filename}]
+        (d / "state.json").write_text(json.dumps(state))
+    return d
+
+
+@pytest.mark.parametrize("where", ["absolute", "parent"])
+def test_a_saved_dataset_naming_a_file_outside_its_folder_is_refused(where, tmp_path, capsys, tiny_dir):
+    import shutil
+
+    outside = tmp_path / "elsewhere" / "data.arrow"
+    outside.parent.mkdir()
+    shutil.copy(FIXTURES / "ultrafeedback" / "data-00000-of-00001.arrow", outside)
+    name = str(outside) if where == "absolute" else "../elsewhere/data.arrow"
+    d = _saved_copy(tmp_path, name)
+    code, _, err = _main(capsys, "data", "check", d)
+    assert code == 2 and len(err) == 1 and f"state.json names {name!r}, outside the folder" in err[0], err
+    out = tmp_path / "sweep"
+    code, _, err = _main(capsys, "sweep", "--preset", "smoke", "--shrink", "--seeds", "0:1", "--workers", "1",
+                         "--data", d, "--model", tiny_dir, "--out", out)
+    assert code == 2 and len(err) == 1 and "outside the folder" in err[0] and not out.exists(), err
+
+
+def test_the_sweep_digest_covers_the_bytes_read_not_the_folder(tmp_path):
+    from llm_runs.sweep import sweep_params
+
+    preset = PRESETS["smoke"].shrunk()
+    d = _saved_copy(tmp_path)
+    ref = sweep_params(preset, data=d)["data"]["sha256"]
+    (d / "notes.txt").write_text("not read")
+    (d / "cache-1234.arrow").write_bytes(b"stale cache, not named in state.json")
+    assert sweep_params(preset, data=d)["data"]["sha256"] == ref
+    arrow = d / "data-00000-of-00001.arrow"
+    arrow.write_bytes(arrow.read_bytes() + b"\0")
+    assert sweep_params(preset, data=d)["data"]["sha256"] != ref
+
+
+def test_a_bad_objective_of_a_sweep_exits_2_before_hashing_or_creating_the_folder(tmp_path, capsys, tiny_dir,
+                                                                                   monkeypatch):
+    import llm_runs.sweep
+
+    def no_hash(path):
+        raise AssertionError("the data was hashed")
+
+    monkeypatch.setattr(llm_runs.sweep, "_sha256", no_hash)
+    out = tmp_path / "sweep"
+    code, _, err = _main(capsys, "sweep", "--preset", "smoke", "--shrink", "--seeds", "0:1", "--workers", "1",
+                         "--data", FIXTURES / "ultrafeedback", "--objectives", "helpfulness,nonexistent",
+                         "--model", tiny_dir, "--out", out)
+    assert code == 2 and len(err) == 1 and "'nonexistent'" in err[0] and not out.exists(), err

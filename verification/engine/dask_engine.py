@@ -27,6 +27,7 @@ import json
 import logging
 import os
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -148,9 +149,9 @@ def _environ(values: dict[str, str]) -> Iterator[None]:
 def dask_client(workers: int | None = None, scheduler: str | None = None, *,
                 connect_timeout: float = CONNECT_TIMEOUT) -> Iterator[Any]:
     """A ``distributed.Client``: of a new ``LocalCluster`` with ``workers`` worker processes (one thread each, the
-    thread pools of :data:`WORKER_ENV` pinned to one thread; ``None``: one per CPU), or of the existing cluster
-    whose scheduler listens at ``scheduler`` (e.g. ``tcp://10.0.0.5:8786``). The cluster (if started here) and the
-    client are closed on exit.
+    thread pools of :data:`WORKER_ENV` pinned to one thread; ``None``: one per CPU; their local directory a temporary
+    folder removed on exit), or of the existing cluster whose scheduler listens at ``scheduler`` (e.g.
+    ``tcp://10.0.0.5:8786``). The cluster (if started here) and the client are closed on exit.
 
     Raises :class:`SchedulerUnreachable` when no scheduler answers at ``scheduler`` within ``connect_timeout``
     seconds, and ``ValueError`` for ``workers < 1``."""
@@ -174,11 +175,15 @@ def dask_client(workers: int | None = None, scheduler: str | None = None, *,
     # The nanny sets its pre-spawn environment before it starts a worker process (and again when it restarts a
     # dead one); a variable already in os.environ would take precedence over the configuration, hence _environ.
     env = {**dask.config.get("distributed.nanny.pre-spawn-environ"), **WORKER_ENV}
-    with dask.config.set({"distributed.nanny.pre-spawn-environ": env}), _environ(WORKER_ENV):
-        cluster = LocalCluster(n_workers=int(workers), threads_per_worker=1, processes=True,
-                               dashboard_address=":0", silence_logs=logging.ERROR)
-    with cluster, Client(cluster, set_as_default=False) as client:
-        yield client
+    # The scheduler's and the workers' scratch space (spilled data, lock files) in a fresh temporary folder removed
+    # on exit, not in a dask-scratch-space folder left behind in the system temp
+    with tempfile.TemporaryDirectory(prefix="prefalign-dask-") as scratch:
+        with dask.config.set({"distributed.nanny.pre-spawn-environ": env, "temporary-directory": scratch}), \
+                _environ(WORKER_ENV):
+            cluster = LocalCluster(n_workers=int(workers), threads_per_worker=1, processes=True,
+                                   dashboard_address=":0", silence_logs=logging.ERROR, local_directory=scratch)
+        with cluster, Client(cluster, set_as_default=False) as client:
+            yield client
 
 
 def read_cell(path: Path) -> Any:
