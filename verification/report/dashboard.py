@@ -88,6 +88,7 @@ class ReportResult:
     budget: dict[str, Any] = dataclasses.field(default_factory=dict)
     llm: Any = None  # the LLM section (verification.report.llm_section.LLMSection), None when not made
     command: str = ""  # the command line that makes this report again (:func:`report_command`)
+    cells: Any = None  # on Dask: what run_cells did (verification.engine.dask_engine.CellRun), None when serial
 
     def summary(self) -> str:
         counts: dict[str, int] = {}
@@ -557,7 +558,7 @@ def build_report(out_dir: str | Path = "reports", *, scale: str = "default", see
                                               llm_sweep=str(llm_sweep) if llm_sweep else None),
                        failed=any(map(resultlog.row_failed, rows))
                        or budget["total"] > FAMILY_WISE_BUDGET * (1 + 1e-12), budget=budget, sweep=sweep,
-                       sweep_figures=sweep_drawn, sweep_missing=sweep_missing, llm=llm_sec)
+                       sweep_figures=sweep_drawn, sweep_missing=sweep_missing, llm=llm_sec, cells=cells)
     atomic_write_text(out / "README.md", dashboard_markdown(res, results, study_results, scale=scale, seed=seed))
     atomic_write_text(out / "index.html", dashboard_html(res, results, study_results, scale=scale, seed=seed))
     return res
