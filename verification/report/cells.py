@@ -3,25 +3,32 @@ or ``--scheduler ADDRESS``, :mod:`verification.engine.dask_engine`).
 
 A report of statements ``S`` at ``seed`` and ``scale`` is these cells, written to the report's folder ``DIR``:
 
-* ``cells/<id>/search.json`` (:func:`search_cell`), for each statement with a family box when the report's
-  falsification search is on: the search of :func:`verification.core.registry.search_statement` (the stored
-  search's short refinement at the default scale, the ``paper`` budget at the paper scale), as the record of its
-  :class:`~verification.core.search.SearchResult`;
+* the search cells of each statement with a family box when the report's falsification search is on
+  (:func:`search_cell_specs`): at the default scale one, ``cells/<id>/search.json`` (:func:`search_cell`: the
+  stored search's short refinement, :func:`verification.core.registry.search_statement`); at the paper scale the
+  parts of the ``paper`` budget's search (:func:`search_part_cell`, :func:`verification.core.search.search_parts`):
+  ``search-design.json`` (the Halton design), ``search-de-<k>.json`` (island ``k`` of the differential evolution)
+  and ``search-chain-<k>.json`` (the ``k``-th refinement chain, which starts when the design and the islands are
+  done, from their best points);
 * ``cells/<id>/check.json`` (:func:`statement_cell`): the check, its tight points and its negative control
-  (:func:`verification.core.registry.run_statement`), the search of its ``search.json`` applied, and what the report
+  (:func:`verification.core.registry.run_statement`), the search of its search cells applied (the parts merged,
+  :func:`merged_search`), and what the report
   writes for the statement (:func:`verification.report.dashboard.statement_files`: its result row, its
   ``worst/`` and ``counterexamples/`` files, figure tables and rows of ``instances.csv``). It starts when its
-  search cell is done (:attr:`~verification.engine.dask_engine.Cell.deps`).
+  search cells are done (:attr:`~verification.engine.dask_engine.Cell.deps`).
 
 Every cell records its cost (``cost``: CPU and wall seconds on the worker), from which :func:`cell_costs`,
 :func:`critical_path` and :func:`predicted_wall` give what the report would take on more workers.
 
-The random streams of a cell are those of the serial report: the check's come from
-:func:`verification.core.registry.statement_rng` of the statement's seed, the search's from its own seed (the
-stored search's seed on the default scale); no cell depends on which worker runs it or in what order, so the report
-on any number of workers writes the serial report's files (:func:`results_differences` compares two
-``results.json``). The serial report (no ``--workers``) runs the same two functions in its own process,
-statement after statement (:func:`run_statement`).
+The random streams of a cell depend on the statement, the seed and the cell's index only: the check's come from
+:func:`verification.core.registry.statement_rng` of the statement's seed, the stored search's refinement from its
+own seed, and at the paper scale the design's scramble, island ``k``'s stream (``default_rng([seed, 3, k])``) and
+chain ``k``'s (``default_rng([seed, 4, k])``) from the seed and ``k`` (:func:`verification.core.search.search_part`).
+No cell depends on which worker runs it or in what order, so the report on any number of workers writes the
+serial report's files (:func:`results_differences` compares two ``results.json``). The serial report (no
+``--workers``) runs the same functions in its own process, statement after statement (:func:`run_statement`),
+which is also what :func:`verification.core.search.falsify` computes. (The paper-scale numbers differ from those
+of reports before the search was split: one DE of the whole population with one stream shared by the chains.)
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from typing import Any
 
 from verification.core import registry
 from verification.core.evidence import to_jsonable
+from verification.core.search import Budget
 from verification.engine.dask_engine import (
     CELLS_DIR,
     PARAMS_NAME,
@@ -45,10 +53,10 @@ from verification.engine.dask_engine import (
 )
 from verification.engine.sweep import cell_path
 
-__all__ = ["SEARCH_CELL", "CHECK_CELL", "REPORT_KIND", "report_params", "prepare_folder", "cell_file", "search_cell", "statement_cell", "run_statement", "report_cells",
-           "cell_costs", "critical_path", "predicted_wall", "results_differences", "VOLATILE_KEYS"]
+__all__ = ["CHECK_CELL", "REPORT_KIND", "report_params", "prepare_folder", "cell_file", "search_cell",
+           "search_part_cell", "merged_search", "search_cell_specs", "statement_cell", "run_statement",
+           "report_cells", "cell_costs", "critical_path", "predicted_wall", "results_differences", "VOLATILE_KEYS"]
 
-SEARCH_CELL = "search.json"
 CHECK_CELL = "check.json"
 #: Identifies the cells of a report (``DIR/params.json``).
 REPORT_KIND = "prefalign-verify report"
@@ -87,8 +95,9 @@ def _cost(t0: float, c0: float) -> dict[str, float]:
 
 
 def search_cell(stmt_id: str, seed: int, budget: str) -> dict[str, Any]:
-    """The report's falsification search of ``stmt_id`` (runs on a worker): ``{"search": the SearchResult's
-    fields}``, or ``{"error": repr of the exception}`` (traceback on stderr) when it raised; with its ``cost``."""
+    """The report's falsification search of ``stmt_id`` in one cell (runs on a worker; the ``stored`` budget of the
+    default scale): ``{"search": the SearchResult's fields}``, or ``{"error": repr of the exception}`` (traceback
+    on stderr) when it raised; with its ``cost``."""
     t0, c0 = time.perf_counter(), time.process_time()
     try:
         res = registry.search_statement(registry.get_statement(stmt_id), budget, int(seed))
@@ -97,6 +106,43 @@ def search_cell(stmt_id: str, seed: int, budget: str) -> dict[str, Any]:
         registry.print_traceback(exc)
         rec = {"error": repr(exc)}
     return {**rec, "cost": _cost(t0, c0)}
+
+
+def search_part_cell(stmt_id: str, seed: int, budget: str | Budget, part: str, k: int,
+                     *earlier: Mapping[str, Any]) -> dict[str, Any]:
+    """Part ``(part, k)`` of the report's search of ``stmt_id`` at a search budget (the ``paper`` budget of the
+    paper scale; :func:`verification.core.search.search_part`: the design, an island of the differential
+    evolution, or a refinement chain from the records ``earlier`` of the design and the islands), on a worker:
+    ``{"part": its record}``, or ``{"error": ...}`` when it raised (or when one of ``earlier`` is an error); with
+    its ``cost``."""
+    from verification.core.search import search_part
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    failed = next((r for r in earlier if "error" in r), None)
+    if failed is not None:
+        return {"error": failed["error"], "cost": _cost(t0, c0)}
+    try:
+        rec: dict[str, Any] = {"part": search_part(stmt_id, seed, budget, part, k, *(r["part"] for r in earlier))}
+    except Exception as exc:  # noqa: BLE001 - the statement's row says it (an error row, as in the serial report)
+        registry.print_traceback(exc)
+        rec = {"error": repr(exc)}
+    return {**rec, "cost": _cost(t0, c0)}
+
+
+def merged_search(stmt_id: str, seed: int, budget: str | Budget,
+                  parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The search record of :func:`search_cell`'s form made of the records of the parts of a search
+    (:func:`search_part_cell`, in :func:`verification.core.search.search_parts` order): the first error among them,
+    or the :class:`~verification.core.search.SearchResult` of their merge
+    (:func:`verification.core.search.search_result`)."""
+    from verification.core.search import search_result
+
+    failed = next((r for r in parts if "error" in r), None)
+    if failed is not None:
+        return {"error": failed["error"]}
+    stmt = registry.get_statement(stmt_id)
+    res = search_result(stmt, stmt.search, budget, seed, [r["part"] for r in parts])
+    return {"search": to_jsonable(dataclasses.asdict(res))}
 
 
 class _SearchRaised(Exception):
@@ -117,29 +163,51 @@ def _given_search(record: Mapping[str, Any]):
     return search
 
 
-def statement_cell(stmt_id: str, seed: int, scale: str, budget: str | None,
-                   search: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def statement_cell(stmt_id: str, seed: int, scale: str, budget: str | Budget | None,
+                   *search: Mapping[str, Any]) -> dict[str, Any]:
     """The report's work on statement ``stmt_id`` (runs on a worker): the check with its tight points and negative
-    control, the search record ``search`` (:func:`search_cell`) applied, the result ``row`` and what the report
-    writes for it (:func:`verification.report.dashboard.statement_files`), with its ``cost``."""
+    control, the search applied (the record of :func:`search_cell`, or the records of the search's parts,
+    :func:`search_part_cell`, merged by :func:`merged_search`), the result ``row`` and what the report writes for
+    it (:func:`verification.report.dashboard.statement_files`), with its ``cost``."""
     from verification.report.dashboard import statement_files
 
     t0, c0 = time.perf_counter(), time.process_time()
     stmt = registry.get_statement(stmt_id)
-    how = _given_search(search) if search is not None else budget
+    how: Any = budget
+    if search and budget is not None:
+        one = search[0] if len(search) == 1 and "part" not in search[0] else merged_search(stmt_id, seed, budget,
+                                                                                          search)
+        how = _given_search(one)
     ev, row, res = registry.run_statement_row(stmt, int(seed), scale=scale, search=how,
                                               on_error=registry.print_traceback)
     return {"row": row, **statement_files(stmt, ev, res), "cost": _cost(t0, c0)}
 
 
-def _searched(stmt: registry.Statement, budget: str | None) -> bool:
-    return budget is not None and stmt.search is not None
+def search_cell_specs(stmt: registry.Statement, budget: str | Budget | None) -> list[tuple[str, str, int]]:
+    """The search cells of ``stmt`` at ``budget``, as ``(name, part, k)``: none without a search; one ``search``
+    cell at the ``stored`` budget; otherwise one per part of :func:`verification.core.search.search_parts`
+    (``search-design``, ``search-de-<k>``, ``search-chain-<k>``)."""
+    from verification.core.search import STORED, search_parts
+
+    if budget is None or stmt.search is None:
+        return []
+    if budget == STORED:
+        return [("search", "", 0)]
+    return [(f"search-{part}" + ("" if part == "design" else f"-{k}"), part, k)
+            for part, k in search_parts(stmt.search.dim, budget)]
 
 
-def run_statement(stmt: registry.Statement, seed: int, scale: str, budget: str | None) -> dict[str, Any]:
-    """The cells of ``stmt`` run in this process, one after the other (the serial report)."""
-    search = search_cell(stmt.id, seed, budget) if budget is not None and stmt.search is not None else None
-    return statement_cell(stmt.id, seed, scale, budget, search)
+def run_statement(stmt: registry.Statement, seed: int, scale: str, budget: str | Budget | None) -> dict[str, Any]:
+    """The cells of ``stmt`` run in this process, one after the other (the serial report): the same functions,
+    with the same arguments, as the cells of :func:`report_cells`."""
+    specs = search_cell_specs(stmt, budget)
+    if budget is None or not specs:
+        return statement_cell(stmt.id, seed, scale, budget)
+    if isinstance(budget, str) and specs[0][1] == "":
+        return statement_cell(stmt.id, seed, scale, budget, search_cell(stmt.id, seed, budget))
+    base = [search_part_cell(stmt.id, seed, budget, part, k) for _, part, k in specs if part != "chain"]
+    chains = [search_part_cell(stmt.id, seed, budget, part, k, *base) for _, part, k in specs if part == "chain"]
+    return statement_cell(stmt.id, seed, scale, budget, *base, *chains)
 
 
 def cell_file(out: str | Path, stmt_id: str, name: str) -> Path:
@@ -148,15 +216,30 @@ def cell_file(out: str | Path, stmt_id: str, name: str) -> Path:
 
 
 def report_cells(out: str | Path, stmts: Sequence[registry.Statement], *, seed: int, scale: str,
-                 budget: str | None) -> list[Cell]:
+                 budget: str | Budget | None) -> list[Cell]:
     """The cells of a report into ``out``: every search cell first (they are the longest and the checks wait for
-    them), then the statement cells, each depending on its statement's search cell."""
-    searches = [Cell(f"{s.id}/search", cell_file(out, s.id, SEARCH_CELL), search_cell, (s.id, int(seed), budget))
-                for s in stmts if _searched(s, budget)]
-    checks = [Cell(f"{s.id}/check", cell_file(out, s.id, CHECK_CELL), statement_cell,
-                   (s.id, int(seed), scale, budget), (f"{s.id}/search",) if _searched(s, budget) else ())
-              for s in stmts]
-    return searches + checks
+    them; at a search budget the design and DE islands of every statement, then its refinement chains, each
+    depending on its statement's design and islands), then the statement cells, each depending on its statement's
+    search cells (:func:`search_cell_specs`)."""
+    base: list[Cell] = []
+    chains: list[Cell] = []
+    checks: list[Cell] = []
+    for s in stmts:
+        specs = search_cell_specs(s, budget)
+        keys = {name: f"{s.id}/{name}" for name, _, _ in specs}
+        first = [keys[name] for name, part, _ in specs if part != "chain"]
+        for name, part, k in specs:
+            path = cell_file(out, s.id, f"{name}.json")
+            if part == "":
+                base.append(Cell(keys[name], path, search_cell, (s.id, int(seed), budget)))
+            elif part != "chain":
+                base.append(Cell(keys[name], path, search_part_cell, (s.id, int(seed), budget, part, k)))
+            else:
+                chains.append(Cell(keys[name], path, search_part_cell, (s.id, int(seed), budget, part, k),
+                                   tuple(first)))
+        checks.append(Cell(f"{s.id}/check", cell_file(out, s.id, CHECK_CELL), statement_cell,
+                           (s.id, int(seed), scale, budget), tuple(keys.values())))
+    return base + chains + checks
 
 
 # ------------------------------------------------------------------------------------------- costs, scaling

@@ -19,6 +19,9 @@ from pathlib import Path
 import pytest
 
 from verification.core import registry
+from verification.core.evidence import to_jsonable
+from verification.core.search import Budget
+from verification.engine.dask_engine import read_cell, run_cells
 from verification.report import cells as report_cells
 from verification.report.dashboard import build_report
 
@@ -132,6 +135,30 @@ def test_resume_after_kill_9_computes_only_the_unfinished_cells(serial, client, 
     assert sorted(res.cells.kept + res.cells.written) == sorted(
         f"{s}/{k}" for s in IDS for k in ("check", "search") if k == "check" or s != "S4")
     assert report_cells.results_differences(_results(serial), _results(out)) == []
+
+
+#: A search budget with a differential evolution, small enough for a test (two islands, two chains per statement).
+TINY_DE = Budget("tiny DE", initial=4, refine=2, de_maxiter=1, de_popsize=2, max_refined=2)
+
+
+def test_paper_scale_search_cells_on_two_workers_equal_the_serial_report(client, tmp_path):
+    """At the paper scale with a search budget, every statement's search is a design cell, one cell per island of
+    its differential evolution and one per refinement chain (which waits for the design and the islands); on two
+    workers, each check cell (result row, worst/ and counterexamples/ files, tables) equals the serial report's."""
+    stmts = registry.resolve(["H.15", "H.9"])  # H.15 with a conclusion to refine, H.9 without
+    cells = report_cells.report_cells(tmp_path, stmts, seed=registry.DEFAULT_SEED, scale="paper", budget=TINY_DE)
+    names = ["search-design", "search-de-0", "search-de-1", "search-chain-0", "search-chain-1", "check"]
+    assert sorted(c.key for c in cells) == sorted(f"{s.id}/{n}" for s in stmts for n in names)
+    assert {c.key: c.deps for c in cells}["H.15/search-chain-1"] == (
+        "H.15/search-design", "H.15/search-de-0", "H.15/search-de-1")
+    run = run_cells(client, cells, desc="report", progress=False)
+    assert run.complete and not run.failed
+    for s in stmts:
+        serial = json.loads(json.dumps(to_jsonable(report_cells.run_statement(s, registry.DEFAULT_SEED, "paper",
+                                                                             TINY_DE))))
+        cell = read_cell(report_cells.cell_file(tmp_path, s.id, report_cells.CHECK_CELL))
+        assert report_cells.results_differences(serial, cell, volatile=report_cells.VOLATILE_KEYS | {"cost"}) == []
+        assert cell["row"]["details"]["search"]["budget"] == "tiny DE"
 
 
 def test_critical_path_and_predicted_wall_time():
