@@ -560,8 +560,10 @@ def report_scaling_table(folder: Path) -> str:
     ``CPU / (W · wall)`` per W, the critical path, the largest cell's share and the wall time predicted on 8, 32 and
     128 workers from the cells' recorded costs, with the CPU and date."""
     paths = [folder / f"report_scaling_{s}.json" for s in ("default", "paper")]
-    if not any(p.is_file() for p in paths):
-        return _absent(paths[0], "python tools/bench_report.py", "the report's scaling measurement")
+    missing = [f"*The {s} scale: not measured yet (`python tools/bench_report.py --scale {s} --workers 1 2` writes "
+               f"`{_shown(p)}`).*" for s, p in zip(("default", "paper"), paths, strict=True) if not p.is_file()]
+    if len(missing) == len(paths):
+        return "\n\n".join(missing)
     lines = ["| scale | CPU, date | W | wall s | CPU s | efficiency | cells, CPU-s | critical path s | largest cell "
              "| predicted wall s on 8 / 32 / 128 | results equal |", "|---" * 11 + "|"]
     for p in paths:
@@ -576,7 +578,7 @@ def report_scaling_table(folder: Path) -> str:
             lines.append(f"| {d['scale'] if k == 0 else ''} | {d['cpu'] + ', ' + d['date'] if k == 0 else ''} | "
                          f"{r['workers']} | {_g(r['wall_seconds'])} | {_g(r['cpu_seconds'])} | "
                          f"{r['efficiency']:.2f} | {tail} |")
-    return "\n".join(lines)
+    return "\n\n".join(["\n".join(lines), *missing])
 
 
 #: ``{{ table NAME }}`` on a hand-written page: the function that renders it from the dashboard folder.
