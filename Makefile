@@ -16,6 +16,9 @@ LLM_RUN ?=
 # make report LLM_SWEEP=DIR: the LLM section reads that sweep of `python -m llm_runs sweep` (e.g. the study preset
 # over 8 seeds: `make llm-study`) and opens with the pre-registered statistics
 LLM_SWEEP ?=
+# make report WORKERS=K: the statements and their searches as cells on a local Dask cluster of K worker processes
+# (verify report --workers K; docs/verify.md); empty: one after the other in this process
+WORKERS ?=
 # mutation testing (outside the default tier): files (default: tools/mutation.py's DEFAULT_FILES, the kernels,
 # Algorithm 1, Remark H.8's clustering comparison, the kernel boundary and the compiled twin; an entry is
 # SRC[::FUNCTIONS][=TESTS][@ENV]: docs/mutation.md), sample size per file (0 = every mutant), parallel jobs
@@ -71,7 +74,8 @@ docs: $(STAMP)
 ## LLM_RUN=DIR); write the dashboard and figures to reports/
 report: $(STAMP)
 	$(BIN)/python -m verification report --out reports --seed $(SEED) --scale $(SCALE) \
-		$(if $(LLM_SWEEP),--llm-sweep $(LLM_SWEEP),$(if $(filter none,$(LLM_RUN)),--no-llm,$(if $(LLM_RUN),--llm-run $(LLM_RUN))))
+		$(if $(LLM_SWEEP),--llm-sweep $(LLM_SWEEP),$(if $(filter none,$(LLM_RUN)),--no-llm,$(if $(LLM_RUN),--llm-run $(LLM_RUN)))) \
+		$(if $(WORKERS),--workers $(WORKERS))
 
 ## llm-study: the pre-registered personalisation study, the study preset over seeds 0-7 as cells of a Dask sweep
 ## (2 workers of 1 torch thread; about 18.5 CPU-minutes and 21 minutes of wall time a seed, two at a time, 86

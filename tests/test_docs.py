@@ -263,3 +263,18 @@ def test_dashboard_excerpt_matches_the_committed_dashboard():
         assert cells[2].strip("*").lower().startswith(r["verdict"])
         assert cells[3] == f"{r['instances'] - r['excluded']} / {r['excluded']}" and cells[4] == f"{r['tightness']:.4g}"
         assert cells[6] == r["negative_control"] and cells[7] == str(r["counterexamples"])
+
+
+def test_report_scaling_table_says_which_scale_is_not_measured_yet(tmp_path):
+    """The Performance page's table of the report on Dask: a scale without its JSON reads "not measured yet" with
+    the command that measures it, beside the table of the scales measured."""
+    none = docs_hooks.report_scaling_table(tmp_path)
+    assert none.count("not measured yet") == 2 and "--scale paper --workers 1 2" in none and "|" not in none
+    rec = {"scale": "default", "cpu": "CPU X", "date": "2025-01-01", "cells": 3, "cells_cpu_seconds": 2.0,
+           "runs": [{"workers": 1, "wall_seconds": 2.0, "cpu_seconds": 2.0, "efficiency": 1.0}],
+           "critical_path": {"cpu_seconds": 1.0}, "largest_cell": {"key": "H.9/check", "share": 0.5},
+           "predicted_wall_seconds": {"8": 1.0, "32": 1.0, "128": 1.0}, "results_equal": True}
+    (tmp_path / "report_scaling_default.json").write_text(json.dumps(rec), encoding="utf-8")
+    one = docs_hooks.report_scaling_table(tmp_path)
+    assert "| default | CPU X, 2025-01-01 | 1 |" in one and "H.9/check (50 %)" in one
+    assert one.count("not measured yet") == 1 and "report_scaling_paper.json" in one

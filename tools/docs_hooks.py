@@ -554,12 +554,40 @@ def dashboard_table(folder: Path, ids: tuple[str, ...] = DASHBOARD_IDS) -> str:
     return "\n".join(out)
 
 
+def report_scaling_table(folder: Path) -> str:
+    """The report on Dask at each scale measured (``tools/bench_report.py`` writes
+    ``reports/report_scaling_<scale>.json``): wall time, CPU time (the whole process tree) and efficiency
+    ``CPU / (W · wall)`` per W, the critical path, the largest cell's share and the wall time predicted on 8, 32 and
+    128 workers from the cells' recorded costs, with the CPU and date."""
+    paths = [folder / f"report_scaling_{s}.json" for s in ("default", "paper")]
+    missing = [f"*The {s} scale: not measured yet (`python tools/bench_report.py --scale {s} --workers 1 2` writes "
+               f"`{_shown(p)}`).*" for s, p in zip(("default", "paper"), paths, strict=True) if not p.is_file()]
+    if len(missing) == len(paths):
+        return "\n\n".join(missing)
+    lines = ["| scale | CPU, date | W | wall s | CPU s | efficiency | cells, CPU-s | critical path s | largest cell "
+             "| predicted wall s on 8 / 32 / 128 | results equal |", "|---" * 11 + "|"]
+    for p in paths:
+        if not p.is_file():
+            continue
+        d = json.loads(p.read_text(encoding="utf-8"))
+        pred = " / ".join(_g(d["predicted_wall_seconds"][str(w)]) for w in (8, 32, 128))
+        for k, r in enumerate(d["runs"]):
+            tail = (f"{d['cells']}, {_g(d['cells_cpu_seconds'])} | {_g(d['critical_path']['cpu_seconds'])} | "
+                    f"{d['largest_cell']['key']} ({100 * d['largest_cell']['share']:.0f} %) | {pred} | "
+                    f"{'yes' if d['results_equal'] else 'NO'}") if k == 0 else " | | | | "
+            lines.append(f"| {d['scale'] if k == 0 else ''} | {d['cpu'] + ', ' + d['date'] if k == 0 else ''} | "
+                         f"{r['workers']} | {_g(r['wall_seconds'])} | {_g(r['cpu_seconds'])} | "
+                         f"{r['efficiency']:.2f} | {tail} |")
+    return "\n\n".join(["\n".join(lines), *missing])
+
+
 #: ``{{ table NAME }}`` on a hand-written page: the function that renders it from the dashboard folder.
 TABLES = {"bench": lambda folder: bench_table(folder / "bench.json"),
           "mutation": lambda folder: mutation_table(folder / "mutation.json"),
           "llm-study": llm_study_table,
           "llm-study-cost": llm_study_cost_table,
-          "dashboard": dashboard_table}
+          "dashboard": dashboard_table,
+          "report-scaling": report_scaling_table}
 
 
 def _table(name: str, page: str) -> str:

@@ -3,7 +3,7 @@
     python -m verification list
     python -m verification run [ID ...] [--json PATH [--resume]] [--seed N] [--baseline PATH]
     python -m verification report [ID ...] [--out DIR] [--scale default|paper] [--seed N] [--resume] [--sweep DIR]
-                                  [--llm-run DIR ... | --llm-sweep DIR | --no-llm]
+                                  [--llm-run DIR ... | --llm-sweep DIR | --no-llm] [--workers K | --scheduler ADDRESS]
     python -m verification power [ID ...] [--factor 0.5] [--seed N] [--search stored|default|paper|none] [--json PATH]
     python -m verification search [ID ...] [--budget N] [--seed N] [--store [DIR]]
                                   [--workers K | --scheduler ADDRESS] --out DIR
@@ -279,7 +279,7 @@ def _add_run(sub) -> None:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from verification.report.dashboard import LOG_NAME, build_report
+    from verification.report.dashboard import LOG_NAME, SEARCH_BUDGET, ReportCellsFailed, build_report
 
     stmts = _resolve(args.ids)
     sweep_summary = None
@@ -317,15 +317,35 @@ def _cmd_report(args: argparse.Namespace) -> int:
                 raise UsageError(f"argument --llm-run: {d!r} is a synthetic run (sim.simulate), not an LLM run "
                                  "(python -m llm_runs run)")
         llm_runs = list(args.llm_run)
-    with cli.writer_lock(args.out, "--out") as out:
+    on_dask = args.workers is not None or args.scheduler is not None
+    with cli.writer_lock(args.out, "--out") as out, contextlib.ExitStack() as stack:
+        client = None
+        if on_dask:
+            from verification.engine.dask_engine import CellFolderError, SchedulerUnreachable, dask_client
+            from verification.report import cells
+
+            try:
+                cells.prepare_folder(out, cells.report_params(seed=args.seed, scale=args.scale,
+                                                              budget=SEARCH_BUDGET[args.scale]), resume=args.resume)
+            except CellFolderError as exc:
+                raise UsageError(f"argument --out: {exc}") from None
+            try:
+                client = stack.enter_context(dask_client(args.workers, args.scheduler,
+                                                         connect_timeout=args.connect_timeout))
+            except SchedulerUnreachable as exc:
+                raise UsageError(f"argument --scheduler: {exc}") from None
         try:
             res = build_report(out, ids=[s.id for s in stmts], scale=args.scale, seed=args.seed,
                                studies=not args.no_studies, resume=args.resume, sweep=sweep_summary,
-                               llm=not args.no_llm, llm_runs=llm_runs, llm_sweep=args.llm_sweep)
+                               llm=not args.no_llm, llm_runs=llm_runs, llm_sweep=args.llm_sweep, client=client)
         except resultlog.ResultLogError as exc:
             raise UsageError(f"argument --resume: {exc}") from None
+        except ReportCellsFailed as exc:
+            _note(str(exc))
+            return EXIT_FAIL
         except KeyboardInterrupt:
-            _note(f"interrupted: the finished statements are in {out / LOG_NAME}; finish with the same command and "
+            finished = f"{out / LOG_NAME}" + (f" and {out}/cells" if on_dask else "")
+            _note(f"interrupted: the finished statements are in {finished}; finish with the same command and "
                   "--resume")
             return EXIT_INTERRUPTED
     print(res.summary())
@@ -357,6 +377,7 @@ def _add_report(sub) -> None:
     p.add_argument("--no-llm", action="store_true",
                    help="skip the LLM section (by default it runs `python -m llm_runs run --preset smoke` on the "
                         "embedded model, and says so when torch or the model is not installed)")
+    _add_where(p, workers_default="no cluster: the statements one after the other in this process")
     p.set_defaults(func=_cmd_report)
 
 
@@ -435,10 +456,17 @@ def _add_dask_options(p, what: str, seeds: bool = True) -> None:
     if seeds:
         p.add_argument("--seeds", type=cli.seed_range, required=True, metavar="A:B",
                        help="the seeds A, A+1, ..., B-1 (integers 0 <= A < B)")
+    _add_where(p)
+    p.add_argument("--out", required=True, metavar="DIR", help=what)
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def _add_where(p, workers_default: str = "one per CPU") -> None:
+    """The options that say which Dask cluster runs the cells: ``--workers``, ``--scheduler``, ``--connect-timeout``."""
     where = p.add_mutually_exclusive_group()
     where.add_argument("--workers", type=cli.positive_int, metavar="K",
                        help="start a local Dask cluster of K worker processes, one thread each, BLAS pinned to one "
-                            "thread (default: one per CPU)")
+                            f"thread (default: {workers_default})")
     where.add_argument("--scheduler", metavar="ADDRESS",
                        help="use the existing Dask cluster whose scheduler listens at ADDRESS (e.g. "
                             "tcp://10.0.0.5:8786). Dask sends it pickled tasks and unpickles the results it sends "
@@ -446,8 +474,6 @@ def _add_dask_options(p, what: str, seeds: bool = True) -> None:
                             "account")
     p.add_argument("--connect-timeout", type=cli.positive_float, default=5.0, metavar="S",
                    help="seconds allowed to reach the --scheduler (default %(default)s)")
-    p.add_argument("--out", required=True, metavar="DIR", help=what)
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def _add_sweep(sub) -> None:

@@ -408,11 +408,13 @@ class StatementRow(NamedTuple):
 
 
 def run_statement_row(stmt: Statement, seed: int = DEFAULT_SEED, *, scale: str = "default", jitter: float = 0.0,
-                      jitter_seed: int = 0, search: str | None = None,
+                      jitter_seed: int = 0, search: str | Callable[[Statement, int], Any] | None = None,
                       on_error: Callable[[BaseException], None] | None = None) -> StatementRow:
     """Run ``stmt`` (:func:`run_statement` with the Config of ``scale``) and, with a ``search`` budget
     (:data:`verification.core.search.BUDGETS`) where the statement declares a family box, its falsification search
-    applied to the Evidence (:func:`verification.core.search.apply`); make its result row. Returns a
+    applied to the Evidence (:func:`verification.core.search.apply`); make its result row. ``search`` may also be a
+    function ``(stmt, seed) -> SearchResult`` that gives a search made elsewhere (the report's search cells,
+    :mod:`verification.report.cells`); it is called after the check, where the search would run. Returns a
     :class:`StatementRow`; when the check raised, ``(None, an error row, None)``, after ``on_error(exc)`` (e.g. to
     print the traceback), and the caller goes on. ``python -m verification run``, ``report`` and ``sweep`` all make
     their rows here. A Ctrl-C that Python swallowed while the statement's modules imported is raised here, before
@@ -425,7 +427,7 @@ def run_statement_row(stmt: Statement, seed: int = DEFAULT_SEED, *, scale: str =
         if search is not None and stmt.search is not None:
             from verification.core.search import apply
 
-            res = search_statement(stmt, search, seed)
+            res = search(stmt, seed) if callable(search) else search_statement(stmt, search, seed)
             ev = apply(ev, res)
     except Exception as exc:  # noqa: BLE001 - an error row; the caller's run goes on
         if on_error is not None:

@@ -12,8 +12,16 @@ every hypothesis held:
 
 * ``default`` budget: a scrambled Halton design of the box, then a (1+1) evolution strategy from the best point of
   each conclusion still below :data:`TARGET` (step halved on failure);
-* ``paper`` budget: :func:`scipy.optimize.differential_evolution` on the box (the objective is the mean over the
-  conclusions of ``log min(ratio, 1)``, so every conclusion pulls), then the same refinement with more steps.
+* ``paper`` budget: the design, and :func:`scipy.optimize.differential_evolution` on the box (the objective is the
+  mean over the conclusions of ``log min(ratio, 1)``, so every conclusion pulls) run as islands of
+  :data:`DE_ISLAND` members of one Sobol population, each evolved on its own; then the same refinement with more
+  steps and more conclusions.
+
+A search is made of independent parts (:func:`search_parts`: the design, the DE's islands, then one refinement
+chain per conclusion refined, each from the best point the design and the islands found), every part with its own
+random stream that depends on the seed and the part's index only, merged in part order (:func:`search_result`);
+so the report at the paper scale runs each part as a cell of the Dask engine and gets the result :func:`falsify`
+gets in one process.
 
 Every evaluation uses the same seed (common random numbers: the objective is a deterministic function of the
 point), so the search is reproducible. The best instance of every conclusion is kept with the data to reproduce
@@ -48,7 +56,8 @@ from verification.core.evidence import (
 )
 
 __all__ = ["TARGET", "Param", "SearchSpace", "Budget", "BUDGETS", "STORED", "SearchResult", "falsify", "apply",
-           "design", "store_results", "load_stored", "refine_stored", "search_statement",
+           "design", "search_parts", "search_part", "search_result", "de_population", "weakest", "DE_ISLAND", "PARTS",
+           "store_results", "load_stored", "refine_stored", "search_statement",
            "DEFAULT_EVALUATIONS", "STORE", "REACH", "F1_SHAPE", "PLANTED_LAMBDA", "DIGEST_PACKAGES", "check_code"]
 
 #: The tightness every numeric conclusion should reach on its family (a halved bound is then detected).
@@ -275,6 +284,15 @@ def _scores(ev: Evidence, targets: Sequence[str]) -> dict[str, tuple[float | Non
     return out
 
 
+def weakest(best: dict[str, dict], limit: int | None = None, target: float = TARGET) -> list[str]:
+    """The conclusions of ``best`` (name → best record) below ``target`` (the scores below 0), weakest first
+    (those without a ratio first; ties in the order of ``best``)."""
+    weak = [name for name, rec in best.items()
+            if rec["best_ratio"] is None or rec["best_ratio"] < (0.0 if name.startswith("score: ") else target)]
+    weak.sort(key=lambda nm: -1.0 if best[nm]["best_ratio"] is None else best[nm]["best_ratio"])
+    return weak if limit is None else weak[:limit]
+
+
 class _Evaluations:
     """The evaluations of one search (or one cell of it): the check at points ``u`` of the unit cube, the best
     record of every conclusion, the counterexamples met, the errors; every evaluation uses the same seed (common
@@ -354,11 +372,8 @@ class _Evaluations:
                 step *= 0.5
 
     def weakest(self, limit: int | None = None, target: float = TARGET) -> list[str]:
-        """The conclusions below ``target`` (the scores below 0), weakest first (those without a ratio first)."""
-        weak = [name for name, rec in self.best.items()
-                if rec["best_ratio"] is None or rec["best_ratio"] < (0.0 if name.startswith("score: ") else target)]
-        weak.sort(key=lambda nm: -1.0 if self.best[nm]["best_ratio"] is None else self.best[nm]["best_ratio"])
-        return weak if limit is None else weak[:limit]
+        """:func:`weakest` of these evaluations' best records."""
+        return weakest(self.best, limit, target)
 
     def record(self) -> dict[str, Any]:
         """A JSON-ready record of these evaluations (a cell of :func:`verification.engine.search_cells.run_search`)."""
@@ -389,28 +404,122 @@ def design(dim: int, n: int, seed: int, start: int = 0) -> np.ndarray:
     return pts
 
 
+#: Members of each differential-evolution island of a search with a DE budget: the population (``de_popsize`` ×
+#: the box's dimension, rounded up to a power of 2 by its Sobol start) is split into islands of this many, each
+#: evolved on its own (:func:`search_part`), so that no single computation holds the whole DE.
+DE_ISLAND = 8
+#: The tags of the parts' random streams: island ``k`` of the DE draws from ``default_rng([seed, 3, k])``, the
+#: refinement chain ``k`` from ``default_rng([seed, 4, k])``; the population from ``default_rng([seed, 3])``.
+_DE_STREAM, _CHAIN_STREAM = 3, 4
+#: The parts of a search (:func:`search_parts`): its design, the DE's islands, the refinement chains.
+PARTS = ("design", "de", "chain")
+
+
+def _budget(budget: str | Budget) -> Budget:
+    if isinstance(budget, Budget):
+        return budget
+    if budget not in BUDGETS:
+        raise ValueError(f"budget must be one of {sorted(BUDGETS)}; got {budget!r}")
+    return BUDGETS[budget]
+
+
+def _de_members(dim: int, b: Budget) -> int:
+    """Members of the DE's population: ``de_popsize · dim`` rounded up to a power of 2 (at least an island)."""
+    return 2 ** int(math.ceil(math.log2(max(b.de_popsize * dim, DE_ISLAND)))) if b.de_maxiter else 0
+
+
+def de_population(dim: int, budget: str | Budget, seed: int) -> np.ndarray:
+    """The start of the search's differential evolution: ``de_popsize · dim`` points of a scrambled Sobol sequence
+    of the unit cube (rounded up to a power of 2; scramble from ``default_rng([seed, 3])``); empty without DE."""
+    from scipy.stats import qmc
+
+    b = _budget(budget)
+    if not b.de_maxiter:
+        return np.zeros((0, dim))
+    m = _de_members(dim, b).bit_length() - 1
+    return qmc.Sobol(dim, scramble=True, seed=np.random.default_rng([int(seed), _DE_STREAM])).random_base2(m)
+
+
+def search_parts(dim: int, budget: str | Budget) -> list[tuple[str, int]]:
+    """The parts of :func:`falsify` in a box of dimension ``dim`` at ``budget``, in their order: ``("design", 0)``,
+    one ``("de", k)`` per island of :data:`DE_ISLAND` members of :func:`de_population`, one ``("chain", k)`` per
+    refined conclusion (``max_refined``). The design and the islands are independent of each other; the chains
+    start from what those found."""
+    b = _budget(budget)
+    islands = _de_members(dim, b) // DE_ISLAND
+    return [("design", 0), *(("de", k) for k in range(islands)), *(("chain", k) for k in range(b.max_refined))]
+
+
+def _run_part(stmt, space: SearchSpace, b: Budget, seed: int, part: str, k: int,
+              earlier: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    ev = _Evaluations(stmt, space, seed)
+    t0 = time.process_time()
+    if part == "design":
+        for u in design(space.dim, max(1, b.initial), seed):
+            ev(u)
+    elif part == "de":
+        from scipy.optimize import differential_evolution
+
+        init = de_population(space.dim, b, seed)[k * DE_ISLAND:(k + 1) * DE_ISLAND]
+        differential_evolution(ev.objective, [(0.0, 1.0)] * space.dim, maxiter=b.de_maxiter, init=init,
+                               rng=np.random.default_rng([int(seed), _DE_STREAM, int(k)]), polish=False, tol=0.0,
+                               updating="immediate")
+    elif part == "chain":
+        best = merge_records(earlier)["best"]
+        names = weakest(best, b.max_refined)
+        if k < len(names):
+            rec = best[names[k]]
+            ev.chain(names[k], rec["point"], rec["best_ratio"], b.refine,
+                     np.random.default_rng([int(seed), _CHAIN_STREAM, int(k)]))
+    else:
+        raise ValueError(f"part must be one of {PARTS}; got {part!r}")
+    return {**ev.record(), "cpu_seconds": time.process_time() - t0}
+
+
+def search_part(stmt_id: str, seed: int, budget: str | Budget, part: str, k: int,
+                *earlier: dict[str, Any]) -> dict[str, Any]:
+    """Part ``(part, k)`` of :func:`falsify` of statement ``stmt_id`` over its box (a cell of the report at the
+    paper scale, :mod:`verification.report.cells`), as a record (:meth:`_Evaluations.record`, ``cpu_seconds``):
+
+    * ``("design", 0)``: the check at the ``initial`` points of the Halton :func:`design`;
+    * ``("de", k)``: :func:`scipy.optimize.differential_evolution` (``updating="immediate"``, ``de_maxiter``
+      generations, no polish) of the island ``k``: members ``8k .. 8k + 7`` of :func:`de_population`, its random
+      stream ``default_rng([seed, 3, k])``;
+    * ``("chain", k)``: given the records ``earlier`` of the design and the islands, the (1+1)-ES chain of ``refine``
+      steps from the best point of the ``k``-th weakest conclusion of their merge (:func:`weakest`), its random
+      stream ``default_rng([seed, 4, k])``; an empty record when fewer than ``k + 1`` conclusions are weak.
+
+    Each part has its own evaluations (no cache shared between parts) and its own stream, which depend on the
+    statement, the seed and ``k`` only: never on the process, the worker or the order the parts run in."""
+    stmt = _statement(stmt_id)
+    return _run_part(stmt, stmt.search, _budget(budget), int(seed), part, int(k), earlier)
+
+
+def search_result(stmt, space: SearchSpace, budget: str | Budget, seed: int,
+                  records: Sequence[dict[str, Any]]) -> SearchResult:
+    """The :class:`SearchResult` of the records of a search's parts (:func:`search_parts` order), merged by
+    :func:`merge_records` (per conclusion the first of the largest ratios in part order; evaluations, errors and
+    counterexamples added up; ``seconds``: the parts' CPU seconds)."""
+    m = merge_records(records)
+    return SearchResult(statement=stmt.id, budget=_budget(budget).name, seed=int(seed), space=space.describe(),
+                        family=space.family, best=m["best"], counterexamples=m["counterexamples"],
+                        n_counterexamples=m["n_counterexamples"], evaluations=m["evaluations"], errors=m["errors"],
+                        seconds=m["cpu_seconds"])
+
+
 def falsify(stmt, space: SearchSpace, budget: str | Budget = "default", seed: int = 0,
             progress: Callable[[str], None] | None = None) -> SearchResult:
     """Search the box of ``space`` for instances of ``stmt`` (a :class:`verification.core.registry.Statement`) where
-    its numeric conclusions come closest to (or beyond) their bounds, in this process. See the module docstring;
-    :func:`verification.engine.search_cells.run_search` spreads a larger budget over a Dask cluster."""
-    if isinstance(budget, str) and budget not in BUDGETS:
-        raise ValueError(f"budget must be one of {sorted(BUDGETS)}; got {budget!r}")
-    b = BUDGETS[budget] if isinstance(budget, str) else budget
-    t0 = time.perf_counter()
-    ev = _Evaluations(stmt, space, seed)
-    for u in design(space.dim, max(1, b.initial), seed):
-        ev(u)
-    if b.de_maxiter:
-        from scipy.optimize import differential_evolution
-
-        differential_evolution(ev.objective, [(0.0, 1.0)] * space.dim, maxiter=b.de_maxiter, popsize=b.de_popsize,
-                               seed=seed, polish=False, init="sobol", tol=0.0, updating="immediate")
-    rng = np.random.default_rng(seed)
-    for name in ev.weakest(b.max_refined):
-        rec = ev.best[name]
-        ev.chain(name, rec["point"], rec["best_ratio"], b.refine, rng)
-    res = ev.result(b.name, time.perf_counter() - t0)
+    its numeric conclusions come closest to (or beyond) their bounds, in this process: the parts of
+    :func:`search_parts` one after the other (:func:`search_part`), merged by :func:`search_result`. The report at
+    the paper scale runs the same parts as cells of the Dask engine and merges them the same way, so its result
+    is this one whatever the number of workers. (Since the DE is split into islands and every chain has its own
+    stream, the paper budget's numbers differ from those of the single DE with one shared stream used before.)"""
+    b = _budget(budget)
+    parts = search_parts(space.dim, b)
+    base = [_run_part(stmt, space, b, int(seed), part, k, ()) for part, k in parts if part != "chain"]
+    chains = [_run_part(stmt, space, b, int(seed), part, k, base) for part, k in parts if part == "chain"]
+    res = search_result(stmt, space, b, seed, base + chains)
     if progress is not None:
         progress(f"  search {stmt.id}: {res.evaluations} evaluations, {res.seconds:.1f} s, "
                  f"{res.n_counterexamples} counterexamples")

@@ -105,7 +105,9 @@ def write_params(out: str | Path, params: dict[str, Any]) -> None:
 
 @dataclass(frozen=True)
 class Cell:
-    """One cell: ``func(*args)`` runs on a worker and returns a JSON-ready object, written to ``path``.
+    """One cell: ``func(*args, *results)`` runs on a worker and returns a JSON-ready object, written to ``path``;
+    ``results`` are the results of the cells named by ``deps`` (their keys, cells earlier in the same
+    :func:`run_cells` call), so that a cell may start from what others computed.
 
     ``key`` names the cell in the progress bar and the messages (``"H.9/3"``)."""
 
@@ -113,6 +115,7 @@ class Cell:
     path: Path
     func: Callable[..., Any]
     args: tuple = ()
+    deps: tuple[str, ...] = ()
 
 
 @dataclass
@@ -231,6 +234,10 @@ def run_cells(client, cells: Sequence[Cell], *, desc: str = "cells", progress: b
     workers or more they finish roughly in that order). ``on_written(cell, result)`` is called after each write. A progress bar over all the cells goes
     to stderr unless ``progress`` is False.
 
+    A cell with ``deps`` gets their results as its last arguments: the finished cells' files read back
+    (:func:`read_cell`), the others' results passed from worker to worker by Dask (the cell starts when they are
+    done; when one of them fails, so does the cell).
+
     With every cell finished already, nothing is submitted and ``client`` may be None.
     A cell whose task raised, or whose worker died more often than the scheduler allows, is reported in
     :attr:`CellRun.failed` and not written (a rerun tries it again); the other cells go on. On an interrupt
@@ -242,6 +249,9 @@ def run_cells(client, cells: Sequence[Cell], *, desc: str = "cells", progress: b
     keys = [c.key for c in cells]
     if len(set(keys)) != len(keys):
         raise ValueError("cells must have distinct keys")
+    for k, c in enumerate(cells):
+        if not set(c.deps) <= set(keys[:k]):
+            raise ValueError(f"cell {c.key!r} depends on {sorted(set(c.deps) - set(keys[:k]))}, not cells before it")
     t0 = time.perf_counter()
     run = CellRun(total=len(cells))
     _remove_stale_temporaries(cells)
@@ -254,16 +264,22 @@ def run_cells(client, cells: Sequence[Cell], *, desc: str = "cells", progress: b
     bar = tqdm(total=len(cells), initial=len(run.kept), desc=desc, unit="cell", file=sys.stderr,
                disable=not progress, dynamic_ncols=True, mininterval=0.5)
     futures: dict[Any, Cell] = {}  # the cells in flight; a future is dropped (and released) once handled
+    by_key = {c.key: c for c in cells}
+    submitted: dict[str, Any] = {}  # key -> future, what a dependent cell is given for a cell not finished yet
     try:
         # One task group for all the cells ("<desc>-<token>-<k>": Dask groups keys by their prefix), so that the
         # scheduler treats them alike: with many cells it queues them and hands each worker the next cell when
         # it has a free thread, in the order of the explicit priorities (first cell first). Cells in separate
         # groups would be sent to the workers' own queues up front, and a large group starved behind them.
         for k, c in enumerate(pending):
-            fut = client.submit(c.func, *c.args, key=f"{desc}-{token}-{k}", pure=False, priority=len(pending) - k)
+            deps = [submitted[d] if d in submitted else read_cell(by_key[d].path) for d in c.deps]
+            fut = client.submit(c.func, *c.args, *deps, key=f"{desc}-{token}-{k}", pure=False,
+                                priority=len(pending) - k)
             futures[fut] = c
+            submitted[c.key] = fut
         for fut in as_completed(list(futures), loop=client.loop):
             cell = futures.pop(fut)
+            submitted.pop(cell.key, None)
             try:
                 result = fut.result()
             except Exception as exc:  # noqa: BLE001 - a task that raised or a worker that died too often

@@ -31,6 +31,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import html
+import io
 import json
 import os
 import re
@@ -58,8 +59,8 @@ from verification.core.montecarlo import FAMILY_WISE_BUDGET
 from verification.core.resultlog import ResultLogError
 from verification.report.markup import figures_html, figures_markdown
 
-__all__ = ["SCALES", "SEARCH_BUDGET", "LOG_NAME", "ReportResult", "build_report", "statement_config",
-           "evidence_tables", "confidence_budget"]
+__all__ = ["SCALES", "SEARCH_BUDGET", "LOG_NAME", "ReportResult", "ReportCellsFailed", "build_report",
+           "statement_config", "evidence_tables", "confidence_budget", "statement_files", "write_statement_files"]
 
 SCALES = registry.SCALES
 statement_config = registry.statement_config
@@ -87,6 +88,7 @@ class ReportResult:
     budget: dict[str, Any] = dataclasses.field(default_factory=dict)
     llm: Any = None  # the LLM section (verification.report.llm_section.LLMSection), None when not made
     command: str = ""  # the command line that makes this report again (:func:`report_command`)
+    cells: Any = None  # on Dask: what run_cells did (verification.engine.dask_engine.CellRun), None when serial
 
     def summary(self) -> str:
         counts: dict[str, int] = {}
@@ -214,16 +216,23 @@ def _csv_floats(x: np.ndarray) -> list[str]:
     return ["" if v != v else f"{v:.10g}" for v in np.asarray(x, dtype=np.float64).tolist()]
 
 
-def _append_instances(path: Path, sid: str, ev: Evidence) -> None:
-    """Append the rows of ``sid`` to ``instances.csv``: the bytes of ``_instances_frame(sid, ev).to_csv(...,
-    float_format="%.10g")`` (a test holds them equal), written by the csv module from preformatted columns, several
-    times faster than pandas' per-cell formatter on the report's 10⁶ rows."""
+def _instances_text(sid: str, ev: Evidence) -> str:
+    """The rows of ``sid`` in ``instances.csv``: the bytes of ``_instances_frame(sid, ev).to_csv(...,
+    float_format="%.10g")`` without the header (a test holds them equal), written by the csv module from
+    preformatted columns, several times faster than pandas' per-cell formatter on the report's 10⁶ rows."""
     frame = _instances_frame(sid, ev)
     cols = [[sid] * len(frame), frame["instance"].tolist(), _csv_floats(frame["lhs"].to_numpy()),
             _csv_floats(frame["rhs"].to_numpy()), _csv_floats(frame["ratio"].to_numpy()),
             ["" if c is None or c != c else c for c in frame["conclusion"].tolist()]]
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerows(zip(*cols, strict=True))
+    return buf.getvalue()
+
+
+def _append_text(path: Path, text: str) -> None:
+    """Append ``text`` to the file ``path`` and flush it to disk."""
     with open(path, "a", encoding="utf-8", newline="") as fh:
-        csv.writer(fh, lineterminator="\n").writerows(zip(*cols, strict=True))
+        fh.write(text)
         fh.flush()
         os.fsync(fh.fileno())
 
@@ -264,27 +273,45 @@ def _check_statement_files(out: Path, done: Mapping[str, Mapping[str, Any]]) -> 
                                      "(run without --resume to start again)")
 
 
-def _write_statement_files(out: Path, stmt: registry.Statement, ev: Evidence | None, search=None) -> dict[str, Any]:
-    """Write the files of one finished statement; returns its report record (what the dashboard needs)."""
+def statement_files(stmt: registry.Statement, ev: Evidence | None, search=None) -> dict[str, Any]:
+    """What the report writes for one finished statement, JSON-ready (a statement cell's result,
+    :mod:`verification.report.cells`): ``report``, its report record (what the dashboard needs); ``json``, the
+    JSON files (path in the report folder -> object); ``tables``, the figure tables as the text of their CSV files;
+    ``instances``, its rows of ``instances.csv``. :func:`write_statement_files` writes them."""
     rec: dict[str, Any] = {"counterexample_file": False, "repaired": "", "tables": [], "instance_rows": 0,
                            "worst_file": False}
+    files: dict[str, Any] = {"report": rec, "json": {}, "tables": {}, "instances": ""}
     if ev is None:
-        return rec
+        return to_jsonable(files)
     if any(c.numeric for c in ev.conclusions):
-        _write_json(out / "worst" / f"{_safe(stmt.id)}.json", _worst_record(ev, search))
+        files["json"][f"worst/{_safe(stmt.id)}.json"] = _worst_record(ev, search)
         rec["worst_file"] = True
     if ev.n_counterexamples or ev.repaired is not None or ev.control is not None:
-        _write_json(out / "counterexamples" / f"{_safe(stmt.id)}.json", _counterexample_record(ev))
+        files["json"][f"counterexamples/{_safe(stmt.id)}.json"] = _counterexample_record(ev)
         rec["counterexample_file"] = True
         rec["counterexamples_kept"] = len(ev.counterexamples)
     tables = evidence_tables(ev)
-    _write_tables(out, stmt.id, tables)
+    files["tables"] = {name: df.to_csv(index=False) for name, df in tables.items()}
     rec["tables"] = list(tables)
     if ev.lhs.size:
-        _append_instances(out / "instances.csv", stmt.id, ev)
+        files["instances"] = _instances_text(stmt.id, ev)
         rec["instance_rows"] = int(ev.lhs.size)
     rec["repaired"] = _repaired_cell(ev)
-    return rec
+    return to_jsonable(files)
+
+
+def write_statement_files(out: Path, stmt_id: str, files: Mapping[str, Any]) -> dict[str, Any]:
+    """Write the files of one finished statement (:func:`statement_files`): its JSON files, its figure tables under
+    ``data/<id>/``, its rows appended to ``instances.csv``; returns its report record."""
+    for rel, obj in files["json"].items():
+        _write_json(out / rel, obj)
+    for name, text in files["tables"].items():
+        p = _table_path(out, stmt_id, name)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text, encoding="utf-8")
+    if files["instances"]:
+        _append_text(out / "instances.csv", files["instances"])
+    return dict(files["report"])
 
 
 def _counterexample_record(ev: Evidence) -> dict[str, Any]:
@@ -410,7 +437,8 @@ def report_command(ids: list[str], *, scale: str, seed: int, studies: bool, llm:
 def build_report(out_dir: str | Path = "reports", *, scale: str = "default", seed: int = registry.DEFAULT_SEED,
                  ids=None, studies: bool = True, progress: Callable[[str], None] = _progress,
                  resume: bool = False, sweep: dict[str, Any] | None = None,
-                 search: str | None = "auto", llm: bool = False, llm_runs=None, llm_sweep=None) -> ReportResult:
+                 search: str | None = "auto", llm: bool = False, llm_runs=None, llm_sweep=None,
+                 client=None) -> ReportResult:
     """Run every check (and the studies) and write the report to ``out_dir`` (see the module docstring).
     ``search``: the falsification-search budget (``"auto"``: by the scale, :data:`SEARCH_BUDGET`; ``None``: none).
 
@@ -428,7 +456,17 @@ def build_report(out_dir: str | Path = "reports", *, scale: str = "default", see
     it reads them from ``out/llm-sweep/``, the copy of the sweep's summaries that
     :func:`verification.llm.sweep.export_sweep` makes (the per-pair margins, records and rewards, not the
     generated text), so the dashboard and what it shows stay together. Otherwise the section says it was
-    skipped."""
+    skipped.
+
+    With ``client`` (a ``distributed.Client``, :func:`verification.engine.dask_engine.dask_client`) the statements
+    and their searches run as cells on its cluster (:mod:`verification.report.cells`; written to ``out/cells/`` as
+    they finish, a progress bar counting them), and the statements' files and the dashboard are written from the
+    cells once they are all done, in the order of the statements, as the serial report writes them. Without
+    ``resume`` the cells of an earlier report in ``out`` are removed first; with it the finished ones are kept
+    (a killed report loses only the cells in flight). A cell that failed (its worker died more often than the
+    scheduler allows) raises :class:`ReportCellsFailed` before the dashboard is written."""
+    from verification.engine.dask_engine import read_cell
+    from verification.report import cells as report_cells
     from verification.report import figures  # plotting is imported only when a report is made
 
     if scale not in SCALES:
@@ -447,12 +485,17 @@ def build_report(out_dir: str | Path = "reports", *, scale: str = "default", see
     progress(f"running the executable statements (scale {scale}, seed {seed}, falsification search "
              f"{budget_name or 'none'}) ..."
              + (f" {len(done)} of {len(stmts)} already finished in {log_file}" if done else ""))
+    cells = _run_cells(client, out, [s for s in stmts if s.id not in done], seed=seed, scale=scale,
+                       budget=budget_name, resume=resume) if client is not None else None
     results = []  # (statement, report record, result row)
     for k, s in enumerate(stmts, 1):
         rec = done.get(s.id)
         if rec is None:
-            ev, row, res = registry.run_statement_row(s, seed, scale=scale, search=budget_name)
-            rec = {"id": s.id, "row": to_jsonable(row), "report": _write_statement_files(out, s, ev, res)}
+            if cells is None:
+                files = report_cells.run_statement(s, seed, scale, budget_name)
+            else:
+                files = read_cell(report_cells.cell_file(out, s.id, report_cells.CHECK_CELL))
+            rec = {"id": s.id, "row": to_jsonable(files["row"]), "report": write_statement_files(out, s.id, files)}
             log.append(rec)
         results.append((s, rec["report"], rec["row"]))
         progress(_progress_line(k, len(stmts), time.perf_counter() - t0, s, rec["row"],
@@ -515,10 +558,30 @@ def build_report(out_dir: str | Path = "reports", *, scale: str = "default", see
                                               llm_sweep=str(llm_sweep) if llm_sweep else None),
                        failed=any(map(resultlog.row_failed, rows))
                        or budget["total"] > FAMILY_WISE_BUDGET * (1 + 1e-12), budget=budget, sweep=sweep,
-                       sweep_figures=sweep_drawn, sweep_missing=sweep_missing, llm=llm_sec)
+                       sweep_figures=sweep_drawn, sweep_missing=sweep_missing, llm=llm_sec, cells=cells)
     atomic_write_text(out / "README.md", dashboard_markdown(res, results, study_results, scale=scale, seed=seed))
     atomic_write_text(out / "index.html", dashboard_html(res, results, study_results, scale=scale, seed=seed))
     return res
+
+
+class ReportCellsFailed(RuntimeError):
+    """Cells of a report on Dask produced no result: the report is not written (the same command with
+    ``--resume`` computes them again)."""
+
+
+def _run_cells(client, out: Path, stmts, *, seed: int, scale: str, budget: str | None, resume: bool):
+    """Run the cells of ``stmts`` on the cluster of ``client`` (:func:`build_report`); returns the run."""
+    from verification.engine.dask_engine import run_cells
+    from verification.report.cells import prepare_folder, report_cells, report_params
+
+    prepare_folder(out, report_params(seed=seed, scale=scale, budget=budget), resume=resume, write=True)
+    cells = report_cells(out, stmts, seed=seed, scale=scale, budget=budget)
+    run = run_cells(client, cells, desc="report")
+    if run.failed:
+        raise ReportCellsFailed(f"{len(run.failed)} cell(s) of the report failed, the dashboard is not written: "
+                                + "; ".join(f"{k}: {why}" for k, why in run.failed.items())
+                                + " (the same command with --resume computes them)")
+    return run
 
 
 # --------------------------------------------------------------------------------------------- dashboard

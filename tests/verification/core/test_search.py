@@ -3,6 +3,7 @@ statements' declared boxes (each evaluates its check at the centre of the box)."
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import sys
@@ -329,3 +330,31 @@ def test_a_changed_check_does_not_use_its_stored_search(tmp_path, monkeypatch):
     assert res.stored["missing"] == why and res.evaluations_split()[1] == 0 and res.evaluations > 0
     assert res.best["x <= 1"]["best_ratio"] > 1.0  # the changed check's counterexample, found here
     assert search_cells.pending_cells(out, [stmt], 6, 0) > 0  # the old code's cells are not taken
+
+
+TINY_DE = Budget("tiny DE", initial=4, refine=2, de_maxiter=1, de_popsize=2, max_refined=2)
+
+
+def _untimed(rec: dict) -> dict:
+    return {k: v for k, v in rec.items() if k != "cpu_seconds"}
+
+
+def test_search_parts_do_not_depend_on_their_order_and_make_up_falsify():
+    """The parts of a search with a DE (design, islands, chains) run in reversed order give the same records, and
+    merged they are falsify's result; each island and chain draws from its own stream."""
+    stmt = registry.get_statement("H.15")  # one conclusion below TARGET after the design and the islands
+    parts = search.search_parts(stmt.search.dim, TINY_DE)  # 8 × 2 members -> 16, two islands of 8
+    assert parts == [("design", 0), ("de", 0), ("de", 1), ("chain", 0), ("chain", 1)]
+    base = [p for p in parts if p[0] != "chain"]
+    forward = [search.search_part("H.15", 0, TINY_DE, part, k) for part, k in base]
+    backward = [search.search_part("H.15", 0, TINY_DE, part, k) for part, k in reversed(base)][::-1]
+    assert [_untimed(r) for r in forward] == [_untimed(r) for r in backward]
+    chains = [search.search_part("H.15", 0, TINY_DE, "chain", k, *backward) for k in (1, 0)][::-1]
+    assert [_untimed(c) for c in chains] == [_untimed(search.search_part("H.15", 0, TINY_DE, "chain", k, *forward))
+                                             for k in (0, 1)]
+    assert chains[0]["evaluations"] > 0 and chains[1]["evaluations"] == 0  # one conclusion to refine, not two
+    assert forward[1]["best"] != forward[2]["best"]  # the islands have their own streams
+    res = falsify(stmt, stmt.search, TINY_DE, seed=0)
+    merged = search.search_result(stmt, stmt.search, TINY_DE, 0, forward + chains)
+    assert dataclasses.replace(merged, seconds=0.0) == dataclasses.replace(res, seconds=0.0)
+    assert res.evaluations == sum(r["evaluations"] for r in forward + chains)

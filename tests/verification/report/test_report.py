@@ -176,7 +176,7 @@ def test_instances_rows_are_the_bytes_pandas_writes(tmp_path):
     import numpy as np
 
     from verification.core.evidence import Evidence
-    from verification.report.dashboard import _append_instances, _instances_frame
+    from verification.report.dashboard import _append_text, _instances_frame, _instances_text
 
     rng = np.random.default_rng(3)
     lhs = np.concatenate([rng.standard_normal(200) * 10.0 ** rng.integers(-300, 300, 200),
@@ -185,7 +185,7 @@ def test_instances_rows_are_the_bytes_pandas_writes(tmp_path):
     labels = np.array(["holds", "a, b", 'say "x"', "two\nlines", "plain"] * 41 + ["x"] * 4, dtype=object)
     ev = Evidence(id="T.1", name="t", verdict="holds", lhs=lhs, rhs=rhs, labels=labels)
     path = tmp_path / "instances.csv"
-    _append_instances(path, "T.1", ev)
+    _append_text(path, _instances_text("T.1", ev))
     want = _instances_frame("T.1", ev).to_csv(index=False, header=False, float_format="%.10g", lineterminator="\n")
     assert path.read_text(encoding="utf-8") == want
 
