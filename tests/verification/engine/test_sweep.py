@@ -319,6 +319,7 @@ def test_run_cells_records_a_failed_cell_and_goes_on(client, tmp_path):
     assert json.loads((tmp_path / "2.json").read_text()) == {"x": 2}
 
 
+@pytest.mark.e2e
 def test_worker_killed_mid_sweep_loses_and_duplicates_no_cell(client, tmp_path):
     """Last of the module: its cluster goes on with the worker the nanny restarted."""
     seeds = range(6)

@@ -43,6 +43,7 @@ def _line(stream, timeout: float = 120.0) -> str:
     return stream.readline()
 
 
+@pytest.mark.e2e
 def test_a_second_sweep_on_a_folder_being_written_exits_2_naming_the_first(client, tmp_path):
     """The first sweep is paused (SIGSTOP) once it has said what it computes, so that the second surely starts
     while the first is at work; the second exits 2 with one line naming the first; the first, resumed, finishes
