@@ -8,6 +8,7 @@ import copy
 import json
 import os
 import resource
+import sys
 from collections import defaultdict
 
 import pytest
@@ -115,6 +116,26 @@ LLM_TESTS = "tests/llm_runs/"
 
 def _is_llm(item) -> bool:
     return item.nodeid.startswith(LLM_TESTS)
+
+
+_TORCH_THREADS: list[int] = []  # torch's own thread count, before the first LLM test set it to one
+
+
+def pytest_runtest_setup(item):
+    """The tests of :data:`LLM_TESTS` run with one torch thread (their tiny Llama's matrices are too small for a
+    second thread to pay: llm_runs/gpu_check.sh measured 22.7 -> 20.3 CPU-s with one), except the ``bench`` and
+    ``llm`` tests, which run with torch's own count (the benchmarks time both threads). In the default tier the
+    LLM sweep's test set it as a side effect (``sweep --threads 1`` in this process) until that test went to the
+    ``e2e`` tier."""
+    torch = sys.modules.get("torch")
+    if torch is None or not _is_llm(item):
+        return
+    if not _TORCH_THREADS:
+        _TORCH_THREADS.append(torch.get_num_threads())
+    own = item.get_closest_marker("bench") is not None or item.get_closest_marker("llm") is not None
+    want = _TORCH_THREADS[0] if own else 1
+    if torch.get_num_threads() != want:
+        torch.set_num_threads(want)
 
 
 @pytest.hookimpl(trylast=True)
