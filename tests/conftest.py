@@ -164,6 +164,19 @@ def pytest_runtest_teardown(item, nextitem):
 
 
 @pytest.fixture(scope="module")
+def dask_inprocess_client():
+    """A LocalCluster of 2 workers of one thread each in this process (``processes=False``) and its client: the
+    engine's scheduling, cells, files and resumption as on the worker processes of :func:`dask_client_2`, without
+    their start-up and heartbeats (about 9 CPU-s a session). Its scheduler's address is ``inproc://``, reachable
+    from this process only. What needs worker processes (their pinned environment, a killed worker, a scheduler
+    reached from another process) is tested on :func:`dask_client_2` in the ``e2e`` tier."""
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster, \
+            distributed.Client(cluster, set_as_default=False) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
 def dask_client_2(_dask_session_client):
     """The session's 2-worker cluster, for a test module, with both workers up (a worker killed by an earlier
     module's test is restarted by its nanny; the scheduler may not have registered it again yet)."""
