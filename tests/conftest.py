@@ -79,10 +79,11 @@ _CLUSTER_STACK: list[contextlib.ExitStack] = []  # the open cluster's context, c
 @pytest.fixture(scope="session")
 def _dask_session_client():
     """One LocalCluster of 2 worker processes (as `sweep --workers 2` starts) and its client for the whole session:
-    the sweeps of verification (tests/verification/engine/test_sweep.py) and of the LLM runs (tests/llm_runs/test_llm_sweep.py) share it instead
-    of starting a cluster each. Their modules run one after the other (:func:`pytest_collection_modifyitems`) and
-    the cluster closes after the last test that uses it (:func:`pytest_runtest_teardown`), not at the session's end:
-    an idle cluster costs CPU (its scheduler's event loop in this process, its nannies' and workers' heartbeats)."""
+    the tests of the worker processes themselves (the ``e2e`` tier: the verification and LLM sweeps with a worker
+    killed, the workers' pinned environment, a sweep process of its own) share it instead of starting a cluster
+    each. Their modules run one after the other (:func:`pytest_collection_modifyitems`) and the cluster closes
+    after the last test that uses it (:func:`pytest_runtest_teardown`), not at the session's end: an idle cluster
+    costs CPU (its scheduler's event loop in this process, its nannies' and workers' heartbeats)."""
     pytest.importorskip("distributed")
     from verification.engine.dask_engine import dask_client
 
