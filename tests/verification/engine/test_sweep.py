@@ -1,4 +1,6 @@
-"""Sweeps on Dask (python -m verification sweep / grid): a 2-worker LocalCluster, small cells.
+"""Sweeps on Dask (python -m verification sweep / grid): a 2-worker LocalCluster, small cells; in the default tier
+its workers are threads of the test process, in the e2e tier (the killed worker, the workers' environment) the
+session's worker processes.
 
 A sweep's cells equal the serial `run` of the same (statement, seed); a rerun recomputes nothing; a worker killed
 mid-sweep loses no cell and duplicates none; a scheduler that cannot be reached is a clear usage error within
