@@ -35,7 +35,7 @@ SWEEP_IDS   ?= H.9 H.14 S4
 SWEEP_SEEDS ?= 0:4
 WORKERS     ?= 2
 
-.PHONY: venv test test-installed test-browser chromium docs report search sweep llm llm-study bench mutation lint clean
+.PHONY: venv test test-e2e test-installed test-browser chromium docs report search sweep llm llm-study bench mutation lint clean
 # glibc malloc stalls for seconds when torch frees and re-maps large tensors (the MALLOC_ settings avoid it);
 # OpenMP threads that spin on a shared CPU multiply torch's CPU time (passive waiting avoids it)
 LLM_ENV := MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000 OMP_WAIT_POLICY=PASSIVE
@@ -49,9 +49,16 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 
 venv: $(STAMP)
 
-## test: the CI test run (default tier: excludes the `slow`, `bench` and `llm` markers)
+## test: the CI test run (default tier: excludes the `slow`, `bench`, `llm`, `e2e`, `docs`, `installed` and `browser`
+## markers)
 test: $(STAMP)
 	$(LLM_ENV) $(BIN)/python -m pytest
+
+## test-e2e: the end-to-end child processes that CI runs right after `make test` (pytest marker `e2e`): the GPU
+## check script's complete run, its failure after training and its exit 3, the LLM sweep on a real Dask cluster
+## with a worker killed, and the command lines as subprocesses
+test-e2e: $(STAMP)
+	$(LLM_ENV) $(BIN)/python -m pytest -m e2e
 
 ## test-installed: build the wheel, install it into a fresh virtual environment outside the checkout and run the
 ## `prefalign` command from a temporary directory (pytest marker `installed`)

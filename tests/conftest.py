@@ -8,6 +8,7 @@ import copy
 import json
 import os
 import resource
+import sys
 from collections import defaultdict
 
 import pytest
@@ -78,10 +79,11 @@ _CLUSTER_STACK: list[contextlib.ExitStack] = []  # the open cluster's context, c
 @pytest.fixture(scope="session")
 def _dask_session_client():
     """One LocalCluster of 2 worker processes (as `sweep --workers 2` starts) and its client for the whole session:
-    the sweeps of verification (tests/verification/engine/test_sweep.py) and of the LLM runs (tests/llm_runs/test_llm_sweep.py) share it instead
-    of starting a cluster each. Their modules run one after the other (:func:`pytest_collection_modifyitems`) and
-    the cluster closes after the last test that uses it (:func:`pytest_runtest_teardown`), not at the session's end:
-    an idle cluster costs CPU (its scheduler's event loop in this process, its nannies' and workers' heartbeats)."""
+    the tests of the worker processes themselves (the ``e2e`` tier: the verification and LLM sweeps with a worker
+    killed, the workers' pinned environment, a sweep process of its own) share it instead of starting a cluster
+    each. Their modules run one after the other (:func:`pytest_collection_modifyitems`) and the cluster closes
+    after the last test that uses it (:func:`pytest_runtest_teardown`), not at the session's end: an idle cluster
+    costs CPU (its scheduler's event loop in this process, its nannies' and workers' heartbeats)."""
     pytest.importorskip("distributed")
     from verification.engine.dask_engine import dask_client
 
@@ -117,6 +119,26 @@ def _is_llm(item) -> bool:
     return item.nodeid.startswith(LLM_TESTS)
 
 
+_TORCH_THREADS: list[int] = []  # torch's own thread count, before the first LLM test set it to one
+
+
+def pytest_runtest_setup(item):
+    """The tests of :data:`LLM_TESTS` run with one torch thread (their tiny Llama's matrices are too small for a
+    second thread to pay: llm_runs/gpu_check.sh measured 22.7 -> 20.3 CPU-s with one), except the ``bench`` and
+    ``llm`` tests, which run with torch's own count (the benchmarks time both threads). In the default tier the
+    LLM sweep's test set it as a side effect (``sweep --threads 1`` in this process) until that test went to the
+    ``e2e`` tier."""
+    torch = sys.modules.get("torch")
+    if torch is None or not _is_llm(item):
+        return
+    if not _TORCH_THREADS:
+        _TORCH_THREADS.append(torch.get_num_threads())
+    own = item.get_closest_marker("bench") is not None or item.get_closest_marker("llm") is not None
+    want = _TORCH_THREADS[0] if own else 1
+    if torch.get_num_threads() != want:
+        torch.set_num_threads(want)
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(session, config, items):
     """The order of the session, each module's tests in their order: the other modules, then the modules whose
@@ -140,6 +162,19 @@ def pytest_runtest_teardown(item, nextitem):
         _LAST_CLUSTER_USER.append(next((i for i in reversed(item.session.items) if _uses_cluster(i)), None))
     if item is _LAST_CLUSTER_USER[0]:
         _close_cluster()
+
+
+@pytest.fixture(scope="module")
+def dask_inprocess_client():
+    """A LocalCluster of 2 workers of one thread each in this process (``processes=False``) and its client: the
+    engine's scheduling, cells, files and resumption as on the worker processes of :func:`dask_client_2`, without
+    their start-up and heartbeats (about 9 CPU-s a session). Its scheduler's address is ``inproc://``, reachable
+    from this process only. What needs worker processes (their pinned environment, a killed worker, a scheduler
+    reached from another process) is tested on :func:`dask_client_2` in the ``e2e`` tier."""
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster, \
+            distributed.Client(cluster, set_as_default=False) as client:
+        yield client
 
 
 @pytest.fixture(scope="module")

@@ -71,6 +71,7 @@ def test_worked_example_runs_as_documented(example_module):
     assert ev.control.verdict == "violated"  # the control sees the claimed bound fail where it flagged
 
 
+@pytest.mark.e2e
 def test_worked_example_from_the_command_line(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(EXAMPLES), registry.STATEMENTS_ENV: "chebyshev_lipschitz"}
     exe = shutil.which("prefalign", path=str(Path(sys.executable).parent))

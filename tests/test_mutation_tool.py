@@ -282,6 +282,7 @@ def test_a_run_over_a_package_mutates_each_module_in_its_copy(tmp_path, monkeypa
     assert {p: p.read_bytes() for p in repo.rglob("*.py")} == before
 
 
+@pytest.mark.e2e
 def test_the_subprocess_runner_kills_in_a_new_interpreter(tmp_path, monkeypatch):
     """``--runner subprocess`` (a new interpreter per mutant, where there is no fork): two of the package's
     mutants, each killed in its module of the copy, the working tree left as it was."""

@@ -140,6 +140,7 @@ def test_a_failed_build_after_the_preflight_exits_4_naming_the_error(tmp_path, c
     assert "the preflight passed; building the random model failed: OSError: no space left on device" in err
 
 
+@pytest.mark.e2e
 def test_the_script_exits_3_naming_the_missing_module_before_any_model_or_run(tmp_path):
     """The preflight names the one missing requirement and still runs its other checks (the rewards, the random
     model's optional gguf); the complete check below is the preflight that passes."""
@@ -152,6 +153,25 @@ def test_the_script_exits_3_naming_the_missing_module_before_any_model_or_run(tm
     assert "preflight: not needed here: gguf " in res.stdout  # the random model is a model directory
     assert "nothing was built or run" in res.stderr and "preflight: ok" not in res.stdout
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no model, no run
+
+
+def test_the_preflight_names_the_missing_module_and_runs_its_other_checks(tmp_path, capsys, monkeypatch):
+    """The script's exit-3 test above in this process (the default tier; the script's process is in the e2e tier):
+    `preflight` exits 3 with one line for the one missing requirement, after every other check (the modules the
+    run imports, the rewards, the data and clients, the tiny model on the device), and builds nothing."""
+    monkeypatch.setenv(gpu_check.EXTRA_ENV, f"{FAKE}>=1")
+    model = tmp_path / "m"
+    code = gpu_check.main(["preflight", "--preset", "gpu", "--shrink", "--device", "cpu", "--model", str(model),
+                           "--build", "tiny"])
+    out, err = capsys.readouterr()
+    assert code == gpu_check.EXIT_MISSING == 3, out + err
+    missing = [line for line in err.splitlines() if line.startswith("gpu_check preflight: missing: ")]
+    assert len(missing) == 1 and f"missing: {FAKE} (requirement '{FAKE}>=1'" in missing[0]
+    assert "not installed" in missing[0] and "gpu_check preflight: 1 missing; nothing was built" in err
+    for line in ("preflight: llm extra: ", "preflight: modules the run imports: ", "preflight: rewards of the objectives: ",
+                 "preflight: data: ", "preflight: device: cpu, torch ", "preflight: not needed here: gguf "):
+        assert line in out, out
+    assert "preflight: ok" not in out and not model.exists()
 
 
 @pytest.mark.parametrize("args, match", [
@@ -213,6 +233,7 @@ def _rate(stdout: str, what: str) -> float:
     return float(m.group(1))
 
 
+@pytest.mark.e2e
 def test_tiny_runs_the_gpu_presets_paths_and_prints_tokens_per_second_per_stage(tiny_check):
     work, res = tiny_check
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
@@ -236,6 +257,7 @@ def test_tiny_runs_the_gpu_presets_paths_and_prints_tokens_per_second_per_stage(
     assert s["environment"]["threads"] == int(os.environ.get("OMP_NUM_THREADS", 1))  # --tiny: one torch thread
 
 
+@pytest.mark.e2e
 def test_a_failed_generation_is_reported_from_the_summary(tiny_check, tmp_path):
     """The report of a run that failed in the generation stage (its summary as a finally block writes it)."""
     work, res = tiny_check
@@ -255,6 +277,7 @@ def test_a_failed_generation_is_reported_from_the_summary(tiny_check, tmp_path):
     assert not ok and "no summary" in text
 
 
+@pytest.mark.e2e
 def test_a_run_that_fails_after_training_still_prints_its_timings(tiny_check, tmp_path):
     """On the model the complete check built (--model: nothing is built again), with --no-preflight (the
     complete check's preflight passed on this machine)."""

@@ -493,6 +493,35 @@ def test_run_scores_responses_generated_by_every_model(tiny_runs):
     assert (out / "generations.csv").read_bytes() == (other / "generations.csv").read_bytes()  # same seed
 
 
+def test_the_gpu_checks_report_reads_a_complete_and_a_failed_run(tiny_runs, tmp_path):
+    """llm_runs/gpu_check.py's report in this process, on this module's run (the report of the script's own run is
+    tested in the e2e tier, tests/llm_runs/test_gpu_check.py): the rates of both stages of a complete run; a run
+    that failed in generation names the stage and says why it has no generation rate."""
+    import re
+
+    from llm_runs import gpu_check
+
+    (out, _), _ = tiny_runs
+    text, ok = gpu_check.report(out, check_seconds=12.0)
+    assert ok and text.endswith("whole check 12 s; status complete"), text
+    for what in ("training", "generation"):
+        m = re.search(rf"^{what} tokens/s: (\d+) \((\d+) ", text, re.M)
+        assert m and int(m.group(1)) > 0 and int(m.group(2)) > 0, text
+    assert re.search(r"^seconds per stage: .*algorithm_1 \d+\.\d.*generation_rewards \d+\.\d", text, re.M), text
+    assert "steps/s: " in text and "peak memory: " in text
+    failed = tmp_path / "run"
+    failed.mkdir()
+    s = json.loads((out / "summary.json").read_text())
+    s["stage_seconds"].pop("generation_rewards")
+    s.pop("generation_rewards")
+    s.update(status="failed", error="RuntimeError: boom")
+    (failed / "summary.json").write_text(json.dumps(s))
+    text, ok = gpu_check.report(failed)
+    assert not ok and text.endswith("status failed: RuntimeError: boom"), text
+    assert re.search(r"generation_rewards \d+\.\d \(failed there\)", text)
+    assert "generation tokens/s: n/a (the run failed in generation after " in text
+
+
 def test_run_records_the_lp_inputs_and_the_clustering_comparison(tiny_runs):
     """The Grams and LP weights at the federated phases' population rows re-solve to the recorded weights, and
     the clustering comparison (Remark H.8) is recorded as the summary describes it."""

@@ -103,6 +103,7 @@ def swept(client, tiny_dir, tmp_path_factory):
             "model": tiny_dir}
 
 
+@pytest.mark.e2e
 def test_two_seeds_on_two_workers_write_every_cell_run_and_params(swept):
     out = swept["out"]
     assert swept["code"] == 0, swept["screen"]
@@ -135,6 +136,7 @@ def test_two_seeds_on_two_workers_write_every_cell_run_and_params(swept):
     assert "2 computed, 0 already in" in swept["screen"] and "2 of 2 runs complete" in swept["screen"]
 
 
+@pytest.mark.e2e
 def test_a_killed_workers_cell_is_retried_and_written_once(swept):
     killed, out = swept["killed"], swept["out"]
     assert killed.get("keys"), "no cell was in flight on the killed worker"
@@ -146,6 +148,7 @@ def test_a_killed_workers_cell_is_retried_and_written_once(swept):
         assert json.loads((sweep.run_dir(out, s) / "summary.json").read_text())["status"] == "complete"
 
 
+@pytest.mark.e2e
 def test_the_same_command_again_recomputes_nothing(swept, monkeypatch):
     out = swept["out"]
 
@@ -162,19 +165,37 @@ def test_the_same_command_again_recomputes_nothing(swept, monkeypatch):
     assert json.loads((out / sweep.SUMMARY_JSON).read_text())["last_run"]["computed"] == 0
 
 
-@pytest.mark.parametrize("args, match", [
+OTHER_PARAMETERS = pytest.mark.parametrize("args, match", [
     (["--preset", "cpu", "--shrink", "--autocast", "none"], "preset 'smoke-shrunk' there, 'cpu-shrunk' now"),
     (["--preset", "smoke", "--quick", "--autocast", "none"], "design.n_train 2 there, 4 now"),
     (["--preset", "smoke", "--shrink", "--autocast", "none", "--threads", "2"], "threads 1 there, 2 now"),
 ])
-def test_other_parameters_into_the_folder_are_refused(swept, capsys, args, match):
-    out = swept["out"]
+
+
+def _refused(out: Path, model, capsys, args) -> str:
     before = sorted(p.relative_to(out).as_posix() for p in out.rglob("*"))
-    code = main(["sweep", *args, "--model", str(swept["model"]), "--device", "cpu", "--seeds", "0:3",
-                 "--workers", "1", "--out", str(out)])
+    code = main(["sweep", *args, "--model", str(model), "--device", "cpu", "--seeds", "0:3", "--workers", "1",
+                 "--out", str(out)])
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
-    assert code == 2 and len(err) == 1 and "argument --out:" in err[0] and match in err[0], err
+    assert code == 2 and len(err) == 1 and "argument --out:" in err[0], err
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == before  # nothing written, nothing run
+    return err[0]
+
+
+@pytest.mark.e2e
+@OTHER_PARAMETERS
+def test_other_parameters_into_the_folder_are_refused(swept, capsys, args, match):
+    assert match in _refused(swept["out"], swept["model"], capsys, args)
+
+
+@OTHER_PARAMETERS
+def test_other_parameters_into_a_folder_of_these_params_are_refused(tiny_dir, tmp_path, capsys, args, match):
+    """The refusal above in the default tier, on a folder whose params.json is the one `sweep` of PRESET_ARGS writes
+    before its first cell (the e2e tier's test refuses the folder of a finished sweep)."""
+    out = tmp_path / "sw"
+    preset = replace(PRESETS["smoke"].shrunk(), autocast=None)
+    dask_engine.write_params(out, sweep.sweep_params(preset, model_dir=str(tiny_dir), device="cpu", threads=1))
+    assert match in _refused(out, tiny_dir, capsys, args)
 
 
 @pytest.mark.parametrize("args, match", [

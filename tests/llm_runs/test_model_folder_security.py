@@ -82,6 +82,7 @@ COMMANDS = {
 }
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("command", sorted(COMMANDS))
 @pytest.mark.parametrize("where", sorted(CUSTOM_CODE))
 def test_custom_code_in_a_model_folder_never_runs_even_when_y_is_piped(where, command, tiny_dir, tmp_path):
@@ -100,6 +101,27 @@ def test_custom_code_in_a_model_folder_never_runs_even_when_y_is_piped(where, co
     assert res.returncode == 2 and len(lines) == 1, res.stderr[-2000:]
     assert "argument --model:" in lines[0] and message in lines[0] and str(d) in lines[0], lines
     assert not out.exists() and not list(hf_home.rglob("*evil*"))
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+@pytest.mark.parametrize("where", sorted(CUSTOM_CODE))
+def test_custom_code_in_a_model_folder_is_refused_in_this_process(where, command, tiny_dir, tmp_path, capsys,
+                                                                  monkeypatch):
+    """The refusal above in the default tier: the command line's ``main`` in this process (the real command with
+    ``y`` piped on its stdin is in the e2e tier) exits 2 with one line naming the file and the field, before the
+    folder's code runs and before any output."""
+    from llm_runs.__main__ import main
+
+    monkeypatch.setenv("PREFALIGN_NO_REEXEC", "1")  # a run's malloc re-exec would replace this process
+    craft, message = CUSTOM_CODE[where]
+    d, marker, out = _copy(tiny_dir, tmp_path), tmp_path / "MARKER", tmp_path / "out"
+    craft(d, marker)
+    args = [*COMMANDS[command], "--model", str(d)] + (["--out", str(out)] if command == "run" else [])
+    code = main(args)
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert not marker.exists() and not out.exists()
+    assert code == 2 and len(lines) == 1, lines
+    assert "argument --model:" in lines[0] and message in lines[0] and str(d) in lines[0], lines
 
 
 def _garbage_config(d, tmp):

@@ -94,6 +94,7 @@ def test_usage_errors_are_one_line_with_exit_2(argv, fragment, capsys, no_statem
     assert err.count("\n") == 1 and fragment in err, err
 
 
+@pytest.mark.e2e
 def test_python_m_forms_are_the_same_command_lines():
     proc = subprocess.run([sys.executable, "-m", "verification", "list"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0
@@ -102,6 +103,7 @@ def test_python_m_forms_are_the_same_command_lines():
     # `python -m sim.simulate`: tests/verification/test_cli.py::test_usage_error_exit_status_of_the_real_command_lines
 
 
+@pytest.mark.e2e
 def test_llm_commands_import_no_torch_until_an_action_runs(tmp_path):
     pytest.importorskip("vaderSentiment")
     from tests.llm_helpers import (
@@ -122,6 +124,7 @@ def test_llm_commands_import_no_torch_until_an_action_runs(tmp_path):
     assert "torch imported: False" in proc.stderr
 
 
+@pytest.mark.e2e
 def test_works_from_any_directory(tmp_path):
     """Run from a directory outside the checkout: the statements, the shipped baseline and the output paths do
     not depend on the working directory."""
@@ -132,6 +135,21 @@ def test_works_from_any_directory(tmp_path):
     assert "2 statement(s) compared, 0 regression(s)" in res.stdout
     assert [r["id"] for r in json.loads((env_cwd / "out.json").read_text())] == ["S4", "H.9"]
     assert not os.path.relpath(env_cwd, Path(__file__).parents[2]).startswith("tests")
+
+
+def test_the_same_command_lines_from_another_directory_in_this_process(tmp_path, monkeypatch, capsys):
+    """The two tests above in the default tier, in this process (their console-script processes are in the e2e
+    tier): ``prefalign verify list`` prints what ``python -m verification list`` prints, and a run with the shipped
+    baseline from a directory outside the checkout reads its statements and baseline and writes where it is told."""
+    from verification.__main__ import main as verification_main
+
+    assert verification_main(["list"]) == 0
+    listed = capsys.readouterr().out
+    assert main(["verify", "list"]) == 0 and capsys.readouterr().out == listed and listed
+    monkeypatch.chdir(tmp_path)
+    assert main(["verify", "run", "S4", "--json", "out.json", "--shipped-baseline"]) == 0
+    assert "1 statement(s) compared, 0 regression(s)" in capsys.readouterr().out
+    assert [r["id"] for r in json.loads((tmp_path / "out.json").read_text())] == ["S4"]
 
 
 def test_help_names_the_actions_of_each_command_line(capsys):

@@ -163,6 +163,7 @@ def test_resume_refuses_a_malformed_row_and_leaves_the_log(tmp_path, capsys, bad
         assert log.read_bytes() == before
 
 
+@pytest.mark.e2e
 def test_an_interrupt_while_the_modules_import_is_one_line_and_exit_130(tmp_path):
     import signal
     import subprocess

@@ -134,6 +134,7 @@ def test_every_bad_argument_is_one_line_exit_2_before_any_work(tmp_path, capsys,
     assert _files(tmp_path) == before  # nothing written, not even an output folder
 
 
+@pytest.mark.e2e
 def test_usage_error_exit_status_of_the_real_command_lines(tmp_path):
     res = _cli("run", "H.9", "--seed", "-1", "--json", str(tmp_path / "out.json"))
     assert res.returncode == 2 and res.stdout == ""

@@ -90,12 +90,14 @@ def subset_run(tmp_path_factory):
     return _run_cli(*SUBSET, "--shipped-baseline", "--json", str(path)), path
 
 
+@pytest.mark.e2e
 def test_current_run_matches_committed_baseline(subset_run):
     proc, _ = subset_run  # the baseline shipped in the package
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "0 regression(s)" in proc.stdout
 
 
+@pytest.mark.e2e
 def test_deliberately_changed_baseline_fails(subset_run, tmp_path, capsys):
     """The rows of the subset run (its results log, --resume), compared by `run` with a baseline in which H.14's
     bound was much looser and H.15's finding a holds."""

@@ -1,4 +1,6 @@
-"""Sweeps on Dask (python -m verification sweep / grid): a 2-worker LocalCluster, small cells.
+"""Sweeps on Dask (python -m verification sweep / grid): a 2-worker LocalCluster, small cells; in the default tier
+its workers are threads of the test process, in the e2e tier (the killed worker, the workers' environment) the
+session's worker processes.
 
 A sweep's cells equal the serial `run` of the same (statement, seed); a rerun recomputes nothing; a worker killed
 mid-sweep loses no cell and duplicates none; a scheduler that cannot be reached is a clear usage error within
@@ -32,9 +34,16 @@ def _without_seconds(row: dict) -> dict:
 
 
 @pytest.fixture(scope="module")
-def client(dask_client_2):
+def client(dask_inprocess_client):
+    """A LocalCluster of 2 one-thread workers in this process (tests/conftest.py): the engine's cells, files and
+    resumption in the default tier."""
+    return dask_inprocess_client
+
+
+@pytest.fixture(scope="module")
+def process_client(dask_client_2):
     """The session's LocalCluster of 2 worker processes (as `sweep --workers 2` starts, tests/conftest.py) and its
-    client, both workers up."""
+    client, both workers up: the tests of the worker processes themselves (the e2e tier)."""
     return dask_client_2
 
 
@@ -55,7 +64,9 @@ def _no_cluster(monkeypatch):
     monkeypatch.setattr(dask_engine, "dask_client", fail)
 
 
-def test_local_cluster_pins_threads(client):
+@pytest.mark.e2e
+def test_local_cluster_pins_threads(process_client):
+    client = process_client
     assert sorted(client.nthreads().values()) == [1, 1]
     envs = client.run(lambda: {k: os.environ.get(k) for k in WORKER_ENV})
     assert len(envs) == 2 and all(e == WORKER_ENV for e in envs.values())
@@ -319,12 +330,13 @@ def test_run_cells_records_a_failed_cell_and_goes_on(client, tmp_path):
     assert json.loads((tmp_path / "2.json").read_text()) == {"x": 2}
 
 
-def test_worker_killed_mid_sweep_loses_and_duplicates_no_cell(client, tmp_path):
+@pytest.mark.e2e
+def test_worker_killed_mid_sweep_loses_and_duplicates_no_cell(process_client, tmp_path):
     """Last of the module: its cluster goes on with the worker the nanny restarted."""
     seeds = range(6)
     stmt = registry.get_statement("H.9")
     killed: dict = {}
-    c = client
+    c = process_client
 
     def kill_busy_worker(cell, result):
         if killed:

@@ -26,8 +26,15 @@ FAST = ("H.9", "S4")  # statements whose cells take a fraction of a second
 
 @pytest.fixture(scope="module")
 def client(dask_client_2):
-    """The session's LocalCluster of 2 worker processes and its client (tests/conftest.py)."""
+    """The session's LocalCluster of 2 worker processes and its client (tests/conftest.py): a sweep process of its
+    own reaches its scheduler (the e2e tier)."""
     return dask_client_2
+
+
+@pytest.fixture(scope="module")
+def inprocess_client(dask_inprocess_client):
+    """A LocalCluster of 2 one-thread workers in this process (tests/conftest.py), for the default tier."""
+    return dask_inprocess_client
 
 
 def _no_cluster(monkeypatch):
@@ -43,6 +50,7 @@ def _line(stream, timeout: float = 120.0) -> str:
     return stream.readline()
 
 
+@pytest.mark.e2e
 def test_a_second_sweep_on_a_folder_being_written_exits_2_naming_the_first(client, tmp_path):
     """The first sweep is paused (SIGSTOP) once it has said what it computes, so that the second surely starts
     while the first is at work; the second exits 2 with one line naming the first; the first, resumed, finishes
@@ -115,7 +123,7 @@ def test_the_lock_goes_on_a_usage_error_under_it_and_on_ctrl_c(tmp_path, capsys,
     assert not (rep / LOCK_NAME).exists()
 
 
-def test_a_stale_lock_is_taken_over_with_a_note(client, tmp_path, capsys):
+def test_a_stale_lock_is_taken_over_with_a_note(inprocess_client, tmp_path, capsys):
     out = tmp_path / "o"
     out.mkdir()
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -123,8 +131,8 @@ def test_a_stale_lock_is_taken_over_with_a_note(client, tmp_path, capsys):
     stale = {"lock": "prefalign-verify writer lock", "pid": dead.pid, "host": socket.gethostname(),
              "started": "2026-01-01T00:00:00+00:00", "command": "prefalign verify sweep S4 --seeds 0:1 --out o"}
     (out / LOCK_NAME).write_text(json.dumps(stale))
-    assert cli_main(["sweep", "S4", "--seeds", "0:1", "--scheduler", client.scheduler.address, "--out", str(out),
-                     "--quiet"]) == 0
+    assert cli_main(["sweep", "S4", "--seeds", "0:1", "--scheduler", inprocess_client.scheduler.address, "--out",
+                     str(out), "--quiet"]) == 0
     err = capsys.readouterr().err.splitlines()
     assert err[0] == (f"note: taking over the stale lock of {str(out)!r} left by pid {dead.pid} on host "
                       f"{socket.gethostname()} since 2026-01-01T00:00:00+00:00 (prefalign verify sweep S4 --seeds 0:1 "

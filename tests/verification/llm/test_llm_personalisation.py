@@ -251,6 +251,7 @@ def test_missing_comparators_are_not_recorded(tmp_path):
     assert result["matrix"]["local_only"] is None
 
 
+@pytest.mark.e2e
 def test_the_module_imports_no_torch():
     code = ("import sys, verification.llm.personalisation; "
             "assert not any(m == 'torch' or m.startswith(('torch.', 'llm_runs')) for m in sys.modules)")
