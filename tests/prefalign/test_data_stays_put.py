@@ -65,6 +65,25 @@ def _written_outside_out(root: Path, inputs: set[str]) -> list[str]:
     return sorted(f for f in found if not f.startswith("out/") and not FONT_LIST.fullmatch(f))
 
 
+def test_reading_a_data_file_leaves_no_copy_in_the_datasets_cache(tmp_path, monkeypatch):
+    """In this process: the datasets library's default cache and the temporary folder hold no file after a data
+    file is read (the default tier's test of what the subprocess test below checks end to end)."""
+    import tempfile
+
+    datasets = pytest.importorskip("datasets")
+    from llm_runs import formats
+
+    cache, tmp = tmp_path / "datasets-cache", tmp_path / "tmp"
+    cache.mkdir()
+    tmp.mkdir()
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", cache)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    rows = formats.read_rows(FIXTURES / "pku_saferlhf.csv")
+    assert len(rows) > 10
+    assert _files(cache) == set() and _files(tmp) == set()
+
+
+@pytest.mark.e2e
 def test_data_check_and_a_dask_sweep_write_nothing_outside_out(sandbox):
     """``python -m llm_runs data check`` on a CSV file (read through the datasets library, which converts it to an
     Arrow file in a cache) and ``python -m verification sweep`` on a 1-worker Dask LocalCluster (the scheduler's

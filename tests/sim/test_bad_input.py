@@ -268,6 +268,7 @@ def _python_start_only(err: str) -> bool:
         not ours or "quiet_until_handled" not in err and "_record_interrupt" not in err)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("command", [["prefalign", "llm", "data", "check", "FILE"],
                                      ["-m", "llm_runs", "data", "check", "FILE"],
                                      ["-m", "verification", "run", "H.4", "--json", "OUT"]])

@@ -46,7 +46,15 @@ def serial(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(dask_client_2):
+    """The session's cluster of worker processes: for a killed worker and a scheduler reached from another process
+    (the ``e2e`` tier)."""
     return dask_client_2
+
+
+@pytest.fixture(scope="module")
+def inprocess_client(dask_inprocess_client):
+    """A cluster of threads in this process: the engine's cells, files and results without worker processes."""
+    return dask_inprocess_client
 
 
 def _cell_names(out) -> list[str]:
@@ -56,9 +64,9 @@ def _cell_names(out) -> list[str]:
 WANT_CELLS = sorted([f"cells/{s}/check.json" for s in IDS] + [f"cells/{s}/search.json" for s in ("H.9", "H.14")])
 
 
-def test_report_on_two_workers_equals_the_serial_report(serial, client, tmp_path):
+def test_report_on_two_workers_equals_the_serial_report(serial, inprocess_client, tmp_path):
     out = tmp_path / "rep"
-    res = _report(out, client=client)
+    res = _report(out, client=inprocess_client)
     assert report_cells.results_differences(_results(serial), _results(out)) == []
     assert _cell_names(out) == WANT_CELLS
     assert sorted(res.cells.written) == sorted(f"{s}/{k}" for s in IDS for k in ("check", "search")
@@ -77,6 +85,7 @@ def _stmts():
     return registry.resolve(list(IDS))
 
 
+@pytest.mark.e2e
 def test_a_killed_worker_has_its_cells_run_again_once(serial, client, tmp_path):
     """A worker process killed while it runs a cell: the report completes, every cell written once, the results
     those of the serial report."""
@@ -107,6 +116,7 @@ def test_a_killed_worker_has_its_cells_run_again_once(serial, client, tmp_path):
     client.wait_for_workers(2, timeout=120)
 
 
+@pytest.mark.e2e
 def test_resume_after_kill_9_computes_only_the_unfinished_cells(serial, client, tmp_path):
     """The report process (the command line on the session's cluster) is killed with SIGKILL once its first cell
     is written; `--resume` keeps every cell written by then and computes the others, the results those of the
@@ -141,7 +151,7 @@ def test_resume_after_kill_9_computes_only_the_unfinished_cells(serial, client, 
 TINY_DE = Budget("tiny DE", initial=4, refine=2, de_maxiter=1, de_popsize=2, max_refined=2)
 
 
-def test_paper_scale_search_cells_on_two_workers_equal_the_serial_report(client, tmp_path):
+def test_paper_scale_search_cells_on_two_workers_equal_the_serial_report(inprocess_client, tmp_path):
     """At the paper scale with a search budget, every statement's search is a design cell, one cell per island of
     its differential evolution and one per refinement chain (which waits for the design and the islands); on two
     workers, each check cell (result row, worst/ and counterexamples/ files, tables) equals the serial report's."""
@@ -151,7 +161,7 @@ def test_paper_scale_search_cells_on_two_workers_equal_the_serial_report(client,
     assert sorted(c.key for c in cells) == sorted(f"{s.id}/{n}" for s in stmts for n in names)
     assert {c.key: c.deps for c in cells}["H.15/search-chain-1"] == (
         "H.15/search-design", "H.15/search-de-0", "H.15/search-de-1")
-    run = run_cells(client, cells, desc="report", progress=False)
+    run = run_cells(inprocess_client, cells, desc="report", progress=False)
     assert run.complete and not run.failed
     for s in stmts:
         serial = json.loads(json.dumps(to_jsonable(report_cells.run_statement(s, registry.DEFAULT_SEED, "paper",
