@@ -20,10 +20,19 @@ indices (an S-shot episode, a minibatch) picks ``S`` pairs per objective and the
 ``n_i = shots`` for a training client (few-shot: the data deficiency of the paper) and ``n_i = pool_pairs`` for a
 new client (the data-rich pool of Pipeline 2, from which Pipeline 1 draws its ``K`` batches of ``S``).
 The held-out pairs are shared by all clients and never trained on.
+
+**Calibration and study prompts.** :func:`calibration_split` divides a data file's prompts once and for all into a
+*calibration* share, on which objectives are chosen and the positive-control gate trains and scores its oracles,
+and a *study* share, from which a study's clients and held-out pairs are dealt. A prompt's side depends on its id
+alone (the first 8 bytes of the SHA-256 of the id, as an integer, against the share), not on the file's order, its
+other prompts or any seed: adding prompts to a file moves none, and a choice made on the calibration prompts never
+saw a study's held-out prompt.
 """
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,7 +40,34 @@ import numpy as np
 from llm_runs.data import Candidates, PreferencePair, preference_pairs, scale_outlier
 from sim.preference import check_preferences
 
-__all__ = ["ClientDesign", "Federation", "DataShortageError", "build_federation", "preference_centres"]
+__all__ = ["CALIBRATION_SHARE", "ClientDesign", "Federation", "DataShortageError", "build_federation",
+           "calibration_split", "preference_centres"]
+
+#: The share of a data file's prompts on the calibration side of :func:`calibration_split` (80 of the shipped
+#: file's 240 prompts in expectation).
+CALIBRATION_SHARE = 1.0 / 3.0
+
+
+def _calibration_key(prompt_id: str) -> float:
+    """The prompt id's position in [0, 1): the first 8 bytes of its SHA-256 (UTF-8) over 2**64."""
+    return int.from_bytes(hashlib.sha256(prompt_id.encode("utf-8")).digest()[:8], "big") / 2.0**64
+
+
+def calibration_split(prompt_ids: Iterable[str], share: float = CALIBRATION_SHARE) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(calibration, study)``: the prompt ids whose key (:func:`_calibration_key`) lies below ``share``, and the
+    others, each in the order given. The split of one id depends on the id and ``share`` alone (module docstring).
+
+    Raises ``ValueError`` naming the value for a ``share`` outside (0, 1) or a repeated id."""
+    share = float(share)
+    if not 0.0 < share < 1.0:
+        raise ValueError(f"calibration share must lie in (0, 1); got {share!r}")
+    ids = [str(p) for p in prompt_ids]
+    if len(set(ids)) != len(ids):
+        dup = next(p for p in ids if ids.count(p) > 1)
+        raise ValueError(f"prompt id {dup!r} appears more than once")
+    calibration = tuple(p for p in ids if _calibration_key(p) < share)
+    keep = set(calibration)
+    return calibration, tuple(p for p in ids if p not in keep)
 
 
 class DataShortageError(ValueError):
@@ -195,11 +231,22 @@ def _draw_prefs(design: ClientDesign, centres: np.ndarray, rng: np.random.Genera
     return prefs, centre
 
 
-def build_federation(cands: Candidates, design: ClientDesign, rng: np.random.Generator) -> Federation:
-    """Draw the clients' preferences and deal out the data file's prompts (see the module docstring).
+def build_federation(cands: Candidates, design: ClientDesign, rng: np.random.Generator, *,
+                     prompt_ids: Iterable[str] | None = None) -> Federation:
+    """Draw the clients' preferences and deal out the data file's prompts (see the module docstring); with
+    ``prompt_ids`` (e.g. the study side of :func:`calibration_split`), only those prompts, in the file's order
+    before the shuffle.
 
-    Raises :class:`DataShortageError` when the prompts run out, naming what was asked and what the file holds."""
+    Raises :class:`DataShortageError` when the prompts run out, naming what was asked and what the file holds, and
+    ``ValueError`` naming a prompt id the file does not hold."""
     objectives = cands.check_objectives(design.objectives)
+    dealt = list(cands.prompt_ids)
+    if prompt_ids is not None:
+        keep = set(prompt_ids)
+        unknown = sorted(keep - set(dealt))
+        if unknown:
+            raise ValueError(f"prompt id {unknown[0]!r} is not in the data file {cands.path}")
+        dealt = [p for p in dealt if p in keep]
     centres = preference_centres(design.m, design.n_centres, design.centre_weight)
     prefs, centre = _draw_prefs(design, centres, rng)
     # every pair of every objective, grouped by prompt (file order), drawn from once
@@ -207,7 +254,7 @@ def build_federation(cands: Candidates, design: ClientDesign, rng: np.random.Gen
     for j, o in enumerate(objectives):
         for p in preference_pairs(cands, o, margin=design.margin):
             by_prompt[p.prompt_id][j].append(p)
-    order = [cands.prompt_ids[k] for k in rng.permutation(len(cands.prompt_ids))]
+    order = [dealt[k] for k in rng.permutation(len(dealt))]
     pos = 0
 
     def deal(need: int, who: str, min_prompts: int = 1) -> tuple[tuple[str, ...], tuple[tuple[PreferencePair, ...], ...]]:

@@ -29,7 +29,13 @@ pytest.importorskip("peft")
 
 import sim.algorithm as al  # noqa: E402
 import sim.algorithm.evaluation as al_evaluation  # noqa: E402
-from llm_runs.clients import ClientDesign, DataShortageError, Federation, build_federation  # noqa: E402
+from llm_runs.clients import (  # noqa: E402
+    ClientDesign,
+    DataShortageError,
+    Federation,
+    build_federation,
+    calibration_split,
+)
 from llm_runs.data import DEFAULT_DATA_FILE, UnknownObjectiveError, load_candidates  # noqa: E402
 from llm_runs.models import save_random_llama  # noqa: E402
 from llm_runs.objectives import DPOSettings, objective_gradients  # noqa: E402
@@ -388,6 +394,29 @@ def test_clients_have_disjoint_prompts_few_shots_and_preferences_around_centres(
     assert np.array_equal(again.prefs, fed.prefs) and again.prompt_ids == fed.prompt_ids
     batch = fed.batch(0, [1])
     assert [len(v) for v in batch.values()] == [1, 1, 1]
+
+
+def test_the_calibration_split_is_a_property_of_each_prompt_id(cands):
+    """A prompt's side depends on its id alone: the split of the file equals the split of any subset, in any order;
+    about a third of the shipped prompts calibrate; a federation dealt from the study side never sees one of them."""
+    cal, study = calibration_split(cands.prompt_ids)
+    assert set(cal).isdisjoint(study) and sorted(cal + study) == sorted(cands.prompt_ids)
+    assert 60 <= len(cal) <= 100  # 240 prompts, share 1/3: 80 expected, binomial sd 7.3
+    subset = list(reversed(cands.prompt_ids[::3]))
+    sub_cal, sub_study = calibration_split(subset)
+    assert set(sub_cal) == set(cal) & set(subset) and set(sub_study) == set(study) & set(subset)
+    assert calibration_split(["explain-00"], share=0.999)[0] == ("explain-00",)
+    for bad in (0, 1, 1.5, float("nan")):
+        with pytest.raises(ValueError, match="calibration share must lie in"):
+            calibration_split(cands.prompt_ids, share=bad)
+    with pytest.raises(ValueError, match="'a' appears more than once"):
+        calibration_split(["a", "b", "a"])
+    d = replace(PRESETS["study"].design)
+    fed = build_federation(cands, d, np.random.default_rng(3), prompt_ids=study)
+    seen = set(fed.heldout_prompt_ids).union(*map(set, fed.prompt_ids))
+    assert seen <= set(study)
+    with pytest.raises(ValueError, match="'nope' is not in the data file"):
+        build_federation(cands, d, np.random.default_rng(3), prompt_ids=["nope", *study])
 
 
 def test_presets_fit_the_data_file_and_plan_their_evaluations(cands):
