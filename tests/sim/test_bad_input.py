@@ -184,6 +184,18 @@ def test_an_interrupt_while_the_modules_import_is_one_line_and_exit_130(tmp_path
     assert lines and "Traceback" not in err and "interrupted" in lines[-1], err
 
 
+@pytest.fixture
+def python_handles_ctrl_c():
+    """SIGINT handled by Python's default handler for the test, whatever the test process inherited: a job started
+    in the background by a shell without job control (``cmd &`` in a script, as a CI runner may start the suite)
+    ignores SIGINT from its start, and Python then leaves it ignored (a Ctrl-C there is nobody's to record)."""
+    import signal
+
+    old = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, old)
+
+
 def _lose_a_ctrl_c_in_a_weakref_callback():
     """Deliver SIGINT while Python runs a weak-reference callback, as the import system's module locks run one:
     its KeyboardInterrupt is raised there, where Python prints "Exception ignored" and goes on."""
@@ -200,7 +212,7 @@ def _lose_a_ctrl_c_in_a_weakref_callback():
     return ref
 
 
-def test_a_ctrl_c_that_python_swallows_is_raised_at_the_next_check(monkeypatch):
+def test_a_ctrl_c_that_python_swallows_is_raised_at_the_next_check(monkeypatch, python_handles_ctrl_c):
     import signal
     import sys
 
@@ -235,7 +247,8 @@ def test_the_interrupt_recorder_keeps_a_handler_it_did_not_install():
         signal.signal(signal.SIGINT, old)
 
 
-def test_a_ctrl_c_swallowed_while_a_command_imports_stops_it_before_it_runs(tmp_path, monkeypatch, capsys):
+def test_a_ctrl_c_swallowed_while_a_command_imports_stops_it_before_it_runs(tmp_path, monkeypatch, capsys,
+                                                                            python_handles_ctrl_c):
     import inspect
     import sys
 
