@@ -104,8 +104,11 @@ __all__ = [
     "N_PERM",
     "POWER",
     "STATISTICS",
+    "fixed_effect_slope",
     "line_text",
+    "null_test",
     "seed_statistics",
+    "short_number",
     "sweep_statistics",
     "verdict",
 ]
@@ -450,7 +453,7 @@ def _load(run_dir: Path | str) -> _Seed:
 # ------------------------------------------------------------------------------------------- the statistics
 
 
-def _slope(lam: np.ndarray, z: np.ndarray) -> np.ndarray:
+def fixed_effect_slope(lam: np.ndarray, z: np.ndarray) -> np.ndarray:
     """The objective-fixed-effect slope of ``z`` (``(..., n, m)``) on ``lam`` (``(..., n, m)``), over the last two
     axes (broadcast)."""
     lc = lam - lam.mean(axis=-2, keepdims=True)
@@ -505,10 +508,10 @@ def _seed_numbers(s: _Seed, *, seed: int, n_boot: int) -> dict[str, Any]:
     rng = np.random.default_rng(seed)
     z = s.z
     own = s.pers
-    b = float(_slope(s.lam, z[own]))
+    b = float(fixed_effect_slope(s.lam, z[own]))
     zb = _boot_means(_resample(rng, len(s.prompts), n_boot), s.sums, s.counts)
     valid = np.all(np.isfinite(zb), axis=(1, 2))
-    b_boot = _slope(s.lam, zb[valid][:, own])
+    b_boot = fixed_effect_slope(s.lam, zb[valid][:, own])
     shares = _shares(s.lam, z, own, s.comparators)
     shares_boot = _shares(s.lam, zb[valid], own, s.comparators)
     out: dict[str, Any] = {
@@ -541,8 +544,8 @@ def _seed_numbers(s: _Seed, *, seed: int, n_boot: int) -> dict[str, Any]:
             "sd": dict(zip(s.objectives, map(float, s.gen["sd"]), strict=True)),
             "n_prompts": len(s.gen["prompts"]),
             "n_samples": s.gen["n_samples"],
-            "b": float(_slope(s.lam, g)),
-            "b_bootstrap_interval": _percentile(_slope(s.lam, gb)),
+            "b": float(fixed_effect_slope(s.lam, g)),
+            "b_bootstrap_interval": _percentile(fixed_effect_slope(s.lam, gb)),
         }
     return out
 
@@ -576,22 +579,36 @@ def _perm_draws(rng: np.random.Generator, seeds: list[_Seed], n_perm: int) -> di
         rows = np.arange(len(s.clients))
         for lo in range(0, n_perm, _PERM_CHUNK):
             lam = s.lam[perms[lo:lo + _PERM_CHUNK]]
-            out["slope"][lo:lo + len(lam)] += _slope(lam, zp) / len(seeds)
+            out["slope"][lo:lo + len(lam)] += fixed_effect_slope(lam, zp) / len(seeds)
             share = _shares(lam, zp, rows, {})["other_personalised"]
             assert share is not None
             out["share"][lo:lo + len(lam)] += share / len(seeds)
             if g is not None:
-                out["gen"][lo:lo + len(lam)] += _slope(lam, g) / n_gen
+                out["gen"][lo:lo + len(lam)] += fixed_effect_slope(lam, g) / n_gen
     return out
+
+
+def null_test(estimate: float, draws: np.ndarray, *, exact: bool = False) -> tuple[float, float | None]:
+    """The one-sided p-value of ``estimate`` against the statistic's ``draws`` under the null, and the MDE.
+
+    ``exact``: ``draws`` is the whole null distribution (every arrangement once, the observed one included):
+    ``p = #{draw ≥ estimate} / len(draws)`` and the MDE from the population sd; otherwise ``draws`` are random
+    arrangements: ``p = (1 + #{draw ≥ estimate}) / (1 + len(draws))`` and the sample sd (ddof 1). A draw equal to
+    the estimate up to 1e-12 relative counts as ≥. MDE ``(z_{0.95} + z_{0.80}) · sd`` (None from a single draw).
+    """
+    draws = np.asarray(draws, dtype=np.float64)
+    scale = max(abs(estimate), float(np.max(np.abs(draws))), 1e-300)
+    hits = int(np.sum(draws >= estimate - 1e-12 * scale))
+    p = hits / len(draws) if exact else (1 + hits) / (1 + len(draws))
+    mde = MDE_FACTOR * float(np.std(draws, ddof=0 if exact else 1)) if len(draws) > 1 else None
+    return p, mde
 
 
 def _line(stat: str, per_seed: list[float], boot: list[float | None] | None, draws: np.ndarray, n_units: int,
           null: float = 0.0) -> dict[str, Any]:
     estimate = float(np.mean(per_seed))
     interval = _t_interval(per_seed) if len(per_seed) > 1 else boot
-    scale = max(abs(estimate), float(np.max(np.abs(draws))), 1e-300)
-    p = (1 + int(np.sum(draws >= estimate - 1e-12 * scale))) / (1 + len(draws))
-    mde = MDE_FACTOR * float(np.std(draws, ddof=1)) if len(draws) > 1 else None
+    p, mde = null_test(estimate, draws)
     shifted = None if interval is None or interval[1] is None else [interval[0], interval[1] - null]
     return {"statistic": stat, "label": STATISTICS[stat], "estimate": estimate,
             "interval": list(interval) if interval is not None else [None, None], "p_value": p, "mde": mde,
@@ -605,7 +622,7 @@ def _not_recorded(stat: str) -> dict[str, Any]:
             "per_seed": []}
 
 
-def _fmt(x: float | None) -> str:
+def short_number(x: float | None) -> str:
     return "—" if x is None else f"{x:.3g}"
 
 
@@ -615,8 +632,8 @@ def line_text(line: dict[str, Any]) -> str:
         return f"{line['label']}: not recorded"
     lo, hi = line["interval"]
     null = f" (chance {line['null']:.3g})" if line["null"] else ""
-    mde = f"MDE {_fmt(line['mde'])}" + (" above chance" if line["null"] else "")
-    return (f"{line['label']}: {_fmt(line['estimate'])}{null}, 95 % interval [{_fmt(lo)}, {_fmt(hi)}], "
+    mde = f"MDE {short_number(line['mde'])}" + (" above chance" if line["null"] else "")
+    return (f"{line['label']}: {short_number(line['estimate'])}{null}, 95 % interval [{short_number(lo)}, {short_number(hi)}], "
             f"p = {line['p_value']:.4g}, {mde} — {line['verdict']} "
             f"({line['n_seeds']} seed{'s' * (line['n_seeds'] != 1)}, {line['n_units']} models)")
 
@@ -632,10 +649,10 @@ def _statement(lines: list[dict[str, Any]], seeds: list[dict[str, Any]]) -> str:
             parts.append(f"The {name} was not recorded.")
             continue
         lo, hi = line["interval"]
-        mde = _fmt(line["mde"])
+        mde = short_number(line["mde"])
         effect = f"an excess over chance of {mde}" if line["null"] else f"an effect of {mde}"
-        chance = f" against chance {_fmt(line['null'])}" if line["null"] else ""
-        head = (f"The {name} is {_fmt(line['estimate'])}{chance} (95 % interval [{_fmt(lo)}, {_fmt(hi)}], "
+        chance = f" against chance {short_number(line['null'])}" if line["null"] else ""
+        head = (f"The {name} is {short_number(line['estimate'])}{chance} (95 % interval [{short_number(lo)}, {short_number(hi)}], "
                 f"permutation p = {line['p_value']:.3g}); the design detects {effect} or more with 80 % power at "
                 f"one-sided α = 0.05 and can miss a smaller one")
         if line["verdict"] == "supported":
@@ -645,7 +662,7 @@ def _statement(lines: list[dict[str, Any]], seeds: list[dict[str, Any]]) -> str:
                                 "not excluded).")
         else:
             parts.append(head + f": underpowered, the data neither show an effect nor exclude {effect} (the "
-                                f"interval reaches {_fmt(hi - line['null'] if hi is not None else None)}"
+                                f"interval reaches {short_number(hi - line['null'] if hi is not None else None)}"
                                 f"{' above chance' if line['null'] else ''}).")
     return " ".join(parts)
 
