@@ -27,12 +27,16 @@ and a *study* share, from which a study's clients and held-out pairs are dealt. 
 alone (the first 8 bytes of the SHA-256 of the id, as an integer, against the share), not on the file's order, its
 other prompts or any seed: adding prompts to a file moves none, and a choice made on the calibration prompts never
 saw a study's held-out prompt.
+
+**Shared comparisons.** Each objective's pairs here are drawn independently, so two objectives of one client (and the
+held-out pairs) can hold the same comparison of two responses, as the same pair or its reverse. The shots curve's
+clients, whose pairs no two objectives share, are :mod:`llm_runs.heldout`'s.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,7 +45,7 @@ from llm_runs.data import Candidates, PreferencePair, preference_pairs, scale_ou
 from sim.preference import check_preferences
 
 __all__ = ["CALIBRATION_SHARE", "ClientDesign", "Federation", "DataShortageError", "build_federation",
-           "calibration_split", "preference_centres"]
+           "calibration_split", "deal_shares", "draw_preferences", "pairs_by_prompt", "preference_centres", "study_prompts"]
 
 #: The share of a data file's prompts on the calibration side of :func:`calibration_split` (80 of the shipped
 #: file's 240 prompts in expectation).
@@ -213,6 +217,14 @@ class Federation:
         }
 
 
+def draw_preferences(design: ClientDesign, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(prefs, centres, centre)``: the clients' preferences around the design's centres (module docstring), the
+    centres and each client's centre."""
+    centres = preference_centres(design.m, design.n_centres, design.centre_weight)
+    prefs, centre = _draw_prefs(design, centres, rng)
+    return prefs, centres, centre
+
+
 def _draw_prefs(design: ClientDesign, centres: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     N = design.n_clients
     centre = np.r_[np.arange(design.n_train) % design.n_centres, np.arange(design.n_new) % design.n_centres]
@@ -231,6 +243,29 @@ def _draw_prefs(design: ClientDesign, centres: np.ndarray, rng: np.random.Genera
     return prefs, centre
 
 
+def study_prompts(cands: Candidates, prompt_ids: Iterable[str] | None) -> list[str]:
+    """The prompts a federation is dealt from: ``prompt_ids`` (default all) in the file's order. Raises
+    ``ValueError`` naming a prompt id the file does not hold."""
+    dealt = list(cands.prompt_ids)
+    if prompt_ids is not None:
+        keep = set(prompt_ids)
+        unknown = sorted(keep - set(dealt))
+        if unknown:
+            raise ValueError(f"prompt id {unknown[0]!r} is not in the data file {cands.path}")
+        dealt = [p for p in dealt if p in keep]
+    return dealt
+
+
+def pairs_by_prompt(cands: Candidates, objectives: Sequence[str], margin: float) -> dict[str, list[list[PreferencePair]]]:
+    """Every pair of every objective (:func:`~llm_runs.data.preference_pairs` at ``margin``), grouped by prompt
+    (file order), one list per objective."""
+    by_prompt: dict[str, list[list[PreferencePair]]] = {pid: [[] for _ in objectives] for pid in cands.prompt_ids}
+    for j, o in enumerate(objectives):
+        for p in preference_pairs(cands, o, margin=margin):
+            by_prompt[p.prompt_id][j].append(p)
+    return by_prompt
+
+
 def build_federation(cands: Candidates, design: ClientDesign, rng: np.random.Generator, *,
                      prompt_ids: Iterable[str] | None = None) -> Federation:
     """Draw the clients' preferences and deal out the data file's prompts (see the module docstring); with
@@ -240,20 +275,9 @@ def build_federation(cands: Candidates, design: ClientDesign, rng: np.random.Gen
     Raises :class:`DataShortageError` when the prompts run out, naming what was asked and what the file holds, and
     ``ValueError`` naming a prompt id the file does not hold."""
     objectives = cands.check_objectives(design.objectives)
-    dealt = list(cands.prompt_ids)
-    if prompt_ids is not None:
-        keep = set(prompt_ids)
-        unknown = sorted(keep - set(dealt))
-        if unknown:
-            raise ValueError(f"prompt id {unknown[0]!r} is not in the data file {cands.path}")
-        dealt = [p for p in dealt if p in keep]
-    centres = preference_centres(design.m, design.n_centres, design.centre_weight)
-    prefs, centre = _draw_prefs(design, centres, rng)
-    # every pair of every objective, grouped by prompt (file order), drawn from once
-    by_prompt: dict[str, list[list[PreferencePair]]] = {pid: [[] for _ in objectives] for pid in cands.prompt_ids}
-    for j, o in enumerate(objectives):
-        for p in preference_pairs(cands, o, margin=design.margin):
-            by_prompt[p.prompt_id][j].append(p)
+    dealt = study_prompts(cands, prompt_ids)
+    prefs, centres, centre = draw_preferences(design, rng)
+    by_prompt = pairs_by_prompt(cands, objectives, design.margin)  # drawn from once
     order = [dealt[k] for k in rng.permutation(len(dealt))]
     pos = 0
 
@@ -285,6 +309,16 @@ def build_federation(cands: Candidates, design: ClientDesign, rng: np.random.Gen
             pairs.append(tuple(pool[k] for k in take))
         return tuple(ids), tuple(pairs)
 
+    held_ids, heldout, ids, data = deal_shares(design, deal)
+    return Federation(design=design, prefs=prefs, centres=centres, centre=centre, data=data, heldout=heldout,
+                      prompt_ids=ids, heldout_prompt_ids=held_ids)
+
+
+def deal_shares(design: ClientDesign, deal: Callable) -> tuple:
+    """``(held-out prompt ids, held-out pairs, each client's prompt ids, each client's pairs)``: ``deal(need, who,
+    min_prompts=1) -> (prompt ids, pairs per objective)`` called for the held-out share (``heldout_pairs`` from at
+    least ``heldout_prompts`` prompts), then for every client in order (``shots`` for a training client,
+    ``pool_pairs`` for a new one)."""
     held_ids, heldout = deal(design.heldout_pairs, "the held-out pairs", design.heldout_prompts)
     data, ids = [], []
     for i in range(design.n_clients):
@@ -292,5 +326,4 @@ def build_federation(cands: Candidates, design: ClientDesign, rng: np.random.Gen
         pid, pairs = deal(need, f"{role} {i}")
         ids.append(pid)
         data.append(pairs)
-    return Federation(design=design, prefs=prefs, centres=centres, centre=centre, data=tuple(data), heldout=heldout,
-                      prompt_ids=tuple(ids), heldout_prompt_ids=held_ids)
+    return held_ids, heldout, tuple(ids), tuple(data)
