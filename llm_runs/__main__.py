@@ -63,15 +63,24 @@ def _ensure_malloc_env(argv: list[str], prog: str = "python -m llm_runs") -> Non
     os.execve(sys.executable, [sys.executable, *command, *argv], env)
 
 
-def _token_limits(text: str) -> tuple[int, ...]:
-    """``T[,T...]``: response token limits, positive integers."""
-    out = []
-    for part in text.split(","):
-        try:
-            out.append(positive_int(part.strip()))
-        except argparse.ArgumentTypeError:
-            raise argparse.ArgumentTypeError(f"token limit {part.strip()!r} is not an integer >= 1") from None
-    return tuple(dict.fromkeys(out))
+def _int_list(what: str):
+    """The argparse type of ``N[,N...]``: positive integers (one that is not is named as a ``what``), repeats
+    dropped, in the order given."""
+
+    def parse(text: str) -> tuple[int, ...]:
+        out = []
+        for part in text.split(","):
+            try:
+                out.append(positive_int(part.strip()))
+            except argparse.ArgumentTypeError:
+                raise argparse.ArgumentTypeError(f"{what} {part.strip()!r} is not an integer >= 1") from None
+        return tuple(dict.fromkeys(out))
+
+    return parse
+
+
+#: ``T[,T...]``: response token limits.
+_token_limits = _int_list("token limit")
 
 
 def _shard(text: str) -> tuple[int, int]:
@@ -86,6 +95,14 @@ def _shard(text: str) -> tuple[int, int]:
 
 def _add_run_options(p, default_data) -> None:
     """The options of ``run`` and ``sweep`` that choose the model, the data, the device and the preset's variant."""
+    _add_model_options(p, default_data)
+    _add_data_options(p)
+    p.add_argument("--cache-dir", default=None, help="cache of the converted default model")
+    _add_run_variant_options(p)
+
+
+def _add_model_options(p, default_data) -> None:
+    """``--model``, ``--device`` and ``--data`` (of ``run``, ``sweep`` and ``gate``)."""
     p.add_argument("--model", default=None, metavar="DIR",
                    help="a local Hugging Face causal-LM directory with safetensors weights, checked before any work; "
                         "no code from it ever runs (default: the embedded SmolLM2-135M-Instruct)")
@@ -94,8 +111,9 @@ def _add_run_options(p, default_data) -> None:
     p.add_argument("--data", default=str(default_data), metavar="PATH",
                    help="data file or folder: the shipped kind, or JSON Lines / Parquet / CSV / a saved dataset in "
                         "one of the schemas of docs/your-data.md (default: the shipped file)")
-    _add_data_options(p)
-    p.add_argument("--cache-dir", default=None, help="cache of the converted default model")
+
+
+def _add_run_variant_options(p) -> None:
     p.add_argument("--quick", action="store_true",
                    help="the preset's sizes with one round of each phase and one adaptation step, and 2 evaluation "
                         "prompts x 1 sample of at most 64 tokens (a speed check)")
@@ -133,9 +151,13 @@ def _objectives(text: str) -> tuple[str, ...]:
     return names
 
 
-def _add_data_options(p) -> None:
+def _add_columns_option(p) -> None:
     p.add_argument("--columns", type=_columns, default={}, metavar="CANONICAL=COLUMN,...",
                    help="the file's names of the schema's columns, e.g. prompt=question,response=answer")
+
+
+def _add_data_options(p) -> None:
+    _add_columns_option(p)
     p.add_argument("--objectives", type=_objectives, default=None, metavar="A,B,...",
                    help="the aspects to train on (default: the preset's for the shipped file, every aspect of "
                         "another file)")
@@ -260,23 +282,13 @@ def build_parser(prog: str = "python -m llm_runs") -> argparse.ArgumentParser:
     sw.add_argument("--preset", choices=sorted(PRESETS), required=True, help="the run preset of every seed")
     sw.add_argument("--seeds", type=cli.seed_range, required=True, metavar="A:B",
                     help="the seeds A, A+1, ..., B-1 (integers 0 <= A < B), one cell each")
-    where = sw.add_mutually_exclusive_group()
-    where.add_argument("--workers", type=positive_int, metavar="K",
-                       help="start a local Dask cluster of K worker processes, one seed at a time each (default: "
-                            "CPUs // --threads; 1 with --device cuda)")
-    where.add_argument("--scheduler", metavar="ADDRESS",
-                       help="use the existing Dask cluster whose scheduler listens at ADDRESS (e.g. "
-                            "tcp://10.0.0.5:8786); one GPU per worker for --device cuda. Dask sends it pickled tasks "
-                            "and unpickles the results it sends back: trust the cluster, and everyone who can reach "
-                            "its scheduler, as much as your own account")
-    sw.add_argument("--connect-timeout", type=positive_float, default=5.0, metavar="S",
-                    help="seconds allowed to reach the --scheduler (default %(default)s)")
-    sw.add_argument("--threads", type=positive_int, default=1, metavar="T",
-                    help="torch threads of each run (default %(default)s)")
+    _add_cluster_options(sw, "seed", "run")
     _add_run_options(sw, DEFAULT_DATA_FILE)
     sw.add_argument("--out", required=True, metavar="DIR",
                     help="the sweep folder: runs/<seed>/, cells/<preset>/<seed>.json, params.json, llm_sweep.json")
     sw.add_argument("--quiet", action="store_true", help="no progress bar")
+
+    _add_gate_parser(sub, DEFAULT_DATA_FILE)
 
     rm = sub.add_parser("random-model", help="save a randomly initialised Llama with the SmolLM2 tokenizer")
     rm.add_argument("--size", choices=RANDOM_MODEL_SIZES, default="0.5b",
@@ -287,6 +299,61 @@ def build_parser(prog: str = "python -m llm_runs") -> argparse.ArgumentParser:
                     help="dtype of the saved weights (default %(default)s, the dtype a run loads and times them "
                          "in; bfloat16 halves the file, and a run upcasts it to float32)")
     return parser
+
+
+def _add_cluster_options(p, unit: str, what: str) -> None:
+    """``--workers K | --scheduler ADDRESS``, ``--connect-timeout`` and ``--threads`` of the commands whose cells run
+    on the Dask engine (``sweep``, ``gate``): one ``unit`` per worker at a time, each ``what`` with T torch threads."""
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--workers", type=positive_int, metavar="K",
+                       help=f"start a local Dask cluster of K worker processes, one {unit} at a time each (default: "
+                            "CPUs // --threads; 1 with --device cuda)")
+    where.add_argument("--scheduler", metavar="ADDRESS",
+                       help="use the existing Dask cluster whose scheduler listens at ADDRESS (e.g. "
+                            "tcp://10.0.0.5:8786); one GPU per worker for --device cuda. Dask sends it pickled tasks "
+                            "and unpickles the results it sends back: trust the cluster, and everyone who can reach "
+                            "its scheduler, as much as your own account")
+    p.add_argument("--connect-timeout", type=positive_float, default=5.0, metavar="S",
+                   help="seconds allowed to reach the --scheduler (default %(default)s)")
+    p.add_argument("--threads", type=positive_int, default=1, metavar="T",
+                   help=f"torch threads of each {what} (default %(default)s)")
+
+
+def _add_gate_parser(sub, default_data) -> None:
+    from llm_runs.run import OBJECTIVES_3, PRESETS
+
+    study = PRESETS["study"]
+    g = sub.add_parser("gate", help="the positive-control gate: oracles trained at a target preference on each "
+                                    "candidate objective, scored on held-out calibration prompts (cells of the Dask "
+                                    "sweep engine, gate.json)",
+                       epilog=cli.exit_status_help("a cell failed (it raised, or its worker died more often than "
+                                                   "the scheduler allows) or is missing"))
+    g.add_argument("--objectives", type=_objectives, default=OBJECTIVES_3, metavar="A,B,...",
+                   help="the candidate objectives, rewards of the data file (default: the study's, "
+                        f"{','.join(OBJECTIVES_3)})")
+    g.add_argument("--budgets", type=_int_list("budget"), default=(16, 64), metavar="B[,B...]",
+                   help="training pairs per objective of an oracle, one set of cells each (default 16,64)")
+    g.add_argument("--draws", type=positive_int, default=2, metavar="N",
+                   help="draws 0..N-1 of the held-out split and training pairs, one cell each (default %(default)s)")
+    g.add_argument("--target", type=float, default=0.8,
+                   help="the oracle's preference on its objective, in (1/m, 1); the rest spread evenly "
+                        "(default %(default)s)")
+    g.add_argument("--steps", type=positive_int, default=16, help="full-batch AdamW steps (default %(default)s)")
+    g.add_argument("--lr", type=positive_float, default=5e-4, help="AdamW learning rate (default %(default)s)")
+    g.add_argument("--max-response-tokens", type=positive_int, default=study.max_response_tokens, metavar="T",
+                   help="responses cut at T tokens, the text trained on and scored (default: the study's, "
+                        "%(default)s)")
+    g.add_argument("--heldout-prompts", type=positive_int, default=study.design.heldout_prompts, metavar="N",
+                   help="at least N calibration prompts held out per draw (default %(default)s)")
+    g.add_argument("--heldout-pairs", type=positive_int, default=study.design.heldout_pairs, metavar="N",
+                   help="held-out pairs per objective and draw (default %(default)s)")
+    _add_cluster_options(g, "cell", "cell")
+    _add_model_options(g, default_data)
+    _add_columns_option(g)
+    g.add_argument("--cache-dir", default=None, help="cache of the converted default model")
+    g.add_argument("--out", required=True, metavar="DIR",
+                   help="the gate folder: cells/<objective>/b<budget>-d<draw>.json, params.json, gate.json")
+    g.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def _preset_of(args):
@@ -348,6 +415,71 @@ def _check_sweep_args(args):
     return preset, params
 
 
+def _check_gate_args(args):
+    """Usage checks of ``gate`` before any work: the model directory, CUDA for a local cluster, the settings (the
+    target against the number of objectives), the data file and its objectives, whether every draw's calibration
+    prompts hold the held-out pairs and the largest budget, then the folder (writable, made with these parameters,
+    its cell files results of their coordinates). Returns the settings, the folder's parameters and the calibration
+    prompt ids."""
+    from llm_runs.data import DataFileError, UnknownObjectiveError
+    from llm_runs.gate import (
+        GateDataError,
+        GateSettings,
+        GateSettingsError,
+        draw_split,
+        gate_candidates,
+        gate_params,
+        read_cells,
+    )
+    from verification.engine.dask_engine import CellFolderError, check_params
+
+    tokenizer = _tokenizer(args.model)
+    _check_device(args.device if not args.scheduler else "auto")
+    try:
+        settings = GateSettings.from_study(args.objectives, target=args.target, steps=args.steps, lr=args.lr,
+                                           max_response_tokens=args.max_response_tokens,
+                                           heldout_prompts=args.heldout_prompts, heldout_pairs=args.heldout_pairs)
+    except GateSettingsError as exc:
+        raise cli.UsageError(f"argument --{exc.field.replace('_', '-')}: {exc}") from None
+    try:
+        cands, calibration = gate_candidates(settings, tokenizer, args.data, args.columns, model_dir=args.model)
+    except UnknownObjectiveError as exc:
+        raise cli.UsageError(f"argument --objectives: {exc}") from None
+    except DataFileError as exc:
+        raise cli.UsageError(f"argument --data: {exc}") from None
+    for d in range(args.draws):
+        try:
+            split = draw_split(cands, settings, calibration, d)
+        except GateDataError as exc:
+            raise cli.UsageError(f"argument --heldout-pairs: {exc}") from None
+        try:
+            split.train_batches(max(args.budgets))
+        except GateDataError as exc:
+            raise cli.UsageError(f"argument --budgets: {exc}") from None
+    out = cli.check_writable_dir(args.out, "--out")
+    try:
+        params = gate_params(settings, model_dir=args.model, data=args.data, device=args.device,
+                             threads=args.threads, columns=args.columns)
+    except OSError as exc:
+        raise cli.UsageError(f"argument --data: cannot read data file {str(args.data)!r}: {exc}") from None
+    try:
+        check_params(out, params)
+        read_cells(out, settings, args.budgets, args.draws)
+    except CellFolderError as exc:
+        raise cli.UsageError(f"argument --out: {exc}") from None
+    return settings, params, calibration
+
+
+def _check_device(device: str) -> None:
+    """``--device cuda`` on a machine without CUDA is a usage error."""
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise cli.UsageError("argument --device: 'cuda' requested but CUDA is not available on this machine "
+                                 "(use --device cpu or auto)")
+
+
 def _check_run_args(args):
     """Usage checks of ``run`` before any work: the model directory (:func:`_tokenizer`), the device, the data file
     and whether it holds enough prompts for the preset, then the output directory (created only then). Returns the
@@ -359,12 +491,7 @@ def _check_run_args(args):
     from llm_runs.run import training_candidates
 
     tokenizer = _tokenizer(args.model)  # the --model directory first (llm_runs.model_folder)
-    if args.device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise cli.UsageError("argument --device: 'cuda' requested but CUDA is not available on this machine "
-                                 "(use --device cpu or auto)")
+    _check_device(args.device)
     preset = _preset_of(args)
     try:
         # pairs exist only on the trained text: the responses cut at the preset's token limit by the run's tokenizer
@@ -696,6 +823,7 @@ def _main(argv: list[str], prog: str) -> int:
         args = parser.parse_args(argv)  # usage errors exit 2 here, before any work
         preset = _check_run_args(args) if args.command == "run" else None
         swept = _check_sweep_args(args) if args.command == "sweep" else None
+        gated = _check_gate_args(args) if args.command == "gate" else None
     except cli.UsageError as exc:
         return cli.print_usage_error(exc, prog)
     try:
@@ -708,6 +836,13 @@ def _main(argv: list[str], prog: str) -> int:
 
             assert swept is not None
             return command(args, swept[0], swept[1], prog=prog)
+        if args.command == "gate":
+            _ensure_malloc_env(argv, prog)  # the workers of a local cluster inherit the malloc and OpenMP settings
+            from llm_runs.gate import command as gate_command
+
+            assert gated is not None
+            settings, params, calibration = gated
+            return gate_command(args, settings, params, calibration, prog=prog)
         if args.command == "random-model":
             return _random_model(args)
         if args.command == "data" and args.action == "build":

@@ -57,6 +57,7 @@ from llm_runs.models import lora_parameters
 
 __all__ = [
     "LAYOUTS",
+    "TIE_ATOL",
     "DPOSettings",
     "ObjectiveGradients",
     "ObjectiveLossError",
@@ -65,6 +66,7 @@ __all__ = [
     "check_weights",
     "objective_gradients",
     "objective_losses",
+    "pair_accuracy",
 ]
 
 def _cache_argument(decoder) -> str:
@@ -82,6 +84,20 @@ LAYOUTS = ("separate", "shared", "shared_loop", "sequence")
 #: the benchmark in tests/llm_runs/test_llm_bench.py compares the layouts on this package's data layout (every
 #: objective's pairs on the same candidates) and prints the fastest.
 DEFAULT_LAYOUT = "separate"
+
+
+#: A held-out pair whose margin ``z/β`` lies within this of 0 is a tie (:func:`pair_accuracy`).
+TIE_ATOL = 1e-6
+
+
+def pair_accuracy(margin, tie_atol: float = TIE_ATOL):
+    """Per pair 1 if its margin ``z/β > tie_atol``, 1/2 if ``|z/β| <= tie_atol`` (a tie), else 0: the preference
+    accuracy of :meth:`PreferenceModel.evaluate` (a float64 tensor for a tensor, an array for an array); the base
+    model (every margin 0) scores 1/2."""
+    if isinstance(margin, torch.Tensor):
+        return (margin > tie_atol).double() + 0.5 * (margin.abs() <= tie_atol).double()
+    margin = np.asarray(margin, dtype=np.float64)
+    return (margin > tie_atol) + 0.5 * (np.abs(margin) <= tie_atol)
 
 
 def binary_entropy(eps: float) -> float:
@@ -405,7 +421,8 @@ class PreferenceModel:
                 optimizer.zero_grad(set_to_none=True)
 
     # ---- evaluation -----------------------------------------------------------------------------------------
-    def evaluate(self, batches: Mapping[str, Sequence], batch_size: int = 16, tie_atol: float = 1e-6) -> dict[str, dict]:
+    def evaluate(self, batches: Mapping[str, Sequence], batch_size: int = 16, tie_atol: float = TIE_ATOL
+                 ) -> dict[str, dict]:
         """Held-out loss and preference accuracy per objective, in the model's own dtype (float32: no autocast).
 
         A pair counts 1 if its margin ``z/β > tie_atol``, 1/2 if ``|z/β| <= tie_atol`` (a tie), else 0. Policy
@@ -414,8 +431,7 @@ class PreferenceModel:
         """
         out = {}
         for name, (loss, z) in self.batch_pair_losses(batches, batch_size, evaluation=True).items():
-            margin = z / self.settings.beta
-            acc = ((margin > tie_atol).double() + 0.5 * (margin.abs() <= tie_atol).double()).mean()
+            acc = pair_accuracy(z / self.settings.beta, tie_atol).mean()
             out[name] = {"loss": float(loss.mean()), "accuracy": float(acc), "pairs": len(batches[name])}
         return out
 

@@ -112,7 +112,8 @@ from verification.engine.dask_engine import (
 
 __all__ = ["SWEEP_KIND", "SUMMARY_JSON", "RUNS_DIR", "cell_path", "run_dir", "sweep_params", "check_params", "llm_cell",
            "sweep_cells", "read_cells", "pending_seeds", "run_sweep", "summarize", "write_summary", "read_summary",
-           "screen", "failed", "default_workers", "command"]
+           "screen", "failed", "default_workers", "command", "data_entry", "locked", "on_cluster", "where",
+           "last_run", "write_json"]
 
 #: Identifies an LLM sweep's folder (params.json) and summary (llm_sweep.json).
 SWEEP_KIND = "prefalign-verify llm sweep"
@@ -158,16 +159,22 @@ def sweep_params(preset, *, model_dir: str | None = None, data: str | Path | Non
                  threads: int = 1, layout: str | None = None, columns: dict[str, str] | None = None) -> dict[str, Any]:
     """The ``params.json`` of an LLM sweep: everything its cells depend on besides the seed (module docstring).
     Raises ``OSError`` when the data file cannot be read."""
+    return folder_params(
+        SWEEP_KIND, preset=preset.name, preset_config=preset.to_dict(),
+        model="embedded default" if model_dir is None else str(Path(model_dir).expanduser().resolve()),
+        data=data_entry(data, columns), device=device, threads=int(threads), layout=layout)
+
+
+def data_entry(data: str | Path | None = None, columns: dict[str, str] | None = None) -> dict[str, Any]:
+    """The ``data`` entry of a folder's ``params.json``: the data file's path (``shipped: <name>`` for the shipped
+    file), the SHA-256 of the bytes a run reads (:func:`_sha256`) and the ``--columns`` mapping when given. Raises
+    ``OSError`` when the data file cannot be read."""
     from llm_runs.data import DEFAULT_DATA_FILE
 
     data_path = Path(data if data is not None else DEFAULT_DATA_FILE).expanduser().resolve()
     shipped = data_path == Path(DEFAULT_DATA_FILE).resolve()
-    return folder_params(
-        SWEEP_KIND, preset=preset.name, preset_config=preset.to_dict(),
-        model="embedded default" if model_dir is None else str(Path(model_dir).expanduser().resolve()),
-        data={"path": f"shipped: {data_path.name}" if shipped else str(data_path), "sha256": _sha256(data_path),
-              **({"columns": dict(sorted(columns.items()))} if columns else {})},
-        device=device, threads=int(threads), layout=layout)
+    return {"path": f"shipped: {data_path.name}" if shipped else str(data_path), "sha256": _sha256(data_path),
+            **({"columns": dict(sorted(columns.items()))} if columns else {})}
 
 
 def _flat(obj: Any, prefix: str = "") -> dict[str, Any]:
@@ -348,16 +355,24 @@ def summarize(params: dict[str, Any], seeds: Sequence[int], rows: dict[int, dict
         "run_dirs": [r["run_dir"] for r in complete],
     }
     if run is not None:
-        summary["last_run"] = {"computed": len(run.written), "kept": len(run.kept), "failed": run.failed,
-                               "wall_seconds": run.seconds}
+        summary["last_run"] = last_run(run)
     return to_jsonable(summary)
+
+
+def last_run(run: CellRun) -> dict[str, Any]:
+    """What the last invocation did: cells computed, kept, failed (key -> why), its wall seconds."""
+    return {"computed": len(run.written), "kept": len(run.kept), "failed": run.failed, "wall_seconds": run.seconds}
+
+
+def write_json(path: str | Path, obj: Any) -> Path:
+    """Write ``obj`` as JSON to ``path`` atomically (a temporary file renamed over it); returns the path."""
+    atomic_write_text(Path(path), json.dumps(to_jsonable(obj), indent=1, allow_nan=False) + "\n")
+    return Path(path)
 
 
 def write_summary(out: str | Path, summary: dict[str, Any]) -> Path:
     """Write ``llm_sweep.json`` to ``out`` (atomically); returns its path."""
-    p = Path(out) / SUMMARY_JSON
-    atomic_write_text(p, json.dumps(to_jsonable(summary), indent=1, allow_nan=False) + "\n")
-    return p
+    return write_json(Path(out) / SUMMARY_JSON, summary)
 
 
 def read_summary(out: str | Path) -> dict[str, Any]:
@@ -448,41 +463,66 @@ def command(args, preset, params: dict[str, Any], prog: str = "python -m llm_run
     (:func:`sim.cli.writer_lock`: a folder another running command writes is a usage error naming it), run the cells
     still missing, write and print the summary; returns the exit status (a scheduler that cannot be reached, or a
     folder changed by another command since it was checked: a usage error, printed)."""
+    return locked(args, lambda: _command(args, preset, params, prog), prog)
+
+
+def locked(args, body: Callable[[], int], prog: str) -> int:
+    """``body()`` under the writer lock of the folder ``args.out`` (:func:`sim.cli.writer_lock`: a folder another
+    running command writes is a usage error naming it); a folder changed by another command since it was checked
+    (:class:`CellFolderError`) or another usage error is printed as one line; returns the exit status."""
     try:
         with cli.writer_lock(args.out, "--out"):
-            return _command(args, preset, params, prog)
-    except CellFolderError as exc:  # run_sweep checks the folder again, now under the lock
+            return body()
+    except CellFolderError as exc:  # the cells' runner checks the folder again, now under the lock
         return cli.print_usage_error(cli.UsageError(f"argument --out: {exc}"), prog)
     except cli.UsageError as exc:
         return cli.print_usage_error(exc, prog)
+
+
+def where(args, pending: int) -> str:
+    """Where ``pending`` cells will run (``args``: ``--workers``, ``--scheduler``, ``--device``, ``--threads``)."""
+    if not pending:
+        return ""
+    workers = args.workers or (1 if args.device == "cuda" else default_workers(args.threads))
+    at = f"the scheduler at {args.scheduler}" if args.scheduler else f"a local cluster of {workers} worker(s)"
+    return f" on {at}, {args.threads} torch thread(s) each"
+
+
+def on_cluster(args, pending: int, go: Callable[[Any], CellRun], prog: str) -> CellRun | int:
+    """``go(client)`` on the cluster of ``args`` (a local cluster of ``--workers`` workers, default
+    :func:`default_workers`, or the one at ``--scheduler``), or ``go(None)`` when no cell is ``pending`` (no
+    cluster is started); the exit status instead of a run when the scheduler cannot be reached (a usage error,
+    printed) or on an interrupt (the finished cells stay)."""
+    workers = args.workers or (1 if args.device == "cuda" else default_workers(args.threads))
+    try:
+        if not pending:
+            return go(None)
+        with dask_engine.dask_client(None if args.scheduler else workers, args.scheduler,
+                                     connect_timeout=args.connect_timeout) as client:
+            return go(client)
+    except dask_engine.SchedulerUnreachable as exc:
+        return cli.print_usage_error(cli.UsageError(f"argument --scheduler: {exc}"), prog)
+    except KeyboardInterrupt:
+        _note(f"interrupted: the finished cells are in {Path(args.out) / CELLS_DIR}; the same command computes the "
+              "rest")
+        return cli.EXIT_INTERRUPTED
 
 
 def _command(args, preset, params: dict[str, Any], prog: str) -> int:
     out = Path(args.out)
     seeds = list(args.seeds)
     pending = sum(not cell_path(out, preset.name, s).is_file() for s in seeds)
-    workers = args.workers or (1 if args.device == "cuda" else default_workers(args.threads))
-    where = f"the scheduler at {args.scheduler}" if args.scheduler else f"a local cluster of {workers} worker(s)"
     _note(f"llm sweep of preset {preset.name} x {len(seeds)} seed(s) = {len(seeds)} cells: {pending} to compute"
-          + (f" on {where}, {args.threads} torch thread(s) each" if pending else "") + f", results in {out}")
+          + where(args, pending) + f", results in {out}")
 
     def go(client):
         return run_sweep(client, out, preset, seeds, model_dir=args.model, data=args.data, device=args.device,
                          threads=args.threads, layout=args.layout, cache_dir=args.cache_dir,
                          progress=not args.quiet, columns=args.columns)
 
-    try:
-        if not pending:
-            run = go(None)
-        else:
-            with dask_engine.dask_client(None if args.scheduler else workers, args.scheduler,
-                                         connect_timeout=args.connect_timeout) as client:
-                run = go(client)
-    except dask_engine.SchedulerUnreachable as exc:
-        return cli.print_usage_error(cli.UsageError(f"argument --scheduler: {exc}"), prog)
-    except KeyboardInterrupt:
-        _note(f"interrupted: the finished cells are in {out / CELLS_DIR}; the same command computes the rest")
-        return cli.EXIT_INTERRUPTED
+    run = on_cluster(args, pending, go, prog)
+    if isinstance(run, int):
+        return run
     summary = summarize(params, seeds, read_cells(out, preset.name, seeds), run=run)
     write_summary(out, summary)
     print(screen(summary, out, run))

@@ -3,6 +3,9 @@ file of hand-written responses (:func:`small_data_file`)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -87,3 +90,22 @@ MODEL = {"name": "test-model", "source": "hand-written"}
 def small_data_file(path):
     """:data:`RECORDS` scored by every reward and written as a data file at ``path`` (returned)."""
     return score_and_write(RECORDS, SETTINGS, MODEL, path, progress=False)
+
+
+def run_cli(*args: str) -> tuple[int, str]:
+    """``python -m llm_runs ARGS`` in this process, without the malloc re-exec (it would replace the test process):
+    the exit status and what it printed on stdout."""
+    from llm_runs.__main__ import main
+
+    buf = io.StringIO()
+    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(buf):
+        mp.setenv("PREFALIGN_NO_REEXEC", "1")
+        code = main(list(args))
+    return code, buf.getvalue()
+
+
+def tiny_model_dir(tmp_path_factory):
+    """A tiny random Llama (float32) saved as a model directory (a module fixture's body)."""
+    from llm_runs.models import save_random_llama
+
+    return save_random_llama(tmp_path_factory.mktemp("model") / "tiny", "tiny", dtype="float32")[0]

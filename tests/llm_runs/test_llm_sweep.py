@@ -13,9 +13,7 @@ the tiny random Llama (preset ``smoke --shrink`` at float32, about 20 s a run al
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import io
 import json
 import os
 import signal
@@ -33,8 +31,8 @@ pytest.importorskip("distributed")
 from llm_runs import sweep  # noqa: E402
 from llm_runs.__main__ import main  # noqa: E402
 from llm_runs.data import DEFAULT_DATA_FILE  # noqa: E402
-from llm_runs.models import save_random_llama  # noqa: E402
 from llm_runs.run import PRESETS  # noqa: E402
+from tests.llm_helpers import run_cli, tiny_model_dir  # noqa: E402
 from verification.core.evidence import to_jsonable  # noqa: E402
 from verification.engine import dask_engine  # noqa: E402
 
@@ -46,7 +44,7 @@ CELLS = "smoke-shrunk"
 
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
-    return save_random_llama(tmp_path_factory.mktemp("model") / "tiny", "tiny", dtype="float32")[0]
+    return tiny_model_dir(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -56,13 +54,7 @@ def client(dask_client_2):
     return dask_client_2
 
 
-def _cli(*args: str) -> tuple[int, str]:
-    """``python -m llm_runs`` in this process, without the malloc re-exec (it would replace the test process)."""
-    buf = io.StringIO()
-    with pytest.MonkeyPatch.context() as mp, contextlib.redirect_stdout(buf):
-        mp.setenv("PREFALIGN_NO_REEXEC", "1")
-        code = main(list(args))
-    return code, buf.getvalue()
+_cli = run_cli
 
 
 def _kill_a_busy_worker_once_both_runs_started(c, out: Path, killed: dict) -> None:
