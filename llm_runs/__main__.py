@@ -168,6 +168,7 @@ def build_parser(prog: str = "python -m llm_runs") -> argparse.ArgumentParser:
     it imports no torch."""
     from llm_runs.data import DEFAULT_DATA_FILE
     from llm_runs.generate import GenerationSettings
+    from llm_runs.probes import PROMPT_SIDES
     from llm_runs.run import PRESETS
 
     d = GenerationSettings()
@@ -217,10 +218,16 @@ def build_parser(prog: str = "python -m llm_runs") -> argparse.ArgumentParser:
     s.add_argument("--model", default=None, metavar="DIR",
                    help="the tokenizer of this Hugging Face model directory, checked as a run checks it (no "
                          "code from it ever runs; default: SmolLM2's, shipped)")
+    s.add_argument("--prompts", choices=PROMPT_SIDES, default="all",
+                   help="the prompts measured: the calibration or the study side of the data file's calibration "
+                        "split, or all (default %(default)s); the pair margin's sd is pooled over these prompts")
     rs = dsub.add_parser("rescore", help="score every response of a data file again with the current rewards")
     rs.add_argument("--data", default=str(DEFAULT_DATA_FILE), help="data file (default: the shipped file)")
     rs.add_argument("--out", default=None, help="data file to write (default: the --data file)")
     rs.add_argument("--no-progress", action="store_true", help="no progress bar")
+    rs.add_argument("--all", action="store_true",
+                    help="score every reward again (default: only rewards that the file lacks or holds at another "
+                         "version; the others keep their scores bit for bit)")
     ck = dsub.add_parser("check", help="validate a data file of any schema (before any model is loaded) and print "
                                        "what a run would use: prompts, responses, pairs per objective after "
                                        "truncation, rank agreement, correlation with length")
@@ -251,6 +258,10 @@ def build_parser(prog: str = "python -m llm_runs") -> argparse.ArgumentParser:
     common.add_argument("--label-smoothing", type=float, default=0.1, help="DPO label smoothing eps (floor H(eps))")
     common.add_argument("--max-response-tokens", type=positive_int, default=256)
     common.add_argument("--json", default=None, help="also write the results to this JSON file")
+    common.add_argument("--prompts", choices=PROMPT_SIDES, default="all",
+                        help="the prompts whose pairs the probe uses: the calibration or the study side of the data "
+                             "file's calibration split (objectives are chosen on the calibration side), or all "
+                             "(default %(default)s)")
     c = psub.add_parser("conflict", parents=[common],
                         help="per-objective gradient cosines at the base model for synthetic clients")
     c.add_argument("--clients", type=positive_int, default=3)
@@ -554,9 +565,10 @@ def _random_model(args) -> int:
 def _probe_model(args):
     import torch
 
-    from llm_runs.data import load_candidates
+    from llm_runs.data import load_candidates, trained_candidates
     from llm_runs.models import add_lora, load_model
     from llm_runs.objectives import DPOSettings, PreferenceModel
+    from llm_runs.probes import select_prompts
 
     if args.model is not None:
         _tokenizer(args.model)  # the --model directory before any work
@@ -564,9 +576,17 @@ def _probe_model(args):
                            max_response_tokens=args.max_response_tokens)
     cands = load_candidates(args.data)
     objectives = cands.check_objectives(args.objectives.split(",") if args.objectives else cands.objectives)
+    have = len(select_prompts(cands, args.prompts).prompt_ids)
+    need = args.clients * args.prompts_per_client if args.action == "conflict" else 2
+    if need > have:  # before the model loads
+        raise cli.UsageError(f"--prompts {args.prompts}: the data file has {have} such prompts; the probe needs "
+                             f"{need}" + (f" (--clients {args.clients} x --prompts-per-client "
+                                          f"{args.prompts_per_client})" if args.action == "conflict" else ""))
     if args.threads:
         torch.set_num_threads(args.threads)
     model, tok = load_model(args.model, cache_dir=args.cache_dir)
+    # the labels score the text the model trains on (its first --max-response-tokens tokens), as a run's labels do
+    cands = select_prompts(trained_candidates(cands, tok, args.max_response_tokens, objectives), args.prompts)
     return cands, objectives, PreferenceModel(add_lora(model), tok, settings)
 
 
@@ -713,9 +733,11 @@ def _data_stats(args) -> int:
 
     from llm_runs.data import agreement_table, trained_candidates, truncation_table
     from llm_runs.formats import load_data
+    from llm_runs.probes import select_prompts
     from llm_runs.run import PRESETS
 
     cands = load_data(args.data)  # the shipped kind, or a file of any schema (llm_runs.formats)
+    side = select_prompts(cands, args.prompts)
     if args.objectives:
         objectives = cands.check_objectives(args.objectives.split(","))
         trained_objectives = objectives
@@ -724,7 +746,7 @@ def _data_stats(args) -> int:
         preset_objectives = {o for p in PRESETS.values() for o in p.design.objectives}
         trained_objectives = tuple(o for o in cands.objectives if o in preset_objectives) or objectives
     tokens = args.tokens or tuple(sorted({p.max_response_tokens for p in PRESETS.values()}))
-    stats = {"full_text": agreement_table(cands, objectives)}
+    stats = {"full_text": agreement_table(side, objectives)}
     try:
         tok = _tokenizer(args.model)
     except ModuleNotFoundError as exc:  # without the llm extra: the full texts only, and say why
@@ -732,9 +754,10 @@ def _data_stats(args) -> int:
         print(f"python -m llm_runs data stats: the trained-text tables need the llm extra ({exc.name} is missing: "
               f"pip install 'prefalign-verify[llm]')", file=sys.stderr)
         return 0
-    stats["trained_text"] = {str(T): agreement_table(trained_candidates(cands, tok, T, trained_objectives),
-                                                     trained_objectives) for T in tokens}
-    stats["truncation"] = truncation_table(cands, tok, tokens, trained_objectives)
+    stats["trained_text"] = {
+        str(T): agreement_table(select_prompts(trained_candidates(cands, tok, T, trained_objectives), args.prompts),
+                                trained_objectives) for T in tokens}
+    stats["truncation"] = truncation_table(side, tok, tokens, trained_objectives)
     if args.json:
         print(json.dumps(stats, indent=1))
     else:
@@ -787,7 +810,7 @@ def _tokenizer(model_dir):
 def _data_rescore(args) -> int:
     from llm_runs.data import rescore_file
 
-    path = rescore_file(args.data, args.out, progress=not args.no_progress)
+    path = rescore_file(args.data, args.out, progress=not args.no_progress, keep_current=not args.all)
     print(f"wrote {path}")
     return 0
 

@@ -212,26 +212,32 @@ def score_and_write(records: list[dict], settings, model_info: dict, out, *, pro
     return write_candidates(out, header, out_records)
 
 
-def rescore_file(path, out=None, *, progress: bool = True) -> Path:
-    """Score every response of the data file ``path`` again with every reward of :data:`llm_runs.rewards.REWARDS`
+def rescore_file(path, out=None, *, progress: bool = True, keep_current: bool = True) -> Path:
+    """Score every response of the data file ``path`` with every reward of :data:`llm_runs.rewards.REWARDS`
     (their current definitions and versions) and write the data file ``out`` (default: ``path``), keeping the
-    texts, the generation settings and the model; the header records the date of the rescoring."""
+    texts, the generation settings and the model; the header records the date of the rescoring.
+
+    With ``keep_current`` (the default), a reward that the file already holds at its current version keeps the
+    file's scores, bit for bit: only new rewards and rewards of another version are computed (an embedder's
+    scores differ in the 7th digit between runs, and adding a reward must not move the others' pairs)."""
     cands = load_candidates(path)
     names = list(REWARDS)
+    held = {r["name"]: r.get("version") for r in cands.header["rewards"]}
+    todo = [n for n in names if not (keep_current and held.get(n) == REWARDS[n].version)]
     prompts = [p for p, row in zip(cands.prompts, cands.responses, strict=True) for _ in row]
     texts = [r for row in cands.responses for r in row]
-    it = names
+    it = todo
     if progress:
         from tqdm import tqdm
 
-        it = tqdm(names, desc="score", unit="reward", dynamic_ncols=True)
+        it = tqdm(todo, desc="score", unit="reward", dynamic_ncols=True)
     scores = {n: score_responses(prompts, texts, [n])[n] for n in it}
     lines = [ln for ln in _read_lines(Path(path)) if ln.strip()]
     records, i = [], 0
     for line in lines[1:]:
         rec = json.loads(line)
         for x in rec["responses"]:
-            x["scores"] = {n: _round(scores[n][i]) for n in names}
+            x["scores"] = {n: _round(scores[n][i]) if n in scores else x["scores"][n] for n in names}
             i += 1
         records.append(rec)
     header = {**cands.header, "rewards": reward_definitions(names), "rescored": _today()}
@@ -702,7 +708,7 @@ def trained_candidates(cands: Candidates, tokenizer, max_tokens: int, objectives
     T = int(max_tokens)
     if T != max_tokens or T < 1:
         raise ValueError(f"max_response_tokens must be a positive integer; got {max_tokens!r}")
-    key = (cands.path, cands.header.get("created"), cands.header.get("digest"), len(cands.prompt_ids), T,
+    key = (cands.path, cands.header.get("created"), cands.header.get("digest"), cands.prompt_ids, T,
            _tokenizer_key(tokenizer), names)
     hit = _TRAINED_CACHE.get(key)
     if hit is not None:

@@ -10,6 +10,10 @@ parameters) at the current parameters; at the LoRA initialisation (``B = 0``) th
 A negative off-diagonal entry means that a step that lowers one objective's loss raises the other's, to first
 order.
 
+**Which prompts** (:func:`select_prompts`): a probe can be held to one side of
+:func:`llm_runs.clients.calibration_split`: the calibration prompts, on which objectives are chosen, or the study
+prompts, which a choice must never see. The pair margin's within-prompt sd is then pooled over that side only.
+
 **DPO probe** (:func:`dpo_probe`): full-batch conservative-DPO steps on one objective's pairs with AdamW, the
 training loss and the held-out loss and accuracy of every objective recorded each step, and the minimum training
 loss against the floor ``H(ε)``.
@@ -18,12 +22,47 @@ loss against the floor ``H(ε)``.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 
 from llm_runs.data import Candidates, preference_pairs
 
-__all__ = ["dpo_probe", "gradient_conflict", "synthetic_clients"]
+__all__ = ["PROMPT_SIDES", "dpo_probe", "gradient_conflict", "select_prompts", "synthetic_clients"]
+
+#: The prompt sets :func:`select_prompts` can keep (the ``--prompts`` option of ``probe`` and ``data stats``).
+PROMPT_SIDES = ("calibration", "study", "all")
+
+
+def select_prompts(cands: Candidates, side: str) -> Candidates:
+    """``cands`` with only the prompts of ``side`` (``"calibration"`` or ``"study"``: that side of
+    :func:`llm_runs.clients.calibration_split` of the file's prompt ids; ``"all"``: every prompt), in file order.
+    Raises ``ValueError`` naming an unknown side, or a side without prompts."""
+    from llm_runs.clients import calibration_split
+
+    if side not in PROMPT_SIDES:
+        raise ValueError(f"unknown prompt side {side!r}; choose one of {', '.join(PROMPT_SIDES)}")
+    if side == "all":
+        return cands
+    calibration, study = calibration_split(cands.prompt_ids)
+    keep = set(calibration if side == "calibration" else study)
+    idx = [i for i, p in enumerate(cands.prompt_ids) if p in keep]
+    if not idx:
+        raise ValueError(f"data file {cands.path} has no {side} prompts (of {len(cands.prompt_ids)})")
+
+    def rows(x):
+        return tuple(x[i] for i in idx) if isinstance(x, tuple) else x[idx]
+
+    return replace(
+        cands, prompt_ids=rows(cands.prompt_ids), prompts=rows(cands.prompts), responses=rows(cands.responses),
+        n_tokens=rows(cands.n_tokens), finished=rows(cands.finished),
+        scores={k: rows(v) for k, v in cands.scores.items()},
+        cut_off=rows(cands.cut_off) if cands.cut_off else cands.cut_off,
+        calls=rows(cands.calls) if len(cands.calls) else cands.calls,
+        call_seconds=rows(cands.call_seconds) if len(cands.call_seconds) else cands.call_seconds,
+        full_scores={k: rows(v) for k, v in cands.full_scores.items()},
+        present=None if cands.present is None else rows(cands.present),
+    )
 
 
 def synthetic_clients(

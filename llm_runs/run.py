@@ -91,6 +91,11 @@ SHRUNK_RESPONSE_TOKENS = 16
 OBJECTIVES_3 = ("positivity", "density", "readability")
 #: The GPU preset adds conciseness (−words: the length axis itself, which conflicts with positivity at 256 tokens).
 OBJECTIVES_4 = OBJECTIVES_3 + ("conciseness",)
+#: Candidates for the next study, measured on the calibration prompts only at 16 tokens (docs llm-study.md,
+#: "Choosing the objectives"): second_person and formality conflict (τ −0.69, gradient cosine −0.13 at the base
+#: model), second_person and density (τ −0.22, cosine −0.09); positivity is the objective whose oracle transferred.
+#: The positive-control gate chooses which of them enter the study; no preset uses them yet.
+OBJECTIVES_CANDIDATES = ("positivity", "second_person", "formality", "density")
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from llm_runs.data import (  # noqa: E402
     trained_texts,
     truncation_table,
     within_prompt_taus,
+    write_candidates,
 )
 from llm_runs.generate import DeadlineCriteria, GenerationSettings, generate_responses  # noqa: E402
 from llm_runs.models import smollm2_tokenizer, tiny_llama  # noqa: E402
@@ -67,6 +68,28 @@ def test_rewards_measure_what_they_say():
     assert s["density"][0] > s["density"][1]  # the repetition dilutes the content words per word
     assert s["density"][3] == pytest.approx(6 / 9)  # bananas yellow grow large tropical plants: 6 of 9 words
     assert all(np.all(np.isfinite(v)) for v in s.values())
+
+
+def test_style_rewards_measure_what_they_say():
+    """Second person, formality, hedging and questions: hand-made texts with their scores counted by hand."""
+    p = ["Explain why the sky is blue."] * 5
+    r = [
+        "You should try it! I think you\u2019ll love it, okay?",  # 10 words; a typographic apostrophe
+        "The atmosphere scatters short wavelengths of sunlight more strongly.",  # 9 words, nothing marked
+        "It may perhaps be the air. Could it be dust? Is it water?",  # 13 words, 3 sentences
+        "Your answer is yours; do it yourself.",  # 7 words
+        "",
+    ]
+    s = rewards.score_responses(p, r, ["second_person", "formality", "hedging", "questions"])
+    # you, you'll of 10 words; your, yours, yourself of 7
+    np.testing.assert_array_equal(s["second_person"], [2 / 10, 0, 0, 3 / 7, 0])
+    # you, I, you'll (a contraction and a pronoun: one marker), okay, and one run of "!"; your, yours, yourself
+    np.testing.assert_array_equal(s["formality"], [-5 / 10, 0, 0, -3 / 7, 0])
+    assert not np.signbit(s["formality"][1])  # 0.0, not -0.0 (the file stores what the reward returns)
+    np.testing.assert_array_equal(s["hedging"], [0, 0, 3 / 13, 0, 0])  # may, perhaps, could
+    np.testing.assert_array_equal(s["questions"], [1 / 2, 0, 2 / 3, 0, 0])  # "!" and "?" end two sentences
+    for name in ("second_person", "formality", "hedging", "questions"):
+        assert rewards.REWARDS[name].version == 1 and rewards.REWARDS[name].definition
 
 
 def test_the_syllable_table_is_the_cmu_dictionarys_first_pronunciations():
@@ -384,6 +407,73 @@ def test_rescoring_keeps_the_texts_and_recomputes_the_scores(data_file, tmp_path
     assert "rescored" in b.header
 
 
+def test_rescoring_keeps_the_scores_of_rewards_held_at_their_version(data_file, tmp_path):
+    """A reward that the file holds at its current version keeps its stored scores bit for bit (an embedder's
+    scores move in the 7th digit between runs); a reward the file lacks, or holds at another version, is scored;
+    ``keep_current=False`` (``data rescore --all``) scores every reward again."""
+    lines = gzip.open(data_file, "rt", encoding="utf-8").read().splitlines()
+    header, recs = json.loads(lines[0]), [json.loads(ln) for ln in lines[1:]]
+    header["rewards"] = [r for r in header["rewards"] if r["name"] != "hedging"]
+    for r in header["rewards"]:
+        if r["name"] == "readability":
+            r["version"] = 0
+    for rec in recs:
+        for x in rec["responses"]:
+            del x["scores"]["hedging"]
+            x["scores"]["relevance"] += 0.5  # a stored score no current computation gives
+            x["scores"]["readability"] += 0.5
+    old = tmp_path / "old.jsonl.gz"
+    write_candidates(old, header, recs)
+    kept = load_candidates(rescore_file(old, tmp_path / "kept.jsonl.gz", progress=False))
+    fresh = load_candidates(data_file)
+    stored = load_candidates(old)
+    np.testing.assert_array_equal(kept.scores_of("relevance"), stored.scores_of("relevance"))
+    np.testing.assert_array_equal(kept.scores_of("readability"), fresh.scores_of("readability"))
+    np.testing.assert_array_equal(kept.scores_of("hedging"), fresh.scores_of("hedging"))
+    assert kept.objectives == fresh.objectives and kept.header["rewards"] == fresh.header["rewards"]
+    every = load_candidates(rescore_file(old, tmp_path / "all.jsonl.gz", progress=False, keep_current=False))
+    np.testing.assert_allclose(every.scores_of("relevance"), fresh.scores_of("relevance"), atol=1e-5)
+
+
+def test_trained_texts_of_two_prompt_subsets_of_one_size_are_not_confused(cands, tok):
+    """The trained-candidates cache tells apart two subsets of a file's prompts with the same number of prompts."""
+    from dataclasses import replace
+
+    def only(i):
+        return replace(cands, prompt_ids=cands.prompt_ids[i:i + 1], prompts=cands.prompts[i:i + 1],
+                       responses=cands.responses[i:i + 1], n_tokens=cands.n_tokens[i:i + 1],
+                       finished=cands.finished[i:i + 1], cut_off=cands.cut_off[i:i + 1],
+                       scores={k: v[i:i + 1] for k, v in cands.scores.items()})
+
+    a, b = trained_candidates(only(0), tok, 8), trained_candidates(only(1), tok, 8)
+    assert a.prompt_ids == cands.prompt_ids[:1] and b.prompt_ids == cands.prompt_ids[1:2]
+    assert b.responses == tuple(tuple(trained_text(tok, r, 8) for r in cands.responses[1]) for _ in [0])
+
+
+def test_select_prompts_keeps_one_side_of_the_calibration_split(cands, tok):
+    from llm_runs.clients import calibration_split
+    from llm_runs.probes import select_prompts
+
+    full = load_candidates()
+    cal, study = calibration_split(full.prompt_ids)
+    c, s = select_prompts(full, "calibration"), select_prompts(full, "study")
+    assert c.prompt_ids == cal and s.prompt_ids == study and select_prompts(full, "all") is full
+    i = full.prompt_ids.index(cal[3])
+    assert c.responses[3] == full.responses[i] and c.n_tokens[3].tolist() == full.n_tokens[i].tolist()
+    for o in full.objectives:
+        np.testing.assert_array_equal(c.scores_of(o)[3], full.scores_of(o)[i])
+    assert {p.prompt_id for p in preference_pairs(c, "formality")} <= set(cal)
+    t = select_prompts(trained_candidates(full, tok, 16, ["second_person"]), "calibration")
+    assert t.prompt_ids == cal and t.full_scores["second_person"].shape == (len(cal), full.n_tokens.shape[1])
+    with pytest.raises(ValueError, match="'held-out'"):
+        select_prompts(full, "held-out")
+    from dataclasses import replace
+
+    two_calibration_prompts = replace(cands, prompt_ids=cal[:2])
+    with pytest.raises(ValueError, match="has no study prompts"):
+        select_prompts(two_calibration_prompts, "study")
+
+
 # ---- generation and the resumable build --------------------------------------------------------------------------
 
 
@@ -546,6 +636,32 @@ def test_cli_stats_and_errors(data_file, tmp_path, capsys):
         code, out, err = _cli(capsys, *args)
         assert code == 2 and match in err, (args, err)
         assert len([ln for ln in err.splitlines() if ln.strip()]) == 1, err  # one line, no traceback
+
+
+@pytest.mark.skipif(not DEFAULT_DATA_FILE.exists(), reason="the shipped data file is not built")
+def test_cli_measures_one_side_of_the_calibration_split(capsys):
+    """``data stats --prompts calibration`` measures the calibration prompts only; ``probe --prompts`` refuses an
+    unknown side, and more prompts than the side holds, in one line with exit 2 before any model loads."""
+    import subprocess
+    import sys
+
+    from llm_runs.clients import calibration_split
+
+    cal = calibration_split(load_candidates().prompt_ids)[0]
+    code, out, err = _cli(capsys, "data", "stats", "--prompts", "calibration", "--json", "--tokens", "16",
+                          "--objectives", "second_person,formality")
+    assert code == 0, err
+    stats = json.loads(out)
+    assert stats["full_text"]["responses"]["prompts"] == len(cal) == stats["trained_text"]["16"]["responses"]["prompts"]
+    for args, match in [
+        (["--prompts", "heldout"], "argument --prompts: invalid choice: 'heldout'"),
+        (["--prompts", "calibration", "--clients", str(len(cal)), "--prompts-per-client", "2"],
+         f"--prompts calibration: the data file has {len(cal)} such prompts; the probe needs {2 * len(cal)}"),
+    ]:
+        proc = subprocess.run([sys.executable, "-m", "llm_runs", "probe", "conflict", *args], capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 2 and match in proc.stderr, (args, proc.stderr)
+        assert len([ln for ln in proc.stderr.splitlines() if ln.strip()]) == 1, proc.stderr
 
 
 def test_prompts_cut_by_the_deadline_are_sampled_again(tiny, tmp_path):
