@@ -50,8 +50,8 @@ from verification.llm.sweep import (
 )
 
 __all__ = ["GATE_JSON", "GATE_KIND", "EXPORTED_GATE_FILES", "CURVE_FIGURE", "TRAJECTORY_BUDGET", "read_gate",
-           "export_gate", "gate_rows", "gate_entered", "shots_plan", "has_shots", "sweep_curve",
-           "adaptation_by_budget", "answer_sentences", "gate_markdown", "gate_html", "curve_markdown", "curve_html"]
+           "export_gate", "gate_rows", "gate_table", "gate_entered", "shots_plan", "has_shots", "sweep_curve",
+           "adaptation_by_budget", "answer_sentences", "curve_table", "gate_markdown", "gate_html", "curve_markdown", "curve_html"]
 
 GATE_JSON = "gate.json"
 #: ``gate.json``'s ``gate`` field (``llm_runs.gate.GATE_KIND``).
@@ -127,6 +127,11 @@ def gate_rows(summary: dict[str, Any]) -> list[list[str]]:
                      f"{_n(e.get('accuracy'), '.3f')} {_iv(e.get('accuracy_interval'), '.3f')}",
                      _n(e.get("p_accuracy"), ".4f"), _n(e.get("train_accuracy"), ".3f"), verdict])
     return rows
+
+
+def gate_table(summary: dict[str, Any]) -> list[str]:
+    """The markdown table of :func:`gate_rows`."""
+    return _md_table(_GATE_HEADER, gate_rows(summary))
 
 
 def gate_entered(summary: dict[str, Any]) -> str:
@@ -293,8 +298,8 @@ def answer_sentences(report: dict[str, Any]) -> list[str]:
 def gate_markdown(summary: dict[str, Any], source: str | None = None) -> list[str]:
     """The gate's part of the LLM section: what was run and the rule, the table objective × budget, the objectives
     that entered."""
-    return ["### Positive-control gate", "", _gate_intro(summary, source), "", *_md_table(_GATE_HEADER,
-            gate_rows(summary)), "", gate_entered(summary), ""]
+    return ["### Positive-control gate", "", _gate_intro(summary, source), "", *gate_table(summary), "",
+            gate_entered(summary), ""]
 
 
 def gate_html(summary: dict[str, Any], source: str | None = None) -> str:
@@ -319,6 +324,12 @@ def _curve_rows(report: dict[str, Any]) -> list[list[str]]:
              f"{r['z']:+.3g} {_gi(r['z_interval'])}",
              "–" if r["ceiling_share"] is None else f"{_g(r['ceiling_share'])} {_gi(r['ceiling_share_interval'])}"]
             for r in sorted(report["table"], key=lambda r: (r["budget"], report["plan"]["methods"].index(r["method"])))]
+
+
+def curve_table(report: dict[str, Any]) -> list[str]:
+    """The markdown table method × budget of the curve: λ-weighted accuracy, margin change and the share of the
+    oracle's ceiling, each with its 95 % interval over seeds."""
+    return _md_table(_CURVE_HEADER, _curve_rows(report))
 
 
 def _adapt_rows(curve: dict[str, Any]) -> list[list[str]]:
@@ -378,7 +389,7 @@ def curve_markdown(curve: dict[str, Any] | None) -> list[str]:
     lines += [f"* {t}" for t in p["tested"]] + [f"* note: {t}" for t in p["notes"]] + [""]
     lines += [f"* {p['psi']}"] + [f"* {t}" for t in p["descriptive"]] + [""]
     lines += ["<details><summary>Accuracy and margin change per method and budget</summary>", "",
-              *_md_table(_CURVE_HEADER, _curve_rows(curve["report"])), "", "</details>", ""]
+              *curve_table(curve["report"]), "", "</details>", ""]
     lines += ["### Hypotheses at each budget", "", BUDGET_FREE, "", *_md_table(_ADAPT_HEADER, _adapt_rows(curve)), "",
               p["trajectory"], ""]
     return lines

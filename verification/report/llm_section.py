@@ -5,11 +5,13 @@ r"""The dashboard's "LLM run" section: where the LLM run comes from, the run stu
 1. the LLM run: ``llm_runs`` (a list of run directories given with ``--llm-run DIR``) is read as it is; with
    ``llm_sweep`` (``--llm-sweep DIR``, an LLM sweep folder) every seed's run ``DIR/runs/<seed>/`` is read, the
    section opens with the pre-registered statistics and the hypotheses across seeds (:mod:`verification.llm.sweep`)
-   and the first complete seed's run is shown in detail below them; otherwise
+   and the first complete seed's run is shown in detail below them (when the seeds' runs hold the shots curve's
+   records, the curve, its figure and its pre-registered lines come first: :mod:`verification.llm.answer`); otherwise
    (and unless disabled with ``--no-llm``) the smoke preset is run on the embedded model as a subprocess,
    ``python -m llm_runs run --preset smoke --out <report>/llm-run --seed N`` (verification never imports
    ``llm_runs`` or torch). When torch, the embedded model or the ``llm_runs run`` command is not installed, or the
-   run fails, the section says so and the report goes on;
+   run fails, the section says so and the report goes on. With ``llm_gate`` (``--llm-gate DIR``, a folder of
+   ``llm gate``) the section opens with the positive-control gate's table and the objectives that entered;
 2. the synthetic runs beside it: ``sim.simulate``'s smoke preset with the same seed, written as run directories
    ``<report>/sim-run`` (the preset's ``S``) and ``<report>/sim-run-S<S>`` (the other new-client batch sizes of
    :data:`SIM_S_VALUES`, for the S axis of the pipelines study);

@@ -47,9 +47,9 @@ def write_gate(d: Path) -> Path:
     return d
 
 
-@pytest.fixture(scope="module")
-def shots_sweep(tmp_path_factory):
-    d = tmp_path_factory.mktemp("shots-sweep")
+def make_shots_sweep(d: Path) -> Path:
+    """The LLM-like sweep of 2 seeds with the shots records of 2 budgets in its run directories, its plan in
+    ``llm_sweep.json`` and ``params.json``."""
     records = to_records(simulate(np.random.default_rng(5), n_seeds=len(HCN), budgets=BUDGETS), BUDGETS)
     for seed in HCN:
         run = d / "runs" / str(seed)
@@ -62,6 +62,11 @@ def shots_sweep(tmp_path_factory):
         "budgets": list(BUDGETS)}}}))
     (d / "llm_sweep.json").write_text(json.dumps({"by_seed": [{"seed": s, "status": "complete"} for s in HCN]}))
     return d
+
+
+@pytest.fixture(scope="module")
+def shots_sweep(tmp_path_factory):
+    return make_shots_sweep(tmp_path_factory.mktemp("shots-sweep"))
 
 
 @pytest.fixture(scope="module")
