@@ -16,6 +16,8 @@ LLM_RUN ?=
 # make report LLM_SWEEP=DIR: the LLM section reads that sweep of `python -m llm_runs sweep` (e.g. the study preset
 # over 8 seeds: `make llm-study`) and opens with the pre-registered statistics
 LLM_SWEEP ?=
+# make report LLM_GATE=DIR: the LLM section opens with the positive-control gate of `python -m llm_runs gate --out DIR`
+LLM_GATE ?=
 # make report WORKERS=K: the statements and their searches as cells on a local Dask cluster of K worker processes
 # (verify report --workers K; docs/verify.md); empty: one after the other in this process
 WORKERS ?=
@@ -82,6 +84,7 @@ docs: $(STAMP)
 report: $(STAMP)
 	$(BIN)/python -m verification report --out reports --seed $(SEED) --scale $(SCALE) \
 		$(if $(LLM_SWEEP),--llm-sweep $(LLM_SWEEP),$(if $(filter none,$(LLM_RUN)),--no-llm,$(if $(LLM_RUN),--llm-run $(LLM_RUN)))) \
+		$(if $(LLM_GATE),--llm-gate $(LLM_GATE)) \
 		$(if $(WORKERS),--workers $(WORKERS))
 
 ## llm-study: the pre-registered personalisation study, the study preset over seeds 0-7 as cells of a Dask sweep

@@ -174,7 +174,7 @@ def test_site_builds_strictly_with_a_page_per_statement(tmp_path):
 def test_pages_use_the_generated_tables():
     """The tables a tool's output file holds are rendered from it, not copied onto the pages."""
     for page, names in {"performance.md": ["bench"], "mutation.md": ["mutation"], "dashboard.md": ["dashboard"],
-                        "llm-study.md": ["llm-study", "llm-study-cost"]}.items():
+                        "llm-study.md": ["llm-study", "llm-study-cost", "llm-gate", "llm-curve", "llm-answer"]}.items():
         text = (ROOT / "docs" / page).read_text(encoding="utf-8")
         for name in names:
             assert f"{{{{ table {name} }}}}" in text and name in docs_hooks.TABLES
@@ -250,6 +250,32 @@ def test_llm_study_tables_match_the_committed_sweep():
                 f"{c['gradient_evaluations']['done']} | {c['stage_seconds']['psi_star_estimate']:.0f} |") in cost
     total = json.loads((sweep / "llm_sweep.json").read_text())
     assert f"took {total['last_run']['wall_seconds']:.0f} s" in cost
+
+
+def test_the_answer_tables_from_a_gate_and_a_curve(tmp_path):
+    """The "The answer" tables: computed from a dashboard folder's gate.json and sweep copy with shots records, by
+    the dashboard's own functions; the committed dashboard (no gate, the old study's sweep) says no result exists."""
+    import shutil
+
+    from tests.verification.llm import test_llm_answer as T
+    from verification.llm import answer
+    from verification.llm.shots import line_text
+    from verification.llm.sweep import sweep_run_dirs
+
+    for name in ("llm-gate", "llm-curve", "llm-answer"):
+        assert docs_hooks.TABLES[name](ROOT / "reports").startswith("*No results exist yet: ")
+    folder = tmp_path / "reports"
+    T.write_gate(folder / "llm-gate")
+    sweep = T.make_shots_sweep(tmp_path / "sweep")
+    shutil.copytree(sweep, folder / "llm-sweep")
+    gate = docs_hooks.llm_gate_table(folder)
+    assert "| positivity | 16 | 2 of 2 | +0.0123 [-0.0077, +0.0323] | 0.0004 |" in gate
+    assert "Objectives that entered: positivity (from budget 16); did not: density." in gate
+    rep = answer.sweep_curve(folder / "llm-sweep", sweep_run_dirs(folder / "llm-sweep"))["report"]
+    curve = docs_hooks.llm_curve_table(folder)
+    assert all(f"- {line_text(ln)}" in curve for ln in rep["lines"] + rep["descriptive"])
+    assert "\n".join(answer.curve_table(rep)) in curve
+    assert docs_hooks.llm_answer_table(folder) == "\n\n".join(answer.answer_sentences(rep))
 
 
 def test_dashboard_excerpt_matches_the_committed_dashboard():

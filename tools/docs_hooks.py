@@ -488,6 +488,68 @@ def llm_study_table(folder: Path) -> str:
     return "\n".join(lines)
 
 
+_NO_ANSWER = ("*No results exist yet: {what} Until then this page states no answer.*")
+
+
+def llm_gate_table(folder: Path) -> str:
+    """The positive-control gate's table objective × budget and the objectives that entered, from the dashboard's
+    copy of a gate folder's ``gate.json`` (``reports/llm-gate/``, :func:`verification.llm.answer.read_gate`)."""
+    from verification.llm import answer
+
+    gate = folder / "llm-gate"
+    if not (gate / answer.GATE_JSON).is_file():
+        return _NO_ANSWER.format(what=f"no gate in `{_shown(gate)}/` (`prefalign llm gate --out runs/llm-gate` runs "
+                                 "it and `make report LLM_GATE=runs/llm-gate` copies its `gate.json` there).")
+    summary = answer.read_gate(gate)
+    return "\n".join([f"From `{_shown(gate / answer.GATE_JSON)}` ({_committed(gate / answer.GATE_JSON)}); the rule: "
+                      f"{summary['rule']}.", "", *answer.gate_table(summary), "", answer.gate_entered(summary)])
+
+
+def _shots_curve(folder: Path) -> dict | str:
+    """The shots curve of the dashboard's sweep copy (:func:`verification.llm.answer.sweep_curve`), or the note
+    that none exists yet."""
+    from verification.llm import answer
+    from verification.llm.sweep import sweep_run_dirs
+
+    sweep = folder / "llm-sweep"
+    dirs = sweep_run_dirs(sweep) if (sweep / "runs").is_dir() else []
+    curve = answer.sweep_curve(sweep, dirs) if dirs else None
+    if curve is None:
+        return _NO_ANSWER.format(what=f"the shots curve has not been run: no run of `{_shown(sweep)}/` holds its "
+                                 "records (`shots_scores.csv`; the committed sweep there is the old study's). Its "
+                                 "sweep, then `make report LLM_SWEEP=DIR`, puts them there.")
+    if "unavailable" in curve:
+        return f"*The shots records in `{_shown(sweep)}/` cannot be analysed: {curve['unavailable']}*"
+    return curve
+
+
+def llm_curve_table(folder: Path) -> str:
+    """The shots curve's table method × budget and one line per pre-registered statistic, computed from the
+    dashboard's sweep copy by :func:`verification.llm.shots.shots_report` (as the dashboard)."""
+    from verification.llm import answer
+    from verification.llm.shots import line_text
+
+    curve = _shots_curve(folder)
+    if isinstance(curve, str):
+        return curve
+    rep = curve["report"]
+    return "\n".join([f"Computed from `{_shown(folder / 'llm-sweep')}/` ({_committed(folder / 'llm-sweep')}) by "
+                      "`verification.llm.shots.shots_report` with the plan the sweep states:", "",
+                      *answer.curve_table(rep), "", *[f"- {line_text(ln)}" for ln in rep["lines"]],
+                      *[f"- {line_text(ln)}" for ln in rep["descriptive"]]])
+
+
+def llm_answer_table(folder: Path) -> str:
+    """Where Algorithm 1 beats local-only and FedAvg, and by how much against the oracle's ceiling: the sentences
+    of :func:`verification.llm.answer.answer_sentences`, computed from the dashboard's sweep copy."""
+    from verification.llm import answer
+
+    curve = _shots_curve(folder)
+    if isinstance(curve, str):
+        return curve
+    return "\n\n".join(answer.answer_sentences(curve["report"]))
+
+
 #: The stages of an LLM run's ``stage_seconds`` that the cost table shows, with their column names.
 LLM_STAGES = {"psi_star_estimate": "ψ* estimate", "algorithm_1": "Algorithm 1",
               "personalisation": "personalisation evaluation", "generation_rewards": "generation"}
@@ -586,6 +648,9 @@ TABLES = {"bench": lambda folder: bench_table(folder / "bench.json"),
           "mutation": lambda folder: mutation_table(folder / "mutation.json"),
           "llm-study": llm_study_table,
           "llm-study-cost": llm_study_cost_table,
+          "llm-gate": llm_gate_table,
+          "llm-curve": llm_curve_table,
+          "llm-answer": llm_answer_table,
           "dashboard": dashboard_table,
           "report-scaling": report_scaling_table}
 

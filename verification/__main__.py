@@ -3,7 +3,8 @@
     python -m verification list
     python -m verification run [ID ...] [--json PATH [--resume]] [--seed N] [--baseline PATH]
     python -m verification report [ID ...] [--out DIR] [--scale default|paper] [--seed N] [--resume] [--sweep DIR]
-                                  [--llm-run DIR ... | --llm-sweep DIR | --no-llm] [--workers K | --scheduler ADDRESS]
+                                  [--llm-run DIR ... | --llm-sweep DIR | --no-llm] [--llm-gate DIR]
+                                  [--workers K | --scheduler ADDRESS]
     python -m verification power [ID ...] [--factor 0.5] [--seed N] [--search stored|default|paper|none] [--json PATH]
     python -m verification search [ID ...] [--budget N] [--seed N] [--store [DIR]]
                                   [--workers K | --scheduler ADDRESS] --out DIR
@@ -29,7 +30,12 @@ reads an LLM sweep folder (``python -m llm_runs sweep --out DIR``: one run direc
 ``DIR/runs/<seed>/``): the section opens with one line per pre-registered statistic (estimate, interval,
 p-value, minimum detectable effect, verdict) and the hypotheses of the run studies across the seeds (mean and
 95 % t-interval, beside the synthetic value; :mod:`verification.llm.sweep`), then shows the first seed's run in
-detail. It is one LLM source, so it is a usage error with ``--llm-run`` or ``--no-llm``, as is a DIR without
+detail; when the seeds' runs hold the shots records, the shots curve comes first (its figure, one line per
+pre-registered statistic, the ψ-raise flags, w_II − w_I, the adaptation at each budget;
+:mod:`verification.llm.answer`). ``--llm-gate DIR`` (a folder of ``python -m llm_runs gate``) opens the section with
+the gate's table (objective × budget: margin change, accuracy, intervals, p-values, pass) and the objectives that
+entered; the report keeps a copy of its ``gate.json`` in ``OUT/llm-gate/``. A DIR without a readable ``gate.json``
+is a usage error, as is ``--llm-gate`` with ``--no-llm``. It is one LLM source, so it is a usage error with ``--llm-run`` or ``--no-llm``, as is a DIR without
 ``runs/``, with no run in it or no complete one, or with a ``runs/<seed>`` that is not an LLM run directory.
 
 ``sweep`` runs every (statement, seed) cell as a Dask task, on a local cluster of K worker processes or on the
@@ -303,6 +309,16 @@ def _cmd_report(args: argparse.Namespace) -> int:
             read_sweep(args.llm_sweep)
         except ValueError as exc:
             raise UsageError(f"argument --llm-sweep: {exc}") from None
+    if args.llm_gate is not None:
+        if args.no_llm:
+            raise UsageError("argument --llm-gate: not allowed with argument --no-llm (the gate opens the LLM "
+                             "section)")
+        from verification.llm.answer import read_gate
+
+        try:
+            read_gate(args.llm_gate)
+        except ValueError as exc:
+            raise UsageError(f"argument --llm-gate: {exc}") from None
     if args.llm_run:
         if args.no_llm:
             raise UsageError("argument --no-llm: not allowed with argument --llm-run")
@@ -337,7 +353,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
         try:
             res = build_report(out, ids=[s.id for s in stmts], scale=args.scale, seed=args.seed,
                                studies=not args.no_studies, resume=args.resume, sweep=sweep_summary,
-                               llm=not args.no_llm, llm_runs=llm_runs, llm_sweep=args.llm_sweep, client=client)
+                               llm=not args.no_llm, llm_runs=llm_runs, llm_sweep=args.llm_sweep,
+                               llm_gate=args.llm_gate, client=client)
         except resultlog.ResultLogError as exc:
             raise UsageError(f"argument --resume: {exc}") from None
         except ReportCellsFailed as exc:
@@ -373,7 +390,13 @@ def _add_report(sub) -> None:
     p.add_argument("--llm-sweep", metavar="DIR",
                    help="the LLM section reads the LLM sweep in DIR (`python -m llm_runs sweep --out DIR`, one run "
                         "directory per seed in DIR/runs/<seed>/): the pre-registered statistics and the hypotheses "
-                        "across seeds first, then the first seed's run in detail; not with --llm-run or --no-llm")
+                        "across seeds first, then the first seed's run in detail; when its runs hold the shots "
+                        "records, the shots curve and its pre-registered statistics before them; not with --llm-run "
+                        "or --no-llm")
+    p.add_argument("--llm-gate", metavar="DIR",
+                   help="the LLM section opens with the positive-control gate in DIR (`python -m llm_runs gate --out "
+                        "DIR`, its gate.json): objective x budget -> margin change, accuracy, intervals, p-values, "
+                        "pass, and the objectives that entered; a copy is kept in OUT/llm-gate/; not with --no-llm")
     p.add_argument("--no-llm", action="store_true",
                    help="skip the LLM section (by default it runs `python -m llm_runs run --preset smoke` on the "
                         "embedded model, and says so when torch or the model is not installed)")

@@ -115,7 +115,9 @@ def read_sweep(sweep_dir) -> tuple[list[Path], list[RunRecords]]:
 #: The files of a seed's run directory that :func:`export_sweep` keeps (every input of the run studies and of the
 #: pre-registered analysis); ``generations.csv`` loses its ``text`` column.
 EXPORTED_RUN_FILES = ("summary.json", "trajectory.csv", "heldout_margins.csv", "global_uniform.csv",
-                      "clusterings.csv", "generations.csv")
+                      "clusterings.csv", "generations.csv",
+                      # the shots curve's records (verification.llm.shots: CLIENTS, SCORES, ADAPTATION, CROSS)
+                      "shots_clients.csv", "shots_scores.csv", "shots_adaptation.csv", "shots_cross.csv")
 #: The files of the sweep folder itself that :func:`export_sweep` keeps, besides ``cells/``.
 EXPORTED_SWEEP_FILES = ("params.json", "llm_sweep.json")
 
@@ -156,10 +158,7 @@ def export_sweep(sweep_dir, out_dir) -> Path:
     dirs = sweep_run_dirs(src)
     if dst.resolve() == src.resolve():
         return dst
-    tmp = dst.with_name(f".{dst.name}.tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
+    tmp = temporary_sibling(dst)
     for name in EXPORTED_SWEEP_FILES:
         if (src / name).is_file():
             shutil.copyfile(src / name, tmp / name)
@@ -179,6 +178,25 @@ def export_sweep(sweep_dir, out_dir) -> Path:
                 frame.drop(columns=[c for c in ("text",) if c in frame.columns]).to_csv(target / name, index=False)
             else:
                 shutil.copyfile(f, target / name)
+    return replace_folder(tmp, dst)
+
+
+def temporary_sibling(dst: Path) -> Path:
+    """An empty folder ``.<name>.tmp`` beside ``dst`` (an earlier one removed), to be filled and then moved to
+    ``dst`` by :func:`replace_folder`."""
+    import shutil
+
+    tmp = dst.with_name(f".{dst.name}.tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+    return tmp
+
+
+def replace_folder(tmp: Path, dst: Path) -> Path:
+    """``dst`` replaced as a whole by the filled folder ``tmp``; returns ``dst``."""
+    import shutil
+
     if dst.exists():
         shutil.rmtree(dst)
     tmp.rename(dst)

@@ -416,11 +416,12 @@ def _power_totals(rows) -> str:
 
 
 def report_command(ids: list[str], *, scale: str, seed: int, studies: bool, llm: bool = True,
-                   llm_runs: list[str] | None = None, llm_sweep: str | None = None) -> str:
+                   llm_runs: list[str] | None = None, llm_sweep: str | None = None,
+                   llm_gate: str | None = None) -> str:
     """The ``prefalign`` command line that makes the report of statements ``ids`` again (the ids are left out when
     they are every registered statement), with its LLM section: read from the sweep ``llm_sweep``
     (``--llm-sweep``) or from ``llm_runs`` (``--llm-run``), made by the smoke preset (``llm``) or skipped
-    (``--no-llm``)."""
+    (``--no-llm``), opened by the gate folder ``llm_gate`` (``--llm-gate``)."""
     every = [s.id for s in registry.all_statements()]
     words = ["prefalign", "verify", "report", *([] if list(ids) == every else ids), "--scale", scale,
              "--seed", str(seed)]
@@ -431,6 +432,8 @@ def report_command(ids: list[str], *, scale: str, seed: int, studies: bool, llm:
         words += [w for d in llm_runs for w in ("--llm-run", str(d))]
     elif not llm:
         words.append("--no-llm")
+    if llm_gate:
+        words += ["--llm-gate", str(llm_gate)]
     return shlex.join(words)
 
 
@@ -438,7 +441,7 @@ def build_report(out_dir: str | Path = "reports", *, scale: str = "default", see
                  ids=None, studies: bool = True, progress: Callable[[str], None] = _progress,
                  resume: bool = False, sweep: dict[str, Any] | None = None,
                  search: str | None = "auto", llm: bool = False, llm_runs=None, llm_sweep=None,
-                 client=None) -> ReportResult:
+                 llm_gate=None, client=None) -> ReportResult:
     """Run every check (and the studies) and write the report to ``out_dir`` (see the module docstring).
     ``search``: the falsification-search budget (``"auto"``: by the scale, :data:`SEARCH_BUDGET`; ``None``: none).
 
@@ -455,8 +458,10 @@ def build_report(out_dir: str | Path = "reports", *, scale: str = "default", see
     hypotheses across its seeds (:mod:`verification.llm.sweep`) and shows its first seed's run in detail below;
     it reads them from ``out/llm-sweep/``, the copy of the sweep's summaries that
     :func:`verification.llm.sweep.export_sweep` makes (the per-pair margins, records and rewards, not the
-    generated text), so the dashboard and what it shows stay together. Otherwise the section says it was
-    skipped.
+    generated text), so the dashboard and what it shows stay together; when the sweep's runs hold the shots
+    records, the shots curve and its pre-registered statistics come first (:mod:`verification.llm.answer`). With
+    ``llm_gate`` (a folder of ``llm gate``) the section opens with its gate table, read from ``out/llm-gate/``,
+    the copy :func:`verification.llm.answer.export_gate` makes. Otherwise the section says it was skipped.
 
     With ``client`` (a ``distributed.Client``, :func:`verification.engine.dask_engine.dask_client`) the statements
     and their searches run as cells on its cluster (:mod:`verification.report.cells`; written to ``out/cells/`` as
@@ -527,8 +532,15 @@ def build_report(out_dir: str | Path = "reports", *, scale: str = "default", see
 
             progress(f"copying the LLM sweep's summaries to {out / LLM_SWEEP_DIR} ...")
             read_sweep_from = export_sweep(llm_sweep, out / LLM_SWEEP_DIR)
+        read_gate_from = None
+        if llm_gate:
+            from verification.llm.answer import export_gate
+
+            progress(f"copying the gate's summary to {out / LLM_GATE_DIR} ...")
+            read_gate_from = export_gate(llm_gate, out / LLM_GATE_DIR)
         llm_sec = build_llm_section(out, llm_runs=llm_runs, seed=seed, progress=progress, tables=tables,
-                                    llm_sweep=read_sweep_from, llm_sweep_source=llm_sweep)
+                                    llm_sweep=read_sweep_from, llm_sweep_source=llm_sweep,
+                                    llm_gate=read_gate_from, llm_gate_source=llm_gate)
         for st in llm_sec.results:
             _write_tables(out, st.id, st.tables)
     else:
@@ -555,7 +567,8 @@ def build_report(out_dir: str | Path = "reports", *, scale: str = "default", see
     res = ReportResult(out_dir=out, rows=rows, figures=drawn, missing_figures=missing, seconds=seconds,
                        command=report_command([s.id for s in stmts], scale=scale, seed=seed, studies=studies, llm=llm,
                                               llm_runs=[str(p) for p in llm_runs] if llm_runs else None,
-                                              llm_sweep=str(llm_sweep) if llm_sweep else None),
+                                              llm_sweep=str(llm_sweep) if llm_sweep else None,
+                                              llm_gate=str(llm_gate) if llm_gate else None),
                        failed=any(map(resultlog.row_failed, rows))
                        or budget["total"] > FAMILY_WISE_BUDGET * (1 + 1e-12), budget=budget, sweep=sweep,
                        sweep_figures=sweep_drawn, sweep_missing=sweep_missing, llm=llm_sec, cells=cells)
@@ -588,6 +601,8 @@ def _run_cells(client, out: Path, stmts, *, seed: int, scale: str, budget: str |
 
 #: The folder of the report that holds the copy of an ``--llm-sweep`` (:func:`verification.llm.sweep.export_sweep`).
 LLM_SWEEP_DIR = "llm-sweep"
+#: The folder of the report that holds the copy of an ``--llm-gate`` (:func:`verification.llm.answer.export_gate`).
+LLM_GATE_DIR = "llm-gate"
 
 VERDICT_HELP = {
     "holds": "the conclusion held on every instance where the monitored hypotheses held",

@@ -5,11 +5,13 @@ r"""The dashboard's "LLM run" section: where the LLM run comes from, the run stu
 1. the LLM run: ``llm_runs`` (a list of run directories given with ``--llm-run DIR``) is read as it is; with
    ``llm_sweep`` (``--llm-sweep DIR``, an LLM sweep folder) every seed's run ``DIR/runs/<seed>/`` is read, the
    section opens with the pre-registered statistics and the hypotheses across seeds (:mod:`verification.llm.sweep`)
-   and the first complete seed's run is shown in detail below them; otherwise
+   and the first complete seed's run is shown in detail below them (when the seeds' runs hold the shots curve's
+   records, the curve, its figure and its pre-registered lines come first: :mod:`verification.llm.answer`); otherwise
    (and unless disabled with ``--no-llm``) the smoke preset is run on the embedded model as a subprocess,
    ``python -m llm_runs run --preset smoke --out <report>/llm-run --seed N`` (verification never imports
    ``llm_runs`` or torch). When torch, the embedded model or the ``llm_runs run`` command is not installed, or the
-   run fails, the section says so and the report goes on;
+   run fails, the section says so and the report goes on. With ``llm_gate`` (``--llm-gate DIR``, a folder of
+   ``llm gate``) the section opens with the positive-control gate's table and the objectives that entered;
 2. the synthetic runs beside it: ``sim.simulate``'s smoke preset with the same seed, written as run directories
    ``<report>/sim-run`` (the preset's ``S``) and ``<report>/sim-run-S<S>`` (the other new-client batch sizes of
    :data:`SIM_S_VALUES`, for the S axis of the pipelines study);
@@ -64,6 +66,9 @@ class LLMSection:
     sweep: str | None = None  # the LLM sweep folder read (--llm-sweep DIR)
     hypotheses: dict | None = None  # verification.llm.sweep.hypotheses_across_seeds over its seeds
     statistics: dict | None = None  # verification.llm.sweep.personalisation_statistics of its seeds
+    gate: dict | None = None  # the gate folder's gate.json (--llm-gate DIR; verification.llm.answer.read_gate)
+    gate_source: str | None = None  # the gate folder it was copied from
+    curve: dict | None = None  # verification.llm.answer.sweep_curve of the sweep (None: no shots records)
 
     def study(self, sid: str):
         return next((r for r in self.results if r.id == sid), None)
@@ -76,7 +81,11 @@ class LLMSection:
                             "studies_not_run": self.not_run, "figures": sorted(self.figures),
                             "missing_figures": self.missing_figures, "seconds": self.seconds,
                             **({"sweep": self.sweep, "pre_registered_statistics": self.statistics,
-                                "hypotheses_across_seeds": self.hypotheses} if self.sweep else {})},
+                                "hypotheses_across_seeds": self.hypotheses} if self.sweep else {}),
+                            **({"gate": {k: self.gate.get(k) for k in ("settings", "rule", "table", "passes_at",
+                                                                       "passed", "cells")},
+                                "gate_source": self.gate_source} if self.gate else {}),
+                            **({"shots_curve": self.curve} if self.curve is not None else {})},
                 "notes": "Status of the LLM section; the run studies follow as entries llm-*."}
 
 
@@ -144,12 +153,15 @@ def _synthetic(out: Path, seed: int, progress) -> tuple[RunRecords, list[RunReco
 
 def build_llm_section(out_dir, *, enabled: bool = True, llm_runs=None, seed: int = 0, progress=None,
                       tables: dict | None = None, config: LLMStudyConfig | None = None,
-                      llm_sweep=None, llm_sweep_source=None) -> LLMSection:
+                      llm_sweep=None, llm_sweep_source=None, llm_gate=None, llm_gate_source=None) -> LLMSection:
     """Make the section (module docstring). ``llm_runs``: run directories to read (``--llm-run``), or None to run
     the smoke preset now; ``llm_sweep``: an LLM sweep folder to read instead (``--llm-sweep``; not with
     ``llm_runs``; ``llm_sweep_source``: the folder it was copied from, named in the section); ``tables``: the
     report's figure tables (``study-H8-dispersion`` is drawn beside the runs' H_Cn) — the section's tables are
-    added to it."""
+    added to it. ``llm_gate``: a gate folder (``--llm-gate``; ``llm_gate_source``: the folder it was copied
+    from) whose ``gate.json`` opens the section; with a sweep whose runs hold the shots records, the curve
+    (:func:`verification.llm.answer.sweep_curve`, its figure ``figures/llm-shots-curve.png``) follows it."""
+    from verification.llm.answer import CURVE_FIGURE, read_gate, sweep_curve
     from verification.report import figures
     from verification.report.llm_figures import LLM_FIGURES
 
@@ -181,6 +193,14 @@ def build_llm_section(out_dir, *, enabled: bool = True, llm_runs=None, seed: int
     else:
         status, message, command, run = _run_llm(out / LLM_RUN_DIR, seed, progress)
         sec = LLMSection(status, message, command=command, llm_runs=[run] if run else [])
+    if llm_gate is not None:
+        sec.gate = read_gate(llm_gate)
+        sec.gate_source = None if llm_gate_source is None else str(llm_gate_source)
+    (out / "figures" / CURVE_FIGURE).unlink(missing_ok=True)
+    if sweep_dirs is not None:
+        progress("the shots curve's pre-registered analysis, where the sweep's runs hold its records ...")
+        (out / "figures").mkdir(parents=True, exist_ok=True)
+        sec.curve = sweep_curve(llm_sweep, sweep_dirs, out / "figures" / CURVE_FIGURE)
     sec.synthetic, sec.synthetic_variants = _synthetic(out, seed, progress)
     progress("running the LLM-run studies ...")
     primary = sec.llm_runs[:1] + [sec.synthetic]  # one run per source; every LLM run enters the S axis
@@ -306,10 +326,15 @@ def _intro(sec: LLMSection) -> list[str]:
 
 def section_markdown(sec: LLMSection) -> list[str]:
     """The section's markdown lines."""
+    from verification.llm.answer import curve_markdown, gate_markdown
+
     lines = ["## LLM run", ""]
+    if sec.gate:
+        lines += gate_markdown(sec.gate, sec.gate_source)
     if sec.sweep:
         from verification.llm.sweep import sweep_markdown
 
+        lines += curve_markdown(sec.curve)
         lines += sweep_markdown(sec.hypotheses, sec.statistics) + ["### One seed in detail", ""]
     lines += [" ".join(_intro(sec)), ""]
     if sec.status == "skipped":
@@ -334,10 +359,15 @@ def section_markdown(sec: LLMSection) -> list[str]:
 def section_html(sec: LLMSection) -> str:
     """The section as HTML."""
     esc = html.escape
+    from verification.llm.answer import curve_html, gate_html
+
     parts = ["<h2>LLM run</h2>"]
+    if sec.gate:
+        parts.append(gate_html(sec.gate, sec.gate_source))
     if sec.sweep:
         from verification.llm.sweep import sweep_html
 
+        parts += [p for p in (curve_html(sec.curve),) if p]
         parts += [sweep_html(sec.hypotheses, sec.statistics), "<h3>One seed in detail</h3>"]
     parts.append("<p>" + esc(" ".join(_intro(sec))) + "</p>")
     if sec.status == "skipped":
