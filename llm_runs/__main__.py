@@ -358,6 +358,9 @@ def _add_gate_parser(sub, default_data) -> None:
                    help="at least N calibration prompts held out per draw (default %(default)s)")
     g.add_argument("--heldout-pairs", type=positive_int, default=study.design.heldout_pairs, metavar="N",
                    help="held-out pairs per objective and draw (default %(default)s)")
+    g.add_argument("--max-pairs", type=positive_int, default=32, metavar="N",
+                   help="a training step's pairs go forward and backward in chunks of at most N (all objectives "
+                        "together), their gradients summed: memory for one chunk's activations (default %(default)s)")
     _add_cluster_options(g, "cell", "cell")
     _add_model_options(g, default_data)
     _add_columns_option(g)
@@ -449,7 +452,8 @@ def _check_gate_args(args):
     try:
         settings = GateSettings.from_study(args.objectives, target=args.target, steps=args.steps, lr=args.lr,
                                            max_response_tokens=args.max_response_tokens,
-                                           heldout_prompts=args.heldout_prompts, heldout_pairs=args.heldout_pairs)
+                                           heldout_prompts=args.heldout_prompts, heldout_pairs=args.heldout_pairs,
+                                           max_pairs=args.max_pairs)
     except GateSettingsError as exc:
         raise cli.UsageError(f"argument --{exc.field.replace('_', '-')}: {exc}") from None
     try:

@@ -5,7 +5,7 @@ r"""The positive-control gate: can the instrument see an objective at all? (``py
 
     python -m llm_runs gate [--objectives A,B,...] [--budgets 16,64] [--draws N] [--target 0.8] [--steps 16]
                             [--lr 5e-4] [--max-response-tokens 16] [--heldout-prompts 25] [--heldout-pairs 100]
-                            [--workers K | --scheduler ADDRESS] [--threads T] [--model DIR] [--data PATH]
+                            [--max-pairs 32] [--workers K | --scheduler ADDRESS] [--threads T] [--model DIR] [--data PATH]
                             [--device auto|cpu|cuda] --out DIR
 
 Pre-registration (written before any run; the code below implements it as written)
@@ -33,7 +33,9 @@ draw are scored on the same held-out pairs.
 adapter seed ``d``; the study's rank, scaling, β, label smoothing, float32), ``steps`` full-batch AdamW steps (no
 weight decay, learning rate ``lr``) on the λ-weighted conservative-DPO loss ``Σ_k λ_k l_k``
 (:func:`llm_runs.objectives.weighted_gradient`) at the target preference ``λ_o = target``,
-``λ_k = (1 − target)/(m − 1)`` for every other candidate ``k``, over ``b`` pairs of each candidate.
+``λ_k = (1 − target)/(m − 1)`` for every other candidate ``k``, over ``b`` pairs of each candidate; a step's
+pairs go forward and backward in chunks of at most ``max_pairs`` and their gradients are summed (the full batch's
+gradient up to roundoff, in the memory of one chunk).
 
 **Scores.** Every pair held out in the draw, of every candidate objective, is scored under the base model and the
 oracle (:meth:`~llm_runs.objectives.PreferenceModel.grouped_pair_losses`, the study's scoring, float32). The base
@@ -145,6 +147,7 @@ class GateSettings:
     label_smoothing: float = 0.1
     lora_r: int = 8
     lora_alpha: float = 16.0
+    max_pairs: int = 32
 
     def __post_init__(self):
         objs = tuple(self.objectives)
@@ -159,7 +162,7 @@ class GateSettings:
         if not 1.0 / m < float(self.target) < 1.0:
             raise GateSettingsError("target", f"target must lie in (1/m, 1) = ({1 / m:.4g}, 1) for m = {m} "
                                               f"objectives; got {self.target!r}")
-        for name in ("steps", "max_response_tokens", "heldout_prompts", "heldout_pairs", "lora_r"):
+        for name in ("steps", "max_response_tokens", "heldout_prompts", "heldout_pairs", "lora_r", "max_pairs"):
             v = getattr(self, name)
             if isinstance(v, bool) or int(v) != v or v < 1:
                 raise GateSettingsError(name, f"{name} must be an integer >= 1; got {v!r}")
@@ -324,7 +327,7 @@ def _train(pm, settings: GateSettings, objective: str, batches: dict[str, list])
     opt = torch.optim.AdamW(pm.params, lr=settings.lr, weight_decay=0.0)
     history = []
     for _ in range(settings.steps):
-        loss, grad = weighted_gradient(pm, batches, lam)
+        loss, grad = weighted_gradient(pm, batches, lam, max_pairs=settings.max_pairs)
         pm.apply_flat(grad, optimizer=opt)
         history.append(loss)
     return history
