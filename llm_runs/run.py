@@ -105,7 +105,8 @@ class PersonalisationEval:
       Pipeline 1 from its cluster's meta-learned ``w_II``, the paper's method — Phase 1, Phase 2 and K adaptation
       steps) and local-only model, each cluster's FedAvg model and one global model trained like FedAvg over all
       training clients at the uniform preference (``global_uniform``, records in ``global_uniform.csv``); every
-      model on the same pairs, the held-out prompts run once per model (:meth:`PreferenceModel.grouped_pair_losses`);
+      model on the same pairs, the held-out prompts run once per model
+      (:meth:`~llm_runs.objectives.PreferenceModel.grouped_pair_losses`);
     * ``H_Cn`` at the base model of the Stage-1+2 clusters, the Stage-1-only clusters and ``hcn_draws`` random
       partitions with the Stage-1+2 sizes (the round-0 rows of Phase 1 on each partition, every client's population
       gradients at the base model computed once);

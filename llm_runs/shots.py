@@ -15,12 +15,12 @@ writes the records that the pre-registered analysis :mod:`verification.llm.shots
    drawn from the prompts of all clients (never a held-out prompt), by the gate's training
    (:func:`llm_runs.gate.train_oracle`: ``oracle_steps`` full-batch AdamW steps of rate ``oracle_lr``);
 5. per budget ``b`` (nested: the first ``b`` samples of every new client's pool, ``Federation.batch(i, range(b))``),
-   from the same Algorithm-1 run and with the same ``K`` steps of :attr:`AlgorithmConfig.adapt` on full batches
+   from the same Algorithm-1 run and with the same ``K`` steps of :attr:`~sim.algorithm.AlgorithmConfig.adapt` on full batches
    of the ``b`` samples (``S = b``; every step sees all of them): Pipeline 1 from the cluster's ``w_II``
    (``pipeline1_wII``, the primary) and ``w_I`` (``pipeline1_wI``), local-only from the base model (``local``),
    the cluster's FedAvg model adapted as :func:`~sim.algorithm.run_algorithm` adapts it (its ``fedavg_adapt``: the
    same steps with the linear direction ``G_i λ_i``; ``fedavg``), and Pipeline 2 from ``w_II``
-   (:func:`sim.algorithm.pipeline2` with :attr:`AlgorithmConfig.pipeline2` on the ``b`` pairs; ``pipeline2``),
+   (:func:`sim.algorithm.pipeline2` with :attr:`~sim.algorithm.AlgorithmConfig.pipeline2` on the ``b`` pairs; ``pipeline2``),
    each model scored on the held-out pairs.
 
 Every phase is :mod:`sim.algorithm`'s; nothing here re-implements one. No model generates text (no generation
@@ -323,12 +323,16 @@ def run_shots(lobj, fed, cands, res, preset, *, seed: int, out: Path, w_ref, glo
     scores_w, adapt_w, cross_w = (RecordWriter(out / name) for name in (SCORES, ADAPTATION, CROSS))
     traj_w = RecordWriter(out / TRAJECTORY)
     n_scored = 0
+    cpu = {"heldout_scoring": 0.0, "oracles": 0.0, "adaptations": 0.0}  # CPU seconds of this process per part
 
     def score(w):
         nonlocal n_scored
         n_scored += 1
+        c0 = time.process_time()
         with timer.section("shots_heldout") if timer is not None else _null():
-            return _scores(lobj, w, batches, beta)
+            out = _scores(lobj, w, batches, beta)
+        cpu["heldout_scoring"] += time.process_time() - c0
+        return out
 
     mark("shots: budget-free models")
     base = score(w_ref)
@@ -356,7 +360,9 @@ def run_shots(lobj, fed, cands, res, preset, *, seed: int, out: Path, w_ref, glo
     for k, i in enumerate(new):
         mark("shots: oracles", k, n)
         lobj.load(w_ref)
+        c0 = time.process_time()
         hist = train_oracle(pm, obatches, fed.prefs[i], steps=spec.oracle_steps, lr=spec.oracle_lr)
+        cpu["oracles"] += time.process_time() - c0
         w = pm.flat_params().clone()
         oracle_loss.append([hist[0], hist[-1]])
         s = _summary(score(w), base, beta)
@@ -383,6 +389,7 @@ def run_shots(lobj, fed, cands, res, preset, *, seed: int, out: Path, w_ref, glo
             cfg = replace(a.adapt, S=b, **({"direction": "linear"} if method == "fedavg" else {}))
             sec = _Secants(fed.prefs)
             src.observer = sec
+            c0 = time.process_time()
             if method == "local":
                 r = local_only(src, new, starts[method], cfg, batches=every, cluster=assign, keep_trajectory=False,
                                on_rows=sink)
@@ -391,6 +398,7 @@ def run_shots(lobj, fed, cands, res, preset, *, seed: int, out: Path, w_ref, glo
                               keep_trajectory=False, on_rows=sink)
             src.evaluate(r.w, new, every[:, 0, :])  # g_K, for the last secant
             src.observer = None
+            cpu["adaptations"] += time.process_time() - c0
             psi0, psiK = _psi(r.records, new, K)
             raised += int(np.sum(psiK > psi0))
             adapt_w(pd.DataFrame({"seed": seed, "client": new.astype(int), "budget": b, "method": method,
@@ -398,8 +406,10 @@ def run_shots(lobj, fed, cands, res, preset, *, seed: int, out: Path, w_ref, glo
                                   "p_minus": float(cfg.p_minus), "p_plus": float(cfg.p_plus),
                                   "L0_hat": sec.best}, columns=COLUMNS[ADAPTATION]))
             adapted[method] = [_summary(score(r.w[k]), base, beta) for k in range(n)]
+        c0 = time.process_time()
         r2 = pipeline2(src, new, starts["pipeline1_wII"], a.pipeline2, cluster=assign, keep_trajectory=False,
                        on_rows=sink)
+        cpu["adaptations"] += time.process_time() - c0
         adapted["pipeline2"] = [_summary(score(r2.w[k]), base, beta) for k in range(n)]
         evaluations += src.gradient_evaluations
         by_method = {**adapted, **fixed}
@@ -427,7 +437,7 @@ def run_shots(lobj, fed, cands, res, preset, *, seed: int, out: Path, w_ref, glo
                                  "direction, the same steps, preconditioner and samples)",
                        "pipeline2": "sim.algorithm.pipeline2 from w_II on the b pairs (no adaptation rows)"},
         "models_scored": n_scored, "gradient_evaluations": int(evaluations),
-        "seconds": time.perf_counter() - t0,
+        "seconds": time.perf_counter() - t0, "cpu_seconds": cpu,
         "generation": "none: no model of the shots preset generates text, so no baseline generates either",
     }
 
