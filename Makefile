@@ -14,7 +14,7 @@ SCALE  ?= default
 # (e.g. a cpu-preset run) instead of running the smoke preset; LLM_RUN=none skips the section
 LLM_RUN ?=
 # make report LLM_SWEEP=DIR: the LLM section reads that sweep of `python -m llm_runs sweep` (e.g. the study preset
-# over 8 seeds: `make llm-study`) and opens with the pre-registered statistics
+# over 8 seeds: `make llm-study-v1`) and opens with the pre-registered statistics
 LLM_SWEEP ?=
 # make report LLM_GATE=DIR: the LLM section opens with the positive-control gate of `python -m llm_runs gate --out DIR`
 LLM_GATE ?=
@@ -37,7 +37,7 @@ SWEEP_IDS   ?= H.9 H.14 S4
 SWEEP_SEEDS ?= 0:4
 WORKERS     ?= 2
 
-.PHONY: venv test test-e2e test-installed test-browser chromium docs report search sweep llm llm-study bench mutation lint clean
+.PHONY: venv test test-e2e test-installed test-browser chromium docs report search sweep llm llm-study llm-study-v1 bench mutation lint clean
 # glibc malloc stalls for seconds when torch frees and re-maps large tensors (the MALLOC_ settings avoid it);
 # OpenMP threads that spin on a shared CPU multiply torch's CPU time (passive waiting avoids it)
 LLM_ENV := MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000 OMP_WAIT_POLICY=PASSIVE
@@ -87,10 +87,16 @@ report: $(STAMP)
 		$(if $(LLM_GATE),--llm-gate $(LLM_GATE)) \
 		$(if $(WORKERS),--workers $(WORKERS))
 
-## llm-study: the pre-registered personalisation study, the study preset over seeds 0-7 as cells of a Dask sweep
-## (2 workers of 1 torch thread; about 18.5 CPU-minutes and 21 minutes of wall time a seed, two at a time, 86
-## minutes for the 8 seeds on the 2-core Intel Xeon its cells record) into runs/llm-study; resumable
+## llm-study: the shots curve, the shots preset over seeds 0-9 as cells of a Dask sweep (2 workers of 1 torch
+## thread) into runs/llm-shots, analysed by verification.llm.shots; about 12.4 hours on 2 cores, extrapolated from
+## SmolLM2-135M's measured costs (docs/llm-study.md, "The shots curve: the run"); resumable
 llm-study: $(STAMP)
+	$(BIN)/python -m llm_runs sweep --preset shots --seeds 0:10 --workers 2 --threads 1 --out runs/llm-shots
+
+## llm-study-v1: the first personalisation study, the study preset over seeds 0-7 (2 workers of 1 torch thread;
+## about 18.5 CPU-minutes and 21 minutes of wall time a seed, 86 minutes for the 8 seeds on the 2-core Intel Xeon
+## its cells record) into runs/llm-study; resumable
+llm-study-v1: $(STAMP)
 	$(BIN)/python -m llm_runs sweep --preset study --seeds 0:8 --workers 2 --threads 1 --out runs/llm-study
 
 ## search: the falsification search as Dask cells (a design and a refinement per statement) into runs/search;

@@ -102,7 +102,7 @@ from verification.llm.personalisation import N_BOOT, _percentile, _resample
 
 __all__ = ["GATE_KIND", "SUMMARY_JSON", "ALPHA", "N_PERM", "GateSettings", "GateSettingsError", "DrawSplit", "GateDataError",
            "draw_split", "gate_candidates", "cell_path", "gate_params", "gate_cell", "gate_cells", "read_cells",
-           "run_gate", "prompt_units", "sign_flip_p", "one_sided", "pooled_scores", "passes", "summarize",
+           "run_gate", "train_oracle", "prompt_units", "sign_flip_p", "one_sided", "pooled_scores", "passes", "summarize",
            "write_summary", "screen", "command"]
 
 GATE_KIND = "prefalign-verify llm gate"
@@ -317,20 +317,30 @@ def _margins(pm, heldout: Mapping[str, Sequence]) -> dict[str, np.ndarray]:
             for o, (_, z) in pm.grouped_pair_losses(heldout).items()}
 
 
-def _train(pm, settings: GateSettings, objective: str, batches: dict[str, list]) -> list[float]:
-    """``settings.steps`` full-batch AdamW steps on the λ-weighted loss; the weighted loss before every step."""
+def train_oracle(pm, batches: Mapping[str, Sequence], lam, *, steps: int, lr: float,
+                 max_pairs: int | None = None) -> list[float]:
+    """An oracle's training (module docstring, "Oracle"), in place on ``pm``'s LoRA parameters from wherever they
+    are: ``steps`` full-batch AdamW steps (no weight decay, learning rate ``lr``) on the λ-weighted conservative-DPO
+    loss ``Σ_k λ_k l_k`` (:func:`llm_runs.objectives.weighted_gradient`) over ``batches`` (``{objective: pairs}``, in
+    the order of ``lam``), a step's pairs in chunks of at most ``max_pairs`` (None: one pass); returns the weighted
+    loss before every step. The gate's oracles and the shots curve's (:mod:`llm_runs.shots`) are trained by it."""
     import torch
 
     from llm_runs.objectives import weighted_gradient
 
-    lam = settings.weights(objective)
-    opt = torch.optim.AdamW(pm.params, lr=settings.lr, weight_decay=0.0)
+    opt = torch.optim.AdamW(pm.params, lr=float(lr), weight_decay=0.0)
     history = []
-    for _ in range(settings.steps):
-        loss, grad = weighted_gradient(pm, batches, lam, max_pairs=settings.max_pairs)
+    for _ in range(int(steps)):
+        loss, grad = weighted_gradient(pm, batches, lam, max_pairs=max_pairs)
         pm.apply_flat(grad, optimizer=opt)
         history.append(loss)
     return history
+
+
+def _train(pm, settings: GateSettings, objective: str, batches: dict[str, list]) -> list[float]:
+    """``settings.steps`` full-batch AdamW steps on the λ-weighted loss at the oracle's target preference."""
+    return train_oracle(pm, batches, settings.weights(objective), steps=settings.steps, lr=settings.lr,
+                        max_pairs=settings.max_pairs)
 
 
 def gate_cell(settings: GateSettings, objective: str, budget: int, draw: int, *, model_dir: str | None = None,

@@ -55,6 +55,8 @@ import pandas as pd
 from llm_runs.clients import ClientDesign, Federation, build_federation
 from llm_runs.evaluation import EvalModel, GenerationEval
 from llm_runs.generate import GenerationSettings
+from llm_runs.heldout import SHOTS_CLIENTS
+from llm_runs.shots import ShotsEval
 from sim import cli
 from sim.algorithm import (
     RECORD_COLUMNS,
@@ -108,7 +110,8 @@ class PersonalisationEval:
       Pipeline 1 from its cluster's meta-learned ``w_II``, the paper's method — Phase 1, Phase 2 and K adaptation
       steps) and local-only model, each cluster's FedAvg model and one global model trained like FedAvg over all
       training clients at the uniform preference (``global_uniform``, records in ``global_uniform.csv``); every
-      model on the same pairs, the held-out prompts run once per model (:meth:`PreferenceModel.grouped_pair_losses`);
+      model on the same pairs, the held-out prompts run once per model
+      (:meth:`~llm_runs.objectives.PreferenceModel.grouped_pair_losses`);
     * ``H_Cn`` at the base model of the Stage-1+2 clusters, the Stage-1-only clusters and ``hcn_draws`` random
       partitions with the Stage-1+2 sizes (the round-0 rows of Phase 1 on each partition, every client's population
       gradients at the base model computed once);
@@ -142,7 +145,9 @@ class RunPreset:
     many random partitions with the Stage-1+2 cluster sizes (Remark H.8's comparison, ``clusterings.csv``); None:
     no comparison; ``generation``: responses sampled from every model of the run and scored by the objectives'
     rewards (``generations.csv``, :mod:`llm_runs.evaluation`); None: none; ``personalisation``: the evaluation of
-    :class:`PersonalisationEval`; None: none."""
+    :class:`PersonalisationEval`; None: none; ``shots``: the shots curve's evaluation (:mod:`llm_runs.shots`:
+    the separable federation on the study side, Algorithm 1 on the training clients, every method at every budget
+    of :class:`~llm_runs.shots.ShotsEval`); None: none."""
 
     name: str
     description: str
@@ -158,6 +163,7 @@ class RunPreset:
     clustering_draws: int | None = 2
     generation: GenerationEval | None = GenerationEval()
     personalisation: PersonalisationEval | None = None
+    shots: ShotsEval | None = None
 
     def __post_init__(self):
         if int(self.max_response_tokens) != self.max_response_tokens or self.max_response_tokens < 1:
@@ -167,6 +173,10 @@ class RunPreset:
             raise ValueError(f"RunPreset {self.name!r}: the reward study generates up to "
                              f"{self.generation.settings.max_new_tokens} new tokens but the model trains on "
                              f"{self.max_response_tokens}: generate at most the trained length")
+        if self.shots is not None and (self.personalisation is not None or self.generation is not None
+                                       or self.clustering_draws is not None):
+            raise ValueError(f"RunPreset {self.name!r}: the shots evaluation runs without the personalisation "
+                             "evaluation, the generation study and the clustering comparison (set them to None)")
 
     def quick(self) -> RunPreset:
         """The same sizes (clients, pairs, sequence length) with one round of each phase, one adaptation step and
@@ -199,7 +209,9 @@ class RunPreset:
         baselines, clustering comparison and generation evaluation, with 2 preference centres, one training client
         each and 1 new client, 1 pair per objective (2 in a new client's pool, 1 held out), 1 local step, 1 inner step
         on 1-sample episodes, one clustering draw, responses cut at :data:`SHRUNK_RESPONSE_TOKENS` tokens and 1
-        evaluation prompt (of at most that many new tokens)."""
+        evaluation prompt (of at most that many new tokens); the shots evaluation keeps 4 new clients (two per
+        cluster: its analysis needs λ to vary within a cluster), its first 2 budgets and an oracle of 1 pair per
+        objective and 1 step."""
         q = self.quick()
         d, a = q.design, q.algorithm
         T = min(self.max_response_tokens, SHRUNK_RESPONSE_TOKENS)
@@ -208,7 +220,8 @@ class RunPreset:
             g = replace(g, prompts=1, settings=replace(g.settings, max_new_tokens=min(g.settings.max_new_tokens, T)))
         return replace(
             q, name=f"{self.name}-shrunk",
-            design=replace(d, n_centres=min(d.n_centres, 2), n_train=min(d.n_centres, 2), n_new=min(d.n_new, 1),
+            design=replace(d, n_centres=min(d.n_centres, 2), n_train=min(d.n_centres, 2),
+                           n_new=min(d.n_new, 1 if q.shots is None else 4),
                            shots=1, pool_pairs=2, heldout_pairs=1, heldout_prompts=1),
             algorithm=replace(
                 a, phase1=replace(a.phase1, rounds=1, tau=1),
@@ -219,6 +232,8 @@ class RunPreset:
             clustering_draws=None if q.clustering_draws is None else 1,
             generation=g,
             personalisation=None if q.personalisation is None else replace(q.personalisation, hcn_draws=1),
+            shots=None if q.shots is None else replace(q.shots, budgets=q.shots.budgets[:2], oracle_pairs=1,
+                                                       oracle_steps=1),
         )
 
     def to_dict(self) -> dict:
@@ -354,6 +369,31 @@ PRESETS: dict[str, RunPreset] = {
                                                                           timeout_s=600.0)),
     ),
 }
+#: The shots curve (llm_runs.shots): the study preset's loss, model, LoRA and response length on the separable
+#: federation, Algorithm 1 with training clients of 8 pairs per objective and 4 rounds of Phase 1 and FedAvg, every
+#: method at every budget. Sizing (docs/llm-study.md, "The shots curve: the run"): 6 new clients (2 per centre: the
+#: within-cluster contrast needs two), K = 2 full-batch steps, Pipeline 2 of 1 step, oracles of 16 pairs per
+#: objective and 12 AdamW steps, 40 held-out pairs per objective; about 8,900 CPU-s a seed extrapolated from
+#: SmolLM2-135M's measured costs (llm_runs.shots.seed_cpu_seconds), so 10 seeds, two at a time, in about 12.4 h on
+#: 2 cores (9 seeds take as long: 5 rounds of 2 cells either way).
+PRESETS["shots"] = replace(
+    PRESETS["study"],
+    name="shots",
+    description="the shots curve, one seed (llm_runs.shots; analysed by verification.llm.shots; seeds as cells of "
+                "`python -m llm_runs sweep`): separable pairs on the study side, 6 training clients of 8 pairs per "
+                "objective around 3 preference centres and 6 new clients (2 per centre) with pools of 16, 40 "
+                "held-out pairs per objective from at least 25 prompts, responses cut at 16 tokens; Algorithm 1 "
+                "with 4 rounds of Phase 1 and FedAvg, 1 of Phase 2; per budget 1, 2, 4, 8, 16 pairs per "
+                "objective: Pipeline 1 from w_II and w_I, local-only and FedAvg adapted, 2 full-batch steps each, "
+                "Pipeline 2 of 1 step; the base, global and per-client oracle models (16 pairs per objective, 12 "
+                "AdamW steps); no generation",
+    design=ClientDesign(objectives=OBJECTIVES_3, **{**SHOTS_CLIENTS, "n_new": 6, "heldout_pairs": 40}),
+    algorithm=replace(_algorithm(eta=1.0, rounds1=4, tau=1, rounds2=1, S2=1, K2=1, adapt=_adapt(2, 1, 0.5),
+                                 adamw_lr=5e-4, p2_steps=1, fedavg_rounds=4), adamw=None),
+    generation=None,
+    personalisation=None,
+    shots=ShotsEval(budgets=(1, 2, 4, 8, 16), oracle_pairs=16, oracle_steps=12, oracle_lr=5e-4),
+)
 
 
 def training_candidates(preset: RunPreset, tokenizer, data=None, columns=None):
@@ -392,12 +432,16 @@ def planned_gradient_evaluations(preset: RunPreset) -> int:
         return N * (rounds * (steps + (1 if batched else 0)) + 1)
 
     fa = a.phase1 if a.fedavg is None else a.fedavg
-    total = preset.psi_star.max_steps * d.n_clients
+    total = preset.psi_star.max_steps * (N if preset.shots is not None else d.n_clients)
     total += federated(a.phase1.rounds, a.phase1.tau, a.phase1.batch_size is not None)
     total += federated(a.phase2.rounds, a.phase2.K, a.phase2.S is not None)
     total += federated(fa.rounds, fa.tau, fa.batch_size is not None)
     if preset.clustering_draws is not None:
         total += (1 + preset.clustering_draws) * _phase1_evaluations(preset)
+    if preset.shots is not None:  # the global model; the new clients adapt per budget (llm_runs.shots)
+        from llm_runs.shots import shots_gradient_evaluations
+
+        return total + federated(fa.rounds, fa.tau, fa.batch_size is not None) + shots_gradient_evaluations(preset)
     if n:
         total += (5 if a.adamw is not None else 4) * a.adapt.K * n + a.pipeline2.max_steps * n
     if preset.personalisation is not None:  # the global uniform model, and every training client at w_ref once
@@ -651,7 +695,12 @@ def run(preset: RunPreset, out: Path, *, model_dir=None, device: str = "auto", s
 
     # the labels score exactly the text the model trains on: every response cut at the preset's token limit
     full, cands = training_candidates(preset, tok, data, columns)
-    fed: Federation = build_federation(cands, design, rng)
+    if preset.shots is not None:
+        from llm_runs.shots import shots_federation
+
+        fed: Federation = shots_federation(cands, preset, rng)
+    else:
+        fed = build_federation(cands, design, rng)
     summary["data_file"] = {"path": str(full.path), "prompts": len(full.prompt_ids),
                             "complete": full.header.get("complete"), "created": full.header.get("created"),
                             "labels": full.labels}
@@ -693,7 +742,7 @@ def run(preset: RunPreset, out: Path, *, model_dir=None, device: str = "auto", s
     bar = tqdm(total=planned, unit="grad", desc="psi* estimate", disable=not progress, file=sys.stderr,
                dynamic_ncols=True, smoothing=0.05)
     # the study's held-out set is evaluated once per model at the end (heldout_margins.csv), not at every record row
-    lobj = LoraObjectives(pm, fed, layout=layout, heldout=preset.personalisation is None)
+    lobj = LoraObjectives(pm, fed, layout=layout, heldout=preset.personalisation is None and preset.shots is None)
     summary["layout"] = lobj.layout
     src = TorchSource(lobj, fed.prefs, fed.n_samples, timer=timer, progress=bar.update)
     w_ref = lobj.initial()
@@ -709,8 +758,13 @@ def run(preset: RunPreset, out: Path, *, model_dir=None, device: str = "auto", s
 
     try:
         src.observer = observe
-        all_clients = np.arange(fed.n_clients)
-        psi_hat, pre = estimate_psi_star(src, all_clients, w_ref, preset.psi_star, on_rows=writer)
+        # the shots curve adapts its new clients per budget after Algorithm 1 (llm_runs.shots): psi_i* of the
+        # training clients only, Algorithm 1 without new clients
+        shots = preset.shots is not None
+        estimated = fed.train if shots else np.arange(fed.n_clients)
+        if shots:
+            src.psi_star[fed.new] = 0.0
+        psi_hat, pre = estimate_psi_star(src, estimated, w_ref, preset.psi_star, on_rows=writer)
         src.observer = None
         summary["gradient_conflict_at_base_model"] = _conflict(base["clients"], base["losses"], base["gram"],
                                                                objectives)
@@ -718,7 +772,8 @@ def run(preset: RunPreset, out: Path, *, model_dir=None, device: str = "auto", s
         stages.mark("psi_star_estimate")
         write_json(out / "summary.json", summary)
 
-        res = run_algorithm(src, preset.algorithm, rng, w_ref=w_ref, train_clients=fed.train, new_clients=fed.new,
+        res = run_algorithm(src, preset.algorithm, rng, w_ref=w_ref, train_clients=fed.train,
+                            new_clients=() if shots else fed.new,
                             progress=stage, keep_trajectory=False, on_rows=writer)
         stages.mark("algorithm_1")
         comparison, comp_writer = None, None
@@ -734,6 +789,17 @@ def run(preset: RunPreset, out: Path, *, model_dir=None, device: str = "auto", s
                 lobj, fed, res, preset, rng, out, stage, timer, bar.update, w_ref, src.psi_star)
             write_json(out / "summary.json", summary)
             stages.mark("personalisation")
+        if shots:
+            from llm_runs.shots import run_shots
+
+            stage("global uniform model", 0, 1)
+            glob_w, glob_grad, glob_info = _global_uniform(lobj, fed, preset, rng, out, timer, bar.update, w_ref)
+            summary["shots"] = run_shots(lobj, fed, cands, res, preset, seed=seed, out=out, w_ref=w_ref,
+                                         global_w=glob_w, timer=timer, progress=bar.update, stage=stage)
+            summary["shots"]["global_uniform"] = glob_info
+            summary["shots"]["gradient_evaluations"] += glob_grad
+            write_json(out / "summary.json", summary)
+            stages.mark("shots")
         if preset.generation is not None:
             summary["generation_rewards"] = _generation_rewards(lobj, fed, cands, res, preset, seed, out, stage,
                                                                 extra_models)
@@ -758,7 +824,8 @@ def run(preset: RunPreset, out: Path, *, model_dir=None, device: str = "auto", s
         summary["stage_seconds"] = stages.seconds
         summary["seconds"] = time.perf_counter() - wall0
         summary["cpu_seconds"] = time.process_time() - cpu0
-        extra = (summary.get("personalisation") or {}).get("gradient_evaluations", 0)
+        extra = ((summary.get("personalisation") or {}).get("gradient_evaluations", 0)
+                 + (summary.get("shots") or {}).get("gradient_evaluations", 0))
         summary["gradient_evaluations"] = {"planned": planned, "done": src.gradient_evaluations + extra}
         summary["timing"] = _timing(timer, src, lobj, summary["seconds"])
         summary["memory"] = peak_memory(dev)
@@ -921,25 +988,14 @@ def _personalisation(lobj, fed, res, preset: RunPreset, rng, out: Path, stage, t
     """The evaluation of :class:`PersonalisationEval`: the global uniform-preference model, H_Cn at the base model
     by partition, and the held-out margins of every evaluated model (``heldout_margins.csv``). Returns the summary
     entry and the models it adds (the global model) to the generation study."""
-    from llm_runs.source import TorchSource
-
-    a = preset.algorithm
     spec = _spec(preset.personalisation, preset, "personalisation")
-    m = len(fed.objectives)
     stage("H_Cn at w_ref", 0, 1)
     hcn = _hcn_at_w_ref(lobj, fed, res, preset, rng, timer, progress, w_ref, psi_star)
 
     stage("global uniform model", 0, 1)
-    fa = a.phase1 if a.fedavg is None else a.fedavg
-    # psi_i* at the uniform preference is not estimated: 0, so the records' gap is psi (at the uniform preference)
-    uniform = TorchSource(lobj, np.full(fed.prefs.shape, 1.0 / m), fed.n_samples, psi_star=np.zeros(fed.n_clients),
-                          timer=timer, progress=progress)
-    gw = RecordWriter(out / "global_uniform.csv")
-    glob = phase1(uniform, fed.train, w_ref, replace(fa, direction="linear"), rng, rho=a.rho, phase="global_uniform",
-                  keep_trajectory=False, on_rows=gw)
-    gw.finish(glob.records)
-    n_grad = uniform.gradient_evaluations + len(fed.train)  # the H_Cn comparison: each training client once
-    global_model = EvalModel("global_uniform", glob.w, -1, tuple(int(i) for i in fed.train))
+    glob_w, glob_grad, glob_info = _global_uniform(lobj, fed, preset, rng, out, timer, progress, w_ref)
+    n_grad = glob_grad + len(fed.train)  # the H_Cn comparison: each training client once
+    global_model = EvalModel("global_uniform", glob_w, -1, tuple(int(i) for i in fed.train))
 
     models = [EvalModel("w_ref", w_ref, -1, ())]
     for c in range(len(res.clustering.clusters)):
@@ -991,15 +1047,32 @@ def _personalisation(lobj, fed, res, preset: RunPreset, rng, out: Path, stage, t
         "heldout": {"pairs_per_objective": len(fed.heldout[0]), "prompts": list(fed.heldout_prompt_ids)},
         "generation_models": list(spec.generation_models),
         "hcn_at_w_ref": hcn,
-        "global_uniform": {"file": "global_uniform.csv", "rounds": fa.rounds, "tau": fa.tau,
-                           "clients": [int(i) for i in fed.train],
-                           "note": "FedAvg (linear scalarisation, mu = 1/m) over all training clients from w_ref; its "
-                                   "records' psi and beta are at the uniform preference, their gap is psi (psi* there "
-                                   "is not estimated)"},
+        "global_uniform": glob_info,
         "heldout_seconds": time.perf_counter() - t0,
         "gradient_evaluations": int(n_grad),
     }
     return entry, [global_model]
+
+
+def _global_uniform(lobj, fed, preset: RunPreset, rng, out: Path, timer, progress, w_ref) -> tuple:
+    """The global uniform-preference model: FedAvg (:func:`sim.algorithm.phase1` with the linear direction, the
+    preset's FedAvg configuration) over every training client from ``w_ref`` at ``λ = 1/m`` (records in
+    ``global_uniform.csv``). Returns the model, its gradient evaluations and the summary entry."""
+    from llm_runs.source import TorchSource
+
+    a = preset.algorithm
+    fa = a.phase1 if a.fedavg is None else a.fedavg
+    # psi_i* at the uniform preference is not estimated: 0, so the records' gap is psi (at the uniform preference)
+    uniform = TorchSource(lobj, np.full(fed.prefs.shape, 1.0 / len(fed.objectives)), fed.n_samples,
+                          psi_star=np.zeros(fed.n_clients), timer=timer, progress=progress)
+    gw = RecordWriter(out / "global_uniform.csv")
+    glob = phase1(uniform, fed.train, w_ref, replace(fa, direction="linear"), rng, rho=a.rho, phase="global_uniform",
+                  keep_trajectory=False, on_rows=gw)
+    gw.finish(glob.records)
+    info = {"file": "global_uniform.csv", "rounds": fa.rounds, "tau": fa.tau, "clients": [int(i) for i in fed.train],
+            "note": "FedAvg (linear scalarisation, mu = 1/m) over all training clients from w_ref; its records' psi "
+                    "and beta are at the uniform preference, their gap is psi (psi* there is not estimated)"}
+    return glob.w, uniform.gradient_evaluations, info
 
 
 def _timing(timer, src, lobj, seconds: float) -> dict:

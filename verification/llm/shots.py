@@ -159,12 +159,17 @@ from verification.llm.personalisation import (
 from verification.llm.sweep import t_interval
 
 __all__ = [
+    "ADAPTATION",
     "ADAPTING",
+    "CLIENTS",
+    "COLUMNS",
+    "CROSS",
     "ENUMERATE_MAX",
     "METHODS",
     "N_BOOT",
     "N_PERM",
     "PRIMARY",
+    "SCORES",
     "STATISTICS",
     "ShotsRecords",
     "h43_ratio",
@@ -213,6 +218,8 @@ _COLUMNS = {
     CROSS: (("seed", "int"), ("budget", "int"), ("method", "str"), ("model_client", "int"), ("pairs_client", "int"),
             ("objective", "str"), ("acc", "float")),
 }
+#: The column names of each record file, in order (the curve's run writes them so).
+COLUMNS = {name: tuple(c for c, _ in cols) for name, cols in _COLUMNS.items()}
 _KEYS = {CLIENTS: ("seed", "client", "objective"), SCORES: ("seed", "client", "budget", "method", "objective"),
          ADAPTATION: ("seed", "client", "budget", "method"),
          CROSS: ("seed", "budget", "method", "model_client", "pairs_client", "objective")}
