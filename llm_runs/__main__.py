@@ -501,9 +501,9 @@ def _check_run_args(args):
     preset."""
     import numpy as np
 
-    from llm_runs.clients import DataShortageError, build_federation
+    from llm_runs.clients import DataShortageError
     from llm_runs.data import DataFileError, UnknownObjectiveError
-    from llm_runs.run import training_candidates
+    from llm_runs.run import federation, training_candidates
 
     tokenizer = _tokenizer(args.model)  # the --model directory first (llm_runs.model_folder)
     _check_device(args.device)
@@ -511,7 +511,7 @@ def _check_run_args(args):
     try:
         # pairs exist only on the trained text: the responses cut at the preset's token limit by the run's tokenizer
         _, cands = training_candidates(preset, tokenizer, args.data, args.columns)
-        build_federation(cands, preset.design, np.random.default_rng(args.seed))
+        federation(preset, cands, np.random.default_rng(args.seed))
     except (DataFileError, DataShortageError, UnknownObjectiveError) as exc:
         raise cli.UsageError(f"argument --data: {exc}") from None
     cli.check_writable_dir(args.out, "--out")  # created only once every other argument is checked

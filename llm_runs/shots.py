@@ -70,9 +70,9 @@ import numpy as np
 
 from verification.llm.shots import ADAPTATION, CLIENTS, COLUMNS, CROSS, METHODS, PRIMARY, SCORES
 
-__all__ = ["ShotsEval", "SMOLLM2_CPU_SECONDS", "SMOLLM2_GRADIENT", "MODELS", "TRAJECTORY", "budget_federation",
+__all__ = ["GPU_ASSUMPTIONS", "ShotsEval", "SMOLLM2_CPU_SECONDS", "SMOLLM2_GRADIENT", "MODELS", "TRAJECTORY", "budget_federation",
            "gradient_cpu_seconds",
-           "oracle_batches", "run_shots", "seed_cpu_seconds", "seed_work", "shots_federation",
+           "oracle_batches", "run_shots", "seed_cpu_seconds", "seed_gpu_seconds", "seed_work", "shots_federation",
            "shots_gradient_evaluations"]
 
 MODELS = "shots_models.csv"
@@ -90,21 +90,27 @@ _PHASES = {"pipeline1_wII": "pipeline1_wII", "pipeline1_wI": "pipeline1_wI", "lo
 class ShotsEval:
     """The shots curve's evaluation (module docstring): the nested ``budgets`` (pairs per objective of a new
     client; its pool holds ``max(budgets)``), and the oracle: ``oracle_pairs`` separable pairs per objective,
-    ``oracle_steps`` full-batch AdamW steps of rate ``oracle_lr`` at the client's ``λ_i``."""
+    ``oracle_steps`` full-batch AdamW steps of rate ``oracle_lr`` at the client's ``λ_i``, a step's pairs forward and
+    backward in chunks of at most ``max_pairs`` (all objectives together; None: one pass) with their gradients
+    summed (:func:`llm_runs.gate.train_oracle`: the same step, in the memory of one chunk's activations)."""
 
     budgets: tuple[int, ...] = (1, 2, 4, 8, 16)
     oracle_pairs: int = 16
     oracle_steps: int = 16
     oracle_lr: float = 5e-4
+    max_pairs: int | None = None
 
     def __post_init__(self):
         from llm_runs.heldout import _budgets
 
         object.__setattr__(self, "budgets", _budgets(self.budgets))
-        for name in ("oracle_pairs", "oracle_steps"):
+        for name in ("oracle_pairs", "oracle_steps", "max_pairs"):
             v = getattr(self, name)
+            if v is None and name == "max_pairs":
+                continue
             if isinstance(v, bool) or not isinstance(v, int | np.integer) or v < 1:
-                raise ValueError(f"ShotsEval.{name} must be an integer >= 1; got {v!r}")
+                none = " or None" if name == "max_pairs" else ""
+                raise ValueError(f"ShotsEval.{name} must be an integer >= 1{none}; got {v!r}")
         if not (self.oracle_lr > 0 and math.isfinite(self.oracle_lr)):
             raise ValueError(f"ShotsEval.oracle_lr must be a finite number > 0; got {self.oracle_lr!r}")
 
@@ -218,6 +224,36 @@ def seed_cpu_seconds(preset, points=SMOLLM2_GRADIENT, costs: dict[str, float] | 
     out = {"model_load": float(c["model_load"])}
     for part, work in seed_work(preset).items():
         out[part] = float(sum(count * price[kind](pairs) for kind, pairs, count in work))
+    out["total"] = float(sum(out.values()))
+    return out
+
+
+#: The assumptions of :func:`seed_gpu_seconds`, those of ``llm_runs/gpu_check.sh``'s estimate: a sustained
+#: ``flop_per_s`` of 100 TFLOP/s in bf16 (about a tenth of an H200's dense bf16 peak, for batches of tens of sequences
+#: of 100-200 tokens), ``host_per_gradient`` 0.2 s of host time (LP, Gram, Python, kernel launches) per client
+#: gradient evaluation or oracle step, ``host_per_forward`` 0.05 s per forward-only evaluation (a client's population
+#: losses, one model's held-out scoring), and ``start`` 90 s for everything before the first step (the preflight
+#: about 20 s, building the random 0.5b Llama 25 s and loading it 9 s as measured on 2 CPU cores, the data at the
+#: preset's response length, the sweep's one-worker Dask cluster and its imports). Not measured on a GPU.
+GPU_ASSUMPTIONS = {"flop_per_s": 100e12, "host_per_gradient": 0.2, "host_per_forward": 0.05, "start": 90.0}
+
+
+def seed_gpu_seconds(preset, params: float, tokens_per_sequence: float,
+                     assumptions: dict[str, float] | None = None) -> dict[str, float]:
+    """:func:`seed_work` priced for a GPU: seconds per part, ``start`` and ``total``, for a model of ``params``
+    parameters whose sequences (prompt and response, as padded in a batch) hold ``tokens_per_sequence`` tokens, at
+    :data:`GPU_ASSUMPTIONS` (or ``assumptions``). A pair is two sequences; a gradient evaluation costs
+    ``6 x params`` FLOP per token (an upper bound: the frozen base needs no weight gradients, and the cached
+    reference passes are forward only), a forward pass or a held-out scoring ``2 x params``; each evaluation adds
+    its host time. An estimate from assumed rates, not a measurement (``llm_runs/gpu_check.sh --study`` prints the
+    achieved ones)."""
+    c = GPU_ASSUMPTIONS if assumptions is None else {**GPU_ASSUMPTIONS, **assumptions}
+    flop = {"gradient": 6.0, "forward": 2.0, "heldout": 2.0}
+    host = {"gradient": c["host_per_gradient"], "forward": c["host_per_forward"], "heldout": c["host_per_forward"]}
+    out = {"start": float(c["start"])}
+    for part, work in seed_work(preset).items():
+        out[part] = float(sum(count * (flop[kind] * params * 2 * pairs * tokens_per_sequence / c["flop_per_s"]
+                                       + host[kind]) for kind, pairs, count in work))
     out["total"] = float(sum(out.values()))
     return out
 
@@ -361,7 +397,8 @@ def run_shots(lobj, fed, cands, res, preset, *, seed: int, out: Path, w_ref, glo
         mark("shots: oracles", k, n)
         lobj.load(w_ref)
         c0 = time.process_time()
-        hist = train_oracle(pm, obatches, fed.prefs[i], steps=spec.oracle_steps, lr=spec.oracle_lr)
+        hist = train_oracle(pm, obatches, fed.prefs[i], steps=spec.oracle_steps, lr=spec.oracle_lr,
+                            max_pairs=spec.max_pairs)
         cpu["oracles"] += time.process_time() - c0
         w = pm.flat_params().clone()
         oracle_loss.append([hist[0], hist[-1]])
@@ -430,6 +467,7 @@ def run_shots(lobj, fed, cands, res, preset, *, seed: int, out: Path, w_ref, glo
                          "centre": int(fed.centre[i])} for k, i in enumerate(new)],
         "heldout": {"pairs_per_objective": len(fed.heldout[0]), "prompts": list(fed.heldout_prompt_ids)},
         "oracle": {"pairs_per_objective": spec.oracle_pairs, "steps": spec.oracle_steps, "lr": spec.oracle_lr,
+                   "max_pairs": spec.max_pairs,
                    "weighted_loss_first_last": oracle_loss,
                    "prompts": sorted({p.prompt_id for ps in obatches.values() for p in ps})},
         "adaptation": {"K": K, "batch": "full: every step on all b samples of the budget", "psi_raised": raised,

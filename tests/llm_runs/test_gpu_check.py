@@ -20,6 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import pandas as pd
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -294,3 +296,73 @@ def test_a_run_that_fails_after_training_still_prints_its_timings(tiny_check, tm
     assert "status failed: RuntimeError: injected fault (generation" in out
     s = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert s["status"] == "failed" and "algorithm_1" in s["stage_seconds"]
+
+
+# ------------------------------------------------------------------------------------- the study on a GPU
+
+
+def test_the_shots_gpu_preset_is_the_shots_design_sized_for_eight_minutes_on_one_h200():
+    """The shots preset's design (methods, budgets 1-16, two new clients per centre) at GPU scale, held to its
+    estimate: at most 8 minutes a seed for the random 0.5b Llama at the assumed rates, with the sequence length
+    measured on the data at the preset's response cut (the longest prompt and response: every batch padded to it at
+    most)."""
+    from dataclasses import replace
+
+    from llm_runs.models import RANDOM_LLAMA_SIZES, tiny_llama
+    from llm_runs.shots import seed_gpu_seconds, seed_work
+    from llm_runs.tokenizer import smollm2_tokenizer
+
+    shots, gpu = PRESETS["shots"], PRESETS["shots-gpu"]
+    assert gpu.shots.budgets == shots.shots.budgets == (1, 2, 4, 8, 16)
+    assert gpu.design.objectives == shots.design.objectives and gpu.design.n_new >= 2 * gpu.design.n_centres
+    assert (gpu.generation, gpu.personalisation, gpu.clustering_draws) == (None, None, None)
+    assert gpu.autocast == "bfloat16" and gpu.max_response_tokens >= 4 * shots.max_response_tokens
+    assert gpu.shots.oracle_pairs == 64 and gpu.shots.max_pairs is not None  # the gate's transferring budget, chunked
+    with torch.device("meta"):  # the random 0.5b Llama's shapes, no weights
+        model, tok = tiny_llama(**RANDOM_LLAMA_SIZES["0.5b"])
+    params = sum(p.numel() for p in model.parameters())
+    assert round(params / 1e6) == 478  # the estimate the docs quote
+    from llm_runs.run import training_candidates
+
+    _, cands = training_candidates(gpu, smollm2_tokenizer())
+    prompts = np.array([len(tok.apply_chat_template([{"role": "user", "content": p}], tokenize=True,
+                                                    add_generation_prompt=True, return_dict=False))
+                        for p in cands.prompts])
+    longest = int(np.max(prompts[:, None] + np.asarray(cands.n_tokens).reshape(len(prompts), -1) + 1))  # + eos
+    assert longest == 111  # the estimate the docs quote
+    est = seed_gpu_seconds(gpu, params, longest)
+    assert est["total"] <= 8 * 60, est
+    assert seed_gpu_seconds(replace(gpu, max_response_tokens=128), params, longest + 64)["total"] > 8 * 60
+    assert seed_work(gpu.shrunk())["oracles"] == [("gradient", 3, 4)]  # 1 pair per objective, 1 step, 4 clients
+    assert gpu.shrunk().shots.max_pairs == 2  # so the shrunk oracle's 3 pairs go in two chunks
+
+
+@pytest.mark.e2e
+def test_study_tiny_runs_one_seed_of_the_shots_gpu_preset_as_a_sweep_cell_and_keeps_its_records(tmp_path):
+    """``--study --tiny``: the preflight with the sweep's modules, the tiny Llama, one seed of the shrunk shots-gpu
+    preset as a cell of ``python -m llm_runs sweep`` into --out, and the report of the cell, its records and the
+    run; the records are those the pre-registered analysis reads."""
+    from verification.llm.shots import ADAPTATION, CLIENTS, CROSS, METHODS, SCORES
+
+    out = tmp_path / "sweep"
+    res = _script(tmp_path / "work", "--study", "--out", str(out))
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "preflight: ok (shots-gpu --shrink on cpu)" in res.stdout
+    assert re.search(r"modules the run imports: .*\bdask\b.*\bdistributed\b", res.stdout)  # the sweep's, checked
+    cell = json.loads((out / "cells" / "shots-gpu-shrunk" / "0.json").read_text())
+    assert cell["status"] == "complete" and cell["seed"] == 0 and cell["run_dir"] == "runs/0"
+    report = res.stdout.split("---- GPU check report ----", 1)[1]
+    assert f"cell {out / 'cells' / 'shots-gpu-shrunk' / '0.json'}: seed 0 of shots-gpu-shrunk, status complete" in report
+    run = out / "runs" / "0"
+    scores = pd.read_csv(run / SCORES)
+    budgets = PRESETS["shots-gpu"].shrunk().shots.budgets
+    assert set(scores["method"]) == set(METHODS) and set(scores["budget"]) == set(budgets)
+    for name in (CLIENTS, SCORES, ADAPTATION, CROSS):
+        rows = len(pd.read_csv(run / name))
+        assert f"{name} {rows} rows" in report
+    s = json.loads((run / "summary.json").read_text())
+    assert s["status"] == "complete" and s["shots"]["oracle"]["max_pairs"] == 2
+    assert re.search(r"seconds per stage: .*shots \d+\.\d", report) and _rate(report, "training") > 0
+    assert "training tokens/s: " in report and ", shots;" in report  # the shots stage counts as training
+    assert "generation tokens/s: n/a (the preset generates nothing)" in report and "status complete" in report
+    assert not (tmp_path / "work" / "study").exists()  # the sweep folder is --out
