@@ -31,6 +31,11 @@ transformers and peft are imported once for both (the script's ``--tiny`` check 
 2-core Intel Xeon, 26-27 against 21-22 in three back-to-back pairs; on the GPU machine, one process start less);
 nothing is built unless the preflight passed, and a failed build exits :data:`EXIT_BUILD` (4).
 
+With ``--sweep`` (the script's ``--study``: the run is a cell of ``python -m llm_runs sweep``) the modules that
+:mod:`llm_runs.sweep` imports (the Dask engine: ``dask``, ``distributed``) are checked too. The clients are drawn as
+the run draws them (:func:`llm_runs.run.federation`: the shots curve's separable federation for a preset with
+``shots``).
+
 ``PREFALIGN_PREFLIGHT_EXTRA`` (:data:`EXTRA_ENV`, comma-separated requirement strings) adds requirements to the
 ``llm`` extra's: the tests name a distribution that does not exist and expect exit status 3.
 
@@ -41,6 +46,11 @@ the stage that failed), tokens per second of training (the model's tokens of the
 the clustering comparison over those stages' seconds) and of generation (the new tokens of ``generations.csv``
 over the generation stage's seconds), the floating-point rate they imply (6 × parameters × training tokens,
 2 × parameters × generated tokens), client LP steps per second, peak memory and the parts of a step.
+
+With ``--cell FILE`` (the script's ``--study``) the report first prints the sweep's cell file of the run
+(:func:`cell_report`: status, seconds, CPU-seconds, host) and the record files of the run that its summary names
+(the shots curve's), with their rows. The stages of a shots run (``shots``) and of the personalisation study count
+as training stages.
 
 **Fault injection** (:func:`inject_fault`): ``PREFALIGN_INJECT_FAULT=generation`` (or ``algorithm``) in the
 environment of ``python -m llm_runs run`` makes the run fail with a ``RuntimeError`` when it reaches the

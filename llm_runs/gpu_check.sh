@@ -10,12 +10,26 @@
 # outputs of a random model mean nothing; its speed and memory are those of a real model of its size.
 #
 # usage: llm_runs/gpu_check.sh [--size 0.5b|1b | --model DIR] [--work DIR] [--budget SECONDS] [--no-preflight] [--tiny]
+#                              [--study [--out DIR]]
 #   --size    the random Llama (default 0.5b, about 0.48 B parameters; 1b: about 1.07 B)
 #   --model   check this model directory instead of building a random Llama (step 2 is skipped), e.g. the
 #             random-llama-SIZE that an earlier check left in its --work; not with --size
 #   --work    where the model and the run go (default: a temporary directory, removed at the end)
 #   --budget  wall-clock limit of the run in seconds (default 480; --tiny: 300): SIGINT then, so that the run
 #             writes its summary (status interrupted) and the timings are printed; SIGKILL 30 s later
+#   --study   instead of the gpu preset's --quick run, one seed of the shots curve's GPU preset `shots-gpu`, whole:
+#             `python -m llm_runs sweep --preset shots-gpu --seeds 0:1 --workers 1 --threads 4 --device cuda
+#             --layout separate --model MODEL --out DIR` (one cell of the sweep engine; the preflight checks the
+#             sweep's modules too, `preflight --sweep`), then the report of the cell, of the record files the
+#             pre-registered analysis (verification.llm.shots) reads, with their rows, and of the run; with --tiny
+#             `--shrink --autocast none` on the CPU with the tiny Llama (RunPreset.shrunk: 4 new clients, budgets 1
+#             and 2, an oracle of 1 pair per objective in chunks of 2 pairs): the CPU check of this path,
+#             tests/llm_runs/test_gpu_check.py (e2e tier; about 80 s of run, 120 s in all, 70 CPU-s on a 2-core AMD
+#             EPYC). The estimate of a seed is below; NOT YET RUN ON A GPU
+#   --out     (--study only) the sweep folder: cells/shots-gpu/0.json, runs/0/ (the records and summary.json),
+#             params.json, llm_sweep.json, and no model (default WORK/study, removed with a temporary WORK). On a
+#             lent GPU machine `--out "$OUT/shots-gpu"` brings the seed's result back; the same command again
+#             recomputes nothing (a finished cell is kept)
 #   --no-preflight  skip step 1, for a check again on a machine whose preflight passed (with the same
 #             packages): the preflight costs about 20 s of the machine's time, of a device budget of minutes
 #   --tiny    a CPU check of this script: a tiny Llama and `run --preset gpu --shrink --autocast none` on the CPU
@@ -40,8 +54,10 @@
 #      (16 clients, m = 4, 6 pairs per objective, responses up to 256 tokens), one round of each phase, one
 #      adaptation and Pipeline-2 step, the clustering comparison, and the generation evaluation cut by --quick to
 #      2 prompts x 1 sample x at most 64 new tokens from each of the run's models.
+#      With --study: the sweep of one shots-gpu seed instead (see --study).
 #   4. `python -m llm_runs.gpu_check report`: from the run's summary.json, whatever it holds (a failed run writes
-#      one too); then the script exits with the run's status.
+#      one too; with --study `--cell` prints the cell and the records first); then the script exits with the run's
+#      status (with --study the sweep's: 0 when the cell is complete, 1 when it failed, 124/130 when stopped).
 #
 # Budget of the whole --quick check for --size 0.5b (478 M parameters): about 6.5 minutes on one H200 by this
 # estimate, under 8 (not yet run on a GPU; the report prints the achieved rates to check it against):
@@ -58,6 +74,22 @@
 #   model and start: building the random model took 25 s and loading it 9 s on 2 CPU cores here, the data
 #     stage 5 s, the preflight about 20 s: about 60 s.
 #   190 + 60 + 70 + 60 = 380 s. Whatever the real rates, --budget stops the run at 480 s (and still reports).
+#
+# Budget of one --study seed for --size 0.5b (478 M parameters): about 7.8 minutes on one H200 by this estimate,
+# under 8 (llm_runs.shots.seed_gpu_seconds, which counts the work from the preset, llm_runs.shots.seed_work; not yet
+# run on a GPU; the report prints the achieved rates to check it against). Sequences of at most 111 tokens (the
+# longest prompt with its response cut at 64 tokens and eos; a batch is padded to its longest):
+#   compute: gradient evaluations (Algorithm 1 and the global model, 4 adaptations and Pipeline 2 of 6 new clients at
+#     5 budgets, the secants' last gradients, 6 oracles of 12 steps over 192 pairs) 5.5 M tokens at 6 x 478 M FLOP a
+#     token (an upper bound, as above) = 15.8 PFLOP; population losses 1.6 M tokens and held-out scoring of 161
+#     models x 144 pairs 5.1 M tokens, forward only at 2 x 478 M = 6.5 PFLOP; 22.3 PFLOP at the assumed sustained
+#     100 TFLOP/s = 223 s (oracles 88, adaptations 62, held-out scoring 49, Algorithm 1 24);
+#   host: 0.2 s per client gradient evaluation or oracle step (630) and 0.05 s per forward-only evaluation or
+#     held-out scoring (551): 154 s;
+#   start: preflight about 20 s, the model's build 25 s and load 9 s, the data, the one-worker Dask cluster: 90 s.
+#   223 + 154 + 90 = 466 s. The sweep is stopped at --budget (480 s; the preflight and build run before it), and the
+#   report still prints what the run recorded. Budget 64 pairs per objective is not in the preset: with two new
+#   clients per centre (the within-cluster contrast) the study side of the data cannot hold it (docs/llm-study.md).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}

@@ -55,7 +55,10 @@ with its ``budget``.
 **Cost and sizing.** :func:`seed_work` counts one seed's work (gradient and loss evaluations in pairs per
 objective, oracle steps, held-out scorings) and :func:`seed_cpu_seconds` prices it with the CPU costs measured for
 SmolLM2-135M on a 2-core AMD EPYC at 16 tokens (:data:`SMOLLM2_CPU_SECONDS`): an extrapolation, not a measurement of
-the curve itself (docs/llm-study.md, "The shots curve: the run").
+the curve itself (docs/llm-study.md, "The shots curve: the run"); :func:`seed_gpu_seconds` prices the same work for a
+GPU from FLOP (``6 x parameters`` a token of a gradient evaluation, ``2 x`` of a forward pass) at an assumed
+sustained rate plus host time per evaluation (:data:`GPU_ASSUMPTIONS`): the sizing of the ``shots-gpu`` preset
+(docs/llm-study.md, "The shots curve on a GPU"), an estimate that no GPU has checked yet.
 """
 
 from __future__ import annotations
