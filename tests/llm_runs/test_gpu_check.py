@@ -182,6 +182,7 @@ def test_the_preflight_names_the_missing_module_and_runs_its_other_checks(tmp_pa
     (["--size", "2b"], "argument --size: expected 0.5b or 1b, got 2b"),
     (["--budget", "0"], "argument --budget: expected a whole number of seconds, got 0"),
     (["--frobnicate"], "unknown argument --frobnicate"),
+    (["--out", "{tmp}/sweep"], "argument --out: only with --study"),
 ])
 def test_the_scripts_usage_errors_exit_2_before_any_work(tmp_path, args, match):
     res = _script(tmp_path / "work", *[a.replace("{tmp}", str(tmp_path)) for a in args])
