@@ -58,7 +58,7 @@ test: $(STAMP)
 
 ## test-e2e: the end-to-end child processes that CI runs right after `make test` (pytest marker `e2e`): the GPU
 ## check script's complete run, its failure after training and its exit 3, the LLM sweep on a real Dask cluster
-## with a worker killed, and the command lines as subprocesses
+## with a worker killed, the command lines as subprocesses, and the committed LLM sweep rendered
 test-e2e: $(STAMP)
 	$(LLM_ENV) $(BIN)/python -m pytest -m e2e
 

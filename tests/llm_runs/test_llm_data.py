@@ -638,6 +638,7 @@ def test_cli_stats_and_errors(data_file, tmp_path, capsys):
         assert len([ln for ln in err.splitlines() if ln.strip()]) == 1, err  # one line, no traceback
 
 
+@pytest.mark.e2e
 @pytest.mark.skipif(not DEFAULT_DATA_FILE.exists(), reason="the shipped data file is not built")
 def test_cli_measures_one_side_of_the_calibration_split(capsys):
     """``data stats --prompts calibration`` measures the calibration prompts only; ``probe --prompts`` refuses an

@@ -104,7 +104,7 @@ def test_weighted_sum_gradient_matches_direction(pm, batches, res):
     np.testing.assert_allclose(g.numpy(), res.direction(lam).numpy(), rtol=0, atol=1e-6 * float(g.abs().max()))
 
 
-@pytest.mark.parametrize("max_pairs", [1, 2, 3, 1000])
+@pytest.mark.parametrize("max_pairs", [1, 1000])
 def test_weighted_sum_in_chunks_is_the_full_batch_loss_and_gradient(pm, batches, max_pairs):
     """Chunks of at most ``max_pairs`` pairs (across objectives), each forward and backward on its own: the same loss
     and gradient as one pass over every pair, up to roundoff, and the same floor check."""

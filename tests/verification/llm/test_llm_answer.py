@@ -182,6 +182,7 @@ def test_llm_gate_usage_errors(gate_dir, tmp_path, capsys, no_statement_runs):
     assert not (tmp_path / "rep").exists()
 
 
+@pytest.mark.e2e  # the whole committed sweep of 8 seeds read and rendered: about 4 CPU-s
 def test_the_old_study_sweep_renders_as_before(tmp_path, monkeypatch):
     """The committed sweep of the old study (no shots records): no curve, no gate, and the section is what it was
     — the sweep's part (its pre-registered lines as the committed dashboard shows them) then one seed in detail."""
