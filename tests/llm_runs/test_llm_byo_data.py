@@ -302,6 +302,7 @@ def runs(tiny_dir, tmp_path_factory):
     return out
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("schema", sorted(SCHEMAS))
 def test_a_run_on_each_schema_records_its_objectives_and_labels(schema, runs, tok):
     """The run trains on the file's objectives (or --objectives), records every loss and held-out column of them,
@@ -335,6 +336,7 @@ def test_a_run_on_each_schema_records_its_objectives_and_labels(schema, runs, to
     assert held == set(check["clients"]["heldout_prompts"])  # the check deals the run's clients (same seed)
 
 
+@pytest.mark.e2e
 def test_the_dashboards_llm_section_reads_the_runs(runs, tmp_path):
     """The LLM section built from the four runs: it reads them, runs the studies on the first and fills the LLM
     column of the headline table; the generation-reward rows say not recorded."""

@@ -475,6 +475,7 @@ def tiny_runs(tiny_dir, cands, tmp_path_factory):
     return outs, sums
 
 
+@pytest.mark.e2e
 def test_run_writes_every_column_and_a_complete_summary(tiny_runs):
     (out, _), (s, _) = tiny_runs
     rec = pd.read_csv(out / "trajectory.csv")
@@ -499,6 +500,7 @@ def test_run_writes_every_column_and_a_complete_summary(tiny_runs):
     assert "under-estimates" in s["psi_star_note"]
 
 
+@pytest.mark.e2e
 def test_same_seed_same_records(tiny_runs):
     (a, b), _ = tiny_runs
     assert (a / "trajectory.csv").read_bytes() == (b / "trajectory.csv").read_bytes()
@@ -506,6 +508,7 @@ def test_same_seed_same_records(tiny_runs):
         assert (a / "clusterings.csv").read_bytes() == (b / "clusterings.csv").read_bytes()
 
 
+@pytest.mark.e2e
 def test_run_scores_responses_generated_by_every_model(tiny_runs):
     """generations.csv: every model of the run (base, cluster models, each new client's adapted models) answers the
     same evaluation prompts, none of them trained on, and each response carries every objective's reward."""
@@ -522,9 +525,10 @@ def test_run_scores_responses_generated_by_every_model(tiny_runs):
     assert (out / "generations.csv").read_bytes() == (other / "generations.csv").read_bytes()  # same seed
 
 
+@pytest.mark.e2e
 def test_the_gpu_checks_report_reads_a_complete_and_a_failed_run(tiny_runs, tmp_path):
-    """llm_runs/gpu_check.py's report in this process, on this module's run (the report of the script's own run is
-    tested in the e2e tier, tests/llm_runs/test_gpu_check.py): the rates of both stages of a complete run; a run
+    """llm_runs/gpu_check.py's report in this process, on this module's run (the script's own run and its report:
+    tests/llm_runs/test_gpu_check.py): the rates of both stages of a complete run; a run
     that failed in generation names the stage and says why it has no generation rate."""
     import re
 
@@ -551,6 +555,7 @@ def test_the_gpu_checks_report_reads_a_complete_and_a_failed_run(tiny_runs, tmp_
     assert "generation tokens/s: n/a (the run failed in generation after " in text
 
 
+@pytest.mark.e2e
 def test_run_records_the_lp_inputs_and_the_clustering_comparison(tiny_runs):
     """The Grams and LP weights at the federated phases' population rows re-solve to the recorded weights, and
     the clustering comparison (Remark H.8) is recorded as the summary describes it."""

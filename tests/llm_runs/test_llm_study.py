@@ -56,6 +56,7 @@ def test_held_out_pairs_come_from_at_least_the_prompts_asked_for():
     assert {p.prompt_id for pairs in fed.heldout for p in pairs} <= set(fed.heldout_prompt_ids)
 
 
+@pytest.mark.e2e
 def test_every_evaluated_model_has_the_same_held_out_pairs_and_the_base_margins_are_zero(study_run):
     out, summary = study_run
     assert summary["status"] == "complete"
@@ -76,6 +77,7 @@ def test_every_evaluated_model_has_the_same_held_out_pairs_and_the_base_margins_
     assert [c["client"] for c in p["new_clients"]] == list(range(N_TRAIN, N_TRAIN + N_NEW))
 
 
+@pytest.mark.e2e
 def test_hcn_at_the_base_model_for_each_partition(study_run):
     _, summary = study_run
     h = summary["personalisation"]["hcn_at_w_ref"]
@@ -86,6 +88,7 @@ def test_hcn_at_the_base_model_for_each_partition(study_run):
     assert isinstance(h["stage1_only_same_partition"], bool)
 
 
+@pytest.mark.e2e
 def test_the_run_counts_the_evaluations_it_planned_and_samples_only_the_listed_models(study_run):
     out, summary = study_run
     assert summary["gradient_evaluations"]["done"] == summary["gradient_evaluations"]["planned"] == \
@@ -99,6 +102,7 @@ def test_the_run_counts_the_evaluations_it_planned_and_samples_only_the_listed_m
         ["w_ref", "pipeline1_wII"]
 
 
+@pytest.mark.e2e
 def test_the_pre_registered_analysis_reads_the_run(study_run):
     out, _ = study_run
     s = seed_statistics(out)
