@@ -270,9 +270,10 @@ def test_report_llm_sweep_end_to_end(sweep_dir, tmp_path, monkeypatch, capsys):
 
     monkeypatch.setattr(llm_section, "_synthetic", _tiny_synthetic)
     monkeypatch.setattr(figures, "draw_all", lambda *a, **k: ({}, {}))
-    fake = types.ModuleType("verification.llm.personalisation")
-    fake.sweep_statistics = lambda run_dirs: FAKE_STATS
-    monkeypatch.setitem(sys.modules, "verification.llm.personalisation", fake)
+    from verification.llm import personalisation
+
+    # the real module with a fake answer: the report also imports the shots analysis, which takes its constants
+    monkeypatch.setattr(personalisation, "sweep_statistics", lambda run_dirs: FAKE_STATS)
     out = tmp_path / "rep"
     assert main(["report", "S4", "--no-studies", "--out", str(out), "--llm-sweep", str(sweep_dir)]) == 0
     md = (out / "README.md").read_text()
