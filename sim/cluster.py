@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.cluster.hierarchy import fcluster, linkage
 
+from sim._checks import as_array
 from sim.preference import (
     SIMPLEX_ATOL,
     adjustment,
@@ -65,19 +66,7 @@ __all__ = [
 
 
 def _finite_array(x, name: str, ndim: int | None = None, min_ndim: int | None = None) -> np.ndarray:
-    try:
-        arr = np.asarray(x, dtype=np.float64)
-    except (TypeError, ValueError, RuntimeError) as exc:  # RuntimeError: a tensor needing grad
-        raise ValueError(f"{name} must be a numeric array; got {x!r}") from exc
-    if ndim is not None and arr.ndim != ndim:
-        raise ValueError(f"{name} must have {ndim} dimension(s); got shape {arr.shape}")
-    if min_ndim is not None and arr.ndim < min_ndim:
-        raise ValueError(f"{name} must have at least {min_ndim} dimension(s); got shape {arr.shape}")
-    bad = ~np.isfinite(arr)
-    if bad.any():
-        at = tuple(int(i) for i in np.argwhere(bad)[0])
-        raise ValueError(f"{name} contains a non-finite entry {arr[at]!r} at index {at}")
-    return arr
+    return as_array(x, name, ndim=ndim, min_ndim=min_ndim or 0, nonempty=False)
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:

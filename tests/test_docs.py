@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from verification.core import registry
+from verification.core import catalogue, registry
 from verification.report.docsections import REQUIRED, missing_sections, statement_sections
 from verification.report.figures import FIGURE_STATEMENTS, FIGURES
 
@@ -57,7 +57,7 @@ def example_module(monkeypatch):
     monkeypatch.syspath_prepend(str(EXAMPLES))
     mod = importlib.import_module("chebyshev_lipschitz")
     yield mod
-    registry._EXPLICIT[:] = [s for s in registry._EXPLICIT if s.module != mod.__name__]
+    catalogue._EXPLICIT[:] = [s for s in catalogue._EXPLICIT if s.module != mod.__name__]
     registry.all_statements(refresh=True)
 
 

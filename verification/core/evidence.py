@@ -1,4 +1,8 @@
-r"""Evidence records, hypothesis monitors and tolerances for executable statements.
+r"""Evidence records of executable statements: their conclusions, verdicts, negative controls and power.
+
+The hypothesis monitor (:mod:`verification.core.hypotheses`), the tolerances and the bound factor
+(:mod:`verification.core.tolerances`) and the JSON conversion (:mod:`verification.core.jsonable`) sit below this
+module; every name of them is importable from here too.
 
 Every statement check (DESIGN.md "Executable statements", THEOREMS.md §3.0) is an *implication test*:
 
@@ -39,24 +43,26 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
+
+from verification.core import hypotheses as _hypotheses
+from verification.core import jsonable as _jsonable
+from verification.core import tolerances as _tolerances
+from verification.core.hypotheses import *  # noqa: F403 - the monitor is importable from here too
+from verification.core.hypotheses import Hypothesis, HypothesisMonitor
+from verification.core.jsonable import *  # noqa: F403 - and the JSON conversion
+from verification.core.jsonable import JsonRecord, json_float, to_jsonable
+from verification.core.tolerances import *  # noqa: F403 - and the tolerances and the bound factor
+from verification.core.tolerances import ATOL, RTOL, check_inequality, detection_factor, scaled_bound
 
 __all__ = [
-    "ATOL",
-    "RTOL",
-    "LP_TOL",
-    "ACTIVE_SET_TOL",
-    "POSITIVITY_RTOL",
-    "FD_STEP_LOSSES",
-    "FD_STEP_PARAMS",
-    "FD_RTOL",
+    *_tolerances.__all__,
+    *_jsonable.__all__,
+    *_hypotheses.__all__,
     "VERDICTS",
     "NEGATIVE_CONTROL_STATES",
     "MAX_STORED_COUNTEREXAMPLES",
@@ -66,40 +72,9 @@ __all__ = [
     "NUMERIC_KINDS",
     "POWER_FACTOR",
     "Conclusion",
-    "bound_factor",
-    "active_bound_factor",
-    "scaled_bound",
-    "detection_factor",
     "RESIDUAL_TIGHTNESS_FLOOR",
-    "Hypothesis",
-    "HypothesisMonitor",
     "Evidence",
-    "check_inequality",
-    "inequality_margin",
-    "is_strictly_positive",
-    "to_jsonable",
 ]
-
-# --------------------------------------------------------------------------------------------------------------
-# Tolerances (THEOREMS.md §3.0)
-# --------------------------------------------------------------------------------------------------------------
-
-#: Deterministic inequalities: absolute slack in ``lhs ≤ rhs + ATOL + RTOL·|rhs|``.
-ATOL = 1e-12
-#: Deterministic inequalities: relative slack in ``lhs ≤ rhs + ATOL + RTOL·|rhs|``.
-RTOL = 1e-9
-#: LP feasibility / optimality tolerance.
-LP_TOL = 1e-9
-#: Active-set tolerance (slack ``≤ tol·max(1, |rhs|)`` or ``μ_j ≤ tol``).
-ACTIVE_SET_TOL = 1e-9
-#: Strict positivity (``γ > 0``, ``κ_β > 0``): ``x > POSITIVITY_RTOL · scale``.
-POSITIVITY_RTOL = 1e-12
-#: Central finite differences: step for derivatives in the losses.
-FD_STEP_LOSSES = 1e-6
-#: Central finite differences: step for derivatives in the parameters.
-FD_STEP_PARAMS = 1e-7
-#: Central finite differences: accepted relative error.
-FD_RTOL = 1e-5
 
 VERDICTS = ("holds", "violated", "finding", "vacuous")
 NEGATIVE_CONTROL_STATES = ("detected", "missed", "none")
@@ -138,315 +113,6 @@ CONCLUSION_ROLES = ("contract", "literal", "soft")
 POWER_FACTOR = 0.5
 KIND_LABELS = {"bound": "numeric bound", "identity": "identity residual", "boolean": "boolean conclusion",
                "monte_carlo": "Monte Carlo assertion"}
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Inequalities
-# --------------------------------------------------------------------------------------------------------------
-
-
-def check_inequality(lhs, rhs, atol: float = ATOL, rtol: float = RTOL) -> npt.NDArray[np.bool_]:
-    """Elementwise ``lhs ≤ rhs + atol + rtol·|rhs|`` (broadcast); NaN on either side counts as *failed*."""
-    lhs = np.asarray(lhs, dtype=np.float64)
-    rhs = np.asarray(rhs, dtype=np.float64)
-    return np.asarray(lhs <= rhs + atol + rtol * np.abs(rhs))
-
-
-def inequality_margin(lhs, rhs, atol: float = ATOL, rtol: float = RTOL) -> np.ndarray:
-    """Margin ``rhs + atol + rtol·|rhs| − lhs`` of ``lhs ≤ rhs``: ``≥ 0`` iff :func:`check_inequality` holds."""
-    lhs = np.asarray(lhs, dtype=np.float64)
-    rhs = np.asarray(rhs, dtype=np.float64)
-    return rhs + atol + rtol * np.abs(rhs) - lhs
-
-
-def is_strictly_positive(x, scale=1.0, rtol: float = POSITIVITY_RTOL) -> np.ndarray:
-    """Elementwise ``x > rtol·|scale|`` (strict positivity relative to a scale, THEOREMS.md §3.0)."""
-    x = np.asarray(x, dtype=np.float64)
-    return np.asarray(x > rtol * np.abs(np.asarray(scale, dtype=np.float64)))
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Bound scaling (power)
-# --------------------------------------------------------------------------------------------------------------
-
-_BOUND_FACTOR: ContextVar[float] = ContextVar("bound_factor", default=1.0)
-
-
-def _check_factor(factor) -> float:
-    f = float(factor)
-    if not (math.isfinite(f) and 0.0 < f <= 1.0):
-        raise ValueError(f"bound factor must lie in (0, 1]; got {factor!r}")
-    return f
-
-
-@contextmanager
-def bound_factor(factor: float) -> Iterator[float]:
-    """Within the block every numeric bound is scaled to ``rhs − (1 − factor)|rhs|`` (see :func:`scaled_bound`)."""
-    token = _BOUND_FACTOR.set(_check_factor(factor))
-    try:
-        yield _BOUND_FACTOR.get()
-    finally:
-        _BOUND_FACTOR.reset(token)
-
-
-def active_bound_factor() -> float:
-    """The bound factor in force (1 outside :func:`bound_factor`)."""
-    return _BOUND_FACTOR.get()
-
-
-def scaled_bound(rhs, factor: float | None = None):
-    """``rhs − (1 − f)|rhs|`` with ``f`` the active bound factor (or ``factor``): the bound made too small by
-    ``f``. The one function through which every numeric bound of a conclusion passes (:meth:`Evidence.
-    from_implication` for ``bound`` conclusions, :func:`verification.core.montecarlo.mean_claim` for Monte Carlo
-    bounds); the identity at ``f = 1``."""
-    f = active_bound_factor() if factor is None else _check_factor(factor)
-    r = np.asarray(rhs, dtype=np.float64)
-    out = r if f == 1.0 else r - (1.0 - f) * np.abs(r)
-    return float(out) if np.ndim(rhs) == 0 else out
-
-
-def detection_factor(lhs, rhs) -> np.ndarray:
-    """Per instance ``1 − (rhs − lhs)/|rhs|``: the largest ``f`` with ``lhs > rhs − (1 − f)|rhs|``, i.e. the factor
-    down to which a scaled bound is still violated there (``lhs/rhs`` when ``rhs > 0``). NaN where
-    ``|rhs| ≤ ATOL`` (a zero bound cannot be scaled)."""
-    lhs = np.asarray(lhs, dtype=np.float64)
-    rhs = np.asarray(rhs, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out = 1.0 - (rhs - lhs) / np.abs(rhs)
-    return np.where(np.abs(rhs) > ATOL, out, np.nan)
-
-
-# --------------------------------------------------------------------------------------------------------------
-# JSON conversion
-# --------------------------------------------------------------------------------------------------------------
-
-
-def _json_float(x: float) -> float | str:
-    x = float(x)
-    if math.isfinite(x):
-        return x
-    return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
-
-
-def to_jsonable(obj: Any) -> Any:
-    """Convert numpy scalars/arrays, tuples, sets and dataclasses to plain JSON types.
-
-    Non-finite floats become the strings ``"nan"``, ``"inf"``, ``"-inf"`` (strict JSON has no NaN); other
-    objects (e.g. sympy expressions) become their ``str``.
-    """
-    if obj is None or isinstance(obj, (bool, str)):
-        return obj
-    if isinstance(obj, (np.bool_,)):
-        return bool(obj)
-    if isinstance(obj, (int, np.integer)):
-        return int(obj)
-    if isinstance(obj, (float, np.floating)):
-        return _json_float(float(obj))
-    if isinstance(obj, np.ndarray):
-        return [to_jsonable(v) for v in obj.tolist()] if obj.ndim else to_jsonable(obj.item())
-    if isinstance(obj, Mapping):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple, set, frozenset)):
-        return [to_jsonable(v) for v in obj]
-    if isinstance(obj, Evidence):
-        return obj.to_dict()
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return to_jsonable(dataclasses.asdict(obj))
-    return str(obj)
-
-
-# --------------------------------------------------------------------------------------------------------------
-# Hypotheses
-# --------------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Hypothesis:
-    """Summary of one checklist item over the instances: held / failed counts and the smallest margin.
-
-    ``min_margin`` is the smallest recorded margin (``≥ 0`` means held); ``None`` when no margin was given.
-    """
-
-    name: str
-    held: int
-    failed: int
-    min_margin: float | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return to_jsonable(dataclasses.asdict(self))
-
-
-class HypothesisMonitor:
-    """Accumulates, per hypothesis, whether it held at each instance, with margins.
-
-    Instances are indexed ``0..n_instances−1``. Each :meth:`record` call ANDs into the hypothesis' per-instance
-    status (a hypothesis checked at several points of one instance holds iff it held at all of them) and keeps
-    the smallest margin. An instance where a hypothesis was never evaluated counts as *held* for it (not
-    applicable). :attr:`mask` is the set of instances where every hypothesis held and no explicit exclusion
-    applies; the conclusion is evaluated there only.
-
-    Use it batched (arrays of length ``n_instances``) or instance by instance (``index=i``); the number of
-    instances can grow with :meth:`add_instances`.
-    """
-
-    def __init__(self, n_instances: int = 0):
-        if int(n_instances) < 0:
-            raise ValueError(f"n_instances must be >= 0; got {n_instances!r}")
-        self._n = int(n_instances)
-        self._held: dict[str, np.ndarray] = {}
-        self._evaluated: dict[str, np.ndarray] = {}
-        self._margin: dict[str, np.ndarray] = {}
-        self._order: list[str] = []
-        self._exclusions: dict[str, np.ndarray] = {}
-
-    # -- size ---------------------------------------------------------------------------------------------
-    @property
-    def n_instances(self) -> int:
-        return self._n
-
-    def add_instances(self, k: int = 1) -> range:
-        """Append ``k`` new instances (hypotheses not yet evaluated there) and return their indices."""
-        k = int(k)
-        if k < 0:
-            raise ValueError(f"add_instances: k must be >= 0; got {k}")
-        start = self._n
-        self._n += k
-        for store, fill in ((self._held, True), (self._evaluated, False), (self._margin, np.inf)):
-            for name, arr in store.items():
-                store[name] = np.concatenate([arr, np.full(k, fill, dtype=arr.dtype)])
-        for reason, arr in self._exclusions.items():
-            self._exclusions[reason] = np.concatenate([arr, np.zeros(k, dtype=bool)])
-        return range(start, self._n)
-
-    def _ensure(self, name: str) -> None:
-        if name not in self._held:
-            self._held[name] = np.ones(self._n, dtype=bool)
-            self._evaluated[name] = np.zeros(self._n, dtype=bool)
-            self._margin[name] = np.full(self._n, np.inf)
-            self._order.append(name)
-
-    def _index(self, index) -> Any:
-        if index is None:
-            return slice(None)
-        if isinstance(index, (int, np.integer)):
-            if not 0 <= int(index) < self._n:
-                raise ValueError(f"instance index {index} out of range 0..{self._n - 1}")
-            return int(index)
-        return index
-
-    # -- recording ----------------------------------------------------------------------------------------
-    def record(self, name: str, held, margin=None, index=None) -> np.ndarray:
-        """Record hypothesis ``name``: ``held`` (bool, scalar or array) at ``index`` (default: all instances).
-
-        ``margin`` (optional, same shape) is a signed slack, ``≥ 0`` where held. NaN margins count as failed.
-        Returns the boolean ``held`` array as recorded (after broadcasting).
-        """
-        if self._n == 0 and index is None and np.ndim(held) == 1:
-            self.add_instances(len(held))
-        self._ensure(name)
-        idx = self._index(index)
-        target_shape = np.shape(self._held[name][idx])
-        h = np.asarray(held, dtype=bool)
-        try:
-            h = np.broadcast_to(h, target_shape)
-        except ValueError as exc:
-            raise ValueError(
-                f"hypothesis {name!r}: held has shape {np.shape(held)}, expected {target_shape}"
-            ) from exc
-        self._held[name][idx] &= h
-        self._evaluated[name][idx] = True
-        if margin is not None:
-            mg = np.broadcast_to(np.asarray(margin, dtype=np.float64), target_shape)
-            mg = np.where(np.isnan(mg), -np.inf, mg)
-            self._margin[name][idx] = np.minimum(self._margin[name][idx], mg)
-        return np.array(h)
-
-    def require_nonnegative(self, name: str, margin, tol: float = 0.0, index=None) -> np.ndarray:
-        """Record hypothesis ``margin ≥ −tol`` (NaN fails)."""
-        mg = np.asarray(margin, dtype=np.float64)
-        return self.record(name, mg >= -tol, margin=mg, index=index)
-
-    def require_inequality(self, name: str, lhs, rhs, atol: float = ATOL, rtol: float = RTOL,
-                           index=None) -> np.ndarray:
-        """Record hypothesis ``lhs ≤ rhs`` with the deterministic tolerance of :func:`check_inequality`."""
-        mg = inequality_margin(lhs, rhs, atol, rtol)
-        return self.record(name, mg >= 0, margin=mg, index=index)
-
-    def require_positive(self, name: str, x, scale=1.0, rtol: float = POSITIVITY_RTOL,
-                         index=None) -> np.ndarray:
-        """Record hypothesis ``x > rtol·|scale|`` (strict positivity); the margin is ``x − rtol·|scale|``."""
-        x = np.asarray(x, dtype=np.float64)
-        thr = rtol * np.abs(np.asarray(scale, dtype=np.float64))
-        return self.record(name, x > thr, margin=x - thr, index=index)
-
-    def exclude(self, reason: str, mask, index=None) -> None:
-        """Exclude instances for a reason that is not a checklist hypothesis (e.g. "LP infeasible")."""
-        if self._n == 0 and index is None and np.ndim(mask) == 1:
-            self.add_instances(len(mask))
-        if reason not in self._exclusions:
-            self._exclusions[reason] = np.zeros(self._n, dtype=bool)
-        idx = self._index(index)
-        m = np.broadcast_to(np.asarray(mask, dtype=bool), np.shape(self._exclusions[reason][idx]))
-        self._exclusions[reason][idx] |= m
-
-    # -- summaries ----------------------------------------------------------------------------------------
-    @property
-    def names(self) -> list[str]:
-        return list(self._order)
-
-    def held(self, name: str) -> np.ndarray:
-        """Per-instance status of hypothesis ``name`` (True = held or not evaluated)."""
-        if name not in self._held:
-            raise ValueError(f"unknown hypothesis {name!r}; recorded: {self._order}")
-        return self._held[name].copy()
-
-    def failed(self, name: str) -> np.ndarray:
-        """Per-instance mask where hypothesis ``name`` was evaluated and failed."""
-        return ~self.held(name)
-
-    @property
-    def mask(self) -> np.ndarray:
-        """Instances where every hypothesis held and no exclusion applies."""
-        m = np.ones(self._n, dtype=bool)
-        for arr in self._held.values():
-            m &= arr
-        for arr in self._exclusions.values():
-            m &= ~arr
-        return m
-
-    def hypotheses(self) -> tuple[Hypothesis, ...]:
-        out = []
-        for name in self._order:
-            ev = self._evaluated[name]
-            h = self._held[name]
-            mg = self._margin[name][ev]
-            finite_given = mg[mg != np.inf]
-            out.append(
-                Hypothesis(
-                    name=name,
-                    held=int(np.sum(h & ev)),
-                    failed=int(np.sum(~h)),
-                    min_margin=float(finite_given.min()) if finite_given.size else None,
-                )
-            )
-        return tuple(out)
-
-    def exclusion_reasons(self) -> dict[str, int]:
-        """Each excluded instance is attributed to its first failed hypothesis (recording order), else to its
-        first explicit exclusion reason; the counts add up to the number of excluded instances."""
-        reasons: dict[str, int] = {}
-        remaining = np.ones(self._n, dtype=bool)
-        for name in self._order:
-            hit = remaining & ~self._held[name]
-            if hit.any():
-                reasons[name] = int(hit.sum())
-            remaining &= ~hit
-        for reason, arr in self._exclusions.items():
-            hit = remaining & arr
-            if hit.any():
-                reasons[reason] = reasons.get(reason, 0) + int(hit.sum())
-            remaining &= ~hit
-        return reasons
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -577,7 +243,7 @@ class Conclusion:
         else:
             out["status"] = "weak"
         if self.numeric:
-            out["detect_factor"] = None if self.detect_factor is None else _json_float(self.detect_factor)
+            out["detect_factor"] = None if self.detect_factor is None else json_float(self.detect_factor)
             out["method"] = ("factor at which the confidence bound crosses" if self.kind == "monte_carlo"
                              else "max 1 - (rhs - lhs)/|rhs| (= max lhs/rhs for rhs > 0)")
             srch = (self.search or {}).get("best_ratio")
@@ -613,7 +279,7 @@ class Conclusion:
     def to_dict(self, factor: float = POWER_FACTOR) -> dict[str, Any]:
         """``{name, kind, role, tightness, instances, excluded, counterexamples, power}`` (``search`` when run)."""
         out = {"name": self.name, "kind": self.kind, "role": self.role,
-               "tightness": None if self.tightness is None else _json_float(self.tightness),
+               "tightness": None if self.tightness is None else json_float(self.tightness),
                "instances": int(self.instances), "excluded": int(self.excluded),
                "counterexamples": int(self.counterexamples), "power": self.power(factor)}
         if self.search is not None:
@@ -670,7 +336,7 @@ def _headline(conclusions: Sequence[Conclusion]) -> float | None:
 
 
 @dataclass(frozen=True)
-class Evidence:
+class Evidence(JsonRecord):
     """The result of one executable statement (or of its negative control).
 
     Fields:
@@ -1170,7 +836,7 @@ class Evidence:
             "id": self.id,
             "name": self.name,
             "verdict": self.verdict,
-            "tightness": None if self.tightness is None else _json_float(self.tightness),
+            "tightness": None if self.tightness is None else json_float(self.tightness),
             "instances": int(self.instances),
             "excluded": int(self.excluded),
             "negative_control": self.negative_control,

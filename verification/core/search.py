@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from verification.core.catalogue import get_statement
 from verification.core.evidence import (
     MAX_STORED_COUNTEREXAMPLES,
     Evidence,
@@ -696,9 +697,7 @@ def code_changes(stored: dict[str, Any], now: dict[str, Any]) -> str:
 
 
 def _statement(stmt_id: str):
-    from verification.core import registry
-
-    stmt = registry.get_statement(stmt_id)
+    stmt = get_statement(stmt_id)
     if stmt.search is None:
         raise ValueError(f"statement {stmt_id} declares no search box (SEARCH)")
     return stmt

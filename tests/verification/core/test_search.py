@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-from verification.core import registry, search
+from verification.core import catalogue, registry, search
 from verification.core.evidence import Evidence, HypothesisMonitor
 from verification.core.search import BUDGETS, Budget, Param, SearchSpace, apply, falsify
 
@@ -309,8 +309,8 @@ def test_a_changed_check_does_not_use_its_stored_search(tmp_path, monkeypatch):
     from verification.engine import search_cells
 
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(registry, "_EXPLICIT", [])
-    monkeypatch.setattr(registry, "_CACHE", None)
+    monkeypatch.setattr(catalogue, "_EXPLICIT", [])
+    monkeypatch.setattr(catalogue, "_CACHE", None)
     (stmt,) = registry.register_module(_check_package(tmp_path, "ckstore"))
     out, store = tmp_path / "se", tmp_path / "store"
     _store_search(stmt, out, store)
