@@ -275,7 +275,8 @@ def index_page(stmts, rows: dict[str, dict]) -> str:
          "(../dashboard.md#how-to-read-a-verdict).", "",
          "## Statements of the appendix", ""] + head + [line(s, f"{slug(s.id)}.md") for s in numeric]
         + ["", "## Symbolic identities", "",
-           "The identities S1–S26 of THEOREMS.md §4, checked with sympy (`verification.statements.symbolic`).", ""]
+           "The identities S1–S26 of the specification ([Symbolic identities](../spec/identities.md)), checked with "
+           "sympy (`verification.statements.symbolic`).", ""]
         + head + [line(s, f"symbolic/{slug(s.id)}.md") for s in symbolic] + [""])
 
 
@@ -738,10 +739,25 @@ def baseline_summary() -> dict:
     return counts
 
 
+#: A reference into the specification pages as the code writes it: ``docs/spec/<page>.md#<anchor>``.
+SPEC_REF = re.compile(r"(?<![\w/(\[])docs/spec/([\w-]+\.md)(#[\w-]+)?")
+
+
+def spec_links(markdown: str, src_uri: str) -> str:
+    """Every ``docs/spec/<page>.md#<anchor>`` of a generated page (a statement's ``Reference`` section, written
+    from its docstring) as a link relative to the page ``src_uri``: the strict build then fails on a reference
+    whose page or anchor does not exist."""
+    rel = os.path.relpath("spec", os.path.dirname(src_uri) or ".").replace(os.sep, "/")
+    return SPEC_REF.sub(lambda m: f"[{m.group(1)[:-3]}{m.group(2) or ''}]({rel}/{m.group(1)}{m.group(2) or ''})",
+                        markdown)
+
+
 def on_page_markdown(markdown, page, config, files):
     """Placeholders on a hand-written page: ``{{ baseline_summary }}``, the verdict counts of the shipped baseline;
     ``{{ actions NAME }}``, the table of the actions of ``prefalign NAME`` (:func:`actions_table`); ``{{ table
     NAME }}``, a table rendered from a tool's output file (:data:`TABLES`)."""
+    if page.file.src_uri.startswith("statements/"):
+        markdown = spec_links(markdown, page.file.src_uri)
     markdown = re.sub(r"\{\{ actions (\w+) \}\}", lambda m: actions_table(m.group(1)), markdown)
     markdown = re.sub(r"\{\{ table ([\w-]+) \}\}", lambda m: _table(m.group(1), page.file.src_uri), markdown)
     if "{{ baseline_summary }}" in markdown:
