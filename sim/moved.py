@@ -1,7 +1,7 @@
 """Old module names of a package laid out anew: each still imports, as the module it is now.
 
 :func:`keep_old_names` registers a package's map ``{old module name: new module name}`` (``verification.MOVED``,
-``llm_runs.MOVED``) with one finder on ``sys.meta_path``. Importing an old name then imports the new module and
+``llm_runs.MOVED``) with one finder at the front of ``sys.meta_path``. Importing an old name then imports the new module and
 returns that very module object (so a monkeypatch or an ``isinstance`` through either name is the same), with a
 :class:`DeprecationWarning` naming where it is now; ``python -m OLD`` runs the new module's code. Nothing is
 copied and no file is left at the old place.
@@ -64,5 +64,5 @@ def keep_old_names(moved: Mapping[str, str]) -> None:
         if _FINDER.moved.get(old, new) != new:
             raise ValueError(f"old module name {old!r} is already kept as {_FINDER.moved[old]!r}, not {new!r}")
     _FINDER.moved.update(moved)
-    if _FINDER not in sys.meta_path:
-        sys.meta_path.append(_FINDER)
+    if _FINDER not in sys.meta_path:  # first: an old name may also be a folder (``llm_runs/data/``), which the path
+        sys.meta_path.insert(0, _FINDER)  # finder would import as a namespace package
