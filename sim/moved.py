@@ -32,7 +32,8 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(self, fullname: str, path=None, target=None) -> importlib.machinery.ModuleSpec | None:
         if fullname not in self.moved:
             return None
-        return importlib.util.spec_from_loader(fullname, self)
+        target = importlib.util.find_spec(self.moved[fullname])  # its file is the old name's (runpy's __file__)
+        return importlib.util.spec_from_loader(fullname, self, origin=None if target is None else target.origin)
 
     def _warn(self, old: str) -> str:
         new = self.moved[old]
