@@ -462,7 +462,7 @@ def data_check(path, *, columns=None, objectives=None, preset="smoke", tokenizer
     within-prompt rank agreement of the objectives and each one's within-prompt Kendall τ with the length
     (:func:`~llm_runs.preferences.data.agreement_table` on the trained text), and the clients dealt at ``seed``
     (:func:`~llm_runs.preferences.clients.build_federation`). Raises :class:`~llm_runs.preferences.data.DataFileError` (one line) for
-    every fault of :func:`load_data`, an objective without any pair on the trained text, a file too small for the
+    every fault of :func:`~llm_runs.preferences.formats.load_data`, an objective without any pair on the trained text, a file too small for the
     preset's clients, and a prompt text on two sides of the train / held-out / evaluation split. JSON-able, with
     ``text``."""
     from dataclasses import replace
