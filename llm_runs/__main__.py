@@ -3,18 +3,18 @@
 ``python -m llm_runs data build``  generate the candidate responses (resumable) and score them into the data file
 ``python -m llm_runs data stats``  print the objectives' within-prompt rank agreement and pair counts
 ``python -m llm_runs data check PATH [--columns C=COL,...] [--objectives A,B] [--preset P]``  validate a data file
-    of any schema of :mod:`llm_runs.formats` (before any model is loaded) and print what a run would use
+    of any schema of :mod:`llm_runs.preferences.formats` (before any model is loaded) and print what a run would use
 ``python -m llm_runs probe conflict``  per-objective gradient cosines at the base model for synthetic clients
 ``python -m llm_runs probe dpo``  a short single-objective conservative-DPO run with held-out evaluation
 ``python -m llm_runs run --preset smoke|cpu|gpu --out DIR [--model DIR] [--device auto|cpu|cuda] [--seed N]``
-    Algorithm 1 on LoRA fine-tuning of the model (:mod:`llm_runs.run`): trajectory.csv, summary.json, figure.png
+    Algorithm 1 on LoRA fine-tuning of the model (:mod:`llm_runs.runs.run`): trajectory.csv, summary.json, figure.png
 ``python -m llm_runs sweep --preset P --seeds A:B [--workers K | --scheduler ADDR] [--threads T] --out DIR``
-    the seeds of a run as cells of the Dask sweep engine (:mod:`llm_runs.sweep`): runs/<seed>/, one atomic result
+    the seeds of a run as cells of the Dask sweep engine (:mod:`llm_runs.sweeps.sweep`): runs/<seed>/, one atomic result
     file per seed (cells/<preset>/<seed>.json), params.json, llm_sweep.json; the same command again computes only
     the seeds still missing
 ``python -m llm_runs random-model --size tiny|0.5b|1b --out DIR``  a randomly initialised Llama with the SmolLM2
     tokenizer, saved as a model directory (for speed checks where no weights can be brought, e.g. a GPU machine)
-``python -m llm_runs.gpu_check preflight|report``  the GPU check's preflight (everything a run needs, loaded before
+``python -m llm_runs.gpu.check preflight|report``  the GPU check's preflight (everything a run needs, loaded before
     any work; exit 3 naming what is missing; with ``--build SIZE --model DIR``, then the random model, in the same
     process) and speed report (``llm_runs/gpu_check.sh``)
 
@@ -22,7 +22,7 @@ The process re-executes itself once with ``MALLOC_MMAP_MAX_=0`` and ``MALLOC_TRI
 they are not set (glibc malloc otherwise stalls for seconds when large tensors are freed and re-mapped), and with
 ``OMP_WAIT_POLICY=PASSIVE`` unless set otherwise (OpenMP threads that spin on a CPU shared with other jobs multiply
 torch's CPU time).
-Usage errors (a bad option, a ``--model`` directory that is missing or unusable, :mod:`llm_runs.model_folder`:
+Usage errors (a bad option, a ``--model`` directory that is missing or unusable, :mod:`llm_runs.model.model_folder`:
 no code from it ever runs; an unavailable ``--device``, a data file that is missing, corrupt or too small for the
 preset) exit with status 2 and one line naming the argument, before any work (the conventions of :mod:`sim.cli`).
 """
@@ -41,13 +41,13 @@ MALLOC_ENV = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "100000000000"}
 #: OpenMP threads that wait passively: with torch's two threads on a CPU shared with other jobs, spinning threads
 #: made a forward pass of SmolLM2 take 20-40 times the CPU time (2-6 s instead of 0.1-0.2 s). Kept if set.
 OMP_ENV = {"OMP_WAIT_POLICY": "PASSIVE"}
-#: The sizes of ``random-model`` (the keys of :data:`llm_runs.models.RANDOM_LLAMA_SIZES`, written out so that the
+#: The sizes of ``random-model`` (the keys of :data:`llm_runs.model.models.RANDOM_LLAMA_SIZES`, written out so that the
 #: parser imports no torch; a test holds them equal).
 RANDOM_MODEL_SIZES = ("tiny", "0.5b", "1b")
-#: The gradient layouts of ``run --layout`` (:data:`llm_runs.objectives.LAYOUTS`, written out so that the parser
+#: The gradient layouts of ``run --layout`` (:data:`llm_runs.training.objectives.LAYOUTS`, written out so that the parser
 #: imports no torch; a test holds them equal).
 LAYOUTS = ("separate", "shared", "shared_loop", "sequence")
-#: Fault injection for tests of the GPU check (:func:`llm_runs.gpu_check.inject_fault`): ``run`` fails at the stage
+#: Fault injection for tests of the GPU check (:func:`llm_runs.gpu.check.inject_fault`): ``run`` fails at the stage
 #: this variable names (``generation``: after all training). Unset in any real run.
 FAULT_ENV = "PREFALIGN_INJECT_FAULT"
 
@@ -131,7 +131,7 @@ def _add_run_variant_options(p) -> None:
 
 def _columns(text: str) -> dict[str, str]:
     """``--columns canonical=column,...``."""
-    from llm_runs.formats import parse_columns
+    from llm_runs.preferences.formats import parse_columns
 
     try:
         return parse_columns(text)
@@ -166,10 +166,10 @@ def _add_data_options(p) -> None:
 def build_parser(prog: str = "python -m llm_runs") -> argparse.ArgumentParser:
     """The parser of this command line (``prog``: the name its messages give it, e.g. ``prefalign llm``); building
     it imports no torch."""
-    from llm_runs.data import DEFAULT_DATA_FILE
-    from llm_runs.generate import GenerationSettings
-    from llm_runs.probes import PROMPT_SIDES
-    from llm_runs.run import PRESETS
+    from llm_runs.model.generate import GenerationSettings
+    from llm_runs.preferences.data import DEFAULT_DATA_FILE
+    from llm_runs.runs.presets import PRESETS
+    from llm_runs.runs.probes import PROMPT_SIDES
 
     d = GenerationSettings()
     parser = cli.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0], epilog=cli.exit_status_help())
@@ -331,7 +331,7 @@ def _add_cluster_options(p, unit: str, what: str) -> None:
 
 
 def _add_gate_parser(sub, default_data) -> None:
-    from llm_runs.run import OBJECTIVES_3, PRESETS
+    from llm_runs.runs.presets import OBJECTIVES_3, PRESETS
 
     study = PRESETS["study"]
     g = sub.add_parser("gate", help="the positive-control gate: oracles trained at a target preference on each "
@@ -372,7 +372,7 @@ def _add_gate_parser(sub, default_data) -> None:
 
 def _preset_of(args):
     """The preset of ``run`` or ``sweep``: ``--preset`` with its ``--shrink`` / ``--quick`` / ``--autocast`` variant."""
-    from llm_runs.run import PRESETS
+    from llm_runs.runs.presets import PRESETS
 
     preset = PRESETS[args.preset]
     if args.shrink:
@@ -382,7 +382,7 @@ def _preset_of(args):
     if args.autocast is not None:
         from dataclasses import replace
 
-        from llm_runs.run import resolve_autocast
+        from llm_runs.runs.presets import resolve_autocast
 
         preset = replace(preset, autocast=resolve_autocast(args.autocast, args.device))
     return _with_objectives(preset, args, getattr(args, "data", None))
@@ -393,8 +393,8 @@ def _with_objectives(preset, args, data):
     none are given (every aspect it has); a data file that cannot be read is a usage error."""
     from dataclasses import replace
 
-    from llm_runs.data import DataFileError
-    from llm_runs.formats import is_candidates_file, load_data
+    from llm_runs.preferences.data import DataFileError
+    from llm_runs.preferences.formats import is_candidates_file, load_data
 
     objectives = args.objectives
     try:
@@ -417,7 +417,7 @@ def _check_sweep_args(args):
     parameters."""
     from argparse import Namespace
 
-    from llm_runs.sweep import check_folder, pending_seeds
+    from llm_runs.sweeps.sweep import check_folder, pending_seeds
 
     _tokenizer(args.model)  # the --model directory before any work
     preset = _preset_of(args)
@@ -435,8 +435,8 @@ def _check_gate_args(args):
     prompts hold the held-out pairs and the largest budget, then the folder (writable, made with these parameters,
     its cell files results of their coordinates). Returns the settings, the folder's parameters and the calibration
     prompt ids."""
-    from llm_runs.data import DataFileError, UnknownObjectiveError
-    from llm_runs.gate import (
+    from llm_runs.preferences.data import DataFileError, UnknownObjectiveError
+    from llm_runs.sweeps.gate import (
         GateDataError,
         GateSettings,
         GateSettingsError,
@@ -501,11 +501,11 @@ def _check_run_args(args):
     preset."""
     import numpy as np
 
-    from llm_runs.clients import DataShortageError
-    from llm_runs.data import DataFileError, UnknownObjectiveError
-    from llm_runs.run import federation, training_candidates
+    from llm_runs.preferences.clients import DataShortageError
+    from llm_runs.preferences.data import DataFileError, UnknownObjectiveError
+    from llm_runs.runs.presets import federation, training_candidates
 
-    tokenizer = _tokenizer(args.model)  # the --model directory first (llm_runs.model_folder)
+    tokenizer = _tokenizer(args.model)  # the --model directory first (llm_runs.model.model_folder)
     _check_device(args.device)
     preset = _preset_of(args)
     try:
@@ -519,14 +519,14 @@ def _check_run_args(args):
 
 
 def _run(args, preset, argv=None) -> int:
-    from llm_runs.run import run
+    from llm_runs.runs.run import run
 
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-    if os.environ.get(FAULT_ENV):  # a test of the GPU check's report of a failed run (llm_runs.gpu_check)
-        from llm_runs.gpu_check import inject_fault
+    if os.environ.get(FAULT_ENV):  # a test of the GPU check's report of a failed run (llm_runs.gpu.check)
+        from llm_runs.gpu.check import inject_fault
 
         inject_fault(os.environ[FAULT_ENV])
     s = run(preset, args.out, model_dir=args.model, device=args.device, seed=args.seed, data=args.data,
@@ -559,20 +559,18 @@ def _run_screen(s: dict, out) -> str:
 
 
 def _random_model(args) -> int:
-    from llm_runs.models import save_random_llama
+    from llm_runs.gpu.check import save_random_model
 
-    path, n = save_random_llama(args.out, args.size, seed=args.seed, dtype=args.dtype)
-    print(f"wrote a random Llama of {n / 1e6:.0f} M parameters ({args.size}, {args.dtype}) to {path}")
-    return 0
+    return save_random_model(args.out, args.size, seed=args.seed, dtype=args.dtype)
 
 
 def _probe_model(args):
     import torch
 
-    from llm_runs.data import load_candidates, trained_candidates
-    from llm_runs.models import add_lora, load_model
-    from llm_runs.objectives import DPOSettings, PreferenceModel
-    from llm_runs.probes import select_prompts
+    from llm_runs.model.models import add_lora, load_model
+    from llm_runs.preferences.data import load_candidates, trained_candidates
+    from llm_runs.runs.probes import select_prompts
+    from llm_runs.training.objectives import DPOSettings, PreferenceModel
 
     if args.model is not None:
         _tokenizer(args.model)  # the --model directory before any work
@@ -605,7 +603,7 @@ def _write_json(path, obj) -> None:
 def _probe_conflict(args) -> int:
     import numpy as np
 
-    from llm_runs.probes import gradient_conflict, synthetic_clients
+    from llm_runs.runs.probes import gradient_conflict, synthetic_clients
 
     cands, objectives, pm = _probe_model(args)
     clients = synthetic_clients(cands, objectives, n_clients=args.clients, prompts_per_client=args.prompts_per_client,
@@ -635,8 +633,8 @@ def _probe_conflict(args) -> int:
 def _probe_dpo(args) -> int:
     import numpy as np
 
-    from llm_runs.data import preference_pairs
-    from llm_runs.probes import dpo_probe
+    from llm_runs.preferences.data import preference_pairs
+    from llm_runs.runs.probes import dpo_probe
 
     cands, objectives, pm = _probe_model(args)
     cands.scores_of(args.objective)
@@ -674,7 +672,9 @@ def _probe_dpo(args) -> int:
 def _data_build(args) -> int:
     import torch
 
-    from llm_runs.build import (
+    from llm_runs.model.generate import GenerationSettings
+    from llm_runs.model.models import load_model
+    from llm_runs.preferences.build import (
         GenerationFileError,
         generation_header,
         model_identity,
@@ -682,9 +682,7 @@ def _data_build(args) -> int:
         run_generation,
         seed_from_data_file,
     )
-    from llm_runs.generate import GenerationSettings
-    from llm_runs.models import load_model
-    from llm_runs.prompts import prompt_set
+    from llm_runs.preferences.prompts import prompt_set
 
     settings = GenerationSettings(
         responses_per_prompt=args.responses,
@@ -724,7 +722,7 @@ def _data_build(args) -> int:
     if args.shard[1] > 1 or args.reverse:
         print(f"shard {args.shard[0] + 1}/{args.shard[1]} done; {len(records)} prompts generated in {args.work}")
         return 0
-    from llm_runs.data import score_and_write
+    from llm_runs.preferences.data import score_and_write
 
     path = score_and_write(records, settings, info, args.out, progress=not args.no_progress,
                            prompt_target=len(prompts))
@@ -735,12 +733,12 @@ def _data_build(args) -> int:
 def _data_stats(args) -> int:
     import json
 
-    from llm_runs.data import agreement_table, trained_candidates, truncation_table
-    from llm_runs.formats import load_data
-    from llm_runs.probes import select_prompts
-    from llm_runs.run import PRESETS
+    from llm_runs.preferences.data import agreement_table, trained_candidates, truncation_table
+    from llm_runs.preferences.formats import load_data
+    from llm_runs.runs.presets import PRESETS
+    from llm_runs.runs.probes import select_prompts
 
-    cands = load_data(args.data)  # the shipped kind, or a file of any schema (llm_runs.formats)
+    cands = load_data(args.data)  # the shipped kind, or a file of any schema (llm_runs.preferences.formats)
     side = select_prompts(cands, args.prompts)
     if args.objectives:
         objectives = cands.check_objectives(args.objectives.split(","))
@@ -771,10 +769,9 @@ def _data_stats(args) -> int:
 
 
 def _data_check(args, prog: str) -> int:
-    """``data check PATH``: :func:`llm_runs.formats.data_check`; a fault is a usage error (exit 2, one line)."""
-    from llm_runs.data import DataFileError
-    from llm_runs.formats import data_check
-    from llm_runs.run import PRESETS
+    """``data check PATH``: :func:`llm_runs.runs.presets.data_check`; a fault is a usage error (exit 2, one line)."""
+    from llm_runs.preferences.data import DataFileError
+    from llm_runs.runs.presets import PRESETS, data_check
 
     preset = PRESETS[args.preset]
     preset = preset.shrunk() if args.shrink else preset.quick() if args.quick else preset
@@ -796,14 +793,14 @@ def _data_check(args, prog: str) -> int:
 @functools.cache
 def _tokenizer(model_dir):
     """The tokenizer of a ``--model`` directory, or SmolLM2's (shipped with the package; imports no torch). The
-    directory is checked first (:func:`llm_runs.model_folder.check_model_folder`: no code from it runs, pickled or
+    directory is checked first (:func:`llm_runs.model.model_folder.check_model_folder`: no code from it runs, pickled or
     ill-fitting weights and a broken tokenizer are refused); a fault is a :class:`cli.UsageError` naming it. Once
     per directory and process (the command's checks and its work share it)."""
-    from llm_runs.tokenizer import smollm2_tokenizer
+    from llm_runs.model.tokenizer import smollm2_tokenizer
 
     if model_dir is None:
         return smollm2_tokenizer()
-    from llm_runs.model_folder import ModelFolderError, ModelNotFoundError, check_model_folder
+    from llm_runs.model.model_folder import ModelFolderError, ModelNotFoundError, check_model_folder
 
     try:
         return check_model_folder(model_dir)
@@ -812,7 +809,7 @@ def _tokenizer(model_dir):
 
 
 def _data_rescore(args) -> int:
-    from llm_runs.data import rescore_file
+    from llm_runs.preferences.data import rescore_file
 
     path = rescore_file(args.data, args.out, progress=not args.no_progress, keep_current=not args.all)
     print(f"wrote {path}")
@@ -820,10 +817,10 @@ def _data_rescore(args) -> int:
 
 
 def _input_errors() -> tuple[type[Exception], ...]:
-    from llm_runs.build import GenerationFileError
-    from llm_runs.data import DataFileError
-    from llm_runs.model_folder import ModelFolderError, ModelNotFoundError
-    from llm_runs.rewards import UnknownObjectiveError
+    from llm_runs.model.model_folder import ModelFolderError, ModelNotFoundError
+    from llm_runs.preferences.build import GenerationFileError
+    from llm_runs.preferences.data import DataFileError
+    from llm_runs.preferences.rewards import UnknownObjectiveError
 
     return (DataFileError, GenerationFileError, ModelFolderError, ModelNotFoundError, UnknownObjectiveError)
 
@@ -859,13 +856,13 @@ def _main(argv: list[str], prog: str) -> int:
             return _run(args, preset, argv)
         if args.command == "sweep":
             _ensure_malloc_env(argv, prog)  # the workers of a local cluster inherit the malloc and OpenMP settings
-            from llm_runs.sweep import command
+            from llm_runs.sweeps.sweep import command
 
             assert swept is not None
             return command(args, swept[0], swept[1], prog=prog)
         if args.command == "gate":
             _ensure_malloc_env(argv, prog)  # the workers of a local cluster inherit the malloc and OpenMP settings
-            from llm_runs.gate import command as gate_command
+            from llm_runs.sweeps.gate import command as gate_command
 
             assert gated is not None
             settings, params, calibration = gated

@@ -41,7 +41,7 @@
 #             second thread to pay (the check 22.7-23.4 -> 20.3-20.9 CPU-s, wall 20.8-21.4 -> 19.8-20.5 s, three
 #             pairs on a 2-core AMD EPYC)
 # Steps, each before the next costs anything:
-#   1. `python -m llm_runs.gpu_check preflight` (not with --no-preflight): every requirement of the pyproject's `llm` extra that this run
+#   1. `python -m llm_runs.gpu.check preflight` (not with --no-preflight): every requirement of the pyproject's `llm` extra that this run
 #      needs, every module the run imports, the rewards of the preset's objectives (VADER's lexicon, the CMU
 #      dictionary), the data file and clients, CUDA with bf16, and a tiny LoRA Llama's forward, backward and
 #      generate on the device. Anything missing is named and the script exits 3: nothing is built or trained.
@@ -55,7 +55,7 @@
 #      adaptation and Pipeline-2 step, the clustering comparison, and the generation evaluation cut by --quick to
 #      2 prompts x 1 sample x at most 64 new tokens from each of the run's models.
 #      With --study: the sweep of one shots-gpu seed instead (see --study).
-#   4. `python -m llm_runs.gpu_check report`: from the run's summary.json, whatever it holds (a failed run writes
+#   4. `python -m llm_runs.gpu.check report`: from the run's summary.json, whatever it holds (a failed run writes
 #      one too; with --study `--cell` prints the cell and the records first); then the script exits with the run's
 #      status (with --study the sweep's: 0 when the cell is complete, 1 when it failed, 124/130 when stopped).
 #
@@ -76,7 +76,7 @@
 #   190 + 60 + 70 + 60 = 380 s. Whatever the real rates, --budget stops the run at 480 s (and still reports).
 #
 # Budget of one --study seed for --size 0.5b (478 M parameters): about 7.8 minutes on one H200 by this estimate,
-# under 8 (llm_runs.shots.seed_gpu_seconds, which counts the work from the preset, llm_runs.shots.seed_work; not yet
+# under 8 (llm_runs.runs.shots.seed_gpu_seconds, which counts the work from the preset, llm_runs.runs.shots.seed_work; not yet
 # run on a GPU; the report prints the achieved rates to check it against). Sequences of at most 111 tokens (the
 # longest prompt with its response cut at 64 tokens and eos; a batch is padded to its longest):
 #   compute: gradient evaluations (Algorithm 1 and the global model, 4 adaptations and Pipeline 2 of 6 new clients at
@@ -161,7 +161,7 @@ run="$work/run"
 t0=$(date +%s)
 if [ "$preflight" = 1 ] && [ "$build" = 1 ]; then
   # steps 1 and 2 in one process (torch imported once); the build starts only after the preflight passed
-  timeout --signal=INT --kill-after=30 240 "$PY" -m llm_runs.gpu_check preflight --preset "$preset" \
+  timeout --signal=INT --kill-after=30 240 "$PY" -m llm_runs.gpu.check preflight --preset "$preset" \
     ${mode[@]+"${mode[@]}"} ${checks[@]+"${checks[@]}"} --device "$device" --model "$model" --build "$size"
   rc=$?
   if [ "$rc" = 4 ]; then
@@ -178,7 +178,7 @@ if [ "$preflight" = 1 ] && [ "$build" = 1 ]; then
     exit "$rc"
   fi
 elif [ "$preflight" = 1 ]; then
-  "$PY" -m llm_runs.gpu_check preflight --preset "$preset" ${mode[@]+"${mode[@]}"} ${checks[@]+"${checks[@]}"} \
+  "$PY" -m llm_runs.gpu.check preflight --preset "$preset" ${mode[@]+"${mode[@]}"} ${checks[@]+"${checks[@]}"} \
     --device "$device" --model "$model"
   rc=$?
   if [ "$rc" != 0 ]; then
@@ -226,9 +226,9 @@ fi
 echo "---- GPU check report ----"
 if [ "$study" = 1 ]; then
   name=$preset; if [ "$tiny" = 1 ]; then name=$preset-shrunk; fi
-  "$PY" -m llm_runs.gpu_check report "$sweep_out/runs/0" --cell "$sweep_out/cells/$name/0.json" --model "$model" \
+  "$PY" -m llm_runs.gpu.check report "$sweep_out/runs/0" --cell "$sweep_out/cells/$name/0.json" --model "$model" \
     --check-seconds "$((t2 - t0))"
 else
-  "$PY" -m llm_runs.gpu_check report "$run" --model "$model" --check-seconds "$((t2 - t0))"
+  "$PY" -m llm_runs.gpu.check report "$run" --model "$model" --check-seconds "$((t2 - t0))"
 fi
 exit "$rc"

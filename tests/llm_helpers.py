@@ -11,10 +11,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
-from llm_runs.data import PreferencePair, score_and_write  # noqa: E402
-from llm_runs.generate import GenerationSettings  # noqa: E402
-from llm_runs.models import add_lora, tiny_llama  # noqa: E402
-from llm_runs.objectives import DPOSettings, PreferenceModel  # noqa: E402
+from llm_runs.model.generate import GenerationSettings  # noqa: E402
+from llm_runs.model.models import add_lora, tiny_llama  # noqa: E402
+from llm_runs.preferences.data import PreferencePair, score_and_write  # noqa: E402
+from llm_runs.training.objectives import DPOSettings, PreferenceModel  # noqa: E402
 
 PROMPTS = [
     ("p0", "Explain why the sky is blue."),
@@ -106,6 +106,6 @@ def run_cli(*args: str) -> tuple[int, str]:
 
 def tiny_model_dir(tmp_path_factory):
     """A tiny random Llama (float32) saved as a model directory (a module fixture's body)."""
-    from llm_runs.models import save_random_llama
+    from llm_runs.model.models import save_random_llama
 
     return save_random_llama(tmp_path_factory.mktemp("model") / "tiny", "tiny", dtype="float32")[0]

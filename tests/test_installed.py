@@ -136,5 +136,5 @@ def test_llm_data_file_is_shipped_and_needs_no_torch(installed):
     assert {"positivity", "density", "readability", "conciseness"} <= set(stats["full_text"]["objectives"])
     assert "trained_text" not in stats and "tokenizers is missing" in proc.stderr  # says why, no traceback
     assert "Traceback" not in proc.stderr
-    where = _run([bin_dir / "python", "-c", "import llm_runs.data as d; print(d.DEFAULT_DATA_FILE)"], work).stdout
+    where = _run([bin_dir / "python", "-c", "import llm_runs.preferences.data as d; print(d.DEFAULT_DATA_FILE)"], work).stdout
     assert Path(where.strip()).is_relative_to(bin_dir.parent)  # the shipped file, read from the environment

@@ -25,14 +25,7 @@ from sim.interrupts import quiet_if_started_as
 # the command `python -m verification`: a Ctrl-C from here until it handles it is one line and exit 130
 quiet_if_started_as("verification", "python -m verification")
 
-import importlib
-import importlib.abc
-import importlib.machinery
-import importlib.util
-import sys
-import warnings
-from types import ModuleType
-
+from sim.moved import keep_old_names
 from verification.core.evidence import Evidence, Hypothesis, HypothesisMonitor, check_inequality
 
 __all__ = ["Evidence", "Hypothesis", "HypothesisMonitor", "check_inequality", "MOVED"]
@@ -64,23 +57,4 @@ MOVED = {
 }
 
 
-class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Imports an old module name of :data:`MOVED` as the module it is now (the same object, so a monkeypatch or an
-    ``isinstance`` through either name is the same), with a DeprecationWarning."""
-
-    def find_spec(self, fullname: str, path=None, target=None) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in MOVED:
-            return None
-        return importlib.util.spec_from_loader(fullname, self)
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        new = MOVED[spec.name]
-        warnings.warn(f"{spec.name} is now {new}; import it from there", DeprecationWarning, stacklevel=2)
-        return importlib.import_module(new)
-
-    def exec_module(self, module: ModuleType) -> None:
-        """Nothing to run: the module was imported under its new name."""
-
-
-if not any(isinstance(f, _MovedModules) for f in sys.meta_path):
-    sys.meta_path.append(_MovedModules())
+keep_old_names(MOVED)

@@ -27,8 +27,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
-from llm_runs import gpu_check  # noqa: E402
-from llm_runs.run import PRESETS, QUICK_GENERATION  # noqa: E402
+from llm_runs.gpu import check as gpu_check  # noqa: E402
+from llm_runs.runs.presets import PRESETS, QUICK_GENERATION  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "llm_runs" / "gpu_check.sh"
@@ -69,8 +69,8 @@ def test_distribution_names_map_to_import_names():
 def test_the_conditional_requirements_are_those_of_the_code(monkeypatch, tmp_path):
     """Every entry of CONDITIONAL is an llm requirement; hiding a reward's package breaks that reward only; a model
     directory loads without gguf; the shipped data file loads without datasets, another data file needs it."""
-    from llm_runs import rewards
-    from llm_runs.models import load_model, save_random_llama
+    from llm_runs.model.models import load_model, save_random_llama
+    from llm_runs.preferences import rewards
 
     keys = {r.key for r in gpu_check.llm_requirements()}
     assert set(gpu_check.CONDITIONAL) <= keys
@@ -90,8 +90,8 @@ def test_the_conditional_requirements_are_those_of_the_code(monkeypatch, tmp_pat
                 rewards.score_responses(*text, [reward])
             rewards.score_responses(*text, [o for o in local if o != reward])
         cache.cache_clear()
-    from llm_runs.data import DataFileError
-    from llm_runs.formats import load_data
+    from llm_runs.preferences.data import DataFileError
+    from llm_runs.preferences.formats import load_data
 
     with monkeypatch.context() as m:
         m.setitem(sys.modules, "datasets", None)
@@ -107,10 +107,10 @@ def test_the_conditional_requirements_are_those_of_the_code(monkeypatch, tmp_pat
 
 def test_the_run_imports_are_read_from_the_source():
     project, other = gpu_check.run_imports()
-    for mod in ("llm_runs.run", "llm_runs.objectives", "llm_runs.source", "llm_runs.evaluation",
-                "llm_runs.generate", "llm_runs.models", "llm_runs.rewards", "sim.algorithm"):
+    for mod in ("llm_runs.runs.run", "llm_runs.training.objectives", "llm_runs.training.source", "llm_runs.runs.evaluation",
+                "llm_runs.model.generate", "llm_runs.model.models", "llm_runs.preferences.rewards", "sim.algorithm"):
         assert project[mod] is True, mod
-    assert project["llm_runs.figures"] is False and project["sim._lp_compiled"] is False  # guarded by the code
+    assert project["llm_runs.runs.figures"] is False and project["sim._lp_compiled"] is False  # guarded by the code
     for name in ("torch", "transformers", "peft", "numpy", "pandas", "scipy", "tqdm"):
         assert other[name] is True, name
     assert other["numba"] is False and other["matplotlib"] is False
@@ -131,12 +131,10 @@ def test_preflight_build_usage_errors_exit_2_before_any_work(tmp_path, capsys, a
 
 
 def test_a_failed_build_after_the_preflight_exits_4_naming_the_error(tmp_path, capsys, monkeypatch):
-    import llm_runs.__main__ as cli
+    def boom(out, size, **kwargs):
+        raise OSError(f"no space left on device: {out}")
 
-    def boom(args):
-        raise OSError(f"no space left on device: {args.out}")
-
-    monkeypatch.setattr(cli, "_random_model", boom)
+    monkeypatch.setattr(gpu_check, "save_random_model", boom)
     assert gpu_check._build(str(tmp_path / "m"), "tiny") == gpu_check.EXIT_BUILD == 4
     err = capsys.readouterr().err
     assert "the preflight passed; building the random model failed: OSError: no space left on device" in err
@@ -215,7 +213,7 @@ def test_quick_cuts_the_generation_and_shrunk_keeps_the_gpu_presets_paths():
 
 def test_the_parsers_layouts_are_the_libraries():
     from llm_runs.__main__ import LAYOUTS
-    from llm_runs.objectives import LAYOUTS as LIB
+    from llm_runs.training.objectives import LAYOUTS as LIB
 
     assert sorted(LAYOUTS) == sorted(LIB)
 
@@ -309,9 +307,9 @@ def test_the_shots_gpu_preset_is_the_shots_design_sized_for_eight_minutes_on_one
     most)."""
     from dataclasses import replace
 
-    from llm_runs.models import RANDOM_LLAMA_SIZES, tiny_llama
-    from llm_runs.shots import seed_gpu_seconds, seed_work
-    from llm_runs.tokenizer import smollm2_tokenizer
+    from llm_runs.model.models import RANDOM_LLAMA_SIZES, tiny_llama
+    from llm_runs.model.tokenizer import smollm2_tokenizer
+    from llm_runs.runs.shots import seed_gpu_seconds, seed_work
 
     shots, gpu = PRESETS["shots"], PRESETS["shots-gpu"]
     assert gpu.shots.budgets == shots.shots.budgets == (1, 2, 4, 8, 16)
@@ -323,7 +321,7 @@ def test_the_shots_gpu_preset_is_the_shots_design_sized_for_eight_minutes_on_one
         model, tok = tiny_llama(**RANDOM_LLAMA_SIZES["0.5b"])
     params = sum(p.numel() for p in model.parameters())
     assert round(params / 1e6) == 478  # the estimate the docs quote
-    from llm_runs.run import training_candidates
+    from llm_runs.runs.presets import training_candidates
 
     _, cands = training_candidates(gpu, smollm2_tokenizer())
     prompts = np.array([len(tok.apply_chat_template([{"role": "user", "content": p}], tokenize=True,

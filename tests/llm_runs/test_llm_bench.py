@@ -16,7 +16,7 @@ log-probabilities:
   forward over the union and one batched VJP; ``shared_loop``: one forward and m backward passes; ``sequence``:
   one forward and backward per distinct sequence);
 * the LP step as a run takes it: the torch source's ``evaluate`` (the m gradients in the run's layout for the
-  device, :func:`llm_runs.source.default_layout`; the Gram in float64), ``sim.direction.lp_direction``,
+  device, :func:`llm_runs.training.source.default_layout`; the Gram in float64), ``sim.direction.lp_direction``,
   ``combine`` ``d = G μ`` and the step (also timed by pytest-benchmark after the rounds);
 * the tail alone, given ``G``: Gram ``GᵀG`` + LP + combine with the step.
 
@@ -36,9 +36,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from llm_runs.data import DEFAULT_DATA_FILE, load_candidates, preference_pairs  # noqa: E402
-from llm_runs.models import ModelNotFoundError, add_lora, load_model  # noqa: E402
-from llm_runs.objectives import (  # noqa: E402
+from llm_runs.model.models import ModelNotFoundError, add_lora, load_model  # noqa: E402
+from llm_runs.preferences.data import DEFAULT_DATA_FILE, load_candidates, preference_pairs  # noqa: E402
+from llm_runs.runs.presets import PRESETS  # noqa: E402
+from llm_runs.training.objectives import (  # noqa: E402
     LAYOUTS,
     DPOSettings,
     PreferenceModel,
@@ -47,8 +48,7 @@ from llm_runs.objectives import (  # noqa: E402
     objective_gradients,
     weighted_gradient,
 )
-from llm_runs.run import PRESETS  # noqa: E402
-from llm_runs.source import TorchSource, default_layout  # noqa: E402
+from llm_runs.training.source import TorchSource, default_layout  # noqa: E402
 from sim import cli  # noqa: E402
 from sim.direction import lp_direction  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""A researcher's own data (llm_runs.formats, docs/your-data.md): the four schemas on the committed fixtures
+"""A researcher's own data (llm_runs.preferences.formats, docs/your-data.md): the four schemas on the committed fixtures
 (tests/fixtures/byo_data, written by make_fixtures.py with the public data sets' column names), the truncation rule
 for annotations, ``data check``, the one-line errors before any model is loaded, a run of each schema on the tiny
 Llama from the command line, its records and the dashboard's LLM section built from those runs.
@@ -19,11 +19,11 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 datasets = pytest.importorskip("datasets")
 
-from llm_runs.data import DataFileError, preference_pairs, trained_candidates, within_prompt_scale  # noqa: E402
-from llm_runs.formats import load_data, parse_columns  # noqa: E402
-from llm_runs.models import save_random_llama  # noqa: E402
-from llm_runs.run import PRESETS  # noqa: E402
-from llm_runs.tokenizer import smollm2_tokenizer  # noqa: E402
+from llm_runs.model.models import save_random_llama  # noqa: E402
+from llm_runs.model.tokenizer import smollm2_tokenizer  # noqa: E402
+from llm_runs.preferences.data import DataFileError, preference_pairs, trained_candidates, within_prompt_scale  # noqa: E402
+from llm_runs.preferences.formats import load_data, parse_columns  # noqa: E402
+from llm_runs.runs.presets import PRESETS  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "byo_data"
 #: schema -> (fixture, its objectives, the --objectives of its run or None: every aspect)
@@ -47,7 +47,7 @@ def _n_tokens(tok, text: str) -> int:
 
 
 def _raw(name: str) -> list[dict]:
-    """The fixture's rows as the datasets library reads them, independently of llm_runs.formats."""
+    """The fixture's rows as the datasets library reads them, independently of llm_runs.preferences.formats."""
     p = FIXTURES / name
     if p.is_dir():
         return datasets.load_from_disk(str(p)).to_list()
@@ -256,7 +256,7 @@ BAD = {
 def test_bad_data_is_one_line_exit_2_before_any_model_is_loaded(case, tmp_path, capsys, tiny_dir, monkeypatch):
     """``data check`` and ``run`` refuse each fault with status 2 and one line naming the column, the row and
     the value; ``run`` before loading any model (load_model raises if called) and without writing a record."""
-    import llm_runs.models
+    import llm_runs.model.models
 
     name, edit, extra, match = BAD[case]
     path = _edit_rows(name, tmp_path, edit)
@@ -264,7 +264,7 @@ def test_bad_data_is_one_line_exit_2_before_any_model_is_loaded(case, tmp_path, 
     def no_model(*a, **k):
         raise AssertionError("the model was loaded")
 
-    monkeypatch.setattr(llm_runs.models, "load_model", no_model)
+    monkeypatch.setattr(llm_runs.model.models, "load_model", no_model)
     code, _, err = _main(capsys, "data", "check", path, *extra)
     assert code == 2 and len(err) == 1 and match in err[0], err
     out = tmp_path / "out"
@@ -308,7 +308,7 @@ def test_a_run_on_each_schema_records_its_objectives_and_labels(schema, runs, to
     """The run trains on the file's objectives (or --objectives), records every loss and held-out column of them,
     says its labels are annotations, skips the generation evaluation (no reward scores a generated text) and
     trains on exactly the pairs the truncation rule keeps (as many as ``data check`` counts)."""
-    from llm_runs.formats import data_check
+    from llm_runs.runs.presets import data_check
 
     name, objectives, picked = SCHEMAS[schema]
     objectives = picked or objectives
@@ -359,7 +359,7 @@ def test_a_sweep_records_the_data_and_refuses_bad_data_before_any_work(tmp_path,
     """The sweep of runs takes the same --data / --columns / --objectives: its params.json names the data (the
     sha256 of a saved dataset's files, the column mapping) and the objectives (in the preset's configuration);
     bad data is the same one-line exit 2, before any cluster starts or any model is loaded."""
-    from llm_runs.sweep import sweep_params
+    from llm_runs.sweeps.sweep import sweep_params
 
     preset = PRESETS["smoke"].shrunk()
     folder = FIXTURES / "ultrafeedback"
@@ -457,7 +457,7 @@ def test_a_saved_dataset_naming_a_file_outside_its_folder_is_refused(where, tmp_
 
 
 def test_the_sweep_digest_covers_the_bytes_read_not_the_folder(tmp_path):
-    from llm_runs.sweep import sweep_params
+    from llm_runs.sweeps.sweep import sweep_params
 
     preset = PRESETS["smoke"].shrunk()
     d = _saved_copy(tmp_path)
@@ -472,12 +472,12 @@ def test_the_sweep_digest_covers_the_bytes_read_not_the_folder(tmp_path):
 
 def test_a_bad_objective_of_a_sweep_exits_2_before_hashing_or_creating_the_folder(tmp_path, capsys, tiny_dir,
                                                                                    monkeypatch):
-    import llm_runs.sweep
+    import llm_runs.sweeps.sweep
 
     def no_hash(path):
         raise AssertionError("the data was hashed")
 
-    monkeypatch.setattr(llm_runs.sweep, "_sha256", no_hash)
+    monkeypatch.setattr(llm_runs.sweeps.sweep, "_sha256", no_hash)
     out = tmp_path / "sweep"
     code, _, err = _main(capsys, "sweep", "--preset", "smoke", "--shrink", "--seeds", "0:1", "--workers", "1",
                          "--data", FIXTURES / "ultrafeedback", "--objectives", "helpfulness,nonexistent",

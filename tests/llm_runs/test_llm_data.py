@@ -12,9 +12,11 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("vaderSentiment")
 
-from llm_runs import rewards  # noqa: E402
-from llm_runs.build import GenerationFileError, read_work, run_generation, seed_from_data_file  # noqa: E402
-from llm_runs.data import (  # noqa: E402
+from llm_runs.model.generate import DeadlineCriteria, GenerationSettings, generate_responses  # noqa: E402
+from llm_runs.model.models import smollm2_tokenizer, tiny_llama  # noqa: E402
+from llm_runs.preferences import rewards  # noqa: E402
+from llm_runs.preferences.build import GenerationFileError, read_work, run_generation, seed_from_data_file  # noqa: E402
+from llm_runs.preferences.data import (  # noqa: E402
     DEFAULT_DATA_FILE,
     Candidates,
     DataFileError,
@@ -32,8 +34,6 @@ from llm_runs.data import (  # noqa: E402
     within_prompt_taus,
     write_candidates,
 )
-from llm_runs.generate import DeadlineCriteria, GenerationSettings, generate_responses  # noqa: E402
-from llm_runs.models import smollm2_tokenizer, tiny_llama  # noqa: E402
 from tests.llm_helpers import MODEL, RECORDS, SETTINGS, small_data_file  # noqa: E402
 
 
@@ -334,7 +334,7 @@ def test_a_text_without_a_fixed_point_is_named():
 
 
 def test_labels_score_exactly_the_text_the_model_trains_on(cands, tok):
-    from llm_runs.objectives import DPOSettings, PreferenceModel
+    from llm_runs.training.objectives import DPOSettings, PreferenceModel
 
     T = 6
     tc = trained_candidates(cands, tok, T, ["conciseness", "positivity"])
@@ -347,7 +347,7 @@ def test_labels_score_exactly_the_text_the_model_trains_on(cands, tok):
         np.testing.assert_array_equal(tc.full_scores[o], cands.scores_of(o))
     assert np.all(tc.n_tokens <= T)
     model, _ = tiny_llama(seed=0)
-    from llm_runs.models import add_lora
+    from llm_runs.model.models import add_lora
 
     pm = PreferenceModel(add_lora(model), tok, DPOSettings(max_response_tokens=T))
     for o in tc.objectives:
@@ -365,7 +365,7 @@ def test_labels_score_exactly_the_text_the_model_trains_on(cands, tok):
 def test_the_trained_texts_cache_tells_tokenizers_apart_by_their_vocabulary(cands):
     """The cache key holds the tokenizer's vocabulary: computed once per tokenizer object, the same for an equal
     tokenizer, and new for one that gained a token (whose cut texts may differ), which then misses the cache."""
-    from llm_runs.data import _tokenizer_key
+    from llm_runs.preferences.data import _tokenizer_key
 
     a, b = smollm2_tokenizer(), smollm2_tokenizer()
     key = _tokenizer_key(a)
@@ -451,8 +451,8 @@ def test_trained_texts_of_two_prompt_subsets_of_one_size_are_not_confused(cands,
 
 
 def test_select_prompts_keeps_one_side_of_the_calibration_split(cands, tok):
-    from llm_runs.clients import calibration_split
-    from llm_runs.probes import select_prompts
+    from llm_runs.preferences.clients import calibration_split
+    from llm_runs.runs.probes import select_prompts
 
     full = load_candidates()
     cal, study = calibration_split(full.prompt_ids)
@@ -510,7 +510,7 @@ def test_generation_resumes_and_skips_done_prompts(tiny, tmp_path, monkeypatch):
     s = GenerationSettings(responses_per_prompt=2, max_new_tokens=4, prompts_per_call=2)
     prompts = [(f"k-{i}", f"Prompt number {i}.") for i in range(5)]
     calls = []
-    import llm_runs.build as build
+    import llm_runs.preferences.build as build
 
     real = build.generate_responses
 
@@ -581,7 +581,7 @@ def test_shipped_data_file_is_valid_and_its_objectives_conflict():
 def test_cpu_presets_objectives_conflict_on_the_trained_text_and_are_not_one_length_axis(preset):
     """On the texts a CPU preset trains on: a clear within-prompt conflict between two of its objectives, at most
     one objective with |tau| > 0.3 against the response length, and enough pairs for every objective."""
-    from llm_runs.run import PRESETS
+    from llm_runs.runs.presets import PRESETS
 
     p = PRESETS[preset]
     c = trained_candidates(load_candidates(), smollm2_tokenizer(), p.max_response_tokens, p.design.objectives)
@@ -596,7 +596,7 @@ def test_cpu_presets_objectives_conflict_on_the_trained_text_and_are_not_one_len
 
 @pytest.mark.skipif(not DEFAULT_DATA_FILE.exists(), reason="the shipped data file is not built")
 def test_shipped_data_file_holds_the_whole_prompt_set():
-    from llm_runs.prompts import PROMPTS
+    from llm_runs.preferences.prompts import PROMPTS
 
     c = load_candidates()
     assert c.header.get("complete") is True, (len(c.prompt_ids), c.header.get("prompt_target"))
@@ -646,7 +646,7 @@ def test_cli_measures_one_side_of_the_calibration_split(capsys):
     import subprocess
     import sys
 
-    from llm_runs.clients import calibration_split
+    from llm_runs.preferences.clients import calibration_split
 
     cal = calibration_split(load_candidates().prompt_ids)[0]
     code, out, err = _cli(capsys, "data", "stats", "--prompts", "calibration", "--json", "--tokens", "16",

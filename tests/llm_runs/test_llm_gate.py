@@ -1,4 +1,4 @@
-"""``python -m llm_runs gate`` (``prefalign llm gate``): the positive-control gate (:mod:`llm_runs.gate`).
+"""``python -m llm_runs gate`` (``prefalign llm gate``): the positive-control gate (:mod:`llm_runs.sweeps.gate`).
 
 Default tier, in this process:
 
@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from llm_runs import gate
+from llm_runs.sweeps import gate
 
 SETTINGS_ARGS = ["--objectives", "positivity,density", "--budgets", "2", "--draws", "1", "--steps", "2",
                  "--heldout-prompts", "4", "--heldout-pairs", "8", "--device", "cpu", "--threads", "1"]
@@ -98,8 +98,8 @@ pytest.importorskip("peft")
 pytest.importorskip("distributed")
 
 from llm_runs.__main__ import main  # noqa: E402
-from llm_runs.clients import calibration_split  # noqa: E402
-from llm_runs.data import DEFAULT_DATA_FILE  # noqa: E402
+from llm_runs.preferences.clients import calibration_split  # noqa: E402
+from llm_runs.preferences.data import DEFAULT_DATA_FILE  # noqa: E402
 from tests.llm_helpers import run_cli, tiny_model_dir  # noqa: E402
 from verification.engine import dask_engine  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""Separable pairs a client owns (llm_runs.heldout): no comparison in two objectives' lists, nested budgets, the
+"""Separable pairs a client owns (llm_runs.preferences.heldout): no comparison in two objectives' lists, nested budgets, the
 λ-weighted accuracy, and the existing presets' federations unchanged. Data only: no model, no torch."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import json
 import numpy as np
 import pytest
 
-from llm_runs.clients import DataShortageError, build_federation, calibration_split
-from llm_runs.data import DEFAULT_DATA_FILE, PreferencePair, load_candidates, within_prompt_scale
-from llm_runs.heldout import (
+from llm_runs.preferences.clients import DataShortageError, build_federation, calibration_split
+from llm_runs.preferences.data import DEFAULT_DATA_FILE, PreferencePair, load_candidates, within_prompt_scale
+from llm_runs.preferences.heldout import (
     ShotsDesign,
     build_shots_federation,
     comparison,
@@ -21,7 +21,7 @@ from llm_runs.heldout import (
     separable_pairs,
     shared_comparisons,
 )
-from llm_runs.run import OBJECTIVES_3, PRESETS
+from llm_runs.runs.presets import OBJECTIVES_3, PRESETS
 
 SHOTS = ShotsDesign.for_objectives(OBJECTIVES_3)
 
@@ -181,8 +181,8 @@ PRESET_DIGESTS = {
 @pytest.mark.parametrize("name", sorted(PRESET_DIGESTS))
 def test_the_existing_presets_federations_are_unchanged(cands, name):
     pytest.importorskip("transformers")
-    from llm_runs.data import trained_candidates
-    from llm_runs.tokenizer import smollm2_tokenizer
+    from llm_runs.model.tokenizer import smollm2_tokenizer
+    from llm_runs.preferences.data import trained_candidates
 
     preset = PRESETS[name]
     trained = trained_candidates(cands, smollm2_tokenizer(), preset.max_response_tokens, preset.design.objectives)

@@ -14,8 +14,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
-from llm_runs import models  # noqa: E402
-from llm_runs.models import (  # noqa: E402
+from llm_runs.model import models  # noqa: E402
+from llm_runs.model.models import (  # noqa: E402
     INSTALL_HINT,
     LoraSettings,
     ModelNotFoundError,

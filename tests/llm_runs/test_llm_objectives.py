@@ -9,8 +9,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from llm_runs.models import add_lora, tiny_llama  # noqa: E402
-from llm_runs.objectives import (  # noqa: E402
+from llm_runs.model.models import add_lora, tiny_llama  # noqa: E402
+from llm_runs.training.objectives import (  # noqa: E402
     LAYOUTS,
     DPOSettings,
     ObjectiveLossError,
@@ -267,7 +267,7 @@ def test_bad_arguments_are_rejected(pm, batches):
     with pytest.raises(TypeError, match="peft model"):
         PreferenceModel(model, tok)
     with pytest.raises(ValueError, match="target modules"):
-        add_lora(model, __import__("llm_runs.models", fromlist=["LoraSettings"]).LoraSettings(target_modules=("nope",)))
+        add_lora(model, __import__("llm_runs.model.models", fromlist=["LoraSettings"]).LoraSettings(target_modules=("nope",)))
 
 
 def test_grouped_logps_run_each_prompt_once_and_agree_with_the_padded_batch(pm, batches):

@@ -29,18 +29,20 @@ pytest.importorskip("peft")
 
 import sim.algorithm as al  # noqa: E402
 import sim.algorithm.evaluation as al_evaluation  # noqa: E402
-from llm_runs.clients import (  # noqa: E402
+from llm_runs.model.models import save_random_llama  # noqa: E402
+from llm_runs.preferences.clients import (  # noqa: E402
     ClientDesign,
     DataShortageError,
     Federation,
     build_federation,
     calibration_split,
 )
-from llm_runs.data import DEFAULT_DATA_FILE, UnknownObjectiveError, load_candidates  # noqa: E402
-from llm_runs.models import save_random_llama  # noqa: E402
-from llm_runs.objectives import DPOSettings, objective_gradients  # noqa: E402
-from llm_runs.run import PRESETS, planned_gradient_evaluations, rebase_psi_star, resolve_autocast, run  # noqa: E402
-from llm_runs.source import LoraObjectives, TorchSource  # noqa: E402
+from llm_runs.preferences.data import DEFAULT_DATA_FILE, UnknownObjectiveError, load_candidates  # noqa: E402
+from llm_runs.runs.presets import PRESETS, planned_gradient_evaluations, resolve_autocast  # noqa: E402
+from llm_runs.runs.records import rebase_psi_star  # noqa: E402
+from llm_runs.runs.run import run  # noqa: E402
+from llm_runs.training.objectives import DPOSettings, objective_gradients  # noqa: E402
+from llm_runs.training.source import LoraObjectives, TorchSource  # noqa: E402
 from sim import cli  # noqa: E402
 from sim.direction import lp_direction_reference  # noqa: E402
 from sim.problems import PlantedQuadraticCluster  # noqa: E402
@@ -312,7 +314,7 @@ def test_the_ray_of_the_excess_losses_asks_every_objective_to_improve(preset):
     point at ``psi = lambda_min (ln 2 - H)`` lowers every objective, the larger ``lambda_j`` the more. On the ray of the
     raw losses (``l >= H``) the least-weighted objective has ``l >= H lambda_max / lambda_min``: above ln 2 for
     most clients (learning that objective's rejected responses), which the first check cannot see."""
-    from llm_runs.clients import _draw_prefs, preference_centres
+    from llm_runs.preferences.clients import _draw_prefs, preference_centres
     from sim.preference import ray_point
 
     p = PRESETS[preset]
@@ -532,7 +534,7 @@ def test_the_gpu_checks_report_reads_a_complete_and_a_failed_run(tiny_runs, tmp_
     that failed in generation names the stage and says why it has no generation rate."""
     import re
 
-    from llm_runs import gpu_check
+    from llm_runs.gpu import check as gpu_check
 
     (out, _), _ = tiny_runs
     text, ok = gpu_check.report(out, check_seconds=12.0)
@@ -643,8 +645,8 @@ def test_usage_errors_exit_2_with_one_line_before_any_work(tmp_path, capsys, arg
 
 def test_random_model_sizes_of_the_parser_are_the_model_shapes():
     from llm_runs.__main__ import RANDOM_MODEL_SIZES
-    from llm_runs.gpu_check import BUILD_SIZES
-    from llm_runs.models import RANDOM_LLAMA_SIZES
+    from llm_runs.gpu.check import BUILD_SIZES
+    from llm_runs.model.models import RANDOM_LLAMA_SIZES
 
     assert sorted(RANDOM_MODEL_SIZES) == sorted(RANDOM_LLAMA_SIZES) == sorted(BUILD_SIZES)
 
@@ -685,8 +687,8 @@ def test_smoke_preset_with_the_default_model(tmp_path):
 
 def _cpu_preset_model(seed=0):
     """SmolLM2-135M with the cpu preset's LoRA adapter and DPO settings (loaded anew: LoRA wraps it in place)."""
-    from llm_runs.models import LoraSettings, add_lora, load_model
-    from llm_runs.objectives import PreferenceModel
+    from llm_runs.model.models import LoraSettings, add_lora, load_model
+    from llm_runs.training.objectives import PreferenceModel
 
     p = PRESETS["cpu"]
     model, tok = load_model(None, device="cpu")
@@ -696,7 +698,7 @@ def _cpu_preset_model(seed=0):
 
 
 def _cpu_federation(pm, p, seed=0):
-    from llm_runs.data import trained_candidates
+    from llm_runs.preferences.data import trained_candidates
 
     cands = trained_candidates(load_candidates(), pm.tokenizer, p.max_response_tokens, p.design.objectives)
     return build_federation(cands, p.design, np.random.default_rng(seed))
@@ -710,7 +712,7 @@ def test_at_the_base_model_every_loss_is_ln2_on_the_default_model():
     runs it (per sequence, its own precision) is off by more than 1e-4. The layout alone (per sequence against one
     padded batch, both in bf16) depends on the CPU's bf16 kernels: it gave exactly 0 on an AMD EPYC with AVX512_BF16
     (2026-12-02), so it cannot be the control."""
-    from llm_runs.objectives import _pair_key
+    from llm_runs.training.objectives import _pair_key
 
     p, pm = _cpu_preset_model()
     fed = _cpu_federation(pm, p)

@@ -1,4 +1,4 @@
-"""The shots curve's run (:mod:`llm_runs.shots`, preset ``shots``): nested budgets, the secant ``L0_hat``, the
+"""The shots curve's run (:mod:`llm_runs.runs.shots`, preset ``shots``): nested budgets, the secant ``L0_hat``, the
 preset's sizing, and, in the ``e2e`` tier, two seeds of the shrunk preset as cells of ``python -m llm_runs sweep`` on
 two worker processes (one killed while both run): the four record files of :mod:`verification.llm.shots` with every
 method at every budget, read and analysed by it, the killed cell run again, a rerun computing nothing."""
@@ -18,9 +18,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
-from llm_runs.clients import ClientDesign, Federation  # noqa: E402
-from llm_runs.run import PRESETS  # noqa: E402
-from llm_runs.shots import TRAJECTORY, _Secants, budget_federation, seed_cpu_seconds  # noqa: E402
+from llm_runs.preferences.clients import ClientDesign, Federation  # noqa: E402
+from llm_runs.runs.presets import PRESETS  # noqa: E402
+from llm_runs.runs.shots import TRAJECTORY, _Secants, budget_federation, seed_cpu_seconds  # noqa: E402
 from tests.llm_helpers import make_pairs  # noqa: E402
 from verification.llm.shots import ADAPTATION, CLIENTS, CROSS, METHODS, SCORES, read_records, shots_report  # noqa: E402
 

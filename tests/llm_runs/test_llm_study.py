@@ -15,11 +15,12 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 
-from llm_runs.clients import build_federation  # noqa: E402
-from llm_runs.data import DEFAULT_DATA_FILE, load_candidates  # noqa: E402
-from llm_runs.evaluation import GenerationEval  # noqa: E402
-from llm_runs.models import save_random_llama  # noqa: E402
-from llm_runs.run import PRESETS, planned_gradient_evaluations, run  # noqa: E402
+from llm_runs.model.models import save_random_llama  # noqa: E402
+from llm_runs.preferences.clients import build_federation  # noqa: E402
+from llm_runs.preferences.data import DEFAULT_DATA_FILE, load_candidates  # noqa: E402
+from llm_runs.runs.evaluation import GenerationEval  # noqa: E402
+from llm_runs.runs.presets import PRESETS, planned_gradient_evaluations  # noqa: E402
+from llm_runs.runs.run import run  # noqa: E402
 from verification.llm.personalisation import seed_statistics  # noqa: E402
 
 N_TRAIN, N_NEW, PAIRS, PROMPTS, DRAWS = 3, 3, 8, 4, 3

@@ -28,10 +28,10 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 pytest.importorskip("distributed")
 
-from llm_runs import sweep  # noqa: E402
 from llm_runs.__main__ import main  # noqa: E402
-from llm_runs.data import DEFAULT_DATA_FILE  # noqa: E402
-from llm_runs.run import PRESETS  # noqa: E402
+from llm_runs.preferences.data import DEFAULT_DATA_FILE  # noqa: E402
+from llm_runs.runs.presets import PRESETS  # noqa: E402
+from llm_runs.sweeps import sweep  # noqa: E402
 from tests.llm_helpers import run_cli, tiny_model_dir  # noqa: E402
 from verification.core.evidence import to_jsonable  # noqa: E402
 from verification.engine import dask_engine  # noqa: E402

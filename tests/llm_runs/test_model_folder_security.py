@@ -1,4 +1,4 @@
-"""A ``--model`` directory never runs code and an unusable one is one line, exit 2 (llm_runs.model_folder).
+"""A ``--model`` directory never runs code and an unusable one is one line, exit 2 (llm_runs.model.model_folder).
 
 Crafted folders: custom code that writes a marker file when it is executed (declared in ``config.json`` or in
 ``tokenizer_config.json``), fed to the real commands as subprocesses with ``y`` piped on stdin (transformers asks
@@ -26,7 +26,7 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 safetensors_numpy = pytest.importorskip("safetensors.numpy")
 
-from llm_runs.models import save_random_llama  # noqa: E402
+from llm_runs.model.models import save_random_llama  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "fixtures" / "byo_data" / "pku_saferlhf.csv"
@@ -227,12 +227,12 @@ def test_an_unusable_model_folder_is_one_line_exit_2_before_any_work(kind, tiny_
     """``data check --model`` and ``run --model`` refuse each kind of unusable folder with status 2 and one line
     naming the folder and what is wrong, before any work (no output folder, no model loaded); a pickle is never
     unpickled."""
-    import llm_runs.models
+    import llm_runs.model.models
 
     def no_model(*a, **k):
         raise AssertionError("the model was loaded")
 
-    monkeypatch.setattr(llm_runs.models, "load_model", no_model)
+    monkeypatch.setattr(llm_runs.model.models, "load_model", no_model)
     monkeypatch.setenv("PREFALIGN_NO_REEXEC", "1")
     craft, message = BAD_FOLDERS[kind]
     d = _copy(tiny_dir, tmp_path)
@@ -248,8 +248,8 @@ def test_an_unusable_model_folder_is_one_line_exit_2_before_any_work(kind, tiny_
 
 def test_every_load_in_llm_runs_passes_the_no_code_flags():
     """Every ``from_pretrained`` call in the package passes ``trust_remote_code=False`` (as a keyword, or through
-    ``**LOAD_FLAGS`` / ``**MODEL_LOAD_FLAGS`` of llm_runs.model_folder); a model's also ``use_safetensors=True``."""
-    from llm_runs.model_folder import LOAD_FLAGS, MODEL_LOAD_FLAGS
+    ``**LOAD_FLAGS`` / ``**MODEL_LOAD_FLAGS`` of llm_runs.model.model_folder); a model's also ``use_safetensors=True``."""
+    from llm_runs.model.model_folder import LOAD_FLAGS, MODEL_LOAD_FLAGS
 
     assert LOAD_FLAGS["trust_remote_code"] is False and MODEL_LOAD_FLAGS["use_safetensors"] is True
     calls = []

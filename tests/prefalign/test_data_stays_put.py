@@ -71,7 +71,7 @@ def test_reading_a_data_file_leaves_no_copy_in_the_datasets_cache(tmp_path, monk
     import tempfile
 
     datasets = pytest.importorskip("datasets")
-    from llm_runs import formats
+    from llm_runs.preferences import formats
 
     cache, tmp = tmp_path / "datasets-cache", tmp_path / "tmp"
     cache.mkdir()
@@ -109,7 +109,7 @@ def test_an_llm_run_writes_nothing_outside_out(sandbox):
     matplotlib's font list (about 12 CPU-s)."""
     pytest.importorskip("torch")
     pytest.importorskip("peft")
-    from llm_runs.models import save_random_llama
+    from llm_runs.model.models import save_random_llama
 
     root, data, run = sandbox
     shutil.copy(FIXTURES / "pku_saferlhf.csv", data)

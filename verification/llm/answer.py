@@ -54,7 +54,7 @@ __all__ = ["GATE_JSON", "GATE_KIND", "EXPORTED_GATE_FILES", "CURVE_FIGURE", "TRA
            "adaptation_by_budget", "answer_sentences", "curve_table", "gate_markdown", "gate_html", "curve_markdown", "curve_html"]
 
 GATE_JSON = "gate.json"
-#: ``gate.json``'s ``gate`` field (``llm_runs.gate.GATE_KIND``).
+#: ``gate.json``'s ``gate`` field (``llm_runs.sweeps.gate.GATE_KIND``).
 GATE_KIND = "prefalign-verify llm gate"
 #: What :func:`export_gate` copies of a gate folder (``params.json`` where there is one).
 EXPORTED_GATE_FILES = (GATE_JSON, "params.json")

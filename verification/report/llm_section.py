@@ -99,8 +99,8 @@ def llm_unavailable() -> str | None:
     spec = importlib.util.find_spec("llm_runs")
     if spec is None or not spec.submodule_search_locations:
         return "the llm_runs package is not installed"
-    if not any((Path(p) / "run.py").is_file() for p in spec.submodule_search_locations):
-        return "this checkout's llm_runs has no `run` command (llm_runs/run.py)"
+    if not any((Path(p) / "runs" / "run.py").is_file() for p in spec.submodule_search_locations):
+        return "this checkout's llm_runs has no `run` command (llm_runs/runs/run.py)"
     return None
 
 

@@ -160,7 +160,7 @@ def test_usage_errors_before_any_work(argv, message, tmp_path, capsys, monkeypat
 def test_a_sweep_summary_that_is_missing_unreadable_or_of_another_sweep_is_named(tmp_path):
     """The statement sweep's and the LLM sweep's summaries are read by one reader (dask_engine.read_summary_file):
     each failure names the file, and the folder the command wants."""
-    from llm_runs import sweep as llm_sweep
+    from llm_runs.sweeps import sweep as llm_sweep
 
     for mod, want in ((sweep, "a finished sweep"), (llm_sweep, "`python -m llm_runs sweep`")):
         p = tmp_path / mod.SUMMARY_JSON

@@ -5,7 +5,7 @@ records; a sweep without shots records (the committed old study) renders as befo
 
 The sweep is the model-free LLM-like sweep of test_llm_sweep_report (2 seeds) with the shots records of
 test_llm_shots's simulator written into each seed's run directory; the gate is a small made-up ``gate.json`` in
-the format of ``llm_runs.gate.summarize``."""
+the format of ``llm_runs.sweeps.gate.summarize``."""
 
 from __future__ import annotations
 

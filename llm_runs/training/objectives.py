@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from llm_runs.models import lora_parameters
+from llm_runs.model.models import lora_parameters
 
 __all__ = [
     "LAYOUTS",
@@ -80,7 +80,7 @@ def _cache_argument(decoder) -> str:
 LAYOUTS = ("separate", "shared", "shared_loop", "sequence")
 #: The layout :func:`objective_gradients` uses unless told otherwise. "separate" needs the least memory (the
 #: batched VJP of "shared" holds m copies of the backward: about 9.6 GB RSS for m = 5 on 8 sequences of about
-#: 290 tokens with SmolLM2-135M). A run picks its layout per device (:func:`llm_runs.source.default_layout`);
+#: 290 tokens with SmolLM2-135M). A run picks its layout per device (:func:`llm_runs.training.source.default_layout`);
 #: the benchmark in tests/llm_runs/test_llm_bench.py compares the layouts on this package's data layout (every
 #: objective's pairs on the same candidates) and prints the fastest.
 DEFAULT_LAYOUT = "separate"
@@ -177,14 +177,14 @@ def _pair_key(pair) -> tuple[tuple[str, str], tuple[str, str]]:
 class PreferenceModel:
     """A LoRA policy and its adapter-disabled reference: sequence log-probabilities and DPO losses.
 
-    ``model`` is a peft model (see :func:`llm_runs.models.add_lora`); its trainable parameters are the LoRA
+    ``model`` is a peft model (see :func:`llm_runs.model.models.add_lora`); its trainable parameters are the LoRA
     matrices, flattened in name order into the rows of ``G``. Tokenisations and reference log-probabilities are
     cached per distinct ``(prompt, response)``.
     """
 
     def __init__(self, model, tokenizer, settings: DPOSettings | None = None):
         if not hasattr(model, "disable_adapter"):
-            raise TypeError("PreferenceModel needs a peft model (wrap it with llm_runs.models.add_lora)")
+            raise TypeError("PreferenceModel needs a peft model (wrap it with llm_runs.model.models.add_lora)")
         self.model = model
         self.tokenizer = tokenizer
         self.settings = settings or DPOSettings()
@@ -500,7 +500,7 @@ def _check_batches(batches: Mapping[str, Sequence]) -> tuple[str, ...]:
 
 
 def _section(timer, name: str):
-    """``timer.section(name)`` (a :class:`llm_runs.source.StepTimer`), or nothing without a timer."""
+    """``timer.section(name)`` (a :class:`llm_runs.training.source.StepTimer`), or nothing without a timer."""
     return contextlib.nullcontext() if timer is None else timer.section(name)
 
 
@@ -534,9 +534,9 @@ def objective_gradients(pm: PreferenceModel, batches: Mapping[str, Sequence], *,
                         timer=None, gram: bool = True) -> ObjectiveGradients:
     """Per-objective losses ``l``, gradients ``G`` and Gram ``C = GᵀG`` of one client (see the module docstring).
 
-    ``batches`` maps each objective name to its preference pairs (:class:`llm_runs.data.PreferencePair`) in the
+    ``batches`` maps each objective name to its preference pairs (:class:`llm_runs.preferences.data.PreferencePair`) in the
     order of the objectives. Every loss passes :meth:`PreferenceModel.check_loss`. ``timer``: a
-    :class:`llm_runs.source.StepTimer` that accumulates the ``forward`` (losses) and ``backward`` (gradients)
+    :class:`llm_runs.training.source.StepTimer` that accumulates the ``forward`` (losses) and ``backward`` (gradients)
     time; ``gram=False`` leaves ``gram`` None (a caller that forms the Grams of many clients at once).
     """
     if layout not in LAYOUTS:

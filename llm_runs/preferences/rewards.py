@@ -53,7 +53,7 @@ compounds (length-free: its conflict with conciseness falls to −0.17); Flesch 
 (the same within-prompt ranks; the clip only keeps one hashtag string from dominating the spread).
 
 **The style rewards** (issue 42), measured on the 90 calibration prompts of the shipped file
-(:func:`llm_runs.clients.calibration_split`) on the trained text at 16 / 48 tokens: pairs at margin 0.25
+(:func:`llm_runs.preferences.clients.calibration_split`) on the trained text at 16 / 48 tokens: pairs at margin 0.25
 second_person 150 / 250, formality 264 / 372, hedging 48 / 147, questions 21 / 59 (positivity 388 / 430).
 Within-prompt τ at 16 tokens: second_person vs formality −0.69 (partly by construction: the you-words are
 formality markers), density vs second_person −0.22, readability vs formality −0.25, positivity within ±0.13 of
@@ -275,7 +275,7 @@ def _embedder():
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    from llm_runs.model_folder import LOAD_FLAGS, MODEL_LOAD_FLAGS
+    from llm_runs.model.model_folder import LOAD_FLAGS, MODEL_LOAD_FLAGS
 
     try:
         files = importlib.metadata.files(_EMBEDDER_DIST) or ()

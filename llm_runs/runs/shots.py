@@ -1,10 +1,10 @@
 r"""The shots curve's run: one seed of the ``shots`` preset (``python -m llm_runs sweep --preset shots --seeds A:B``)
 writes the records that the pre-registered analysis :mod:`verification.llm.shots` reads.
 
-**One seed** (:func:`llm_runs.run.run` with a preset whose ``shots`` is a :class:`ShotsEval`):
+**One seed** (:func:`llm_runs.runs.run.run` with a preset whose ``shots`` is a :class:`ShotsEval`):
 
-1. the shots federation (:func:`llm_runs.heldout.build_shots_federation`) on the *study* side of
-   :func:`llm_runs.clients.calibration_split`: training clients of ``design.shots`` separable pairs per objective,
+1. the shots federation (:func:`llm_runs.preferences.heldout.build_shots_federation`) on the *study* side of
+   :func:`llm_runs.preferences.clients.calibration_split`: training clients of ``design.shots`` separable pairs per objective,
    new clients with a pool of ``max(budgets)`` separable pairs per objective, one shared separable held-out set;
 2. Algorithm 1 once (:func:`sim.algorithm.run_algorithm` on the training clients: clustering, Phase 1, Phase 2 and
    each cluster's FedAvg model), ``ψ̂_i*`` of the training clients only (the curve does not use a new client's), and
@@ -13,7 +13,7 @@ writes the records that the pre-registered analysis :mod:`verification.llm.shots
 4. the budget-free models, scored once: the base model, the global model, each cluster's FedAvg model, and per new
    client an *oracle* trained at its ``λ_i`` from the base model on ``oracle_pairs`` separable pairs per objective
    drawn from the prompts of all clients (never a held-out prompt), by the gate's training
-   (:func:`llm_runs.gate.train_oracle`: ``oracle_steps`` full-batch AdamW steps of rate ``oracle_lr``);
+   (:func:`llm_runs.runs.oracle.train_oracle`: ``oracle_steps`` full-batch AdamW steps of rate ``oracle_lr``);
 5. per budget ``b`` (nested: the first ``b`` samples of every new client's pool, ``Federation.batch(i, range(b))``),
    from the same Algorithm-1 run and with the same ``K`` steps of :attr:`~sim.algorithm.AlgorithmConfig.adapt` on full batches
    of the ``b`` samples (``S = b``; every step sees all of them): Pipeline 1 from the cluster's ``w_II``
@@ -27,15 +27,15 @@ Every phase is :mod:`sim.algorithm`'s; nothing here re-implements one. No model 
 evaluation: so no baseline needs to generate either).
 
 **Scores.** Every model is scored once on the shared held-out pairs
-(:meth:`~llm_runs.objectives.PreferenceModel.grouped_pair_losses`, as the ``study`` preset scores): per objective
-the share of pairs whose margin is positive, a margin within :data:`~llm_runs.objectives.TIE_ATOL` of 0 counting 1/2
-(:func:`~llm_runs.objectives.pair_accuracy`), and the mean margin change against the base model (whose margins must
+(:meth:`~llm_runs.training.objectives.PreferenceModel.grouped_pair_losses`, as the ``study`` preset scores): per objective
+the share of pairs whose margin is positive, a margin within :data:`~llm_runs.training.objectives.TIE_ATOL` of 0 counting 1/2
+(:func:`~llm_runs.training.objectives.pair_accuracy`), and the mean margin change against the base model (whose margins must
 be exactly 0: a run where they are not fails). A client's λ-weighted score of any model is a reweighting of these,
 so the cross table (the model of client ``k`` on client ``i``'s pairs) costs nothing.
 
 **ψ and the secant.** ``psi0``/``psiK`` are the adaptation's records' ``ψ_i = max_j λ_ij l_ij`` at ``w_0`` and
 ``w_K`` on the client's ``b`` pairs per objective, with the losses Algorithm 1 sees (the excess conservative-DPO
-losses ``l_j − H(ε)``, :mod:`llm_runs.source`). ``L0_hat`` is the largest secant
+losses ``l_j − H(ε)``, :mod:`llm_runs.training.source`). ``L0_hat`` is the largest secant
 ``‖g_{k+1} − g_k‖ / ‖w_{k+1} − w_k‖`` of ``g_k = λ_{ij*} ∇l_{ij*}(w_k)`` (``j*`` the active objective of ψ at
 ``w_k``) over the LoRA parameters: ``g_0 … g_{K−1}`` are the full-batch gradients the adaptation's own steps
 compute (read from the source as it computes them), ``g_K`` costs one more gradient evaluation per client and
@@ -44,7 +44,7 @@ and clip range. Pipeline 2 (a different step rule, its best iterate kept) has no
 accepts a method recorded at every (client, budget) or at none.
 
 **Files** (in the run directory, appended as the run goes; a killed cell's directory is removed and the seed run
-again from the start by the sweep, :func:`llm_runs.sweep.llm_cell`): the analysis' ``shots_clients.csv``,
+again from the start by the sweep, :func:`llm_runs.sweeps.sweep.llm_cell`): the analysis' ``shots_clients.csv``,
 ``shots_scores.csv`` (every method of :data:`verification.llm.shots.METHODS` at every budget; ``base``,
 ``global`` and ``oracle`` repeated at each), ``shots_adaptation.csv``, ``shots_cross.csv`` (``pipeline1_wII``,
 every ordered pair of distinct new clients of one cluster); and ``shots_models.csv``, the budget-free models' scores
@@ -95,7 +95,7 @@ class ShotsEval:
     client; its pool holds ``max(budgets)``), and the oracle: ``oracle_pairs`` separable pairs per objective,
     ``oracle_steps`` full-batch AdamW steps of rate ``oracle_lr`` at the client's ``λ_i``, a step's pairs forward and
     backward in chunks of at most ``max_pairs`` (all objectives together; None: one pass) with their gradients
-    summed (:func:`llm_runs.gate.train_oracle`: the same step, in the memory of one chunk's activations)."""
+    summed (:func:`llm_runs.runs.oracle.train_oracle`: the same step, in the memory of one chunk's activations)."""
 
     budgets: tuple[int, ...] = (1, 2, 4, 8, 16)
     oracle_pairs: int = 16
@@ -104,7 +104,7 @@ class ShotsEval:
     max_pairs: int | None = None
 
     def __post_init__(self):
-        from llm_runs.heldout import _budgets
+        from llm_runs.preferences.heldout import _budgets
 
         object.__setattr__(self, "budgets", _budgets(self.budgets))
         for name in ("oracle_pairs", "oracle_steps", "max_pairs"):
@@ -119,20 +119,20 @@ class ShotsEval:
 
 
 def shots_federation(cands, preset, rng: np.random.Generator):
-    """The seed's federation: :func:`~llm_runs.heldout.build_shots_federation` of ``preset.design`` with the
-    budgets of ``preset.shots``, dealt from the study side of :func:`~llm_runs.clients.calibration_split`."""
-    from llm_runs.clients import calibration_split
-    from llm_runs.heldout import ShotsDesign, build_shots_federation
+    """The seed's federation: :func:`~llm_runs.preferences.heldout.build_shots_federation` of ``preset.design`` with the
+    budgets of ``preset.shots``, dealt from the study side of :func:`~llm_runs.preferences.clients.calibration_split`."""
+    from llm_runs.preferences.clients import calibration_split
+    from llm_runs.preferences.heldout import ShotsDesign, build_shots_federation
 
     design = ShotsDesign(preset.design, preset.shots.budgets)
     return build_shots_federation(cands, design, rng, prompt_ids=calibration_split(cands.prompt_ids)[1])
 
 
 def oracle_batches(cands, fed, pairs: int, rng: np.random.Generator) -> dict[str, list]:
-    """``pairs`` separable pairs per objective (:func:`~llm_runs.heldout.separable_pairs`) of the prompts of every
+    """``pairs`` separable pairs per objective (:func:`~llm_runs.preferences.heldout.separable_pairs`) of the prompts of every
     client of ``fed`` (none held out): the oracles' training data, shared by every new client's oracle."""
-    from llm_runs.clients import pairs_by_prompt
-    from llm_runs.heldout import separable_pairs
+    from llm_runs.preferences.clients import pairs_by_prompt
+    from llm_runs.preferences.heldout import separable_pairs
 
     pools = pairs_by_prompt(cands, fed.objectives, fed.design.margin)
     ids = [pid for client in fed.prompt_ids for pid in client]
@@ -143,7 +143,7 @@ def oracle_batches(cands, fed, pairs: int, rng: np.random.Generator) -> dict[str
 
 def budget_federation(fed, budget: int):
     """``fed`` with every new client's data cut to its first ``budget`` samples (``budget`` pairs per objective:
-    the nested budgets of :class:`~llm_runs.heldout.ShotsDesign`); training clients and held-out pairs unchanged.
+    the nested budgets of :class:`~llm_runs.preferences.heldout.ShotsDesign`); training clients and held-out pairs unchanged.
     Raises ``ValueError`` for a budget larger than a new client's pool."""
     n_train = fed.design.n_train
     short = [int(i) for i in fed.new if fed.n_samples[i] < budget]
@@ -265,7 +265,7 @@ def seed_gpu_seconds(preset, params: float, tokens_per_sequence: float,
 
 
 class _Secants:
-    """An observer of a :class:`~llm_runs.source.TorchSource` (its ``observer``): per client, the largest secant
+    """An observer of a :class:`~llm_runs.training.source.TorchSource` (its ``observer``): per client, the largest secant
     ``‖g_{k+1} − g_k‖ / ‖w_{k+1} − w_k‖`` of the active objective's λ-weighted gradient over the evaluations it sees
     (module docstring), steps with ``w_{k+1} = w_k`` skipped."""
 
@@ -308,7 +308,7 @@ def _scores(lobj, w, batches, beta: float) -> dict[str, np.ndarray]:
 
 def _summary(margins: dict[str, np.ndarray], base: dict[str, np.ndarray], beta: float) -> dict[str, tuple]:
     """Per objective ``(n_pairs, acc, z)``: the accuracy with ties 1/2 and the mean margin change against base."""
-    from llm_runs.objectives import pair_accuracy
+    from llm_runs.training.objectives import pair_accuracy
 
     out = {}
     for o, z in margins.items():
@@ -332,9 +332,9 @@ def run_shots(lobj, fed, cands, res, preset, *, seed: int, out: Path, w_ref, glo
     import pandas as pd
     import torch
 
-    from llm_runs.gate import train_oracle
-    from llm_runs.run import RecordWriter
-    from llm_runs.source import LoraObjectives, TorchSource
+    from llm_runs.runs.oracle import train_oracle
+    from llm_runs.runs.records import RecordWriter
+    from llm_runs.training.source import LoraObjectives, TorchSource
     from sim.algorithm import assign_to_cluster, local_only, pipeline1, pipeline2
 
     spec, a = preset.shots, preset.algorithm

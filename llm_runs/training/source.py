@@ -20,10 +20,10 @@ losses ``l_j − H(ε)`` (its ``reference_point``, the floor): positive wherever
 the ``loss_<objective>`` columns hold the raw losses (excess + ``reference_point``).
 
 :class:`LoraObjectives` are the objectives of an LLM run: client ``c``'s row is copied into the LoRA
-parameters of one :class:`~llm_runs.objectives.PreferenceModel` (a device-to-device copy) and
-:func:`llm_runs.objectives.objective_gradients` computes ``l`` and ``G`` on the client's pairs of each objective
-(:class:`llm_runs.clients.Federation`; a batch of sample indices picks those pairs). A loss that is not finite
-or reaches its floor ``H(ε)`` within round-off raises :class:`~llm_runs.objectives.ObjectiveLossError` naming the
+parameters of one :class:`~llm_runs.training.objectives.PreferenceModel` (a device-to-device copy) and
+:func:`llm_runs.training.objectives.objective_gradients` computes ``l`` and ``G`` on the client's pairs of each objective
+(:class:`llm_runs.preferences.clients.Federation`; a batch of sample indices picks those pairs). A loss that is not finite
+or reaches its floor ``H(ε)`` within round-off raises :class:`~llm_runs.training.objectives.ObjectiveLossError` naming the
 objective and the client; :mod:`sim.algorithm` re-raises it as a ``DivergenceError`` that adds the phase, round
 and step.
 
@@ -53,7 +53,12 @@ from typing import Protocol, runtime_checkable
 import numpy as np
 import torch
 
-from llm_runs.objectives import ObjectiveLossError, PreferenceModel, objective_gradients, objective_losses
+from llm_runs.training.objectives import (
+    ObjectiveLossError,
+    PreferenceModel,
+    objective_gradients,
+    objective_losses,
+)
 
 __all__ = [
     "ClientObjectives",
@@ -281,12 +286,12 @@ def default_layout(device) -> str:
 
 
 class LoraObjectives:
-    """The m per-objective conservative-DPO losses of every client of a :class:`~llm_runs.clients.Federation` over
+    """The m per-objective conservative-DPO losses of every client of a :class:`~llm_runs.preferences.clients.Federation` over
     the LoRA parameters of ``pm`` (see the module docstring); ``layout``: see :func:`objective_gradients` (default:
     :func:`default_layout` of the model's device). ``losses`` and ``gradients`` return the excess losses
     ``l_j − reference_point`` with ``reference_point = H(ε)``, the floor of the loss; ``min_losses`` tracks the raw
     losses. Population losses are computed in the gradients' layout and precision
-    (:func:`~llm_runs.objectives.objective_losses`), held-out metrics in float32."""
+    (:func:`~llm_runs.training.objectives.objective_losses`), held-out metrics in float32."""
 
     def __init__(self, pm: PreferenceModel, federation, *, layout: str | None = None, heldout: bool = True):
         self.pm = pm

@@ -4,7 +4,7 @@ Left: every training client's Chebyshev value ``ψ_i`` at the server model of it
 Phase 2 (global round ``t``), FedAvg dashed. Right: the new clients' mean ``r̂ = ψ − ψ̂*`` against the adaptation
 step ``k`` for Pipeline 1 from ``w_I`` and from ``w_II`` (the preset's preconditioner and AdamW), the local-only
 and FedAvg+adaptation baselines, with Pipeline 2's final value as a horizontal line. ``r̂`` under-estimates the
-true suboptimality (``ψ̂*`` is an estimate from above; see :mod:`llm_runs.run`).
+true suboptimality (``ψ̂*`` is an estimate from above; see :mod:`llm_runs.runs.run`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 r"""A researcher's own preference data: the four schemas ``--data PATH`` reads (``docs/your-data.md``).
 
 ``PATH`` is the shipped kind of data file (gzip'd JSON lines with a ``prefalign-candidates`` header, read by
-:func:`llm_runs.data.load_candidates`) or anything the Hugging Face ``datasets`` library reads locally: a JSON Lines
+:func:`llm_runs.preferences.data.load_candidates`) or anything the Hugging Face ``datasets`` library reads locally: a JSON Lines
 (``.jsonl``, ``.json``, optionally ``.gz``), Parquet (``.parquet``) or CSV (``.csv``) file, a folder of such files
 (one kind), or a dataset saved with ``save_to_disk`` (a folder with ``dataset_info.json`` / ``state.json``; a
 ``DatasetDict`` must have one split or a ``train`` split). ``datasets`` is imported only here, only then.
@@ -27,11 +27,11 @@ The schema follows from the columns (after the mapping ``--columns canonical=col
 
 ``--objectives a,b,...`` picks the aspects (default: all the file has: the score keys, the numeric columns other
 than the structural ones, the annotation aspects or the label columns). The scores are **annotations**: labels of
-the full texts (:attr:`llm_runs.data.Candidates.labels`), never recomputed; a run trains on each response cut at
+the full texts (:attr:`llm_runs.preferences.data.Candidates.labels`), never recomputed; a run trains on each response cut at
 its preset's token limit, so a response longer than that loses its labels
-(:func:`llm_runs.data.trained_candidates`).
+(:func:`llm_runs.preferences.data.trained_candidates`).
 
-Refused with :class:`~llm_runs.data.DataFileError`, one line naming the column, the row (1-based, in file order)
+Refused with :class:`~llm_runs.preferences.data.DataFileError`, one line naming the column, the row (1-based, in file order)
 and the value: a file that cannot be read, columns of no schema or missing, a non-numeric or non-finite score, a
 label other than 0 or 1, an empty text, a prompt with fewer than two responses, and a prompt that appears twice (as
 equal text after collapsing white space): the train / held-out / evaluation split is by prompt, and a prompt
@@ -49,9 +49,9 @@ from typing import NoReturn
 
 import numpy as np
 
-from llm_runs.data import DEFAULT_DATA_FILE, Candidates, DataFileError, load_candidates
+from llm_runs.preferences.data import DEFAULT_DATA_FILE, Candidates, DataFileError, load_candidates
 
-__all__ = ["SCHEMAS", "LABEL_SUFFIX", "data_check", "data_files", "load_data", "parse_columns", "read_rows",
+__all__ = ["SCHEMAS", "normalised_text", "LABEL_SUFFIX", "data_files", "load_data", "parse_columns", "read_rows",
            "is_candidates_file"]
 
 #: The schemas and their structural columns (the canonical names ``--columns`` maps).
@@ -89,7 +89,7 @@ def parse_columns(text: str | None) -> dict[str, str]:
 
 
 def is_candidates_file(path) -> bool:
-    """Whether ``path`` is read by :func:`~llm_runs.data.load_candidates` (the shipped kind of data file): None (the
+    """Whether ``path`` is read by :func:`~llm_runs.preferences.data.load_candidates` (the shipped kind of data file): None (the
     shipped file), or a ``.gz`` file whose first line is a header (a dict with ``format``) or cannot be read as
     JSON at all (then that loader names the fault); anything else goes to ``datasets``."""
     if path is None:
@@ -188,8 +188,8 @@ def _plain_files(path: Path) -> list[Path]:
 
 
 def data_files(path) -> list[Path]:
-    """Every file that :func:`read_rows` (or, for the shipped kind, :func:`~llm_runs.data.load_candidates`) reads
-    for ``--data path``, in a fixed order: what a digest of the data must cover (``llm_runs.sweep``). A saved
+    """Every file that :func:`read_rows` (or, for the shipped kind, :func:`~llm_runs.preferences.data.load_candidates`) reads
+    for ``--data path``, in a fixed order: what a digest of the data must cover (``llm_runs.sweeps.sweep``). A saved
     dataset gives its metadata and the Arrow files its ``state.json`` names (one that names a file outside the
     folder is refused, :class:`DataFileError`); a folder its visible files; a file itself."""
     path = Path(DEFAULT_DATA_FILE if path is None else path).expanduser()
@@ -284,7 +284,8 @@ def _text(path, row: int, column: str, v) -> str:
     return v
 
 
-def _norm(text: str) -> str:
+def normalised_text(text: str) -> str:
+    """``text`` with every run of white space one blank: the key by which two prompts are the same."""
     return " ".join(text.split())
 
 
@@ -445,8 +446,8 @@ _GROUPS = {"candidates": _groups_candidates, "responses": _groups_responses, "co
 
 
 def load_data(path=None, *, columns: dict[str, str] | str | None = None, objectives=None) -> Candidates:
-    """The data of ``--data PATH`` as :class:`~llm_runs.data.Candidates` (module docstring): the shipped kind of
-    file through :func:`~llm_runs.data.load_candidates` (its rewards; ``objectives`` are checked against it), any
+    """The data of ``--data PATH`` as :class:`~llm_runs.preferences.data.Candidates` (module docstring): the shipped kind of
+    file through :func:`~llm_runs.preferences.data.load_candidates` (its rewards; ``objectives`` are checked against it), any
     other through ``datasets`` in one of :data:`SCHEMAS`, its scores ``labels="annotations"``. ``columns``: the
     mapping ``{canonical: column}`` (or its ``--columns`` text); ``objectives``: the aspects to keep."""
     if isinstance(columns, str) or columns is None:
@@ -475,7 +476,7 @@ def _candidates(path: Path, schema: str, columns: dict, names: tuple[str, ...], 
     ids: list[str] = []
     pcol = columns.get("instruction", "instruction") if schema == "completions" else columns.get("prompt", "prompt")
     for k, (pid, prompt, texts, _, rows) in enumerate(groups):
-        key = _norm(prompt)
+        key = normalised_text(prompt)
         if key in seen:
             other = groups[seen[key]][4][0]
             raise DataFileError(f"data file {path}: row {rows[0]}: column {pcol!r} "
@@ -509,94 +510,3 @@ def _candidates(path: Path, schema: str, columns: dict, names: tuple[str, ...], 
         responses=tuple(texts_out), n_tokens=np.zeros((P, K), dtype=np.int64), finished=present.copy(),
         scores=scores, cut_off=tuple((None,) * K for _ in range(P)), calls=np.zeros(P, dtype=np.int64),
         call_seconds=np.full(P, math.nan), labels="annotations", present=present)
-
-
-# ---------------------------------------------------------------------------------------------------- the check
-
-
-def data_check(path, *, columns=None, objectives=None, preset="smoke", tokenizer=None, seed: int = 0) -> dict:
-    """What a run of ``preset`` (a name of :data:`llm_runs.run.PRESETS` or a :class:`~llm_runs.run.RunPreset`, e.g.
-    a ``shrunk()`` one) on the data ``path`` would use, computed without a model (``data check PATH``):
-    the schema, prompts and responses, per objective the pairs on the full text and on the trained text (responses
-    cut at the preset's ``max_response_tokens`` by ``tokenizer``: :func:`~llm_runs.data.trained_candidates`), the
-    within-prompt rank agreement of the objectives and each one's within-prompt Kendall τ with the length
-    (:func:`~llm_runs.data.agreement_table` on the trained text), and the clients dealt at ``seed``
-    (:func:`~llm_runs.clients.build_federation`). Raises :class:`~llm_runs.data.DataFileError` (one line) for
-    every fault of :func:`load_data`, an objective without any pair on the trained text, a file too small for the
-    preset's clients, and a prompt text on two sides of the train / held-out / evaluation split. JSON-able, with
-    ``text``."""
-    from dataclasses import replace
-
-    from llm_runs.clients import DataShortageError, build_federation
-    from llm_runs.data import agreement_table, check_pairs, preference_pairs, trained_candidates
-    from llm_runs.evaluation import evaluation_prompts
-    from llm_runs.run import PRESETS
-
-    if isinstance(preset, str):
-        if preset not in PRESETS:
-            raise DataFileError(f"preset {preset!r} is not one of {', '.join(sorted(PRESETS))}")
-        preset = PRESETS[preset]
-    p = preset
-    full = load_data(path, columns=columns, objectives=objectives)
-    if objectives is None and full.labels == "rewards":
-        objectives = p.design.objectives
-    names = full.check_objectives(objectives if objectives is not None else full.objectives)
-    if len(names) < 2:
-        raise DataFileError(f"data file {full.path}: one objective ({names[0]}); a run needs at least two")
-    design = replace(p.design, objectives=names)
-    T = p.max_response_tokens
-    if tokenizer is None:
-        from llm_runs.tokenizer import smollm2_tokenizer
-
-        tokenizer = smollm2_tokenizer()
-    trained = trained_candidates(full, tokenizer, T, names)
-    check_pairs(trained, names, margin=design.margin)
-    try:
-        fed = build_federation(trained, design, np.random.default_rng(seed))
-    except DataShortageError as exc:
-        raise DataFileError(f"preset {p.name}: {exc}") from None
-    text_of = dict(zip(full.prompt_ids, full.prompts, strict=True))
-    sides = {"held-out": list(fed.heldout_prompt_ids),
-             "train": [pid for i in fed.train for pid in fed.prompt_ids[i]],
-             "new clients": [pid for i in fed.new for pid in fed.prompt_ids[i]],
-             "evaluation": [pid for pid, _ in evaluation_prompts(fed, full, max(1, len(full.prompt_ids)))
-                            if pid not in fed.heldout_prompt_ids]}
-    seen: dict[str, tuple[str, str]] = {}
-    for side, ids in sides.items():
-        for pid in ids:
-            key = _norm(text_of[pid])
-            if key in seen and seen[key][0] != side:
-                raise DataFileError(f"data file {full.path}: prompt {pid!r} is {text_of[pid][:60]!r}, the text of "
-                                    f"prompt {seen[key][1]!r} again, on both the {seen[key][0]} and the {side} side "
-                                    f"of the split (seed {seed}): a prompt may appear once")
-            seen.setdefault(key, (side, pid))
-    table = agreement_table(trained, names, margin=design.margin)
-    per = {}
-    for o in names:
-        lab = trained.scores_of(o)
-        per[o] = {"pairs_full_text": len(preference_pairs(full, o, margin=design.margin)),
-                  "pairs_trained_text": len(preference_pairs(trained, o, margin=design.margin)),
-                  "responses_labelled": int(np.isfinite(lab).sum()),
-                  "tau_with_length": table["objectives"][o]["tau_with_length"]}
-    here = full.present_mask
-    cut = int((here & ~trained.finished).sum()) if full.labels == "annotations" else int((~trained.finished).sum())
-    used = sum(len(ids) for ids in sides.values() if ids is not sides["evaluation"])
-    head = [f"data {full.path}: schema {full.header.get('schema', 'candidates (shipped kind)')}, labels "
-            f"{full.labels}; {len(full.prompt_ids)} prompts, {int(here.sum())} responses "
-            f"({int(here.sum(axis=1).min())}-{int(here.sum(axis=1).max())} per prompt); objectives {', '.join(names)}",
-            f"preset {p.name}: responses cut at {T} tokens ({cut} of {int(here.sum())} longer"
-            + ("; their labels are left out)" if full.labels == "annotations" else "; rewards recomputed on the cut "
-               "text)") + f", pair margin {design.margin} within-prompt sd; seed {seed}: {len(fed.heldout_prompt_ids)} "
-            f"held-out prompts, {used - len(fed.heldout_prompt_ids)} client prompts, {len(sides['evaluation'])} "
-            f"prompts left for evaluation",
-            "",
-            f"{'objective':<20} {'pairs full':>10} {'trained':>8} {'labelled':>8} {'tau(length)':>11}"]
-    for o, v in per.items():
-        head.append(f"{o:<20} {v['pairs_full_text']:>10d} {v['pairs_trained_text']:>8d} {v['responses_labelled']:>8d} "
-                    f"{v['tau_with_length']:>+11.2f}")
-    return {"path": full.path, "schema": full.header.get("schema", "candidates"), "labels": full.labels,
-            "objectives": list(names), "prompts": len(full.prompt_ids), "responses": int(here.sum()),
-            "preset": p.name, "max_response_tokens": T, "responses_cut": cut, "per_objective": per,
-            "agreement": {k: v for k, v in table.items() if k != "text"},
-            "split": {k: len(v) for k, v in sides.items()}, "clients": fed.describe(),
-            "text": "\n".join(head) + "\n\n" + table["text"]}

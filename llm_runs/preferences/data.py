@@ -57,7 +57,7 @@ from pathlib import Path
 
 import numpy as np
 
-from llm_runs.rewards import REWARDS, UnknownObjectiveError, reward_definitions, score_responses
+from llm_runs.preferences.rewards import REWARDS, UnknownObjectiveError, reward_definitions, score_responses
 
 __all__ = [
     "DEFAULT_DATA_FILE",
@@ -83,7 +83,7 @@ __all__ = [
 ]
 
 #: The shipped data file.
-DEFAULT_DATA_FILE = Path(__file__).parent / "data" / "candidates.jsonl.gz"
+DEFAULT_DATA_FILE = Path(__file__).parent.parent / "data" / "candidates.jsonl.gz"
 FORMAT = "prefalign-candidates"
 SCHEMA_VERSION = 1
 _BUILD_HINT = "rebuild it with `python -m llm_runs data build`"
@@ -113,8 +113,8 @@ class Candidates:
     max_response_tokens: int | None = None
     #: the file's scores of the full texts (objective -> (P, K)); for full texts the same as ``scores``
     full_scores: dict[str, np.ndarray] = field(default_factory=dict)
-    #: ``"rewards"``: the scores are the offline rewards of :mod:`llm_runs.rewards`, recomputed on the trained text;
-    #: ``"annotations"``: fixed labels of the full texts (a researcher's own data, :mod:`llm_runs.formats`), which
+    #: ``"rewards"``: the scores are the offline rewards of :mod:`llm_runs.preferences.rewards`, recomputed on the trained text;
+    #: ``"annotations"``: fixed labels of the full texts (a researcher's own data, :mod:`llm_runs.preferences.formats`), which
     #: hold on the trained text only where the response is not cut
     labels: str = "rewards"
     #: ``(P, K)`` bool: which slots hold a response (None: all). Prompts of a researcher's file may have different
@@ -213,7 +213,7 @@ def score_and_write(records: list[dict], settings, model_info: dict, out, *, pro
 
 
 def rescore_file(path, out=None, *, progress: bool = True, keep_current: bool = True) -> Path:
-    """Score every response of the data file ``path`` with every reward of :data:`llm_runs.rewards.REWARDS`
+    """Score every response of the data file ``path`` with every reward of :data:`llm_runs.preferences.rewards.REWARDS`
     (their current definitions and versions) and write the data file ``out`` (default: ``path``), keeping the
     texts, the generation settings and the model; the header records the date of the rescoring.
 
@@ -659,7 +659,7 @@ def trained_texts(tokenizer, texts: Sequence[str], max_tokens: int) -> tuple[lis
 def trained_text(tokenizer, text: str, max_tokens: int) -> str:
     """The text a model trained on ``text`` cut at ``max_tokens`` tokens sees: ``decode(encode(text)[:T])``,
     iterated to a fixed point (``decode(encode(t)[:T]) == t``), so that the training tokenisation of the returned
-    text (:class:`llm_runs.objectives.PreferenceModel` encodes the response and keeps its first ``T`` tokens)
+    text (:class:`llm_runs.training.objectives.PreferenceModel` encodes the response and keeps its first ``T`` tokens)
     decodes to exactly this text. Raises ``ValueError`` if no fixed point is reached in 8 rounds."""
     return trained_texts(tokenizer, [text], max_tokens)[0][0]
 
@@ -700,7 +700,7 @@ def trained_candidates(cands: Candidates, tokenizer, max_tokens: int, objectives
     Annotations (``cands.labels == "annotations"``: a researcher's labels of the full texts) cannot be recomputed
     on a cut text, so a response longer than ``max_tokens`` tokens loses its labels (score NaN for every
     objective): it forms no pair, and every pair that is left has its labels on exactly the text trained."""
-    from llm_runs.rewards import score_responses
+    from llm_runs.preferences.rewards import score_responses
 
     if cands.max_response_tokens is not None:
         raise ValueError(f"the candidates are already cut at {cands.max_response_tokens} tokens")
@@ -745,7 +745,7 @@ def _within_prompt_tau(a: np.ndarray, b: np.ndarray) -> float:
 
 def response_words(cands: Candidates) -> np.ndarray:
     """``(P, K)`` word counts of the responses (the length that the τ-with-length statistic uses)."""
-    from llm_runs.rewards import _words
+    from llm_runs.preferences.rewards import _words
 
     return np.array([[len(_words(r)) for r in row] for row in cands.responses], dtype=np.float64)
 

@@ -17,12 +17,12 @@ margins and the preference accuracy of ``o`` above the base model's? An objectiv
 way cannot show personalisation in a study either: the gate runs before any study, and an objective enters a study
 only if it passes.
 
-**Prompts.** Only the *calibration* prompts of the data file (:func:`llm_runs.clients.calibration_split`: a
+**Prompts.** Only the *calibration* prompts of the data file (:func:`llm_runs.preferences.clients.calibration_split`: a
 prompt's side depends on its id alone); a study deals its clients and held-out pairs from the other side, so no
 choice made here saw a study's held-out prompt. Per draw ``d = 0, 1, ..., N-1`` the calibration prompts are
 shuffled with ``numpy.random.default_rng(d)`` and dealt: held-out prompts first, until there are at least
 ``heldout_prompts`` of them and every candidate objective has at least ``heldout_pairs`` pairs on them
-(:func:`llm_runs.data.preference_pairs` on the trained text, margin ``margin`` within-prompt sd's); then
+(:func:`llm_runs.preferences.data.preference_pairs` on the trained text, margin ``margin`` within-prompt sd's); then
 ``heldout_pairs`` pairs per objective drawn from those (the same generator); the remaining calibration prompts are
 the draw's *training part*, whose pairs of each objective are put in a random order (the same generator). Budget
 ``b`` trains on the first ``b`` pairs of every candidate objective in that order (the budgets of a draw are
@@ -32,16 +32,16 @@ draw are scored on the same held-out pairs.
 **Oracle.** One cell per (objective ``o``, budget ``b``, draw ``d``): from the base model (LoRA at ``B = 0``,
 adapter seed ``d``; the study's rank, scaling, β, label smoothing, float32), ``steps`` full-batch AdamW steps (no
 weight decay, learning rate ``lr``) on the λ-weighted conservative-DPO loss ``Σ_k λ_k l_k``
-(:func:`llm_runs.objectives.weighted_gradient`) at the target preference ``λ_o = target``,
+(:func:`llm_runs.training.objectives.weighted_gradient`) at the target preference ``λ_o = target``,
 ``λ_k = (1 − target)/(m − 1)`` for every other candidate ``k``, over ``b`` pairs of each candidate; a step's
 pairs go forward and backward in chunks of at most ``max_pairs`` and their gradients are summed (the full batch's
 gradient up to roundoff, in the memory of one chunk).
 
 **Scores.** Every pair held out in the draw, of every candidate objective, is scored under the base model and the
-oracle (:meth:`~llm_runs.objectives.PreferenceModel.grouped_pair_losses`, the study's scoring, float32). The base
+oracle (:meth:`~llm_runs.training.objectives.PreferenceModel.grouped_pair_losses`, the study's scoring, float32). The base
 model's margins must be exactly 0 (checked: a cell whose base margins are not fails). Per pair: the margin change
 ``Δ = margin(oracle) − margin(base)`` and the accuracy ``a`` (1 if the oracle's margin is positive, 1/2 for a
-tie, 0 otherwise: :func:`~llm_runs.objectives.pair_accuracy`; the base model scores 1/2 on every pair). A cell
+tie, 0 otherwise: :func:`~llm_runs.training.objectives.pair_accuracy`; the base model scores 1/2 on every pair). A cell
 records per objective the pairs' prompt ids and margin changes, their means, and the training loss and accuracy
 the oracle reached on its training pairs.
 
@@ -75,7 +75,7 @@ parameters is refused before any work, other budgets and draws may be added. ``g
 (:func:`summarize`): the settings, the calibration prompt ids, per cell its status and CPU seconds, the table
 objective × budget (``z``, accuracy, intervals, p-values, pass, training loss and accuracy, CPU seconds), the
 objective × objective matrices per budget and the objectives that pass. As for ``llm sweep``
-(:mod:`llm_runs.sweep`): a rerun recomputes nothing, a killed worker's cell is run again, a cell that raised is a
+(:mod:`llm_runs.sweeps.sweep`): a rerun recomputes nothing, a killed worker's cell is run again, a cell that raised is a
 ``failed`` cell kept until its file is removed, one writer per folder, ``--workers K | --scheduler ADDRESS``,
 ``--threads``; exit 0 when every cell is complete, 1 when one failed or is missing, 2 on a usage error (one line,
 before any work), 130 when interrupted.
@@ -94,6 +94,7 @@ from typing import Any
 
 import numpy as np
 
+from llm_runs.runs.oracle import train_oracle
 from sim import cli
 from verification.core.evidence import to_jsonable
 from verification.engine import dask_engine
@@ -117,7 +118,7 @@ CELL_KEYS = ("objective", "budget", "draw", "status", "seconds", "cpu_seconds")
 
 
 def _study():
-    from llm_runs.run import PRESETS
+    from llm_runs.runs.presets import PRESETS
 
     return PRESETS["study"]
 
@@ -196,10 +197,10 @@ class GateDataError(ValueError):
 
 def gate_candidates(settings: GateSettings, tokenizer, data=None, columns=None, *, model_dir=None):
     """The calibration side of the data file as the gate trains on it: ``(trained candidates, calibration prompt
-    ids)`` (:func:`llm_runs.run.training_candidates` at the gate's response length and objectives; ``tokenizer``:
+    ids)`` (:func:`llm_runs.runs.presets.training_candidates` at the gate's response length and objectives; ``tokenizer``:
     the one of ``model_dir``'s model). The last result of a data file is kept for the next call in the process."""
-    from llm_runs.clients import calibration_split
-    from llm_runs.run import training_candidates
+    from llm_runs.preferences.clients import calibration_split
+    from llm_runs.runs.presets import training_candidates
 
     key = _candidates_key(settings, model_dir, data, columns)
     if key is not None and key in _CANDIDATES:
@@ -224,7 +225,7 @@ def _candidates_key(settings: GateSettings, model_dir, data, columns) -> tuple |
     """What the trained candidates depend on: the objectives, response length and pair margin, the model directory
     (its tokenizer), the data file's path, size and modification time (None: a folder, not cached) and the column
     mapping."""
-    from llm_runs.data import DEFAULT_DATA_FILE
+    from llm_runs.preferences.data import DEFAULT_DATA_FILE
 
     path = Path(data if data is not None else DEFAULT_DATA_FILE).expanduser().resolve()
     if not path.is_file():
@@ -258,7 +259,7 @@ class DrawSplit:
 def draw_split(cands, settings: GateSettings, calibration_ids: Sequence[str], draw: int) -> DrawSplit:
     """The split of the calibration prompts of draw ``draw`` (module docstring, "Prompts"). Raises
     :class:`GateDataError` when the calibration prompts cannot give the held-out pairs."""
-    from llm_runs.data import preference_pairs
+    from llm_runs.preferences.data import preference_pairs
 
     rng = np.random.default_rng(int(draw))
     objectives = settings.objectives
@@ -303,7 +304,7 @@ def cell_path(out: str | Path, objective: str, budget: int, draw: int) -> Path:
 def gate_params(settings: GateSettings, *, model_dir: str | None = None, data: str | Path | None = None,
                 device: str = "auto", threads: int = 1, columns: dict[str, str] | None = None) -> dict[str, Any]:
     """The ``params.json`` of a gate folder (module docstring). Raises ``OSError`` when the data cannot be read."""
-    from llm_runs.sweep import data_entry
+    from llm_runs.sweeps.sweep import data_entry
 
     return dask_engine.folder_params(
         GATE_KIND, **settings.to_dict(),
@@ -315,26 +316,6 @@ def _margins(pm, heldout: Mapping[str, Sequence]) -> dict[str, np.ndarray]:
     """The held-out margins ``z/β`` per objective (float64), scored as the study scores them."""
     return {o: (z / pm.settings.beta).numpy().astype(np.float64)
             for o, (_, z) in pm.grouped_pair_losses(heldout).items()}
-
-
-def train_oracle(pm, batches: Mapping[str, Sequence], lam, *, steps: int, lr: float,
-                 max_pairs: int | None = None) -> list[float]:
-    """An oracle's training (module docstring, "Oracle"), in place on ``pm``'s LoRA parameters from wherever they
-    are: ``steps`` full-batch AdamW steps (no weight decay, learning rate ``lr``) on the λ-weighted conservative-DPO
-    loss ``Σ_k λ_k l_k`` (:func:`llm_runs.objectives.weighted_gradient`) over ``batches`` (``{objective: pairs}``, in
-    the order of ``lam``), a step's pairs in chunks of at most ``max_pairs`` (None: one pass); returns the weighted
-    loss before every step. The gate's oracles and the shots curve's (:mod:`llm_runs.shots`) are trained by it."""
-    import torch
-
-    from llm_runs.objectives import weighted_gradient
-
-    opt = torch.optim.AdamW(pm.params, lr=float(lr), weight_decay=0.0)
-    history = []
-    for _ in range(int(steps)):
-        loss, grad = weighted_gradient(pm, batches, lam, max_pairs=max_pairs)
-        pm.apply_flat(grad, optimizer=opt)
-        history.append(loss)
-    return history
 
 
 def _train(pm, settings: GateSettings, objective: str, batches: dict[str, list]) -> list[float]:
@@ -374,8 +355,8 @@ def gate_cell(settings: GateSettings, objective: str, budget: int, draw: int, *,
 
 def _oracle(settings: GateSettings, objective: str, budget: int, draw: int, *, model_dir, data, device, cache_dir,
             columns) -> dict[str, Any]:
-    from llm_runs.models import LoraSettings, add_lora, load_model
-    from llm_runs.objectives import DPOSettings, PreferenceModel, pair_accuracy
+    from llm_runs.model.models import LoraSettings, add_lora, load_model
+    from llm_runs.training.objectives import DPOSettings, PreferenceModel, pair_accuracy
 
     with _LOADING:
         model, tok = load_model(model_dir, cache_dir=cache_dir, device=device)
@@ -506,7 +487,7 @@ def pooled_scores(cells: Sequence[Mapping[str, Any]], objective: str, *, n_perm:
                   n_boot: int = N_BOOT) -> dict[str, Any]:
     """The pooled margin change ``z`` and accuracy of the scored ``objective`` over ``cells`` (the draws of one
     objective and budget): units the (draw, held-out prompt) pairs (module docstring)."""
-    from llm_runs.objectives import pair_accuracy
+    from llm_runs.training.objectives import pair_accuracy
 
     margin, acc = [], []
     for c in cells:
@@ -607,7 +588,7 @@ def summarize(params: dict[str, Any], settings: GateSettings, budgets: Sequence[
         "cpu_seconds_per_cell": {"mean": _mean(cpu), "max": max(cpu, default=None)},
     }
     if run is not None:
-        from llm_runs.sweep import last_run
+        from llm_runs.sweeps.sweep import last_run
 
         summary["last_run"] = last_run(run)
     return to_jsonable(summary)
@@ -615,7 +596,7 @@ def summarize(params: dict[str, Any], settings: GateSettings, budgets: Sequence[
 
 def write_summary(out: str | Path, summary: dict[str, Any]) -> Path:
     """Write ``gate.json`` to ``out`` (atomically); returns its path."""
-    from llm_runs.sweep import write_json
+    from llm_runs.sweeps.sweep import write_json
 
     return write_json(Path(out) / SUMMARY_JSON, summary)
 
@@ -674,7 +655,7 @@ def command(args, settings: GateSettings, params: dict[str, Any], calibration_id
             prog: str = "python -m llm_runs") -> int:
     """``gate`` after the usage checks (:mod:`llm_runs.__main__`): under the folder's writer lock, run the cells
     still missing, write and print the summary; returns the exit status."""
-    from llm_runs.sweep import locked, on_cluster, where
+    from llm_runs.sweeps.sweep import locked, on_cluster, where
 
     def body() -> int:
         out = Path(args.out)

@@ -8,14 +8,14 @@ r"""Seeds of an LLM run as cells of the Dask sweep engine (``python -m llm_runs 
                              [--layout L] [--autocast bfloat16|none] --out DIR
 
 **Cells.** Every seed ``A, A+1, ..., B-1`` is one cell of :mod:`verification.engine.dask_engine`, the engine of
-``python -m verification sweep`` (no second engine): a Dask task that runs :func:`llm_runs.run.run` with the preset
+``python -m verification sweep`` (no second engine): a Dask task that runs :func:`llm_runs.runs.run.run` with the preset
 (and its ``--quick`` / ``--shrink`` / ``--autocast`` variant, as ``python -m llm_runs run`` makes it), the seed,
 the model, the data file and the device, ``progress=False``, after ``torch.set_num_threads(T)`` (``--threads``,
 default 1: the engine pins the BLAS / OpenMP pools of a local worker to one thread, so torch's intra-op threads are
 set explicitly inside the cell). The folder ``DIR`` holds
 
 * ``runs/<seed>/``: the run directory of the seed (``trajectory.csv``, ``summary.json``, ``clusterings.csv``,
-  ``generations.csv``, ``figure.png``: :mod:`llm_runs.run`), written by the worker as the run goes;
+  ``generations.csv``, ``figure.png``: :mod:`llm_runs.runs.run`), written by the worker as the run goes;
 * ``cells/<preset>/<seed>.json``: the cell's result (:func:`llm_cell`), written atomically by the engine on the
   client when the cell finishes (a temporary file renamed over the path): the seed, the preset, ``status``
   (``complete``, or ``failed`` with ``error``), ``run_dir`` (relative to ``DIR``), ``seconds``, ``cpu_seconds``,
@@ -24,7 +24,7 @@ set explicitly inside the cell). The folder ``DIR`` holds
   stays in ``runs/<seed>/summary.json``. ``<preset>`` is the name of the variant run (``smoke-shrunk`` for
   ``--preset smoke --shrink``);
 * ``params.json``: what every cell depends on besides its seed (:func:`sweep_params`): the preset's name and full
-  configuration (:meth:`~llm_runs.run.RunPreset.to_dict`), the model directory (or ``embedded default``), the data
+  configuration (:meth:`~llm_runs.runs.presets.RunPreset.to_dict`), the model directory (or ``embedded default``), the data
   file (its path, or ``shipped: <name>`` for the shipped file, and the sha256 of the bytes a run reads: for a folder
   its data files, for a saved dataset its metadata and the Arrow files its ``state.json`` names; the ``--columns``
   mapping when given; ``--objectives`` is part of the preset's configuration), the device, the threads, the layout
@@ -139,11 +139,11 @@ def run_dir(out: str | Path, seed: int) -> Path:
 
 
 def _sha256(path: Path) -> str:
-    """The SHA-256 of the bytes the data ``path`` is read from (:func:`llm_runs.formats.data_files`: a file; a
+    """The SHA-256 of the bytes the data ``path`` is read from (:func:`llm_runs.preferences.formats.data_files`: a file; a
     folder's data files; a saved dataset's metadata and the Arrow files its ``state.json`` names), each file's path
-    relative to ``path`` before its contents, in that order. Raises :class:`~llm_runs.data.DataFileError` for a
+    relative to ``path`` before its contents, in that order. Raises :class:`~llm_runs.preferences.data.DataFileError` for a
     saved dataset that names a file outside its folder, ``OSError`` for a file that cannot be read."""
-    from llm_runs.formats import data_files
+    from llm_runs.preferences.formats import data_files
 
     h = hashlib.sha256()
     for f in data_files(path):
@@ -169,7 +169,7 @@ def data_entry(data: str | Path | None = None, columns: dict[str, str] | None = 
     """The ``data`` entry of a folder's ``params.json``: the data file's path (``shipped: <name>`` for the shipped
     file), the SHA-256 of the bytes a run reads (:func:`_sha256`) and the ``--columns`` mapping when given. Raises
     ``OSError`` when the data file cannot be read."""
-    from llm_runs.data import DEFAULT_DATA_FILE
+    from llm_runs.preferences.data import DEFAULT_DATA_FILE
 
     data_path = Path(data if data is not None else DEFAULT_DATA_FILE).expanduser().resolve()
     shipped = data_path == Path(DEFAULT_DATA_FILE).resolve()
@@ -240,7 +240,7 @@ def llm_cell(preset, seed: int, out: str, *, model_dir: str | None = None, data:
 
     import torch
 
-    from llm_runs.run import run
+    from llm_runs.runs.run import run
 
     torch.set_num_threads(int(threads))
     rd = run_dir(out, seed)

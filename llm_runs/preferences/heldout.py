@@ -3,7 +3,7 @@ r"""Pairs a client owns: separable per-objective pairs, the λ-weighted accuracy
 **Comparisons.** Every preference pair compares two responses of one prompt; its *comparison* is
 ``(prompt id, smaller response index, larger response index)``, the same whichever response is chosen. With ``K``
 responses a prompt holds ``K(K-1)/2`` comparisons (6 for the shipped file's 4), and every objective's pairs
-(:func:`llm_runs.data.preference_pairs`) are drawn from them: :func:`llm_runs.clients.build_federation` lets two
+(:func:`llm_runs.preferences.data.preference_pairs`) are drawn from them: :func:`llm_runs.preferences.clients.build_federation` lets two
 objectives of one client hold the same comparison, as the same pair or its reverse, so that training or scoring one
 objective moves the other's margin on the identical texts.
 
@@ -16,7 +16,7 @@ eligible comparisons not yet taken, uniformly at random among those whose taking
 count reachable. Reachability is Hall's condition for this assignment problem, which is exact: counts
 ``n_j`` can be met by distinct comparisons if and only if for every set ``S`` of objectives the comparisons
 eligible for at least one objective of ``S`` number at least ``Σ_{j∈S} n_j``. So the draw never fails when the
-counts can be met, and :class:`~llm_runs.clients.DataShortageError` names the objectives (and their counts) when they
+counts can be met, and :class:`~llm_runs.preferences.clients.DataShortageError` names the objectives (and their counts) when they
 cannot. An objective's ``k``-th pair is the one it drew in round ``k``: the first ``b`` pairs of every objective
 are again separable, and a budget of ``b`` pairs contains every smaller budget.
 
@@ -45,7 +45,7 @@ one separable set on prompts no client trains on, shared by every client; client
 prompts give at most 296 separable pairs per objective in all (docs/llm-study.md, "Held-out pairs a client owns"),
 9 new clients' pools of 16 take about half of that, and 9 own held-out sets would leave each too few pairs to
 resolve an accuracy; on shared pairs every client's accuracies are paired with every other's and with the base
-model's, and each model is scored once. Prompts are dealt as :func:`~llm_runs.clients.build_federation` deals them
+model's, and each model is scored once. Prompts are dealt as :func:`~llm_runs.preferences.clients.build_federation` deals them
 (shuffled by the run's generator: held-out, then training clients, then new clients, disjoint), each share until its
 separable counts are reachable.
 """
@@ -57,7 +57,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from llm_runs.clients import (
+from llm_runs.preferences.clients import (
     ClientDesign,
     DataShortageError,
     Federation,
@@ -66,7 +66,7 @@ from llm_runs.clients import (
     pairs_by_prompt,
     study_prompts,
 )
-from llm_runs.data import Candidates, PreferencePair, preference_pairs, within_prompt_scale
+from llm_runs.preferences.data import Candidates, PreferencePair, preference_pairs, within_prompt_scale
 from sim.preference import check_preferences
 
 __all__ = ["SHOTS_CLIENTS", "ShotsDesign", "build_shots_federation", "comparison", "lambda_weighted_accuracy", "scalarised_pairs",
@@ -169,9 +169,9 @@ def separable_pairs(pools: Sequence[Sequence[PreferencePair]], counts, rng: np.r
                     ) -> tuple[tuple[PreferencePair, ...], ...]:
     """Per objective ``j``, ``counts[j]`` (or ``counts`` for all) pairs of ``pools[j]`` such that no comparison is in
     two objectives' lists: the round-robin draw of the module docstring, deterministic given ``rng``. ``pools[j]``
-    are objective ``j``'s eligible pairs (e.g. :func:`~llm_runs.data.preference_pairs` on the client's prompts).
+    are objective ``j``'s eligible pairs (e.g. :func:`~llm_runs.preferences.data.preference_pairs` on the client's prompts).
 
-    Raises :class:`~llm_runs.clients.DataShortageError` naming the objectives (from ``objectives``, default
+    Raises :class:`~llm_runs.preferences.clients.DataShortageError` naming the objectives (from ``objectives``, default
     ``0..m-1``), the pairs they need and the comparisons they have, prefixed by ``where``, when no separable choice
     exists."""
     m = len(pools)
@@ -207,7 +207,7 @@ def lambda_weighted_accuracy(prefs, accuracies: Mapping[str, float | Mapping], o
     """``Σ_j λ_j acc_j``: a client's held-out preference accuracy under its own preference ``prefs`` (``λ``, one
     entry per objective of ``objectives``), from the per-objective accuracies on separable held-out pairs
     (``accuracies[o]`` a number, or the ``{"accuracy": ...}`` entry of
-    :meth:`llm_runs.objectives.PreferenceModel.evaluate`, whose ties count 1/2). The curve's primary accuracy
+    :meth:`llm_runs.training.objectives.PreferenceModel.evaluate`, whose ties count 1/2). The curve's primary accuracy
     (module docstring). Raises ``ValueError`` for a ``λ`` off the open simplex, of the wrong length, or a missing
     or non-finite accuracy."""
     lam = check_preferences(np.asarray(prefs, dtype=np.float64), "client preference")
@@ -231,8 +231,8 @@ SCALARISED = "scalarised"
 def scalarised_pairs(cands: Candidates, objectives: Sequence[str], prefs, *, margin: float = 0.25,
                      prompt_ids=None) -> list[PreferencePair]:
     """Pairs labelled by a client's standardised scalarised reward ``Σ_j λ_j r_j / s_j`` (``s_j`` the within-prompt
-    scale of objective ``j`` on ``cands``, :func:`~llm_runs.data.within_prompt_scale`), by the margin rule of
-    :func:`~llm_runs.data.preference_pairs` applied to that reward (its own within-prompt scale), on ``prompt_ids``
+    scale of objective ``j`` on ``cands``, :func:`~llm_runs.preferences.data.within_prompt_scale`), by the margin rule of
+    :func:`~llm_runs.preferences.data.preference_pairs` applied to that reward (its own within-prompt scale), on ``prompt_ids``
     (default all). The secondary labelling of the module docstring; the pairs' objective is ``"scalarised"``."""
     objectives = cands.check_objectives(objectives)
     lam = check_preferences(np.asarray(prefs, dtype=np.float64), "client preference")
@@ -265,7 +265,7 @@ SHOTS_CLIENTS = dict(n_train=6, n_new=9, n_centres=3, shots=8, heldout_pairs=64,
 @dataclass(frozen=True)
 class ShotsDesign:
     """The shots curve's federation (module docstring): the clients, preferences and held-out share of ``clients``
-    (:class:`~llm_runs.clients.ClientDesign`; ``shots`` separable pairs per objective of a training client,
+    (:class:`~llm_runs.preferences.clients.ClientDesign`; ``shots`` separable pairs per objective of a training client,
     ``heldout_pairs`` separable held-out pairs per objective from at least ``heldout_prompts`` prompts, shared), and
     a new client's pool of ``max(budgets)`` separable pairs per objective, whose first ``b`` samples are budget
     ``b``: ``clients.pool_pairs`` is set to ``max(budgets)``. :meth:`for_objectives` gives the measured design."""
@@ -298,10 +298,10 @@ class ShotsDesign:
 def build_shots_federation(cands: Candidates, design: ShotsDesign, rng: np.random.Generator, *,
                            prompt_ids: Iterable[str] | None = None) -> Federation:
     """The shots curve's clients (module docstring), dealt from ``prompt_ids`` (e.g. the study side of
-    :func:`~llm_runs.clients.calibration_split`; default every prompt of ``cands``): a
-    :class:`~llm_runs.clients.Federation` whose every client's pairs and whose held-out pairs are separable.
+    :func:`~llm_runs.preferences.clients.calibration_split`; default every prompt of ``cands``): a
+    :class:`~llm_runs.preferences.clients.Federation` whose every client's pairs and whose held-out pairs are separable.
 
-    Raises :class:`~llm_runs.clients.DataShortageError` naming the share and the objectives whose separable pairs
+    Raises :class:`~llm_runs.preferences.clients.DataShortageError` naming the share and the objectives whose separable pairs
     the prompts cannot give, and ``ValueError`` naming a prompt id the file does not hold."""
     clients = design.clients
     objectives = cands.check_objectives(clients.objectives)

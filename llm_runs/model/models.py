@@ -12,9 +12,9 @@ well under a second. A cache entry carries a manifest (file names and sizes); an
 does not load is rebuilt from the GGUF.
 
 **Any local model.** :func:`load_model` with ``model_dir`` loads any Hugging Face causal-LM directory (the GPU
-path: a bigger model copied to the machine), after the checks of :func:`llm_runs.model_folder.check_model_folder`:
+path: a bigger model copied to the machine), after the checks of :func:`llm_runs.model.model_folder.check_model_folder`:
 no code from the folder ever runs (every load passes ``trust_remote_code=False``), weights come from safetensors
-files only, and an unusable folder is a one-line :class:`~llm_runs.model_folder.ModelFolderError`.
+files only, and an unusable folder is a one-line :class:`~llm_runs.model.model_folder.ModelFolderError`.
 
 **Tiny random Llama.** :func:`tiny_llama` builds a 2-layer Llama from a config with the SmolLM2 tokenizer and no
 weights: every code path (LoRA, adapter-disabled reference, generation) runs in seconds, for tests. The
@@ -67,14 +67,14 @@ CACHE_ENV = "PREFALIGN_CACHE_DIR"
 
 _MANIFEST = "prefalign-manifest.json"
 _MANIFEST_VERSION = 1
-from llm_runs.model_folder import (  # noqa: E402  (re-exported: torch-free)
+from llm_runs.model.model_folder import (  # noqa: E402  (re-exported: torch-free)
     LOAD_FLAGS,
     ModelNotFoundError,
     check_model_folder,
     load_causal_lm,
     load_tokenizer,
 )
-from llm_runs.tokenizer import smollm2_tokenizer  # noqa: E402  (re-exported: torch-free, see llm_runs.tokenizer)
+from llm_runs.model.tokenizer import smollm2_tokenizer  # noqa: E402  (re-exported: torch-free, see llm_runs.model.tokenizer)
 
 # --------------------------------------------------------------------------------------------------------------
 # Default model: locate the GGUF, convert once, cache
@@ -209,8 +209,8 @@ def load_model(
 
     ``model_dir=None`` loads the default model (converted and cached on first use, see
     :func:`prepare_default_model`); a cached entry that fails to load is rebuilt once. Otherwise ``model_dir``
-    is any local Hugging Face causal-LM directory, checked first by :func:`~llm_runs.model_folder.check_model_folder`
-    (an unusable one raises :class:`~llm_runs.model_folder.ModelFolderError` or :class:`ModelNotFoundError` naming the
+    is any local Hugging Face causal-LM directory, checked first by :func:`~llm_runs.model.model_folder.check_model_folder`
+    (an unusable one raises :class:`~llm_runs.model.model_folder.ModelFolderError` or :class:`ModelNotFoundError` naming the
     folder and the file or field; no code from it ever runs). ``tokenizer`` overrides the directory's own tokenizer (e.g.
     :func:`smollm2_tokenizer` for a directory holding only a config and weights). ``device`` may be ``"auto"``
     (CUDA when available).

@@ -11,7 +11,7 @@ A negative off-diagonal entry means that a step that lowers one objective's loss
 order.
 
 **Which prompts** (:func:`select_prompts`): a probe can be held to one side of
-:func:`llm_runs.clients.calibration_split`: the calibration prompts, on which objectives are chosen, or the study
+:func:`llm_runs.preferences.clients.calibration_split`: the calibration prompts, on which objectives are chosen, or the study
 prompts, which a choice must never see. The pair margin's within-prompt sd is then pooled over that side only.
 
 **DPO probe** (:func:`dpo_probe`): full-batch conservative-DPO steps on one objective's pairs with AdamW, the
@@ -26,7 +26,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from llm_runs.data import Candidates, preference_pairs
+from llm_runs.preferences.data import Candidates, preference_pairs
 
 __all__ = ["PROMPT_SIDES", "dpo_probe", "gradient_conflict", "select_prompts", "synthetic_clients"]
 
@@ -36,9 +36,9 @@ PROMPT_SIDES = ("calibration", "study", "all")
 
 def select_prompts(cands: Candidates, side: str) -> Candidates:
     """``cands`` with only the prompts of ``side`` (``"calibration"`` or ``"study"``: that side of
-    :func:`llm_runs.clients.calibration_split` of the file's prompt ids; ``"all"``: every prompt), in file order.
+    :func:`llm_runs.preferences.clients.calibration_split` of the file's prompt ids; ``"all"``: every prompt), in file order.
     Raises ``ValueError`` naming an unknown side, or a side without prompts."""
-    from llm_runs.clients import calibration_split
+    from llm_runs.preferences.clients import calibration_split
 
     if side not in PROMPT_SIDES:
         raise ValueError(f"unknown prompt side {side!r}; choose one of {', '.join(PROMPT_SIDES)}")
@@ -99,7 +99,7 @@ def synthetic_clients(
 
 def gradient_conflict(pm, clients, *, layout: str | None = None, progress=None) -> list[dict]:
     """Per client: losses, gradient norms and the normalised Gram matrix (cosines) of the objectives."""
-    from llm_runs.objectives import DEFAULT_LAYOUT, objective_gradients
+    from llm_runs.training.objectives import DEFAULT_LAYOUT, objective_gradients
 
     out = []
     for i, batches in enumerate(clients):
@@ -130,7 +130,7 @@ def dpo_probe(pm, train_pairs, heldout: dict, *, steps: int, lr: float, objectiv
     held-out loss and accuracy of every objective before step 0, every ``eval_every`` steps and at the end."""
     import torch
 
-    from llm_runs.objectives import dpo_step
+    from llm_runs.training.objectives import dpo_step
 
     opt = torch.optim.AdamW(pm.params, lr=lr, weight_decay=weight_decay)
     history = []

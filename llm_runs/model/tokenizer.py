@@ -10,7 +10,7 @@ from pathlib import Path
 __all__ = ["TOKENIZER_ASSETS", "smollm2_tokenizer"]
 
 #: The gzip'd ``tokenizer.json`` (extracted from the default model's GGUF) and its chat template.
-TOKENIZER_ASSETS = Path(__file__).parent / "assets" / "smollm2_tokenizer"
+TOKENIZER_ASSETS = Path(__file__).parent.parent / "assets" / "smollm2_tokenizer"
 
 
 @functools.cache

@@ -4,7 +4,7 @@ Stage 1, generation, appends one JSON line per prompt to ``<work>/generations.js
 call returns (flushed and fsync'd), after a header line with the model and the generation settings. A build
 that is interrupted and started again reads the file, checks that its header matches, and generates only the
 prompts not yet there; a torn last line (a kill mid-write) is dropped. Stage 2 scores every response with the
-reward functions of :mod:`llm_runs.rewards` and writes the versioned data file (:mod:`llm_runs.data`).
+reward functions of :mod:`llm_runs.preferences.rewards` and writes the versioned data file (:mod:`llm_runs.preferences.data`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import os
 import time
 from pathlib import Path
 
-from llm_runs.generate import GenerationSettings, generate_responses
+from llm_runs.model.generate import GenerationSettings, generate_responses
 
 __all__ = ["GenerationFileError", "generation_files", "read_generations", "read_work", "run_generation"]
 
@@ -106,7 +106,7 @@ def seed_from_data_file(data_path: str | os.PathLike, work: str | os.PathLike, m
     regenerating it. Returns the number of prompts taken over (0 when the file is missing or was made with
     other settings).
     """
-    from llm_runs.data import DataFileError, load_candidates
+    from llm_runs.preferences.data import DataFileError, load_candidates
 
     try:
         cands = load_candidates(data_path)
@@ -226,7 +226,7 @@ def run_generation(
 
 def model_identity(model_dir) -> dict:
     """What the data file records of the model that generated it."""
-    from llm_runs.models import DEFAULT_MODEL_NAME, locate_gguf
+    from llm_runs.model.models import DEFAULT_MODEL_NAME, locate_gguf
 
     if model_dir is None:
         gguf = locate_gguf()

@@ -1,7 +1,7 @@
 r"""The Python side of the GPU check (``llm_runs/gpu_check.sh``): a preflight before any work, the speed report of
 the run, and the fault injection its tests use.
 
-**Preflight** (:func:`preflight`; ``python -m llm_runs.gpu_check preflight``). Before a model is built or a step
+**Preflight** (:func:`preflight`; ``python -m llm_runs.gpu.check preflight``). Before a model is built or a step
 is trained, everything the run will need is proven loadable, and whatever is missing is named (exit status
 :data:`EXIT_MISSING`, 3). This module imports nothing but the standard library before it checks, so a missing
 numpy or pandas is named too:
@@ -14,12 +14,12 @@ numpy or pandas is named too:
   :data:`CONDITIONAL` says which run needs it: ``gguf`` only when the run loads the default model (the GPU check
   loads a model directory), each reward's package only when the preset has that objective (the MiniLM embedder of
   ``relevance``, 88 MB, cannot be brought to a GPU machine, and the gpu preset does not use it);
-* the project's own modules that the run imports (:func:`run_imports`: the import statements of ``llm_runs.run``
+* the project's own modules that the run imports (:func:`run_imports`: the import statements of ``llm_runs.runs.run``
   and of every project module they reach, those inside functions included) are imported, and the other modules
   they import are imported too; an import guarded by ``try``/``except`` (e.g. numba's compiled LP twin,
   matplotlib's figure) is optional and reported, not required;
 * the rewards of the preset's objectives are computed on one short text each
-  (:func:`llm_runs.rewards.score_responses`), which loads VADER's lexicon and the CMU dictionary;
+  (:func:`llm_runs.preferences.rewards.score_responses`), which loads VADER's lexicon and the CMU dictionary;
 * the data file is read and the preset's clients are drawn from it;
 * the device: CUDA available, and bfloat16 supported when the preset autocasts to it;
 * a tiny random Llama with a LoRA adapter runs a forward and a backward pass (under the preset's autocast) and
@@ -32,14 +32,14 @@ transformers and peft are imported once for both (the script's ``--tiny`` check 
 nothing is built unless the preflight passed, and a failed build exits :data:`EXIT_BUILD` (4).
 
 With ``--sweep`` (the script's ``--study``: the run is a cell of ``python -m llm_runs sweep``) the modules that
-:mod:`llm_runs.sweep` imports (the Dask engine: ``dask``, ``distributed``) are checked too. The clients are drawn as
-the run draws them (:func:`llm_runs.run.federation`: the shots curve's separable federation for a preset with
+:mod:`llm_runs.sweeps.sweep` imports (the Dask engine: ``dask``, ``distributed``) are checked too. The clients are drawn as
+the run draws them (:func:`llm_runs.runs.presets.federation`: the shots curve's separable federation for a preset with
 ``shots``).
 
 ``PREFALIGN_PREFLIGHT_EXTRA`` (:data:`EXTRA_ENV`, comma-separated requirement strings) adds requirements to the
 ``llm`` extra's: the tests name a distribution that does not exist and expect exit status 3.
 
-**Report** (:func:`report`; ``python -m llm_runs.gpu_check report RUN_DIR``) prints from the run's
+**Report** (:func:`report`; ``python -m llm_runs.gpu.check report RUN_DIR``) prints from the run's
 ``summary.json`` (written in a ``finally`` block, so a failed or interrupted run has one) whatever it holds: the
 model and the dtype it was saved in against the dtype it ran in, the layout, the seconds of each stage (and of
 the stage that failed), tokens per second of training (the model's tokens of the ψ*-estimate, Algorithm 1 and
@@ -74,13 +74,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = ["BUILD_SIZES", "CONDITIONAL", "OPTIONAL_STAGES", "cell_report", "EXIT_BUILD", "EXIT_MISSING", "EXTRA_ENV", "FAULTS", "STAGES",
-           "import_names", "inject_fault", "llm_requirements", "preflight", "report", "run_imports"]
+           "import_names", "inject_fault", "llm_requirements", "preflight", "report", "run_imports",
+           "save_random_model"]
 
 #: Exit status of a preflight that found something missing.
 EXIT_MISSING = 3
 #: Exit status of ``preflight --build`` when the preflight passed and building the random model failed.
 EXIT_BUILD = 4
-#: The sizes of ``preflight --build`` (the keys of :data:`llm_runs.models.RANDOM_LLAMA_SIZES`, written out so that
+#: The sizes of ``preflight --build`` (the keys of :data:`llm_runs.model.models.RANDOM_LLAMA_SIZES`, written out so that
 #: nothing but the standard library is imported before the preflight; a test holds them equal).
 BUILD_SIZES = ("tiny", "0.5b", "1b")
 #: Environment variable with further requirements (comma-separated), added to the ``llm`` extra's (tests).
@@ -88,7 +89,7 @@ EXTRA_ENV = "PREFALIGN_PREFLIGHT_EXTRA"
 #: Requirements of the ``llm`` extra that a run needs only in some cases (normalised distribution name: the case).
 #: ``("default-model", None)``: only a run on the default model (its GGUF file); ``("reward", name)``: only a preset
 #: with that objective; ``("data-file", None)``: only a run whose ``--data`` is not the shipped kind of file (read by
-#: ``datasets``: :mod:`llm_runs.formats`). Every other requirement is always needed. A test holds this table to the code: with the
+#: ``datasets``: :mod:`llm_runs.preferences.formats`). Every other requirement is always needed. A test holds this table to the code: with the
 #: distribution's modules hidden, that reward (and only it) fails; a model directory loads without gguf.
 CONDITIONAL: dict[str, tuple[str, str | None]] = {
     "gguf": ("default-model", None),
@@ -110,7 +111,7 @@ OPTIONAL_STAGES = {"clustering_comparison": "clustering_draws", "personalisation
 FAULTS = {"generation": "at the generation evaluation, after all training",
           "algorithm": "at the start of Algorithm 1, after the psi* estimate"}
 _PROJECT = ("llm_runs", "sim", "verification", "prefalign")
-_ROOT = Path(__file__).resolve().parent.parent
+_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _normalise(name: str) -> str:
@@ -270,13 +271,13 @@ def _imports_of(name: str, path: Path):
     return out
 
 
-def run_imports(root: str = "llm_runs.run") -> tuple[dict[str, bool], dict[str, bool]]:
+def run_imports(root: str = "llm_runs.runs.run") -> tuple[dict[str, bool], dict[str, bool]]:
     """The modules a run imports, by reading the import statements of ``root`` and of every project module they
     reach (those inside functions included): ``(project modules, other top-level modules)``, each mapped to
     whether it is required. A module is optional (False) when the code guards an import of it anywhere
     (``try``/``except`` ImportError or Exception: the code expects it may be absent, e.g. numba's compiled LP twin,
     matplotlib's figure) or is reached only through such a module. Standard-library modules are left out, and so
-    are the imports inside the reward functions of :mod:`llm_runs.rewards` (each reward's package is needed only by
+    are the imports inside the reward functions of :mod:`llm_runs.preferences.rewards` (each reward's package is needed only by
     a preset with that objective; the preflight computes the preset's rewards instead)."""
     edges: dict[str, list[tuple[str, bool, bool]]] = {}
     todo = [root]
@@ -298,7 +299,7 @@ def run_imports(root: str = "llm_runs.run") -> tuple[dict[str, bool], dict[str, 
                     edges[mod].append((sub, guarded and sub == subs[-1], True))
                     todo.append(sub)
             elif top not in sys.stdlib_module_names and top != "__future__":
-                if mod == "llm_runs.rewards" and in_function:
+                if mod == "llm_runs.preferences.rewards" and in_function:
                     continue
                 edges[mod].append((top, guarded, False))
     guarded_somewhere = {t for es in edges.values() for t, g, _ in es if g}
@@ -376,7 +377,7 @@ def _needed(req: Requirement, objectives, default_model: bool, data=None) -> tup
     if kind == "default-model":
         return default_model, "only for the default model's GGUF file; this run loads a model directory"
     if kind == "data-file":
-        from llm_runs.formats import is_candidates_file
+        from llm_runs.preferences.formats import is_candidates_file
 
         return not is_candidates_file(data), "only for a data file other than the shipped kind; this run reads that kind"
     if objectives is None:
@@ -385,13 +386,13 @@ def _needed(req: Requirement, objectives, default_model: bool, data=None) -> tup
 
 
 def _resolve_preset(preset, variant: str | None):
-    """``(preset, None)``, or ``(None, (why, absent module))`` where ``llm_runs.run`` does not import."""
+    """``(preset, None)``, or ``(None, (why, absent module))`` where ``llm_runs.runs.run`` does not import."""
     if not isinstance(preset, str):
         return preset, None
-    err = _import_error("llm_runs.run")
+    err = _import_error("llm_runs.runs.run")
     if err[0] is not None:
         return None, err
-    from llm_runs.run import PRESETS
+    from llm_runs.runs.presets import PRESETS
 
     p = PRESETS[preset]
     return (p.shrunk() if variant == "shrink" else p.quick() if variant == "quick" else p), None
@@ -399,11 +400,11 @@ def _resolve_preset(preset, variant: str | None):
 
 def preflight(preset, *, default_model: bool, device: str = "cpu", data=None, seed: int = 0,
               variant: str | None = None, sweep: bool = False) -> PreflightResult:
-    """Check that a run of ``preset`` (a :class:`~llm_runs.run.RunPreset`, or the name of one of
-    :data:`~llm_runs.run.PRESETS`, then with ``variant`` ``"quick"`` or ``"shrink"`` applied) on ``device`` can import
+    """Check that a run of ``preset`` (a :class:`~llm_runs.runs.presets.RunPreset`, or the name of one of
+    :data:`~llm_runs.runs.presets.PRESETS`, then with ``variant`` ``"quick"`` or ``"shrink"`` applied) on ``device`` can import
     and load everything it needs (see the module docstring); ``default_model``: the run loads the default model
     (else a model directory); ``sweep``: the run is a cell of ``python -m llm_runs sweep`` (the GPU check's
-    ``--study``), so the modules :mod:`llm_runs.sweep` imports (the Dask engine) are checked too. Nothing is trained;
+    ``--study``), so the modules :mod:`llm_runs.sweeps.sweep` imports (the Dask engine) are checked too. Nothing is trained;
     returns what was found."""
     res = PreflightResult()
     preset_name = preset if isinstance(preset, str) else preset.name
@@ -440,7 +441,7 @@ def preflight(preset, *, default_model: bool, device: str = "cpu", data=None, se
     # 2. the modules the run imports
     project, other = run_imports()
     if sweep:  # a module is required when either root requires it
-        for mapping, more in zip((project, other), run_imports("llm_runs.sweep"), strict=True):
+        for mapping, more in zip((project, other), run_imports("llm_runs.sweeps.sweep"), strict=True):
             for name, required in more.items():
                 mapping[name] = mapping.get(name, False) or required
     others_ok = []
@@ -471,11 +472,11 @@ def preflight(preset, *, default_model: bool, device: str = "cpu", data=None, se
                      f"{', '.join(others_ok) or 'none'}")
     if preset is None or objectives is None:
         if preset_error is not None and preset_error[1] not in absent:
-            res.missing.append(f"llm_runs.run (needed to read the preset {preset_name!r}): {preset_error[0]}")
+            res.missing.append(f"llm_runs.runs.run (needed to read the preset {preset_name!r}): {preset_error[0]}")
         return res
-    if "llm_runs.rewards" in sys.modules or _try_import("llm_runs.rewards") is None:
+    if "llm_runs.preferences.rewards" in sys.modules or _try_import("llm_runs.preferences.rewards") is None:
         # 3. the rewards of the preset's objectives
-        from llm_runs.rewards import score_responses
+        from llm_runs.preferences.rewards import score_responses
 
         bad = []
         for o in objectives:
@@ -492,8 +493,8 @@ def preflight(preset, *, default_model: bool, device: str = "cpu", data=None, se
     try:
         import numpy as np
 
-        from llm_runs.models import smollm2_tokenizer
-        from llm_runs.run import federation, training_candidates
+        from llm_runs.model.models import smollm2_tokenizer
+        from llm_runs.runs.presets import federation, training_candidates
 
         # as the run draws them: pairs on the trained text, cut by the tokenizer the random model ships with
         _, cands = training_candidates(preset, smollm2_tokenizer(), data)
@@ -519,7 +520,7 @@ def _device_check(res: PreflightResult, preset, device: str) -> None:
             return
     dev = torch.device("cuda" if device == "cuda" else "cpu")
     try:
-        from llm_runs.models import add_lora, tiny_llama
+        from llm_runs.model.models import add_lora, tiny_llama
 
         t0 = time.perf_counter()
         model, tok = tiny_llama(num_layers=1)
@@ -702,30 +703,30 @@ def inject_fault(where: str) -> None:
         raise RuntimeError(f"injected fault ({where}: {FAULTS[where]})")
 
     if where == "generation":
-        import llm_runs.evaluation
+        import llm_runs.runs.evaluation
 
-        llm_runs.evaluation.generation_rewards = fail
+        llm_runs.runs.evaluation.generation_rewards = fail
     else:
-        import llm_runs.run
+        import llm_runs.runs.run
 
-        llm_runs.run.run_algorithm = fail
+        llm_runs.runs.run.run_algorithm = fail
 
 
 # ============================================================================================ command line
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m llm_runs.gpu_check preflight|report``: see the module docstring. The preflight exits
+    """``python -m llm_runs.gpu.check preflight|report``: see the module docstring. The preflight exits
     :data:`EXIT_MISSING` (3) naming what is missing, 0 when everything loads (with ``--build``: and the random
     model is saved; :data:`EXIT_BUILD` (4) when that fails); the report exits 0."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m llm_runs.gpu_check",
+    parser = argparse.ArgumentParser(prog="python -m llm_runs.gpu.check",
                                      description="the GPU check's preflight and report (llm_runs/gpu_check.sh)")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("preflight", help="import and load everything a run needs, before any work; exit 3 naming "
                                          "what is missing")
-    p.add_argument("--preset", default="gpu", help="a preset of llm_runs.run (default %(default)s)")
+    p.add_argument("--preset", default="gpu", help="a preset of llm_runs.runs.run (default %(default)s)")
     v = p.add_mutually_exclusive_group()
     v.add_argument("--quick", action="store_const", const="quick", dest="variant",
                    help="the preset as `run --quick` runs it")
@@ -779,15 +780,21 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def save_random_model(out, size: str, *, seed: int = 0, dtype: str = "float32") -> int:
+    """``python -m llm_runs random-model``: a random Llama of ``size`` (:func:`llm_runs.model.models.save_random_llama`)
+    saved to ``out``, and one line saying so; returns 0."""
+    from llm_runs.model.models import save_random_llama
+
+    path, n = save_random_llama(out, size, seed=seed, dtype=dtype)
+    print(f"wrote a random Llama of {n / 1e6:.0f} M parameters ({size}, {dtype}) to {path}")
+    return 0
+
+
 def _build(model_dir: str, size: str) -> int:
     """``preflight --build``: the random Llama of ``python -m llm_runs random-model --dtype float32``, saved to
     ``model_dir`` after a passing preflight; :data:`EXIT_BUILD` naming the error if that fails."""
-    from argparse import Namespace
-
-    from llm_runs.__main__ import _random_model
-
     try:
-        return _random_model(Namespace(out=model_dir, size=size, seed=0, dtype="float32"))
+        return save_random_model(model_dir, size, seed=0, dtype="float32")
     except Exception as exc:  # noqa: BLE001 - any failure of the build is reported as the build's
         print(f"gpu_check preflight: the preflight passed; building the random model failed: "
               f"{type(exc).__name__}: {exc}", file=sys.stderr)

@@ -14,7 +14,7 @@ held-out prompts (until every objective has ``heldout_pairs`` pairs on them and 
 prompts), then each training client's
 prompts (until every objective has ``shots`` pairs), then each new client's (until every objective has
 ``pool_pairs`` pairs). Prompt sets are disjoint. From the pairs a client's prompts give
-(:func:`llm_runs.data.preference_pairs`, margin ``margin`` within-prompt standard deviations) exactly that many
+(:func:`llm_runs.preferences.data.preference_pairs`, margin ``margin`` within-prompt standard deviations) exactly that many
 are drawn per objective. A client's *sample* ``k`` is its ``k``-th pair of every objective, so a batch of sample
 indices (an S-shot episode, a minibatch) picks ``S`` pairs per objective and the local dataset size is
 ``n_i = shots`` for a training client (few-shot: the data deficiency of the paper) and ``n_i = pool_pairs`` for a
@@ -30,7 +30,7 @@ saw a study's held-out prompt.
 
 **Shared comparisons.** Each objective's pairs here are drawn independently, so two objectives of one client (and the
 held-out pairs) can hold the same comparison of two responses, as the same pair or its reverse. The shots curve's
-clients, whose pairs no two objectives share, are :mod:`llm_runs.heldout`'s.
+clients, whose pairs no two objectives share, are :mod:`llm_runs.preferences.heldout`'s.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from llm_runs.data import Candidates, PreferencePair, preference_pairs, scale_outlier
+from llm_runs.preferences.data import Candidates, PreferencePair, preference_pairs, scale_outlier
 from sim.preference import check_preferences
 
 __all__ = ["CALIBRATION_SHARE", "ClientDesign", "Federation", "DataShortageError", "build_federation",
@@ -257,7 +257,7 @@ def study_prompts(cands: Candidates, prompt_ids: Iterable[str] | None) -> list[s
 
 
 def pairs_by_prompt(cands: Candidates, objectives: Sequence[str], margin: float) -> dict[str, list[list[PreferencePair]]]:
-    """Every pair of every objective (:func:`~llm_runs.data.preference_pairs` at ``margin``), grouped by prompt
+    """Every pair of every objective (:func:`~llm_runs.preferences.data.preference_pairs` at ``margin``), grouped by prompt
     (file order), one list per objective."""
     by_prompt: dict[str, list[list[PreferencePair]]] = {pid: [[] for _ in objectives] for pid in cands.prompt_ids}
     for j, o in enumerate(objectives):
