@@ -93,13 +93,15 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy import stats
 
 from llm_runs.runs.oracle import train_oracle
 from sim import cli
 from verification.core.evidence import to_jsonable
 from verification.engine import dask_engine
 from verification.engine.dask_engine import CELLS_DIR, Cell, CellFolderError, CellRun, read_cell
-from verification.llm.personalisation import N_BOOT, _percentile, _resample
+from verification.llm.answer import GATE_HEADER, gate_rows
+from verification.llm.personalisation import N_BOOT, POWER, _percentile, _resample
 
 __all__ = ["GATE_KIND", "SUMMARY_JSON", "ALPHA", "N_PERM", "GateSettings", "GateSettingsError", "DrawSplit", "GateDataError",
            "draw_split", "gate_candidates", "cell_path", "gate_params", "gate_cell", "gate_cells", "read_cells",
@@ -471,16 +473,37 @@ def sign_flip_p(units: np.ndarray, *, n_perm: int = N_PERM, rng: np.random.Gener
     return float((1 + np.count_nonzero(flipped >= observed - tol)) / (1 + int(n_perm)))
 
 
+def sign_flip_mde(units: np.ndarray, alpha: float = ALPHA, power: float = POWER) -> float | None:
+    """The smallest shift δ of the units' mean that the one-sided sign-flip test (:func:`sign_flip_p`) detects at
+    level ``alpha`` with probability ``power``, for units of the sample sd ``s`` of ``units`` (normal approximation).
+    The test compares ``Σu`` with ``z_(1-alpha) sqrt(Σu²)``, the sd of its sign-flip null, so it rejects when the
+    mean exceeds ``c = s a / sqrt(1 - a²)`` with ``a = z_(1-alpha)/√n``; the mean, of sd ``s/√n``, exceeds ``c`` with
+    probability ``power`` at ``δ = c + z_power s/√n``. None for fewer than two units, or where ``a ≥ 1`` (so few
+    units that no shift reaches the level)."""
+    u = np.asarray(units, dtype=np.float64)
+    n = len(u)
+    if n < 2:
+        return None
+    s = float(np.std(u, ddof=1))
+    a = float(stats.norm.ppf(1 - alpha)) / np.sqrt(n)
+    if a >= 1:
+        return None
+    return float(s * (a / np.sqrt(1 - a * a) + float(stats.norm.ppf(power)) / np.sqrt(n)))
+
+
 def one_sided(units: np.ndarray, *, shift: float = 0.0, n_perm: int = N_PERM, n_boot: int = N_BOOT
               ) -> dict[str, Any]:
-    """``estimate`` (``shift`` + the mean of the units), its 95 % bootstrap ``interval`` over the units and the
-    sign-flip ``p_value`` of mean > 0, from ``default_rng(STAT_SEED)`` each."""
+    """``estimate`` (``shift`` + the mean of the units), its 95 % bootstrap ``interval`` over the units, the
+    sign-flip ``p_value`` of mean > 0, from ``default_rng(STAT_SEED)`` each, and ``mde``: the effect on the mean that
+    the test detects with power :data:`POWER` at level :data:`ALPHA` (:func:`sign_flip_mde`)."""
     u = np.asarray(units, dtype=np.float64)
     boot = _resample(np.random.default_rng(STAT_SEED), len(u), int(n_boot)) @ u / len(u)
     lo, hi = _percentile(boot)
+    mde = sign_flip_mde(u)
     return {"estimate": shift + float(u.mean()),
             "interval": [None if lo is None else shift + lo, None if hi is None else shift + hi],
-            "p_value": sign_flip_p(u, n_perm=n_perm, rng=np.random.default_rng(STAT_SEED)), "units": len(u)}
+            "p_value": sign_flip_p(u, n_perm=n_perm, rng=np.random.default_rng(STAT_SEED)), "units": len(u),
+            "mde": mde}
 
 
 def pooled_scores(cells: Sequence[Mapping[str, Any]], objective: str, *, n_perm: int = N_PERM,
@@ -498,7 +521,7 @@ def pooled_scores(cells: Sequence[Mapping[str, Any]], objective: str, *, n_perm:
     a = one_sided(np.concatenate(acc), shift=0.5, n_perm=n_perm, n_boot=n_boot)
     return {"z": z["estimate"], "z_interval": z["interval"], "p_margin": z["p_value"],
             "accuracy": a["estimate"], "accuracy_interval": a["interval"], "p_accuracy": a["p_value"],
-            "units": z["units"], "pairs": int(sum(len(c["heldout"][objective]["margins"]) for c in cells))}
+            "mde_margin": z["mde"], "mde_accuracy": a["mde"], "units": z["units"], "pairs": int(sum(len(c["heldout"][objective]["margins"]) for c in cells))}
 
 
 def passes(own: Mapping[str, Any], alpha: float = ALPHA) -> bool:
@@ -552,7 +575,8 @@ def summarize(params: dict[str, Any], settings: GateSettings, budgets: Sequence[
             scores = {k: pooled_scores(done, k, n_perm=n_perm, n_boot=n_boot) for k in objectives}
             own = scores[o]
             line.update(status="complete", **{k: own[k] for k in ("z", "z_interval", "p_margin", "accuracy",
-                                                                  "accuracy_interval", "p_accuracy", "units", "pairs")},
+                                                                  "accuracy_interval", "p_accuracy", "mde_margin", "mde_accuracy",
+                                                                  "units", "pairs")},
                         passed=passes(own),
                         train_accuracy=_mean([c["train"][o]["accuracy"] for c in done]),
                         train_loss=_mean([c["train"][o]["loss"] for c in done]),
@@ -576,8 +600,11 @@ def summarize(params: dict[str, Any], settings: GateSettings, budgets: Sequence[
         "gate": GATE_KIND, "params": params,
         "settings": {**settings.to_dict(), "model": params.get("model"), "data": params.get("data"),
                      "budgets": [int(b) for b in budgets], "draws": int(draws), "optimizer": "AdamW, weight decay 0",
-                     "alpha": ALPHA, "n_perm": int(n_perm), "n_boot": int(n_boot), "stat_seed": STAT_SEED},
+                     "alpha": ALPHA, "power": POWER, "n_perm": int(n_perm), "n_boot": int(n_boot), "stat_seed": STAT_SEED},
         "rule": RULE,
+        "mde": f"the shift of the units' mean (margin change z, accuracy above 0.5) that each sign-flip test detects "
+               f"with power {POWER} at level {ALPHA}, for units of the observed sample sd (normal approximation: "
+               "llm_runs.sweeps.gate.sign_flip_mde)",
         "pooling": "units are the (draw, held-out prompt) pairs of all draws; a unit's value is the mean over its "
                    "pairs; statistic the mean of the units",
         "calibration_prompt_ids": list(calibration_ids),
@@ -620,17 +647,11 @@ def screen(summary: dict[str, Any], out: Path, run: CellRun | None) -> str:
         if e.get("error"):
             lines.append(f"  cell {e['objective']}/b{e['budget']}-d{e['draw']}: {e['error']} (remove "
                          f"{cell_path(out, e['objective'], e['budget'], e['draw'])} to run it again)")
-    lines.append(f"  {'objective':<16} {'budget':>6}  {'z (95 % interval)':<28} {'p':>7}  "
-                 f"{'accuracy (95 % interval)':<26} {'p':>7}  {'train acc':>9}  {'CPU s':>7}  gate")
-    for e in summary["table"]:
-        cpu = sum(v for v in e["cpu_seconds"] if isinstance(v, (int, float)))
-        verdict = "-" if e["passed"] is None else "pass" if e["passed"] else "fail"
-        lines.append(f"  {e['objective']:<16} {e['budget']:>6}  "
-                     f"{_num(e.get('z'), '+.4f') + ' ' + _interval(e.get('z_interval'), '+.4f'):<28} "
-                     f"{_num(e.get('p_margin'), '.4f'):>7}  "
-                     f"{_num(e.get('accuracy'), '.3f') + ' ' + _interval(e.get('accuracy_interval'), '.3f'):<26} "
-                     f"{_num(e.get('p_accuracy'), '.4f'):>7}  {_num(e.get('train_accuracy'), '.3f'):>9}  "
-                     f"{cpu:>7.1f}  {verdict}")
+    table = [[*GATE_HEADER, "CPU s"]] + [
+        [*row, f"{sum(v for v in e['cpu_seconds'] if isinstance(v, (int, float))):.1f}"]
+        for row, e in zip(gate_rows(summary), summary["table"], strict=True)]
+    widths = [max(len(r[k]) for r in table) for k in range(len(table[0]))]
+    lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
     objectives = summary["settings"]["objectives"]
     for b, m in summary["matrix"].items():
         lines.append(f"  spill-over at budget {b}: z of the oracle of each row on each column")

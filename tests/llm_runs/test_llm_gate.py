@@ -69,6 +69,30 @@ def test_a_planted_effect_passes_and_a_null_does_not():
     assert not gate.passes({**planted, "p_accuracy": 0.02})
 
 
+def test_the_mde_is_the_shift_the_sign_flip_test_detects_with_its_power():
+    """The recorded MDE is s (a / sqrt(1 - a^2) + z_0.80 / sqrt(n)), a = z_0.99 / sqrt(n); shifts of the MDE on the
+    mean of n normal units are detected at level 0.01 in 80 % of 400 data sets (within 4 binomial sd) for n = 8 and
+    40 (the gate's units: 24 and 15 prompts a draw), shifts of half the MDE in far fewer; the plain normal
+    (z_0.99 + z_0.80) s / sqrt(n) is too small for this test."""
+    u = np.array([0.2, -0.1, 0.4, 0.0, 0.3, 0.1, 0.2])
+    got = gate.one_sided(u, n_perm=99, n_boot=50)["mde"]
+    s, n, z99, z80 = np.std(u, ddof=1), len(u), 2.3263478740408408, 0.8416212335729143
+    a = z99 / np.sqrt(n)
+    assert got == pytest.approx(s * (a / np.sqrt(1 - a * a) + z80 / np.sqrt(n)), rel=1e-12)
+    assert got > (z99 + z80) * s / np.sqrt(n)
+    assert gate.one_sided(np.array([1.0]), n_perm=9, n_boot=9)["mde"] is None
+    assert gate.sign_flip_mde(np.arange(5.0)) is None  # z_0.99 / sqrt(5) > 1: no shift reaches the level
+    rng = np.random.default_rng(11)
+    sets = 400
+    for n in (8, 40):
+        v = rng.standard_normal(n)
+        mde = gate.sign_flip_mde((v - v.mean()) / np.std(v, ddof=1))  # units of sample sd 1, as the draws'
+        power = {f: np.mean([gate.sign_flip_p(f * mde + rng.standard_normal(n), n_perm=999, rng=rng) < gate.ALPHA
+                             for _ in range(sets)]) for f in (1.0, 0.5)}
+        assert abs(power[1.0] - 0.8) < 4 * np.sqrt(0.8 * 0.2 / sets), (n, power)
+        assert power[0.5] < 0.5, (n, power)
+
+
 def test_sign_flip_p_values_are_uniform_under_the_null():
     """500 data sets of 30 symmetric null units: P(p <= alpha) within 4 binomial sd of alpha at every level, and
     the p-values' distribution within the Kolmogorov-Smirnov bound of the uniform (the p-values of 199 flips lie on

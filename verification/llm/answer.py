@@ -49,7 +49,7 @@ from verification.llm.sweep import (
     temporary_sibling,
 )
 
-__all__ = ["GATE_JSON", "GATE_KIND", "EXPORTED_GATE_FILES", "CURVE_FIGURE", "TRAJECTORY_BUDGET", "read_gate",
+__all__ = ["GATE_JSON", "GATE_KIND", "GATE_HEADER", "EXPORTED_GATE_FILES", "CURVE_FIGURE", "TRAJECTORY_BUDGET", "read_gate",
            "export_gate", "gate_rows", "gate_table", "gate_entered", "shots_plan", "has_shots", "sweep_curve",
            "adaptation_by_budget", "answer_sentences", "curve_table", "gate_markdown", "gate_html", "curve_markdown", "curve_html"]
 
@@ -112,26 +112,29 @@ def _iv(iv: Any, fmt: str) -> str:
     return f"[{_n(iv[0], fmt)}, {_n(iv[1], fmt)}]" if isinstance(iv, (list, tuple)) and len(iv) == 2 else "–"
 
 
-_GATE_HEADER = ("objective", "budget", "draws", "margin change z [95 %]", "p (z)", "accuracy [95 %]", "p (accuracy)",
-                "training accuracy", "gate")
+#: The columns of the gate's table (:func:`gate_rows`), in the dashboard, the docs and on the screen.
+GATE_HEADER = ("objective", "budget", "draws", "margin change z [95 %]", "p (z)", "MDE (z)", "accuracy [95 %]",
+                "p (accuracy)", "MDE (accuracy)", "training accuracy", "gate")
 
 
 def gate_rows(summary: dict[str, Any]) -> list[list[str]]:
-    """One row per (objective, budget) of ``gate.json``'s table: z and accuracy with intervals and p-values, the
-    training accuracy and ``pass`` / ``fail`` (``incomplete`` when a draw is missing)."""
+    """One row per (objective, budget) of ``gate.json``'s table: z and accuracy with intervals, p-values and minimum
+    detectable effects (``–`` in a gate.json written before they were recorded), the training accuracy and ``pass`` / ``fail`` (``incomplete`` when a draw is missing)."""
     rows = []
     for e in summary["table"]:
         verdict = "incomplete" if e.get("passed") is None else "pass" if e["passed"] else "fail"
         rows.append([str(e["objective"]), str(e["budget"]), f"{e.get('draws', '–')} of {e.get('of_draws', '–')}",
                      f"{_n(e.get('z'), '+.4f')} {_iv(e.get('z_interval'), '+.4f')}", _n(e.get("p_margin"), ".4f"),
+                     _n(e.get("mde_margin"), ".4f"),
                      f"{_n(e.get('accuracy'), '.3f')} {_iv(e.get('accuracy_interval'), '.3f')}",
-                     _n(e.get("p_accuracy"), ".4f"), _n(e.get("train_accuracy"), ".3f"), verdict])
+                     _n(e.get("p_accuracy"), ".4f"), _n(e.get("mde_accuracy"), ".3f"),
+                     _n(e.get("train_accuracy"), ".3f"), verdict])
     return rows
 
 
 def gate_table(summary: dict[str, Any]) -> list[str]:
     """The markdown table of :func:`gate_rows`."""
-    return _md_table(_GATE_HEADER, gate_rows(summary))
+    return _md_table(GATE_HEADER, gate_rows(summary))
 
 
 def gate_entered(summary: dict[str, Any]) -> str:
@@ -306,7 +309,7 @@ def gate_html(summary: dict[str, Any], source: str | None = None) -> str:
     """:func:`gate_markdown` as HTML."""
     esc = html.escape
     return "\n".join(["<h3>Positive-control gate</h3>", f"<p>{esc(_gate_intro(summary, source))}</p>",
-                      _html_table(_GATE_HEADER, gate_rows(summary)), f"<p>{esc(gate_entered(summary))}</p>"])
+                      _html_table(GATE_HEADER, gate_rows(summary)), f"<p>{esc(gate_entered(summary))}</p>"])
 
 
 _CURVE_HEADER = ("method", "budget", "λ-weighted accuracy [95 %]", "margin change z [95 %]",
