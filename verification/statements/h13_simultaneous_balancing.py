@@ -71,7 +71,7 @@ HYP_RC = "eq 23: gamma* > Delta*||d_bal|| + L0*B^2*tau*eta"
 HYP_LP = "LP solved (optimal or relaxed)"
 C_MAIN = "eq 23 => Cauchy-Schwarz: gamma* - Delta ||d_bal|| <= dbar^T d_bal (tau = 1)"
 C_OK = "eq 23 => dbar^T d_bal > 0, beta decreases at the smallest steps, I4 derivative (tau = 1)"
-C_TAU_LIT = "eq 46, tau > 1, reconstructed drift allowance L0 B^2 tau eta (THEOREMS reading)"
+C_TAU_LIT = "eq 46, tau > 1, reconstructed drift allowance L0 B^2 tau eta (the specification's reading)"
 C_TAU_REP = "eq 46, tau > 1, repaired allowance ||d_bal|| ((tau - 1)/tau D + L0 B eta (tau - 1)/2)"
 C_TAU_POS = "tau > 1: eq 23 with L0 B^2 tau eta => dbar_tau^T d_bal > 0"
 
