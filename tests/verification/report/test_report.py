@@ -176,7 +176,7 @@ def test_instances_rows_are_the_bytes_pandas_writes(tmp_path):
     import numpy as np
 
     from verification.core.evidence import Evidence
-    from verification.report.dashboard import _append_text, _instances_frame, _instances_text
+    from verification.report.files import _append_text, _instances_frame, _instances_text
 
     rng = np.random.default_rng(3)
     lhs = np.concatenate([rng.standard_normal(200) * 10.0 ** rng.integers(-300, 300, 200),
