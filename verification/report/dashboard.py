@@ -14,16 +14,18 @@ Runs every executable statement (and the studies of :mod:`verification.studies.s
 * ``README.md`` and ``index.html`` — the dashboard: one row per statement (verdict, tightness, ``power`` at factor
   0.5, …), its conclusions collapsed under it, the findings, the family-wise budget of the confidence-level
   assertions and how the constants were estimated;
+* ``manifest.json`` — what made the report (:mod:`verification.report.manifest`);
 * ``results.jsonl`` — the results log (:mod:`verification.core.resultlog`).
 
 Each statement's own files (:mod:`verification.report.files`: its rows of ``instances.csv``, its
-``counterexamples/`` and ``data/`` files) are written as soon as it finishes, and then its record is appended to ``results.jsonl``: its result row and what the
-dashboard needs besides (``"report": {"counterexample_file", "repaired", "tables", "instance_rows"}``). The
-final files are then assembled from the log and those files (the figure tables read back from ``data/``), the
-same way whether every statement ran now or a resumed report (``resume=True``) kept the statements an
-interrupted one had finished. The studies are run again on a resume.
+``counterexamples/`` and ``data/`` files) are written as soon as it finishes, and then its record is appended to
+``results.jsonl``: its result row and what the dashboard needs besides (``"report": {"counterexample_file",
+"repaired", "tables", "instance_rows"}``). The final files are then assembled from the log and those files (the
+figure tables read back from ``data/``), the same way whether every statement ran now or a resumed report
+(``resume=True``) kept the statements an interrupted one had finished. The studies are run again on a resume.
 
-Progress goes to stderr while it runs; a one-screen summary is returned for the command line to print.
+Progress goes to stderr while it runs; a one-screen summary is returned for the command line to print, with
+what a user must act on (:func:`report_problems`: the command's exit status 1); a finding is a result.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from verification.report.files import (
     write_statement_files,
     write_tables,
 )
+from verification.report.manifest import MANIFEST_NAME, report_manifest, scale_note, statement_entries
 from verification.report.markup import figures_html, figures_markdown, fmt
 
 __all__ = ["SCALES", "SEARCH_BUDGET", "LOG_NAME", "ReportResult", "ReportCellsFailed", "build_report",
@@ -77,7 +80,7 @@ class ReportResult:
     figures: dict[str, str]  # figure file -> caption
     missing_figures: dict[str, str]  # figure name -> why it was not drawn
     seconds: float
-    failed: bool
+    problems: list[str]  # what a user must act on (:func:`report_problems`); the command exits 1 iff any
     sweep: dict[str, Any] | None = None  # the summary of the sweep shown (report --sweep DIR)
     sweep_figures: dict[str, str] = dataclasses.field(default_factory=dict)
     sweep_missing: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -86,20 +89,26 @@ class ReportResult:
     command: str = ""  # the command line that makes this report again (:func:`report_command`)
     cells: Any = None  # on Dask: what run_cells did (verification.engine.dask_engine.CellRun), None when serial
 
+    @property
+    def failed(self) -> bool:
+        """True iff the report found something a user must act on (:func:`report_problems`)."""
+        return bool(self.problems)
+
     def summary(self) -> str:
         counts: dict[str, int] = {}
         for r in self.rows:
             counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
         missed = [r["id"] for r in self.rows if r["negative_control"] == "missed"]
         bad = [f"{r['id']} ({r['verdict']})" for r in self.rows if r["verdict"] in ("violated", "vacuous", "error")]
-        findings = [r["id"] for r in self.rows if r["verdict"] == "finding"]
+        findings = [f"{r['id']} ({r['counterexamples']} counterexamples)" for r in self.rows
+                    if r["verdict"] == "finding"]
         lines = [
             f"report written to {self.out_dir}/ in {self.seconds:.1f} s",
             f"  statements: {len(self.rows)}  " + "  ".join(f"{k}: {v}" for k, v in sorted(counts.items())),
             f"  negative controls detected: "
             f"{sum(r['negative_control'] == 'detected' for r in self.rows)}, missed: {len(missed)}"
             + (f" ({', '.join(missed)})" if missed else ""),
-            f"  findings (literal statement false, repaired statement checked): {', '.join(findings) or 'none'}",
+            f"  findings (documented counterexamples, shown; not a failure): {', '.join(findings) or 'none'}",
             f"  violated / vacuous / error: {', '.join(bad) or 'none'}",
             f"  power at factor {POWER_FACTOR}: {_power_totals(self.rows)}",
             f"  confidence-level assertions: {self.budget.get('assertions', 0)}, family-wise false failure <= "
@@ -116,6 +125,8 @@ class ReportResult:
             lines.insert(-1, f"  sweep section: {len(self.sweep['statements'])} statement(s) over seeds "
                              f"{self.sweep['seeds'][0]}..{self.sweep['seeds'][1] - 1}, "
                              f"{len(self.sweep_figures)} figure(s)")
+        lines.append("  to act on (exit status 1): "
+                     + ("; ".join(self.problems) if self.problems else "nothing (exit status 0)"))
         return "\n".join(lines)
 
 
@@ -353,12 +364,35 @@ def build_report(out_dir: str | Path = "reports", *, scale: str = "default", see
                                               llm_runs=[str(p) for p in llm_runs] if llm_runs else None,
                                               llm_sweep=str(llm_sweep) if llm_sweep else None,
                                               llm_gate=str(llm_gate) if llm_gate else None),
-                       failed=any(map(resultlog.row_failed, rows))
-                       or budget["total"] > FAMILY_WISE_BUDGET * (1 + 1e-12), budget=budget, sweep=sweep,
+                       problems=report_problems(rows, budget, llm_sec), budget=budget, sweep=sweep,
                        sweep_figures=sweep_drawn, sweep_missing=sweep_missing, llm=llm_sec, cells=cells)
+    llm_source = ({"source": "sweep", "path": str(llm_sweep)} if llm_sweep else
+                  {"source": "runs", "paths": [str(p) for p in llm_runs]} if llm_runs else
+                  {"source": "smoke" if llm else "none"})
+    write_json(out / MANIFEST_NAME, report_manifest(
+        stmts, command=res.command, scale=scale, seed=seed, search=budget_name,
+        studies=[st.id for st in study_results] + [st.id for st in llm_sec.results], llm=llm_source))
     atomic_write_text(out / "README.md", dashboard_markdown(res, results, study_results, scale=scale, seed=seed))
     atomic_write_text(out / "index.html", dashboard_html(res, results, study_results, scale=scale, seed=seed))
     return res
+
+
+def report_problems(rows, budget: dict[str, Any], llm=None) -> list[str]:
+    """What a user must act on in a report, one line each (``python -m verification report`` exits 1 iff there is
+    any): a verdict ``violated`` (a counterexample with every hypothesis held that no documented finding covers:
+    the search's counterexamples of a statement's ``SEARCH_FINDINGS`` make a ``finding``, which is shown, not
+    failed), ``vacuous`` or ``error``; a missed negative control; confidence-level assertions over the
+    family-wise budget; an LLM section whose run failed (``unavailable``, torch or the model not installed, is
+    said in the section and is not a failure). A finding, a weak conclusion, a missing figure are results."""
+    out = [f"{r['id']}: " + ", ".join(([f"verdict {r['verdict']}"] if r["verdict"] not in ("holds", "finding") else [])
+                                      + (["negative control missed"] if r["negative_control"] == "missed" else []))
+           for r in rows if resultlog.row_failed(r)]
+    if budget["total"] > FAMILY_WISE_BUDGET * (1 + 1e-12):
+        out.append(f"confidence-level assertions: family-wise false failure {budget['total']:.3g} over the budget "
+                   f"{FAMILY_WISE_BUDGET:g}")
+    if llm is not None and llm.status == "failed":
+        out.append(f"LLM section: {llm.message}")
+    return out
 
 
 class ReportCellsFailed(RuntimeError):
@@ -391,7 +425,9 @@ LLM_GATE_DIR = "llm-gate"
 VERDICT_HELP = {
     "holds": "the conclusion held on every instance where the monitored hypotheses held",
     "violated": "a counterexample with every hypothesis satisfied",
-    "finding": "the literal statement is false (counterexample shown); the repaired statement holds",
+    "finding": "a documented result, not a failure: the literal statement is false and the repaired statement "
+               "holds, or an assumption fails on part of the search's box while its default family holds "
+               "(counterexamples shown)",
     "vacuous": "every instance was excluded: the check tested nothing (a failure of the test design)",
     "error": "the check raised an exception",
 }
@@ -567,12 +603,15 @@ def _findings(results) -> list[list[Segment]]:
     for s, rec, row in results:
         d = row.get("details") or {}
         concl = row.get("conclusions") or []
-        if row["verdict"] == "finding":
-            literal = [c for c in concl if c.get("role") == "literal"]
+        if row["verdict"] == "finding":  # the literal conclusions, or those the search refutes (SEARCH_FINDINGS)
+            literal = [c for c in concl if c.get("role") == "literal"
+                       or (c.get("search") or {}).get("counterexamples")]
             segs: list[Segment] = [("b", s.id), ("", " (verdict "), ("i", "finding"),
-                                   ("", f"): {d.get('finding', '')}; literal conclusion(s) ")]
+                                   ("", f"): {d.get('finding', '')}; conclusion(s) shown false ")]
             for k, c in enumerate(literal):
-                segs += [("", ", " if k else ""), ("code", c["name"]), ("", f" ({c['counterexamples']} counterexamples)")]
+                n = c["counterexamples"] or (c.get("search") or {}).get("counterexamples", 0)
+                by = " found by the falsification search" if not c["counterexamples"] else ""
+                segs += [("", ", " if k else ""), ("code", c["name"]), ("", f" ({n} counterexamples{by})")]
             if rec.get("repaired"):
                 segs.append(("", f"; {rec['repaired']}"))
             out.append(segs)
@@ -651,38 +690,16 @@ def _calibration_rows(cal: dict) -> list[dict[str, str]]:
     return out
 
 
-def _id_ranges(ids: list[str]) -> str:
-    """``S1, S2, S3, S7`` as ``S1–S3, S7`` (runs of consecutive numbers of one prefix)."""
-    out: list[list] = []
-    for sid in ids:
-        head, num = sid.rstrip("0123456789"), sid[len(sid.rstrip("0123456789")):]
-        if num and out and out[-1][0] == head and out[-1][2] + 1 == int(num):
-            out[-1][2] = int(num)
-        else:
-            out.append([head, int(num), int(num)] if num else [sid, None, None])
-    return ", ".join(h if a is None else f"{h}{a}" if a == b else f"{h}{a}–{h}{b}" for h, a, b in out)
-
-
-def _scale_note(results, scale: str) -> str:
-    with_paper = [s.id for s, _, _ in results if s.config_factory is not None and hasattr(s.config_factory, "paper")]
-    exact = [s.id for s, _, _ in results if s.config_factory is None]
-    none = (f" {_id_ranges(exact)} have no configuration (exact identities: no sample size or run length)."
-            if exact else "")
-    if scale == "paper":
-        return (f"Paper-scale presets were used for {', '.join(with_paper) or 'no statement'}; the other checks ran "
-                "at their default configuration." + none)
-    return f"Default configurations (paper-scale presets exist for {', '.join(with_paper) or 'no statement'})." + none
-
-
 def dashboard_markdown(res: ReportResult, results, study_results, *, scale: str, seed: int) -> str:
     rows = _dashboard_rows(res, results)
     lines = [
         "# Theorem dashboard",
         "",
         f"Generated by `{res.command}` in {res.seconds:.1f} s. "
-        "One row per statement of the appendix (THEOREMS.md numbering). Raw data: `results.json`, "
+        "One row per statement of the paper's appendix, by its numbering. Raw data: `results.json`, "
         "`worst/` (worst cases), `counterexamples/`; the figure data `data/` and the per-instance `instances.csv` "
-        "are written by `make report` and not committed (they are large). " + _scale_note(results, scale),
+        "are written by `make report` and not committed (they are large). "
+        + scale_note(statement_entries(s for s, _, _ in results), scale),
         "",
         "| # | statement | verdict | hypotheses held / excluded | tightness | power | negative control | "
         "counterexamples | s |",
@@ -869,7 +886,7 @@ def dashboard_html(res: ReportResult, results, study_results, *, scale: str, see
     body = [f"<h1>Theorem dashboard</h1><p>Generated by <code>{esc(res.command)}</code> in {res.seconds:.1f} s. Raw data: <a href='results.json'>results.json</a>, "
             f"<code>worst/</code> (worst cases), <code>counterexamples/</code>; the figure data <code>data/</code> and "
             f"the per-instance <code>instances.csv</code> are written by <code>make report</code> and not committed. "
-            f"{esc(_scale_note(results, scale))}</p>",
+            f"{esc(scale_note(statement_entries(s for s, _, _ in results), scale))}</p>",
             "<div class='scroll'><table><tr><th>#</th><th>statement</th><th>verdict</th><th>held / excluded</th>"
             "<th>tightness</th>"
             "<th>power</th><th>negative control</th><th>counterexamples</th><th>s</th></tr>"]
