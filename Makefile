@@ -10,14 +10,30 @@ STAMP  := $(VENV)/.installed-stamp
 SEED   ?= 0
 # make report SCALE=paper: the paper-scale presets of every statement and the larger falsification search
 SCALE  ?= default
+# make report (no arguments) rebuilds the committed dashboard reports/ from the code and the committed LLM sweep
+# summaries reports/llm-sweep/ (afterwards `git diff --stat reports/` shows timings only: docs/dashboard.md).
+# make report LLM=smoke: the LLM section runs the smoke preset now (LLM=none: no LLM section); either writes to a
+# folder of its own (runs/report-smoke, runs/report-none), never to reports/
+LLM ?=
 # make report LLM_RUN=DIR: the dashboard's LLM section reads that run directory of `python -m llm_runs run`
-# (e.g. a cpu-preset run) instead of running the smoke preset; LLM_RUN=none skips the section
+# (e.g. a cpu-preset run); LLM_RUN=none skips the section
 LLM_RUN ?=
 # make report LLM_SWEEP=DIR: the LLM section reads that sweep of `python -m llm_runs sweep` (e.g. the study preset
-# over 8 seeds: `make llm-study-v1`) and opens with the pre-registered statistics
+# over 8 seeds: `make llm-study-v1`) and opens with the pre-registered statistics (OUT=reports to make it the
+# committed dashboard: its summaries are copied to reports/llm-sweep/)
 LLM_SWEEP ?=
 # make report LLM_GATE=DIR: the LLM section opens with the positive-control gate of `python -m llm_runs gate --out DIR`
 LLM_GATE ?=
+# the report's folder: reports/ only for the committed dashboard's own inputs (no LLM source named, the default
+# scale and seed); runs/report-<LLM> or runs/report otherwise
+REPORT_OTHER = $(LLM)$(LLM_RUN)$(LLM_SWEEP)$(LLM_GATE)$(filter-out default,$(SCALE))$(filter-out 0,$(SEED))
+OUT ?= $(if $(REPORT_OTHER),runs/report$(if $(LLM),-$(LLM)),reports)
+ifneq ($(filter-out smoke none,$(LLM)),)
+$(error LLM must be smoke or none (or unset); got '$(LLM)')
+endif
+# the LLM section's source on the command line of `verify report`
+REPORT_LLM = $(if $(LLM_SWEEP),--llm-sweep $(LLM_SWEEP),$(if $(filter none,$(LLM) $(LLM_RUN)),--no-llm,$(if \
+	$(LLM_RUN),--llm-run $(LLM_RUN),$(if $(filter smoke,$(LLM)),,--llm-sweep reports/llm-sweep))))
 # make report WORKERS=K: the statements and their searches as cells on a local Dask cluster of K worker processes
 # (verify report --workers K; docs/verify.md); empty: one after the other in this process
 WORKERS ?=
@@ -79,11 +95,11 @@ chromium:
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
-## report: run every executable statement and the studies, and the LLM section (the LLM smoke preset, or
-## LLM_RUN=DIR); write the dashboard and figures to reports/
+## report: run every executable statement and the studies, and the LLM section (by default read from the committed
+## sweep summaries reports/llm-sweep/); write the dashboard and figures to reports/ (OUT); exit status 0 when the
+## dashboard is written and nothing needs acting on (a finding is a result), 1 otherwise (docs/dashboard.md)
 report: $(STAMP)
-	$(BIN)/python -m verification report --out reports --seed $(SEED) --scale $(SCALE) \
-		$(if $(LLM_SWEEP),--llm-sweep $(LLM_SWEEP),$(if $(filter none,$(LLM_RUN)),--no-llm,$(if $(LLM_RUN),--llm-run $(LLM_RUN)))) \
+	$(BIN)/python -m verification report --out $(OUT) --seed $(SEED) --scale $(SCALE) $(REPORT_LLM) \
 		$(if $(LLM_GATE),--llm-gate $(LLM_GATE)) \
 		$(if $(WORKERS),--workers $(WORKERS))
 

@@ -51,7 +51,10 @@ cells of 50 points, then one refinement cell), results in ``DIR/worst/<id>.json`
 
 Exit status: 0 iff no verdict is "violated" or "vacuous", no negative control is "missed", no check raised and
 (with ``--baseline``) no bound regressed against the earlier results (:mod:`verification.core.regression`); 1
-otherwise; 2 on a usage error, found before any statement runs and printed as one line naming the argument (a
+otherwise (a "finding" is a result, not a failure: a literal statement shown false with its repaired form holding,
+or an assumption whose documented ``SEARCH_FINDINGS`` the falsification search refutes on part of its box;
+``report`` exits 1 only for what :func:`verification.report.dashboard.report_problems` lists, each in its
+summary); 2 on a usage error, found before any statement runs and printed as one line naming the argument (a
 bad seed or tolerance, unknown ids, an unreadable or malformed baseline, an output path that cannot be written, a
 results log that cannot be resumed), and when the ``--out`` folder of ``sweep``, ``search``, ``grid`` or ``report``
 is being written by another running command (one writer per folder: the command holds the folder's lock from
@@ -100,7 +103,10 @@ FAIL_WHEN = {
     "list": None,
     "run": "a verdict is violated, vacuous or error, a negative control is missed, or (--baseline) a bound "
            "regressed",
-    "report": "a verdict is violated, vacuous or error, or a negative control is missed",
+    "report": "the dashboard was written and needs acting on: a verdict is violated (a counterexample no "
+              "documented finding covers), vacuous or error, a negative control is missed, the confidence-level "
+              "assertions exceed the family-wise budget, or the LLM run failed; a finding (H.16's eq 48, H.19's "
+              "search counterexamples) is a result, shown with its counterexamples, and exits 0",
     "power": "a weak conclusion has no stated reason, or the plain run's prediction disagrees with the re-run",
     "sweep": "a cell failed, a verdict is violated, vacuous or error, or a negative control is missed at any seed",
     "grid": "a cell raised or the grid is incomplete",

@@ -14,7 +14,11 @@ Statements come from two sources:
   point, the same seed) and the instances join the statement's evidence (:meth:`Evidence.merged`), and
   ``TIGHT_SEEDS`` (default 1), at how many seeds each tight point runs
   (:func:`verification.core.registry.tight_point_seed`), so that a detection at a tight point rests on more than
-  one draw. A module may instead expose ``STATEMENTS``, a list of :class:`Statement`;
+  one draw, and ``SEARCH_FINDINGS``, a mapping from a conclusion name to the documented finding that the
+  falsification search refutes it on part of its box (an assumption whose region-sampled constants fail
+  somewhere): counterexamples of those conclusions only make the verdict ``finding``, not ``violated``
+  (:func:`verification.core.search.apply`). A module may instead expose ``STATEMENTS``, a list of
+  :class:`Statement`;
 * explicit registrations with :func:`register` (the symbolic identities S1–S26 of :mod:`verification.statements.symbolic`),
   and modules of the statement-module contract registered with :func:`register_module`;
 * statements of other packages: every module named by an entry point of the group ``prefalign.statements`` (a
@@ -101,6 +105,7 @@ class Statement:
     reasons: Any = None  # conclusion name -> why its bound cannot be approached (Mapping[str, str])
     tight_points: tuple = ()  # points of the search box the check also runs at (dicts of parameters)
     tight_seeds: int = 1  # seeds per tight point (tight_point_seed)
+    search_findings: Any = None  # conclusion name -> the documented finding the search refutes (Mapping[str, str])
 
     def __post_init__(self) -> None:
         if isinstance(self.tight_seeds, bool) or not isinstance(self.tight_seeds, int) or self.tight_seeds < 1:
@@ -180,6 +185,7 @@ def _from_module(mod: ModuleType) -> list[Statement]:
             reasons=dict(getattr(mod, "REASONS", {}) or {}),
             tight_points=tuple(getattr(mod, "TIGHT_POINTS", ()) or ()),
             tight_seeds=getattr(mod, "TIGHT_SEEDS", 1),
+            search_findings=dict(getattr(mod, "SEARCH_FINDINGS", {}) or {}),
         )
     ]
 
@@ -187,7 +193,8 @@ def _from_module(mod: ModuleType) -> list[Statement]:
 def register_module(module: ModuleType | str) -> list[Statement]:
     """Register the statement(s) of ``module`` (a module object or its importable name) that follows the
     statement-module contract: ``STATEMENT_ID``, ``NAME``, ``run(config, rng) -> Evidence`` and optionally
-    ``negative_control``, ``Config``, ``NUMBER``, ``SEARCH``, ``REASONS``, ``TIGHT_POINTS``, ``TIGHT_SEEDS`` (or
+    ``negative_control``, ``Config``, ``NUMBER``, ``SEARCH``, ``REASONS``, ``TIGHT_POINTS``, ``TIGHT_SEEDS``,
+    ``SEARCH_FINDINGS`` (or
     ``STATEMENTS``, a list of :class:`Statement`), exactly as a module of :mod:`verification.statements`. Returns
     the statements.
 

@@ -169,7 +169,7 @@ def run_statement_row(stmt: Statement, seed: int = DEFAULT_SEED, *, scale: str =
         res = None
         if search is not None and stmt.search is not None:
             res = search(stmt, seed) if callable(search) else search_statement(stmt, search, seed)
-            ev = _search.apply(ev, res)
+            ev = _search.apply(ev, res, findings=stmt.search_findings)
     except Exception as exc:  # noqa: BLE001 - an error row; the caller's run goes on
         if on_error is not None:
             on_error(exc)

@@ -40,7 +40,7 @@ import importlib.util
 import json
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -535,11 +535,14 @@ def _config_record(cfg) -> Any:
     return to_jsonable(cfg)
 
 
-def apply(ev: Evidence, result: SearchResult) -> Evidence:
+def apply(ev: Evidence, result: SearchResult, findings: Mapping[str, str] | None = None) -> Evidence:
     """The statement's Evidence with the search's outcome: each conclusion's ``search`` record (best ratio, point,
-    evaluations), and — if the search met a counterexample of a contract conclusion — the verdict ``violated``
-    with the search's counterexamples appended (a FINDING stays a finding only if the counterexamples are to its
-    literal statement, which the search does not count)."""
+    evaluations), and — if the search met a counterexample of a contract conclusion — its counterexamples appended
+    and the verdict ``violated``, or ``finding`` when every conclusion the search refutes is one of ``findings``
+    (the statement's ``SEARCH_FINDINGS``: conclusion name -> the documented finding, written to
+    ``details["finding"]``) and the check itself was not already violated, vacuous or a finding of its own literal
+    statement (a FINDING stays a finding only if the counterexamples are to its literal statement, which the
+    search does not count)."""
     conclusions = []
     for c in ev.conclusions:
         rec = result.best.get(c.name)
@@ -560,8 +563,16 @@ def apply(ev: Evidence, result: SearchResult) -> Evidence:
     out = dataclasses.replace(ev, conclusions=tuple(conclusions), details=to_jsonable(details))
     if result.n_counterexamples:
         cex = list(ev.counterexamples) + [dict(c, source="falsification search") for c in result.counterexamples]
-        out = dataclasses.replace(out, verdict="violated", counterexamples=to_jsonable(cex[:MAX_STORED_COUNTEREXAMPLES]),
-                                  n_counterexamples=ev.n_counterexamples + result.n_counterexamples)
+        refuted = sorted(name for name, rec in result.best.items() if rec["counterexamples"])
+        documented = dict(findings or {})
+        if ev.verdict == "holds" and refuted and all(name in documented for name in refuted):
+            verdict = "finding"
+            details["finding"] = "; ".join(f"{name}: {documented[name]}" for name in refuted)
+        else:
+            verdict = "violated"
+        out = dataclasses.replace(out, verdict=verdict, counterexamples=to_jsonable(cex[:MAX_STORED_COUNTEREXAMPLES]),
+                                  n_counterexamples=ev.n_counterexamples + result.n_counterexamples,
+                                  details=to_jsonable(details))
     return out
 
 
@@ -798,24 +809,35 @@ def store_results(out: str | Path, store: str | Path = STORE) -> list[str]:
     return copied
 
 
+def _shown_path(p: Path) -> Path:
+    """``p`` as the reports show it: relative to the checkout when inside it (the store of this project), so that
+    a report names no folder of the machine it ran on."""
+    root = STORE.parents[2]
+    try:
+        return p.resolve().relative_to(root.resolve())
+    except ValueError:
+        return p
+
+
 def load_stored(stmt, store: str | Path = STORE) -> tuple[dict[str, Any] | None, str]:
     """The stored search result of ``stmt`` and a word on it: ``(record, "")``, or ``(None, why)`` when there is
     none or it is stale: its box is not the statement's box today, or its ``code_digest`` is not the digest of the
     check's code today (:func:`check_code`: the statement module and the modules of :data:`DIGEST_PACKAGES` it
     imports; a stored search without one counts as made by other code)."""
     p = Path(store) / f"{stmt.id}.json"
+    shown = _shown_path(p)
     if not p.is_file():
-        return None, f"no stored search in {p.parent}"
+        return None, f"no stored search in {shown.parent}"
     try:
         rec = json.loads(p.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        return None, f"cannot read {p}: {exc}"
+        return None, f"cannot read {shown}: {exc}"
     if rec.get("box") != stmt.search.describe():
-        return None, f"the stored search of {stmt.id} ({p}) searched another box: run the search again"
+        return None, f"the stored search of {stmt.id} ({shown}) searched another box: run the search again"
     code = check_code(stmt.module)
     if rec.get("code_digest") != code["digest"]:
         what = code_changes(rec, code) if rec.get("code_modules") else "it records no code digest"
-        return None, (f"the stored search of {stmt.id} ({p}) was made by other code than the check's today ({what}): "
+        return None, (f"the stored search of {stmt.id} ({shown}) was made by other code than the check's today ({what}): "
                       "run the search again")
     return rec, ""
 

@@ -13,7 +13,7 @@ A report of statements ``S`` at ``seed`` and ``scale`` is these cells, written t
 * ``cells/<id>/check.json`` (:func:`statement_cell`): the check, its tight points and its negative control
   (:func:`verification.core.registry.run_statement`), the search of its search cells applied (the parts merged,
   :func:`merged_search`), and what the report
-  writes for the statement (:func:`verification.report.dashboard.statement_files`: its result row, its
+  writes for the statement (:func:`verification.report.files.statement_files`: its result row, its
   ``worst/`` and ``counterexamples/`` files, figure tables and rows of ``instances.csv``). It starts when its
   search cells are done (:attr:`~verification.engine.dask_engine.Cell.deps`).
 
@@ -52,6 +52,7 @@ from verification.engine.dask_engine import (
     write_params,
 )
 from verification.engine.sweep import cell_path
+from verification.report.files import statement_files
 
 __all__ = ["CHECK_CELL", "REPORT_KIND", "report_params", "prepare_folder", "cell_file", "search_cell",
            "search_part_cell", "merged_search", "search_cell_specs", "statement_cell", "run_statement",
@@ -168,9 +169,7 @@ def statement_cell(stmt_id: str, seed: int, scale: str, budget: str | Budget | N
     """The report's work on statement ``stmt_id`` (runs on a worker): the check with its tight points and negative
     control, the search applied (the record of :func:`search_cell`, or the records of the search's parts,
     :func:`search_part_cell`, merged by :func:`merged_search`), the result ``row`` and what the report writes for
-    it (:func:`verification.report.dashboard.statement_files`), with its ``cost``."""
-    from verification.report.dashboard import statement_files
-
+    it (:func:`verification.report.files.statement_files`), with its ``cost``."""
     t0, c0 = time.perf_counter(), time.process_time()
     stmt = registry.get_statement(stmt_id)
     how: Any = budget

@@ -14,50 +14,52 @@ Runs every executable statement (and the studies of :mod:`verification.studies.s
 * ``README.md`` and ``index.html`` — the dashboard: one row per statement (verdict, tightness, ``power`` at factor
   0.5, …), its conclusions collapsed under it, the findings, the family-wise budget of the confidence-level
   assertions and how the constants were estimated;
+* ``manifest.json`` — what made the report (:mod:`verification.report.manifest`);
 * ``results.jsonl`` — the results log (:mod:`verification.core.resultlog`).
 
-Each statement's own files (its rows of ``instances.csv``, its ``counterexamples/`` and ``data/`` files) are
-written as soon as it finishes, and then its record is appended to ``results.jsonl``: its result row and what the
-dashboard needs besides (``"report": {"counterexample_file", "repaired", "tables", "instance_rows"}``). The
-final files are then assembled from the log and those files (the figure tables read back from ``data/``), the
-same way whether every statement ran now or a resumed report (``resume=True``) kept the statements an
-interrupted one had finished. The studies are run again on a resume.
+Each statement's own files (:mod:`verification.report.files`: its rows of ``instances.csv``, its
+``counterexamples/`` and ``data/`` files) are written as soon as it finishes, and then its record is appended to
+``results.jsonl``: its result row and what the dashboard needs besides (``"report": {"counterexample_file",
+"repaired", "tables", "instance_rows"}``). The final files are then assembled from the log and those files (the
+figure tables read back from ``data/``), the same way whether every statement ran now or a resumed report
+(``resume=True``) kept the statements an interrupted one had finished. The studies are run again on a resume.
 
-Progress goes to stderr while it runs; a one-screen summary is returned for the command line to print.
+Progress goes to stderr while it runs; a one-screen summary is returned for the command line to print, with
+what a user must act on (:func:`report_problems`: the command's exit status 1); a finding is a result.
 """
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import html
-import io
 import json
-import os
 import re
 import shlex
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-import numpy as np
-import pandas as pd
-
 from sim.cli import atomic_write_text
 from verification.core import registry, resultlog
-from verification.core.evidence import (
-    FEW_DETECTING,
-    POWER_FACTOR,
-    Evidence,
-    kept_counterexamples,
-    to_jsonable,
-)
+from verification.core.evidence import FEW_DETECTING, POWER_FACTOR, Evidence, to_jsonable
 from verification.core.montecarlo import FAMILY_WISE_BUDGET
-from verification.core.resultlog import ResultLogError
-from verification.report.markup import figures_html, figures_markdown
+from verification.report import cells as report_cells
+from verification.report.files import (
+    check_statement_files,
+    evidence_tables,
+    read_tables,
+    safe_name,
+    start_instances,
+    statement_files,
+    write_json,
+    write_statement_files,
+    write_tables,
+)
+from verification.report.manifest import MANIFEST_NAME, report_manifest, scale_note, statement_entries
+from verification.report.markup import figures_html, figures_markdown, fmt
 
 __all__ = ["SCALES", "SEARCH_BUDGET", "LOG_NAME", "ReportResult", "ReportCellsFailed", "build_report",
            "statement_config", "evidence_tables", "confidence_budget", "statement_files", "write_statement_files"]
@@ -69,9 +71,6 @@ statement_config = registry.statement_config
 SEARCH_BUDGET = {"default": "stored", "paper": "paper"}
 #: The results log of a report, in its output folder.
 LOG_NAME = "results.jsonl"
-INSTANCE_COLUMNS = ("id", "instance", "lhs", "rhs", "ratio", "conclusion")
-# read_csv parses floats exactly by default from pandas 3 on; before, only with float_precision="round_trip"
-_EXACT_FLOATS: dict[str, Any] = {} if int(pd.__version__.split(".")[0]) >= 3 else {"float_precision": "round_trip"}
 
 
 @dataclasses.dataclass
@@ -81,7 +80,7 @@ class ReportResult:
     figures: dict[str, str]  # figure file -> caption
     missing_figures: dict[str, str]  # figure name -> why it was not drawn
     seconds: float
-    failed: bool
+    problems: list[str]  # what a user must act on (:func:`report_problems`); the command exits 1 iff any
     sweep: dict[str, Any] | None = None  # the summary of the sweep shown (report --sweep DIR)
     sweep_figures: dict[str, str] = dataclasses.field(default_factory=dict)
     sweep_missing: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -90,20 +89,26 @@ class ReportResult:
     command: str = ""  # the command line that makes this report again (:func:`report_command`)
     cells: Any = None  # on Dask: what run_cells did (verification.engine.dask_engine.CellRun), None when serial
 
+    @property
+    def failed(self) -> bool:
+        """True iff the report found something a user must act on (:func:`report_problems`)."""
+        return bool(self.problems)
+
     def summary(self) -> str:
         counts: dict[str, int] = {}
         for r in self.rows:
             counts[r["verdict"]] = counts.get(r["verdict"], 0) + 1
         missed = [r["id"] for r in self.rows if r["negative_control"] == "missed"]
         bad = [f"{r['id']} ({r['verdict']})" for r in self.rows if r["verdict"] in ("violated", "vacuous", "error")]
-        findings = [r["id"] for r in self.rows if r["verdict"] == "finding"]
+        findings = [f"{r['id']} ({r['counterexamples']} counterexamples)" for r in self.rows
+                    if r["verdict"] == "finding"]
         lines = [
             f"report written to {self.out_dir}/ in {self.seconds:.1f} s",
             f"  statements: {len(self.rows)}  " + "  ".join(f"{k}: {v}" for k, v in sorted(counts.items())),
             f"  negative controls detected: "
             f"{sum(r['negative_control'] == 'detected' for r in self.rows)}, missed: {len(missed)}"
             + (f" ({', '.join(missed)})" if missed else ""),
-            f"  findings (literal statement false, repaired statement checked): {', '.join(findings) or 'none'}",
+            f"  findings (documented counterexamples, shown; not a failure): {', '.join(findings) or 'none'}",
             f"  violated / vacuous / error: {', '.join(bad) or 'none'}",
             f"  power at factor {POWER_FACTOR}: {_power_totals(self.rows)}",
             f"  confidence-level assertions: {self.budget.get('assertions', 0)}, family-wise false failure <= "
@@ -120,6 +125,8 @@ class ReportResult:
             lines.insert(-1, f"  sweep section: {len(self.sweep['statements'])} statement(s) over seeds "
                              f"{self.sweep['seeds'][0]}..{self.sweep['seeds'][1] - 1}, "
                              f"{len(self.sweep_figures)} figure(s)")
+        lines.append("  to act on (exit status 1): "
+                     + ("; ".join(self.problems) if self.problems else "nothing (exit status 0)"))
         return "\n".join(lines)
 
 
@@ -149,217 +156,6 @@ def run_all(ids=None, *, seed: int = registry.DEFAULT_SEED, scale: str = "defaul
         progress(_progress_line(k, len(stmts), time.perf_counter() - t_start, s, row))
     return out
 
-
-# ----------------------------------------------------------------------------------------------- writing
-
-
-def evidence_tables(ev: Evidence) -> dict[str, pd.DataFrame]:
-    """Figure-data tables of an Evidence and of its negative control (``details['figure_data']``).
-
-    Tables of the control are prefixed ``control_``; tables of a finding's repaired evidence ``repaired_``."""
-    tables: dict[str, pd.DataFrame] = {}
-
-    def grab(e: Evidence | None, prefix: str) -> None:
-        if e is None:
-            return
-        for name, cols in (e.details.get("figure_data") or {}).items():
-            try:
-                tables[prefix + name] = pd.DataFrame(cols)
-            except ValueError:
-                continue
-
-    grab(ev, "")
-    grab(ev.control, "control_")
-    grab(ev.repaired, "repaired_")
-    return tables
-
-
-def _safe(name: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in name)
-
-
-def _write_json(path: Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(to_jsonable(obj), indent=2, allow_nan=False) + "\n")
-
-
-def _table_path(out: Path, sid: str, name: str) -> Path:
-    return out / "data" / _safe(sid) / f"{_safe(name)}.csv"
-
-
-def _write_tables(out: Path, sid: str, tables: Mapping[str, pd.DataFrame]) -> None:
-    for name, df in tables.items():
-        p = _table_path(out, sid, name)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        df.to_csv(p, index=False)
-
-
-def _read_tables(out: Path, sid: str, names) -> dict[str, pd.DataFrame]:
-    """The tables ``names`` of ``sid`` as :func:`_write_tables` wrote them (floats read back exactly)."""
-    tables = {}
-    for name in names:
-        try:
-            tables[name] = pd.read_csv(_table_path(out, sid, name), **_EXACT_FLOATS)
-        except pd.errors.EmptyDataError:  # a table without columns
-            tables[name] = pd.DataFrame()
-    return tables
-
-
-def _instances_frame(sid: str, ev: Evidence) -> pd.DataFrame:
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(ev.rhs > 0, ev.lhs / ev.rhs, np.nan)
-    return pd.DataFrame({"id": sid, "instance": np.arange(ev.lhs.size), "lhs": ev.lhs, "rhs": ev.rhs,
-                         "ratio": ratio, "conclusion": ev.labels})
-
-
-def _csv_floats(x: np.ndarray) -> list[str]:
-    """``x`` as ``DataFrame.to_csv(float_format="%.10g")`` writes it: ``%.10g`` per entry, NaN as an empty field."""
-    return ["" if v != v else f"{v:.10g}" for v in np.asarray(x, dtype=np.float64).tolist()]
-
-
-def _instances_text(sid: str, ev: Evidence) -> str:
-    """The rows of ``sid`` in ``instances.csv``: the bytes of ``_instances_frame(sid, ev).to_csv(...,
-    float_format="%.10g")`` without the header (a test holds them equal), written by the csv module from
-    preformatted columns, several times faster than pandas' per-cell formatter on the report's 10⁶ rows."""
-    frame = _instances_frame(sid, ev)
-    cols = [[sid] * len(frame), frame["instance"].tolist(), _csv_floats(frame["lhs"].to_numpy()),
-            _csv_floats(frame["rhs"].to_numpy()), _csv_floats(frame["ratio"].to_numpy()),
-            ["" if c is None or c != c else c for c in frame["conclusion"].tolist()]]
-    buf = io.StringIO()
-    csv.writer(buf, lineterminator="\n").writerows(zip(*cols, strict=True))
-    return buf.getvalue()
-
-
-def _append_text(path: Path, text: str) -> None:
-    """Append ``text`` to the file ``path`` and flush it to disk."""
-    with open(path, "a", encoding="utf-8", newline="") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-
-
-def _start_instances(path: Path, done: Mapping[str, Mapping[str, Any]]) -> None:
-    """Begin ``instances.csv``: its header line, then, on a resume, the rows of the finished statements ``done``
-    (id -> report record) kept from the earlier file, checked against the row counts the log records."""
-    want = {sid: rec["instance_rows"] for sid, rec in done.items() if rec["instance_rows"]}
-    counts = dict.fromkeys(want, 0)
-    kept = []
-    if want:
-        try:
-            with open(path, encoding="utf-8") as fh:
-                fh.readline()  # the header
-                for line in fh:
-                    sid = line.split(",", 1)[0]
-                    if line.endswith("\n") and sid in counts:
-                        counts[sid] += 1
-                        kept.append(line)
-        except OSError as exc:
-            raise ResultLogError(f"cannot read {str(path)!r}: {exc.strerror or exc}") from None
-    for sid, n in want.items():
-        if counts[sid] != n:
-            raise ResultLogError(f"{str(path)!r} holds {counts[sid]} rows of {sid}, the results log records {n} "
-                                 "(run without --resume to start again)")
-    atomic_write_text(path, ",".join(INSTANCE_COLUMNS) + "\n" + "".join(kept))
-
-
-def _check_statement_files(out: Path, done: Mapping[str, Mapping[str, Any]]) -> None:
-    """Raise :class:`ResultLogError` when a file that the log records for a finished statement is missing."""
-    for sid, rec in done.items():
-        paths = [_table_path(out, sid, name) for name in rec["tables"]]
-        if rec["counterexample_file"]:
-            paths.append(out / "counterexamples" / f"{_safe(sid)}.json")
-        for p in paths:
-            if not p.is_file():
-                raise ResultLogError(f"{str(p)!r}, written for {sid} by the interrupted report, is missing "
-                                     "(run without --resume to start again)")
-
-
-def statement_files(stmt: registry.Statement, ev: Evidence | None, search=None) -> dict[str, Any]:
-    """What the report writes for one finished statement, JSON-ready (a statement cell's result,
-    :mod:`verification.report.cells`): ``report``, its report record (what the dashboard needs); ``json``, the
-    JSON files (path in the report folder -> object); ``tables``, the figure tables as the text of their CSV files;
-    ``instances``, its rows of ``instances.csv``. :func:`write_statement_files` writes them."""
-    rec: dict[str, Any] = {"counterexample_file": False, "repaired": "", "tables": [], "instance_rows": 0,
-                           "worst_file": False}
-    files: dict[str, Any] = {"report": rec, "json": {}, "tables": {}, "instances": ""}
-    if ev is None:
-        return to_jsonable(files)
-    if any(c.numeric for c in ev.conclusions):
-        files["json"][f"worst/{_safe(stmt.id)}.json"] = _worst_record(ev, search)
-        rec["worst_file"] = True
-    if ev.n_counterexamples or ev.repaired is not None or ev.control is not None:
-        files["json"][f"counterexamples/{_safe(stmt.id)}.json"] = _counterexample_record(ev)
-        rec["counterexample_file"] = True
-        rec["counterexamples_kept"] = len(ev.counterexamples)
-    tables = evidence_tables(ev)
-    files["tables"] = {name: df.to_csv(index=False) for name, df in tables.items()}
-    rec["tables"] = list(tables)
-    if ev.lhs.size:
-        files["instances"] = _instances_text(stmt.id, ev)
-        rec["instance_rows"] = int(ev.lhs.size)
-    rec["repaired"] = _repaired_cell(ev)
-    return to_jsonable(files)
-
-
-def write_statement_files(out: Path, stmt_id: str, files: Mapping[str, Any]) -> dict[str, Any]:
-    """Write the files of one finished statement (:func:`statement_files`): its JSON files, its figure tables under
-    ``data/<id>/``, its rows appended to ``instances.csv``; returns its report record."""
-    for rel, obj in files["json"].items():
-        _write_json(out / rel, obj)
-    for name, text in files["tables"].items():
-        p = _table_path(out, stmt_id, name)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text, encoding="utf-8")
-    if files["instances"]:
-        _append_text(out / "instances.csv", files["instances"])
-    return dict(files["report"])
-
-
-def _counterexample_record(ev: Evidence) -> dict[str, Any]:
-    rec = {"id": ev.id, "name": ev.name, "verdict": ev.verdict, "n_counterexamples": ev.n_counterexamples,
-           **kept_counterexamples(ev.n_counterexamples, len(ev.counterexamples)),
-           "counterexamples": ev.counterexamples}
-    if ev.repaired is not None:
-        rec["repaired"] = {"verdict": ev.repaired.verdict, "tightness": ev.repaired.tightness,
-                           "n_counterexamples": ev.repaired.n_counterexamples,
-                           **kept_counterexamples(ev.repaired.n_counterexamples, len(ev.repaired.counterexamples)),
-                           "counterexamples": ev.repaired.counterexamples}
-    if ev.control is not None:
-        kept = ev.control.counterexamples[:5]
-        rec["negative_control"] = {"detected": ev.control.control_detected,
-                                   "n_counterexamples": ev.control.n_counterexamples,
-                                   **kept_counterexamples(ev.control.n_counterexamples, len(kept)),
-                                   "counterexamples": kept,
-                                   "details": ev.control.details}
-    return rec
-
-
-def _worst_record(ev: Evidence, search) -> dict[str, Any]:
-    """``worst/<id>.json``: per numeric conclusion the check's instance with the largest detection factor and, when
-    the falsification search ran, its best point (parameters, Config, seed and instance)."""
-    rec: dict[str, Any] = {"id": ev.id, "name": ev.name, "power_factor": POWER_FACTOR, "conclusions": {}}
-    for c in ev.conclusions:
-        if not c.numeric:
-            continue
-        entry: dict[str, Any] = {"kind": c.kind, "role": c.role, "check": {"detect_factor": c.detect_factor,
-                                                                           "instance": c.worst}}
-        if search is not None and c.name in search.best:
-            entry["search"] = search.best[c.name]
-        if c.reason:
-            entry["reason"] = c.reason
-        rec["conclusions"][c.name] = entry
-    if search is not None:
-        rec["search"] = search.summary()
-        if search.stored is not None and "date" in search.stored:  # the stored search's date and budget, at the top
-            rec["search"]["date"] = search.stored["date"]
-            rec["search"]["stored_budget"] = search.stored["budget"]
-        stmt = registry.get_statement(ev.id)
-        if stmt.search is not None:
-            rec["search"]["reach"] = stmt.search.reach()
-        rec.update(kept_counterexamples(search.n_counterexamples, len(search.counterexamples)))
-        rec["search_counterexamples"] = search.counterexamples
-        rec["reproduce"] = ("verification.core.registry.get_statement(id).run(Config(**config), "
-                            "numpy.random.default_rng(seed)) with the module's Config")
-    return rec
 
 
 def confidence_budget(rows) -> dict[str, Any]:
@@ -471,7 +267,6 @@ def build_report(out_dir: str | Path = "reports", *, scale: str = "default", see
     (a killed report loses only the cells in flight). A cell that failed (its worker died more often than the
     scheduler allows) raises :class:`ReportCellsFailed` before the dashboard is written."""
     from verification.engine.dask_engine import read_cell
-    from verification.report import cells as report_cells
     from verification.report import figures  # plotting is imported only when a report is made
 
     if scale not in SCALES:
@@ -485,8 +280,8 @@ def build_report(out_dir: str | Path = "reports", *, scale: str = "default", see
     out.mkdir(parents=True, exist_ok=True)
     log, kept = resultlog.open_log(log_file, header, resume=resume, fields=("row", "report"), note=progress)
     done = {r["id"]: r for r in kept}
-    _check_statement_files(out, {sid: r["report"] for sid, r in done.items()})
-    _start_instances(out / "instances.csv", {sid: r["report"] for sid, r in done.items()})
+    check_statement_files(out, {sid: r["report"] for sid, r in done.items()})
+    start_instances(out / "instances.csv", {sid: r["report"] for sid, r in done.items()})
     progress(f"running the executable statements (scale {scale}, seed {seed}, falsification search "
              f"{budget_name or 'none'}) ..."
              + (f" {len(done)} of {len(stmts)} already finished in {log_file}" if done else ""))
@@ -506,8 +301,8 @@ def build_report(out_dir: str | Path = "reports", *, scale: str = "default", see
         progress(_progress_line(k, len(stmts), time.perf_counter() - t0, s, rec["row"],
                                 source=log_file if s.id in done else None))
     rows = [r for _, _, r in results]
-    _write_json(out / "results.json", rows)
-    tables = {s.id: _read_tables(out, s.id, rec["tables"]) for s, rec, _ in results if rec["tables"]}
+    write_json(out / "results.json", rows)
+    tables = {s.id: read_tables(out, s.id, rec["tables"]) for s, rec, _ in results if rec["tables"]}
 
     study_results = []
     if studies:
@@ -520,7 +315,7 @@ def build_report(out_dir: str | Path = "reports", *, scale: str = "default", see
             for st in studies_mod.run_studies(seed=seed):
                 study_results.append(st)
                 tables[st.id] = dict(st.tables)
-                _write_tables(out, st.id, st.tables)
+                write_tables(out, st.id, st.tables)
                 progress(f"  {st.id}: {', '.join(st.tables)}")
 
     from verification.report.llm_section import LLMSection, build_llm_section
@@ -542,11 +337,11 @@ def build_report(out_dir: str | Path = "reports", *, scale: str = "default", see
                                     llm_sweep=read_sweep_from, llm_sweep_source=llm_sweep,
                                     llm_gate=read_gate_from, llm_gate_source=llm_gate)
         for st in llm_sec.results:
-            _write_tables(out, st.id, st.tables)
+            write_tables(out, st.id, st.tables)
     else:
         llm_sec = LLMSection("skipped", "The LLM section was skipped (--no-llm).")
     if studies or llm_sec.results:
-        _write_json(out / "studies.json", [{"id": st.id, "name": st.name, "summary": st.summary, "notes": st.notes}
+        write_json(out / "studies.json", [{"id": st.id, "name": st.name, "summary": st.summary, "notes": st.notes}
                                            for st in study_results]
                     + [llm_sec.to_json()]
                     + [{"id": st.id, "name": st.name, "summary": st.summary, "notes": st.notes,
@@ -569,12 +364,35 @@ def build_report(out_dir: str | Path = "reports", *, scale: str = "default", see
                                               llm_runs=[str(p) for p in llm_runs] if llm_runs else None,
                                               llm_sweep=str(llm_sweep) if llm_sweep else None,
                                               llm_gate=str(llm_gate) if llm_gate else None),
-                       failed=any(map(resultlog.row_failed, rows))
-                       or budget["total"] > FAMILY_WISE_BUDGET * (1 + 1e-12), budget=budget, sweep=sweep,
+                       problems=report_problems(rows, budget, llm_sec), budget=budget, sweep=sweep,
                        sweep_figures=sweep_drawn, sweep_missing=sweep_missing, llm=llm_sec, cells=cells)
+    llm_source = ({"source": "sweep", "path": str(llm_sweep)} if llm_sweep else
+                  {"source": "runs", "paths": [str(p) for p in llm_runs]} if llm_runs else
+                  {"source": "smoke" if llm else "none"})
+    write_json(out / MANIFEST_NAME, report_manifest(
+        stmts, command=res.command, scale=scale, seed=seed, search=budget_name,
+        studies=[st.id for st in study_results] + [st.id for st in llm_sec.results], llm=llm_source))
     atomic_write_text(out / "README.md", dashboard_markdown(res, results, study_results, scale=scale, seed=seed))
     atomic_write_text(out / "index.html", dashboard_html(res, results, study_results, scale=scale, seed=seed))
     return res
+
+
+def report_problems(rows, budget: dict[str, Any], llm=None) -> list[str]:
+    """What a user must act on in a report, one line each (``python -m verification report`` exits 1 iff there is
+    any): a verdict ``violated`` (a counterexample with every hypothesis held that no documented finding covers:
+    the search's counterexamples of a statement's ``SEARCH_FINDINGS`` make a ``finding``, which is shown, not
+    failed), ``vacuous`` or ``error``; a missed negative control; confidence-level assertions over the
+    family-wise budget; an LLM section whose run failed (``unavailable``, torch or the model not installed, is
+    said in the section and is not a failure). A finding, a weak conclusion, a missing figure are results."""
+    out = [f"{r['id']}: " + ", ".join(([f"verdict {r['verdict']}"] if r["verdict"] not in ("holds", "finding") else [])
+                                      + (["negative control missed"] if r["negative_control"] == "missed" else []))
+           for r in rows if resultlog.row_failed(r)]
+    if budget["total"] > FAMILY_WISE_BUDGET * (1 + 1e-12):
+        out.append(f"confidence-level assertions: family-wise false failure {budget['total']:.3g} over the budget "
+                   f"{FAMILY_WISE_BUDGET:g}")
+    if llm is not None and llm.status == "failed":
+        out.append(f"LLM section: {llm.message}")
+    return out
 
 
 class ReportCellsFailed(RuntimeError):
@@ -585,10 +403,10 @@ class ReportCellsFailed(RuntimeError):
 def _run_cells(client, out: Path, stmts, *, seed: int, scale: str, budget: str | None, resume: bool):
     """Run the cells of ``stmts`` on the cluster of ``client`` (:func:`build_report`); returns the run."""
     from verification.engine.dask_engine import run_cells
-    from verification.report.cells import prepare_folder, report_cells, report_params
 
-    prepare_folder(out, report_params(seed=seed, scale=scale, budget=budget), resume=resume, write=True)
-    cells = report_cells(out, stmts, seed=seed, scale=scale, budget=budget)
+    report_cells.prepare_folder(out, report_cells.report_params(seed=seed, scale=scale, budget=budget),
+                                resume=resume, write=True)
+    cells = report_cells.report_cells(out, stmts, seed=seed, scale=scale, budget=budget)
     run = run_cells(client, cells, desc="report")
     if run.failed:
         raise ReportCellsFailed(f"{len(run.failed)} cell(s) of the report failed, the dashboard is not written: "
@@ -607,25 +425,12 @@ LLM_GATE_DIR = "llm-gate"
 VERDICT_HELP = {
     "holds": "the conclusion held on every instance where the monitored hypotheses held",
     "violated": "a counterexample with every hypothesis satisfied",
-    "finding": "the literal statement is false (counterexample shown); the repaired statement holds",
+    "finding": "a documented result, not a failure: the literal statement is false and the repaired statement "
+               "holds, or an assumption fails on part of the search's box while its default family holds "
+               "(counterexamples shown)",
     "vacuous": "every instance was excluded: the check tested nothing (a failure of the test design)",
     "error": "the check raised an exception",
 }
-
-
-def _fmt(t) -> str:
-    if t is None:
-        return "–"
-    if isinstance(t, str):
-        return t
-    return f"{t:.4g}"
-
-
-def _repaired_cell(ev: Evidence | None) -> str:
-    if ev is None or ev.repaired is None:
-        return ""
-    r = ev.repaired
-    return f"repaired: {r.verdict}, tightness {_fmt(r.tightness)}"
 
 
 def _cex_text(found: int, kept: int | None) -> str:
@@ -641,9 +446,9 @@ def _dashboard_rows(res: ReportResult, results) -> list[dict[str, str]]:
         out.append({
             "number": s.number, "id": s.id, "name": s.name, "verdict": row["verdict"],
             "held": str(row["instances"] - row["excluded"]), "excluded": str(row["excluded"]),
-            "tightness": _fmt(row["tightness"]), "control": row["negative_control"],
+            "tightness": fmt(row["tightness"]), "control": row["negative_control"],
             "cex": _cex_text(row["counterexamples"], rec.get("counterexamples_kept")),
-            "cex_link": f"counterexamples/{_safe(s.id)}.json" if has_file else "",
+            "cex_link": f"counterexamples/{safe_name(s.id)}.json" if has_file else "",
             "seconds": f"{row['seconds']:.2f}", "repaired": rec["repaired"], "power": _power_cell(row),
         })
     return out
@@ -721,7 +526,7 @@ def _detect_cell(p: dict) -> str:
     """The detection factor, with where a detection comes from (the default family or a designed tight point)
     and, below :data:`FEW_DETECTING` instances, on how many it rests; then every source that detects the
     weakened bound (the falsification search among them) when the search ran."""
-    cell = _fmt(p.get("detect_factor"))
+    cell = fmt(p.get("detect_factor"))
     by = p.get("detected_by")
     if by:
         n = p.get("detecting_instances")
@@ -739,7 +544,7 @@ def _search_cell(search: dict) -> str:
     refinement's) and the date of the stored search."""
     if not search:
         return "-"
-    cell = _fmt(search.get("best_ratio"))
+    cell = fmt(search.get("best_ratio"))
     bits = [f"{_evaluations_text(search)} evaluations"] if search.get("evaluations") is not None else []
     if search.get("detecting_points") is not None:
         bits.append(f"above 0.5 at {search['detecting_points']} of its {search['design_points']} design points")
@@ -759,7 +564,7 @@ def _conclusion_rows(row: dict) -> list[dict[str, str]]:
             status += " (soft: reported, not part of the verdict)"
         search = c.get("search") or {}
         out.append({
-            "name": c["name"], "kind": c["kind"], "tightness": _fmt(c["tightness"]),
+            "name": c["name"], "kind": c["kind"], "tightness": fmt(c["tightness"]),
             "held": f"{c['instances'] - c['excluded']} / {c['excluded']}", "cex": str(c["counterexamples"]),
             "power": status, "detect": _detect_cell(p), "search": _search_cell(search),
             "reason": p.get("reason", "") if p["status"] == "weak" else "",
@@ -798,19 +603,22 @@ def _findings(results) -> list[list[Segment]]:
     for s, rec, row in results:
         d = row.get("details") or {}
         concl = row.get("conclusions") or []
-        if row["verdict"] == "finding":
-            literal = [c for c in concl if c.get("role") == "literal"]
+        if row["verdict"] == "finding":  # the literal conclusions, or those the search refutes (SEARCH_FINDINGS)
+            literal = [c for c in concl if c.get("role") == "literal"
+                       or (c.get("search") or {}).get("counterexamples")]
             segs: list[Segment] = [("b", s.id), ("", " (verdict "), ("i", "finding"),
-                                   ("", f"): {d.get('finding', '')}; literal conclusion(s) ")]
+                                   ("", f"): {d.get('finding', '')}; conclusion(s) shown false ")]
             for k, c in enumerate(literal):
-                segs += [("", ", " if k else ""), ("code", c["name"]), ("", f" ({c['counterexamples']} counterexamples)")]
+                n = c["counterexamples"] or (c.get("search") or {}).get("counterexamples", 0)
+                by = " found by the falsification search" if not c["counterexamples"] else ""
+                segs += [("", ", " if k else ""), ("code", c["name"]), ("", f" ({n} counterexamples{by})")]
             if rec.get("repaired"):
                 segs.append(("", f"; {rec['repaired']}"))
             out.append(segs)
         for c in concl:
             if c.get("role") == "soft" and c["counterexamples"]:
                 df = c["power"].get("detect_factor")
-                worst = "" if df is None else f", worst ratio {_fmt(df)}"
+                worst = "" if df is None else f", worst ratio {fmt(df)}"
                 out.append([("b", s.id), ("", " "), ("code", c["name"]),
                             ("", f" (soft, not part of the verdict): {c['counterexamples']} of "
                                  f"{c['instances'] - c['excluded']} instances fail{worst}")])
@@ -882,38 +690,16 @@ def _calibration_rows(cal: dict) -> list[dict[str, str]]:
     return out
 
 
-def _id_ranges(ids: list[str]) -> str:
-    """``S1, S2, S3, S7`` as ``S1–S3, S7`` (runs of consecutive numbers of one prefix)."""
-    out: list[list] = []
-    for sid in ids:
-        head, num = sid.rstrip("0123456789"), sid[len(sid.rstrip("0123456789")):]
-        if num and out and out[-1][0] == head and out[-1][2] + 1 == int(num):
-            out[-1][2] = int(num)
-        else:
-            out.append([head, int(num), int(num)] if num else [sid, None, None])
-    return ", ".join(h if a is None else f"{h}{a}" if a == b else f"{h}{a}–{h}{b}" for h, a, b in out)
-
-
-def _scale_note(results, scale: str) -> str:
-    with_paper = [s.id for s, _, _ in results if s.config_factory is not None and hasattr(s.config_factory, "paper")]
-    exact = [s.id for s, _, _ in results if s.config_factory is None]
-    none = (f" {_id_ranges(exact)} have no configuration (exact identities: no sample size or run length)."
-            if exact else "")
-    if scale == "paper":
-        return (f"Paper-scale presets were used for {', '.join(with_paper) or 'no statement'}; the other checks ran "
-                "at their default configuration." + none)
-    return f"Default configurations (paper-scale presets exist for {', '.join(with_paper) or 'no statement'})." + none
-
-
 def dashboard_markdown(res: ReportResult, results, study_results, *, scale: str, seed: int) -> str:
     rows = _dashboard_rows(res, results)
     lines = [
         "# Theorem dashboard",
         "",
         f"Generated by `{res.command}` in {res.seconds:.1f} s. "
-        "One row per statement of the appendix (THEOREMS.md numbering). Raw data: `results.json`, "
+        "One row per statement of the paper's appendix, by its numbering. Raw data: `results.json`, "
         "`worst/` (worst cases), `counterexamples/`; the figure data `data/` and the per-instance `instances.csv` "
-        "are written by `make report` and not committed (they are large). " + _scale_note(results, scale),
+        "are written by `make report` and not committed (they are large). "
+        + scale_note(statement_entries(s for s, _, _ in results), scale),
         "",
         "| # | statement | verdict | hypotheses held / excluded | tightness | power | negative control | "
         "counterexamples | s |",
@@ -1034,7 +820,7 @@ def _sweep_cells(p: dict[str, Any], alpha: float) -> list[str]:
         mc_cell = (f"{a['failures']} / {a['seeds']} seeds; {100 * (1 - alpha):.0f}% upper bound {a['cp_upper']:.3g} "
                    f"vs δ = {a['budget']:.3g} ({a['status']})")
     return [p["id"], str(p["seeds"]), ", ".join(f"{k} {v}" for k, v in p["verdicts"].items() if v),
-            " / ".join(_fmt(t[k]) for k in ("min", "median", "max")), cex_cell,
+            " / ".join(fmt(t[k]) for k in ("min", "median", "max")), cex_cell,
             f"{p['negative_control']['detected']} / {p['negative_control']['missed']}", mc_cell,
             f"{p['seconds']['total']:.1f}"]
 
@@ -1100,7 +886,7 @@ def dashboard_html(res: ReportResult, results, study_results, *, scale: str, see
     body = [f"<h1>Theorem dashboard</h1><p>Generated by <code>{esc(res.command)}</code> in {res.seconds:.1f} s. Raw data: <a href='results.json'>results.json</a>, "
             f"<code>worst/</code> (worst cases), <code>counterexamples/</code>; the figure data <code>data/</code> and "
             f"the per-instance <code>instances.csv</code> are written by <code>make report</code> and not committed. "
-            f"{esc(_scale_note(results, scale))}</p>",
+            f"{esc(scale_note(statement_entries(s for s, _, _ in results), scale))}</p>",
             "<div class='scroll'><table><tr><th>#</th><th>statement</th><th>verdict</th><th>held / excluded</th>"
             "<th>tightness</th>"
             "<th>power</th><th>negative control</th><th>counterexamples</th><th>s</th></tr>"]

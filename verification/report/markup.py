@@ -6,7 +6,16 @@ from __future__ import annotations
 import html
 from collections.abc import Mapping
 
-__all__ = ["figures_markdown", "figures_html"]
+__all__ = ["figures_markdown", "figures_html", "fmt"]
+
+
+def fmt(t) -> str:
+    """A number of the dashboard to 4 significant digits; a string as it is; None as a dash."""
+    if t is None:
+        return "–"
+    if isinstance(t, str):
+        return t
+    return f"{t:.4g}"
 
 
 def figures_markdown(figures: Mapping[str, str], missing: Mapping[str, str], *,

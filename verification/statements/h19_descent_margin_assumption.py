@@ -193,6 +193,16 @@ SEARCH = SearchSpace(
     excluded={LAMBDA_MIN: PLANTED_LAMBDA},
 )
 
+#: The search's counterexamples of eq 51 are a documented finding of this assumption, not a failure of the suite:
+#: on part of the box (e.g. m = 10 objectives in n_w = 2 dimensions) the iterates approach the optimum, where the
+#: margin is worst, and the constants estimated on the uniform region sample miss it (docs/sweeps.md, "The
+#: falsification search"). The verdict is then ``finding`` with the counterexamples; the default family holds.
+SEARCH_FINDINGS = {
+    C_EQ51: "the region-sampled constants (c_d, b_i) of O-8 are optimistic on the trajectory on part of the "
+            "search's box (the iterates approach the optimum, where the descent margin is worst, and the uniform "
+            "region sample misses it), as the check warns they can be; the default family holds",
+}
+
 
 def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     cfg = config or Config()

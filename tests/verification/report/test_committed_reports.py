@@ -5,13 +5,23 @@ counterexample count, a negative control or a tightness must regenerate both the
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from pathlib import Path
 
 import pytest
 
+import sim
+from verification.core import registry
 from verification.core.regression import compare, load_results
+from verification.report.manifest import (
+    MANIFEST_KIND,
+    MANIFEST_NAME,
+    VERSIONED,
+    scale_note,
+    statement_entries,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 REPORTS = ROOT / "reports"
@@ -40,10 +50,11 @@ def test_committed_dashboard_files_exist():
     assert len([f for f in figs if "llm" in f]) >= 4, figs
 
 
-def _search_violated(rows) -> set[str]:
-    """The statements whose verdict the falsification search made ``violated``: the dashboard applies the stored
-    search (its counterexamples are in ``details["search"]``), the baseline is a plain ``run``."""
-    return {r["id"] for r in rows if r["verdict"] == "violated"
+def _search_verdicts(rows) -> dict[str, str]:
+    """The statements whose verdict the falsification search made (``violated``, or ``finding`` where the statement
+    documents what the search refutes, H.19): the dashboard applies the stored search (its counterexamples are in
+    ``details["search"]``), the baseline is a plain ``run``."""
+    return {r["id"]: r["verdict"] for r in rows if r["verdict"] in ("violated", "finding")
             and ((r.get("details") or {}).get("search") or {}).get("counterexamples", 0) > 0}
 
 
@@ -53,7 +64,7 @@ def _without_search_verdicts(rows, ids):
 
 def test_committed_results_agree_with_the_baseline():
     rows = load_results(REPORTS / "results.json")
-    searched = _search_violated(rows)
+    searched = _search_verdicts(rows)
     base = {r["id"]: r for r in load_results(BASELINE)}
     assert all(base[i]["verdict"] == "holds" for i in searched), searched  # the plain run holds there
     reg = compare(_without_search_verdicts(rows, searched), list(base.values()))
@@ -63,12 +74,70 @@ def test_committed_results_agree_with_the_baseline():
 
 def test_committed_dashboard_verdicts_agree_with_the_baseline():
     verdicts = _dashboard_verdicts((REPORTS / "README.md").read_text())
-    searched = _search_violated(load_results(REPORTS / "results.json"))
+    searched = _search_verdicts(load_results(REPORTS / "results.json"))
     base = {r["id"]: r["verdict"] for r in load_results(BASELINE)}
     assert verdicts.keys() == base.keys()
     assert {k: v for k, v in verdicts.items() if k not in searched} == {k: v for k, v in base.items()
                                                                         if k not in searched}
-    assert all(verdicts[k] == "violated" for k in searched), {k: verdicts[k] for k in searched}
+    assert {k: verdicts[k] for k in searched} == searched
+
+
+# ------------------------------------------------------------------ made by this checkout's code (manifest.json)
+
+
+def _manifest() -> dict:
+    path = REPORTS / MANIFEST_NAME
+    assert path.is_file(), (f"reports/{MANIFEST_NAME} is missing: the committed dashboard does not record what made "
+                            "it (regenerate reports/ with `make report`)")
+    return json.loads(path.read_text())
+
+
+def _pins() -> dict[str, str]:
+    lines = (ROOT / "constraints.txt").read_text().splitlines()
+    pins = dict(ln.split("#", 1)[0].strip().split("==", 1) for ln in lines if "==" in ln.split("#", 1)[0])
+    return {k.lower().replace("_", "-"): v for k, v in pins.items()}
+
+
+def test_committed_dashboard_was_made_by_this_checkouts_code():
+    """reports/manifest.json records the statements (ids, numbers, names, modules, presets, search boxes), the
+    project's version and the libraries' versions the committed dashboard was made with: they are those of this
+    checkout (its registry, ``sim.__version__``, the pins of ``constraints.txt``); a change of any of them fails
+    here until ``make report`` regenerates reports/."""
+    man = _manifest()
+    assert man["kind"] == MANIFEST_KIND
+    now = statement_entries(registry.all_statements())
+    recorded = man["statements"]
+    gone = sorted({e["id"] for e in recorded} - {e["id"] for e in now})
+    new = sorted({e["id"] for e in now} - {e["id"] for e in recorded})
+    assert not gone and not new, f"statements in the dashboard only: {gone}; in the code only: {new}"
+    changed = [f"{e['id']}: {e} in the dashboard, {n} in the code" for e, n in zip(recorded, now, strict=True)
+               if e != n]
+    assert not changed, "\n".join(changed)
+    assert man["version"] == sim.__version__
+    pins = _pins()
+    assert man["libraries"] == {k: pins[k] for k in VERSIONED}, (man["libraries"], pins)
+    assert man["command"] == "prefalign verify report --scale default --seed 0 --llm-sweep reports/llm-sweep"
+    assert man["llm"] == {"source": "sweep", "path": "reports/llm-sweep"}
+
+
+def test_committed_dashboard_shows_what_its_manifest_records():
+    """The dashboard's statement table, results.json and the sentence on the presets are those of the manifest
+    (the committed dashboard once listed paper presets for 7 statements while the code had them for all)."""
+    man = _manifest()
+    ids = [e["id"] for e in man["statements"]]
+    md = (REPORTS / "README.md").read_text()
+    assert list(_dashboard_verdicts(md)) == ids
+    assert [r["id"] for r in load_results(REPORTS / "results.json")] == ids
+    note = scale_note(man["statements"], man["scale"])
+    assert note in md, note
+    assert html.escape(note) in (REPORTS / "index.html").read_text()
+    assert f"Generated by `{man['command']}` in " in md
+
+
+def test_committed_dashboard_lists_the_presets_of_the_code():
+    md = (REPORTS / "README.md").read_text()
+    note = scale_note(statement_entries(registry.all_statements()), "default")
+    assert note in md, f"the dashboard does not say: {note}"
 
 
 def test_committed_dashboard_has_the_llm_section():
