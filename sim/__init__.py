@@ -3,10 +3,10 @@
 Modules: :mod:`sim.preference` (β, A, ψ, ray points), :mod:`sim.direction` (the EPO direction LP),
 :mod:`sim.hull` (near-active set, minimum-norm hull element), :mod:`sim.cluster` (aggregation, dispersion,
 mixed-cluster blocks, Stage-1/Stage-2 clustering), :mod:`sim.constants` (estimators of the constants),
-:mod:`sim.problems` (problem families F1–F6 and F-OPT of THEOREMS.md §3.0), :mod:`sim.source` (the kernel
-boundary of Algorithm 1: client sources supplying losses, Gram matrices and ``d = Gμ``), :mod:`sim.algorithm`
-(Algorithm 1: clustering, Phase 1, Phase 2, new-client Pipelines 1 and 2, baselines, records) and the command
-line :mod:`sim.simulate`.
+:mod:`sim.problems` (problem families F1–F6 and F-OPT of docs/spec/problems.md#families), :mod:`sim.source`
+(the kernel boundary of Algorithm 1: client sources supplying losses, Gram matrices and ``d = Gμ``),
+:mod:`sim.algorithm` (Algorithm 1: clustering, Phase 1, Phase 2, new-client Pipelines 1 and 2, baselines,
+records) and the command line :mod:`sim.simulate`.
 """
 
 from sim.interrupts import quiet_if_started_as

@@ -1,4 +1,5 @@
-r"""Aggregation, dispersion, mixed clusters and the two-stage clustering of clients (THEOREMS.md §1.7, §1.10).
+r"""Aggregation, dispersion, mixed clusters and the two-stage clustering of clients
+(docs/spec/aggregation.md#aggregation, docs/spec/algorithm.md#algorithm).
 
 A cluster ``C_n`` has ``N`` clients on a leading axis. With aggregation weights ``ρ`` (Definition H.12:
 ``ρ_i > 0``, ``Σ_i ρ_i = 1``) and client directions ``d_i = G_i μ_i`` (rows of ``directions``, shape ``(N, n_w)``):
@@ -17,10 +18,11 @@ Corollary H.14 (``Δ_i ≤ √(H/ρ_i) ≤ √(H/ρ_min)``) follows from ``ρ_i 
 Mixed clusters (eq 39, 43): ``C^+ = {i : β_i > 0}`` (balancing mode), ``C^0`` the rest; block masses ``ρ^±``,
 block means ``d̄^±`` with ``d̄ = ρ^+ d̄^+ + ρ^0 d̄^0`` and ``D̄_bal^+ = Σ_{C^+} (ρ_i/ρ^+) ‖d_bal,i‖``.
 
-Clustering (§1.10, O-17): Stage 1 groups clients by the ordering key ``argsort_desc(λ_i ⊙ l_i(w_ref))`` (or its
-first entry, the bottleneck); Stage 2 splits each Stage-1 group by the Euclidean proximity of the adjustment
-vectors ``A_i^ref = A(l_i(w_ref), λ_i)`` (complete linkage with a diameter threshold, or k-means with given k).
-No theorem depends on the clustering; it is configuration (O-17).
+Clustering (docs/spec/algorithm.md#algorithm, docs/spec/open-points.md#o-17): Stage 1 groups clients by the
+ordering key ``argsort_desc(λ_i ⊙ l_i(w_ref))`` (or its first entry, the bottleneck); Stage 2 splits each
+Stage-1 group by the Euclidean proximity of the adjustment vectors ``A_i^ref = A(l_i(w_ref), λ_i)`` (complete
+linkage with a diameter threshold, or k-means with given k). No theorem depends on the clustering; it is
+configuration (O-17).
 
 All functions are pure, float64, and raise :class:`ValueError` naming the argument and the value on bad input.
 """
@@ -357,7 +359,8 @@ def _client_losses_prefs(losses_ref, prefs) -> tuple[np.ndarray, np.ndarray]:
 
 
 def stage1_keys(losses_ref, prefs, key: str = "ordering") -> np.ndarray:
-    """Stage-1 key of every client: ``π_i = argsort_desc(λ_i ⊙ l_i(w_ref))`` (§1.10, O-17).
+    """Stage-1 key of every client: ``π_i = argsort_desc(λ_i ⊙ l_i(w_ref))``
+    (docs/spec/algorithm.md#algorithm, docs/spec/open-points.md#o-17).
 
     ``key="ordering"`` returns the full ordering ``(N, m)``; ``key="bottleneck"`` only its first entry
     ``(N, 1)``, the bottleneck index.
@@ -446,7 +449,8 @@ def stage2_split(
     n_init: int = 10,
     max_iter: int = 300,
 ) -> np.ndarray:
-    """Stage 2: split clients by the Euclidean proximity of their adjustment vectors ``A_i^ref`` (§1.10).
+    """Stage 2: split clients by the Euclidean proximity of their adjustment vectors ``A_i^ref``
+    (docs/spec/algorithm.md#algorithm).
 
     ``adjustments``: ``(N, m)``. Returns labels ``(N,)`` numbered in order of first appearance.
 
@@ -502,7 +506,7 @@ def stage2_split(
 
 @dataclass(frozen=True, eq=False)
 class Clustering:
-    """Result of :func:`cluster_clients` (Stage 1 then Stage 2, §1.10).
+    """Result of :func:`cluster_clients` (Stage 1 then Stage 2, docs/spec/algorithm.md#algorithm).
 
     Attributes
     ----------
@@ -535,7 +539,7 @@ def cluster_clients(
     k: int | None = None,
     rng: np.random.Generator | None = None,
 ) -> Clustering:
-    """Two-stage clustering of clients (§1.10, O-17).
+    """Two-stage clustering of clients (docs/spec/algorithm.md#algorithm, docs/spec/open-points.md#o-17).
 
     ``losses_ref``: ``(N, m)`` losses ``l_i(w_ref)``; ``prefs``: ``(N, m)`` (or ``(m,)``) preferences ``λ_i``.
     Stage 1 groups by :func:`stage1_keys` (``key``); if ``stage2`` each Stage-1 group is split by

@@ -1,4 +1,5 @@
-r"""Constants of the theory and how they are computed or estimated on a point set (THEOREMS.md §1.11).
+r"""Constants of the theory and how they are computed or estimated on a point set
+(docs/spec/constants.md#constants).
 
 Every function states whether its value is
 
@@ -8,7 +9,7 @@ Every function states whether its value is
   (supremum) over a region is the constant. Such an estimate is **optimistic**: the true infimum can only be
   smaller (the true supremum only larger) than the sampled value (O-8).
 
-Symbols (THEOREMS.md) next to the code names:
+Symbols (docs/spec/notation.md#notation) next to the code names:
 
 ================================  =================================================================
 ``smoothness_quadratic``          ``L₀ = max_j ‖Q_j‖₂`` (quadratic family, exact)
@@ -18,7 +19,7 @@ Symbols (THEOREMS.md) next to the code names:
 ``floor_constant``                ``c = m · min ĺ`` (H.9)
 ``normalizer_min``                ``Z_min = min_i Z_i``
 ``adjustment_lipschitz``          ``L_adj = (1 + log(m/c))(1 + √m ‖l‖_∞ / Z_min)`` (eq 14, O-5)
-``lp_basis``, ``lp_sensitivity``  ``M, b(A), M_B, b_B, S_B`` (§1.5 LP matrix form) and ``κ_LP = ‖M_B⁻¹‖‖C‖``
+``lp_basis``, ``lp_sensitivity``  ``M, b(A), M_B, b_B, S_B`` (docs/spec/lp.md#lp LP matrix form) and ``κ_LP = ‖M_B⁻¹‖‖C‖``
 ``h11_constant``                  ``C_1 = κ_LP² σ_max(C) L_adj²`` (H.11)
 ``regularity_constants``          ``κ_β = min γ*/β``, ``L_A = max ‖d_bal‖/√β`` (H.17)
 ``descent_margin_constants``      ``(c_d, b_i)`` of H.19 chosen on a log grid to minimise ``max_i ε_{0,i}``
@@ -135,8 +136,8 @@ def smoothness_hessian_max(hessians) -> np.float64:
 def gradient_bound(grads) -> np.float64:
     """``B = max ‖g_i^{(j)}(w)‖`` over all given points; ``grads``: ``(..., n_w, m)`` (columns are gradients).
 
-    **Exact on the given points** (iterates and segment points, §1.11); as a bound on a region it is an
-    **estimate over a finite sample** (optimistic).
+    **Exact on the given points** (iterates and segment points, docs/spec/constants.md#constants); as a bound
+    on a region it is an **estimate over a finite sample** (optimistic).
     """
     g = _arr(grads, "grads", min_ndim=2)
     return np.float64(np.max(np.linalg.norm(g, axis=-2)))
@@ -190,8 +191,8 @@ def adjustment_lipschitz(losses, prefs, c=None) -> np.float64:
     used as given (it is not checked against the data: the H.10 negative control passes a wrong floor on
     purpose) and must lie in ``(0, 1]``.
 
-    **Exact** as a proved upper bound (derived from I6; THEOREMS.md H.10) for any two preferences on the segment
-    between points covered by ``c`` and ``Z_min``.
+    **Exact** as a proved upper bound (derived from I6; docs/spec/statements.md#t-h10) for any two preferences
+    on the segment between points covered by ``c`` and ``Z_min``.
     """
     l = check_losses(losses)
     lam = check_preferences(prefs)
@@ -288,7 +289,7 @@ def band_radius(c_d, b, eta, prefs_max, B, L0, deviations, *, eta_II=None) -> np
 
 @dataclass(frozen=True, eq=False)
 class DescentMarginConstants:
-    """H.19 constants chosen on a log grid (§1.11).
+    """H.19 constants chosen on a log grid (docs/spec/constants.md#constants).
 
     c_d : the chosen common ``c_d ∈ (0, 1/η]``; b : (N,) ``b_i(c_d)``; eps0 : (N,) ``ε_{0,i}`` (eq 64);
     eps0_max : ``ε_0 = max_i ε_{0,i}``; eps0_mean : ``ε̄_0 = (1/N) Σ_i ε_{0,i}`` (eq 92); deviation_bar : (N,)
@@ -320,7 +321,8 @@ def descent_margin_constants(
     n_grid: int = 200,
     c_min: float = 1e-4,
 ) -> DescentMarginConstants:
-    """H.19 ``(c_d, b_i)`` from margins ``m_i(w)`` and gaps ``r_i(w) = ψ_i(w) - ψ_i*`` on a point set (§1.11, O-8).
+    """H.19 ``(c_d, b_i)`` from margins ``m_i(w)`` and gaps ``r_i(w) = ψ_i(w) - ψ_i*`` on a point set
+    (docs/spec/constants.md#constants, docs/spec/open-points.md#o-8).
 
     ``margins``, ``gaps``: ``(N, T)`` (client ``i``, point ``w_t``). For a candidate ``c_d``,
     ``b_i(c_d) := max(0, max_w [c_d r_i(w) - m_i(w)])``, which makes eq 51 hold on the points by construction, and
@@ -377,7 +379,8 @@ class StrictDescentConstant:
 
 
 def strict_descent_constant(margins, gaps, *, margin_tol: float = 0.0) -> StrictDescentConstant:
-    """Strict form of H.19 (``b_i = 0``): ``c_d := min_{w, r_i(w) > 0} m_i(w)/r_i(w)`` (§1.11).
+    """Strict form of H.19 (``b_i = 0``): ``c_d := min_{w, r_i(w) > 0} m_i(w)/r_i(w)``
+    (docs/spec/constants.md#constants).
 
     ``margins``, ``gaps``: arrays of one shape (any clients/points). The value is always finite; ``holds`` is
     False when ``c_d ≤ 0`` or when some point with ``r = 0`` has a negative margin (eq 51 with ``b = 0`` then
@@ -427,11 +430,11 @@ def h20_constants(dM_norms_sq, gaps, margins, *, zero_tol: float = 1e-20) -> H20
     """H.20: ``μ_ψ := min ‖d_M‖²/(2 r)`` (near-active PL, (i)) and ``σ := min m/‖d_M‖²`` (σ-comparability, (ii)).
 
     ``dM_norms_sq`` (``‖d_M,i(w)‖²``), ``gaps`` (``r_i(w)``), ``margins`` (``m_i(w)``): arrays of one shape.
-    ``σ`` is taken over the points with ``d_M ≠ 0`` (``‖d_M‖² > zero_tol``), as §1.11 says. ``μ_ψ`` is taken over
-    the points with ``r > 0`` *including* those with ``d_M = 0``: there (i) forces ``μ_ψ ≤ 0`` (example H.18(b)),
-    and dropping them would hide the failure; points with ``r = 0`` impose nothing on (i). Strict H.19 then holds
-    with ``c_d = 2σμ_ψ`` when ``holds``. **Estimate over a finite sample** (optimistic). Raises if no point has
-    ``r > 0``.
+    ``σ`` is taken over the points with ``d_M ≠ 0`` (``‖d_M‖² > zero_tol``), as
+    docs/spec/constants.md#constants says. ``μ_ψ`` is taken over the points with ``r > 0`` *including* those
+    with ``d_M = 0``: there (i) forces ``μ_ψ ≤ 0`` (example H.18(b)), and dropping them would hide the
+    failure; points with ``r = 0`` impose nothing on (i). Strict H.19 then holds with ``c_d = 2σμ_ψ`` when
+    ``holds``. **Estimate over a finite sample** (optimistic). Raises if no point has ``r > 0``.
     """
     dm = _arr(dM_norms_sq, "dM_norms_sq", nonneg=True)
     r = _gaps(gaps)
@@ -514,7 +517,8 @@ def direction_variance(samples, *, mean=None) -> np.ndarray:
 
 
 def loss_bound_at_optima(loss_new_opt, client_opt_losses=None) -> np.float64:
-    """``L* := max(‖l(w_new*)‖_∞, max_i ‖l(w_i*)‖_∞)`` (eq 80, §1.9 recommendation).
+    """``L* := max(‖l(w_new*)‖_∞, max_i ‖l(w_i*)‖_∞)`` (eq 80, docs/spec/iteration.md#new-client
+    recommendation).
 
     ``loss_new_opt``: ``(m,)`` losses at the new client's optimum; ``client_opt_losses``: optional ``(N, m)`` losses at
     the cluster clients' optima. **Exact** given the optima.

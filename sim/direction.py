@@ -1,4 +1,4 @@
-r"""The EPO direction LP (THEOREMS.md §1.5), batched exact solver and HiGHS reference.
+r"""The EPO direction LP (docs/spec/lp.md#lp), batched exact solver and HiGHS reference.
 
 Inputs per instance: losses ``l`` (m), preference ``λ`` (m, open simplex) and Gram matrix ``C = GᵀG`` (m×m).
 Output: LP weights ``μ`` (m); the caller forms the direction ``d = G μ`` (numpy, or torch on a GPU).
@@ -61,7 +61,7 @@ ill-conditioned, with gradient norms ``1e12`` apart: ``cond(C)`` up to ``1e24``)
 that roundoff decides (the LP, re-solved with every right-hand side loosened by that tolerance, is feasible). Whether
 the optimum is unique (so that the weights, not only the objective, are stable) is reported in ``unique``.
 
-The restricted descent LP can be infeasible (THEOREMS.md §1.5). ``on_infeasible`` says what happens then:
+The restricted descent LP can be infeasible (docs/spec/lp.md#lp). ``on_infeasible`` says what happens then:
 ``"relaxed"`` re-solves the relaxed LP (status ``"relaxed"``), ``"fallback_preference"`` returns ``μ = λ``
 (the EPO training scripts' fallback; status ``"fallback"``), ``"raise"`` raises :class:`LPInfeasibleError`.
 Nothing falls back silently: every instance carries its status.

@@ -1,4 +1,5 @@
-r"""Near-active set, minimum-norm element of a gradient hull, and the H.19 descent margin (THEOREMS.md §1.6).
+r"""Near-active set, minimum-norm element of a gradient hull, and the H.19 descent margin
+(docs/spec/near-active.md#near-active).
 
 Notation (one client, one point ``w``; the subscript ``i`` is dropped):
 
@@ -99,7 +100,8 @@ class MinNormResult:
 
 
 def eps_act(eta, prefs, B) -> np.ndarray:
-    """``ε_act = 2 η λ_max B²`` (THEOREMS.md §1.6, qualification (b) of H.31); shape ``(...)`` of ``prefs[..., 0]``.
+    """``ε_act = 2 η λ_max B²`` (docs/spec/near-active.md#near-active, qualification (b) of H.31); shape
+    ``(...)`` of ``prefs[..., 0]``.
 
     ``eta`` (η, the local step size) and ``B`` (gradient bound) must be finite and ``>= 0``.
     """
@@ -444,7 +446,8 @@ def min_norm_weights_from_gram(gram, mask=None, *, method: str = "auto") -> np.n
 
 
 def descent_margin(d, grads, prefs, mask) -> np.ndarray:
-    """H.19 margin ``m(w) = min_{j ∈ mask} λ_j dᵀ g_j`` (THEOREMS.md §1.6); shape ``(...)``.
+    """H.19 margin ``m(w) = min_{j ∈ mask} λ_j dᵀ g_j`` (docs/spec/near-active.md#near-active); shape
+    ``(...)``.
 
     Args:
         d: direction ``(..., n_w)`` (the update is ``w ← w - η d``).

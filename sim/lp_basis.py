@@ -1,8 +1,8 @@
-r"""The balancing-mode LP of a client in matrix form at its solution (THEOREMS.md §1.5, "LP matrix form for
+r"""The balancing-mode LP of a client in matrix form at its solution (docs/spec/lp.md#lp, "LP matrix form for
 Assumption H.6"), and the constants read off it.
 
 ================================  =================================================================
-``lp_basis``, ``basis_duals``     ``M, b(A), M_B, b_B, S_B`` and the duals of the active rows (§1.5)
+``lp_basis``, ``basis_duals``     ``M, b(A), M_B, b_B, S_B`` and the duals of the active rows (docs/spec/lp.md#lp)
 ``client_basis(es)``              the basis of each client of a cluster at its LP weights (batched)
 ``lp_sensitivity``                ``κ_LP = ‖M_B⁻¹‖‖C‖``
 ``h11_constant``                  ``C_1 = κ_LP² σ_max(C) L_adj²`` (H.11)
@@ -58,7 +58,8 @@ def _kappa(M_B: np.ndarray, C: np.ndarray) -> np.ndarray:
 
 
 def lp_sensitivity(M_B, C) -> np.float64:
-    """``κ_LP = ‖M_B⁻¹‖₂ ‖C‖₂`` (§1.5), for a square non-singular basis matrix ``M_B`` ``(m, m)``. Exact."""
+    """``κ_LP = ‖M_B⁻¹‖₂ ‖C‖₂`` (docs/spec/lp.md#lp), for a square non-singular basis matrix ``M_B`` ``(m,
+    m)``. Exact."""
     MB = _arr(M_B, "M_B", ndim=2)
     if MB.shape[0] != MB.shape[1]:
         raise ValueError(f"M_B must be square; got shape {MB.shape}")
@@ -70,7 +71,7 @@ def lp_sensitivity(M_B, C) -> np.float64:
 
 @dataclass(frozen=True, eq=False)
 class LPBasis:
-    """The balancing-mode LP of one client in matrix form (§1.5, "LP matrix form for Assumption H.6").
+    """The balancing-mode LP of one client in matrix form (docs/spec/lp.md#lp, "LP matrix form for Assumption H.6").
 
     Row ``r`` of ``M`` is ``rows[r]``: ``("eq", -1)`` for ``1ᵀμ = 1``, ``("sign", j)`` for ``μ_j ≥ 0`` and
     ``("con", j)`` for ``(Cμ)_j ≥ rhs_j`` (``j ∈ R``). The rhs is affine in ``A``:
@@ -206,8 +207,9 @@ class _Classified(NamedTuple):
 
 def _classify(l, lam, C, mu, tol: float, eps_mode: float, tol_Jstar: float, feas_tol: float,
               who: Callable[[int], str]) -> _Classified:
-    """The matrix form of the balancing LP (§1.5) and the classification of its active rows at ``μ``, for ``n``
-    validated clients at once (``l``, ``lam``, ``mu`` ``(n, m)``, ``C`` ``(n, m, m)``): :func:`lp_basis` and
+    """The matrix form of the balancing LP (docs/spec/lp.md#lp) and the classification of its active rows at
+    ``μ``, for ``n`` validated clients at once (``l``, ``lam``, ``mu`` ``(n, m)``, ``C`` ``(n, m, m)``):
+    :func:`lp_basis` and
     :func:`client_bases` both build it here. ``who(i)``: how an error names client ``i``."""
     n, m = l.shape
     beta, A = uniformity_and_adjustment(l, lam, validate=False)
@@ -325,7 +327,8 @@ def lp_basis(
     tol_Jstar: float = 0.0,
     feas_tol: float = 1e-7,
 ) -> LPBasis:
-    """Build ``M``, ``b(A)`` of the balancing-mode EPO LP (§1.5) and classify the active rows at ``weights``.
+    """Build ``M``, ``b(A)`` of the balancing-mode EPO LP (docs/spec/lp.md#lp) and classify the active rows at
+    ``weights``.
 
     Inputs: one client (no batch axis): ``losses`` ``(m,)``, ``prefs`` ``(m,)``, ``gram`` ``C`` ``(m, m)`` and the
     LP weights ``μ*`` ``(m,)`` (e.g. from ``sim.direction.lp_direction``). The instance must be in balancing mode,
@@ -333,12 +336,12 @@ def lp_basis(
     ``J* = {λ_j l_j ≥ ψ - tol_Jstar·ψ}``; ``R = J* ∪ (J̄∖J*)`` if ``J ≠ ∅`` (rhs ``(CA)_j`` on ``J̄∖J*``, 0 on ``J*``),
     else ``R = [m]`` with rhs 0 (the LP's ``J = ∅`` branch).
 
-    Active (§1.5): constraint rows with slack ``≤ tol·max(1, |rhs|)``, sign rows with ``μ_j ≤ tol``; the equality
-    always. ``is_basis`` iff exactly ``m`` active rows that are linearly independent (numerical rank). Strict
-    complementarity needs the duals: ``sign_duals`` ``(m,)`` (reduced costs of ``μ ≥ 0``, HiGHS
-    ``res.lower.marginals``) and ``constraint_duals`` ``(m,)`` indexed by objective ``j`` (multiplier of row
-    ``(Cμ)_j ≥ rhs_j``; entries for ``j ∉ R`` ignored). Give both or neither; without them it is reported as
-    unknown (``None``). ``weights`` must be feasible up to ``feas_tol`` (relative to
+    Active (docs/spec/lp.md#lp): constraint rows with slack ``≤ tol·max(1, |rhs|)``, sign rows with ``μ_j ≤
+    tol``; the equality always. ``is_basis`` iff exactly ``m`` active rows that are linearly independent
+    (numerical rank). Strict complementarity needs the duals: ``sign_duals`` ``(m,)`` (reduced costs of ``μ ≥
+    0``, HiGHS ``res.lower.marginals``) and ``constraint_duals`` ``(m,)`` indexed by objective ``j``
+    (multiplier of row ``(Cμ)_j ≥ rhs_j``; entries for ``j ∉ R`` ignored). Give both or neither; without them
+    it is reported as unknown (``None``). ``weights`` must be feasible up to ``feas_tol`` (relative to
     ``max(1, max_k |C_jk|, |rhs_j|)``), else ValueError. Exact given the tolerances. :func:`client_bases`
     classifies a batch of clients the same way.
     """

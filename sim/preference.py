@@ -1,7 +1,7 @@
 r"""Preference functions of one client at one point, batched over leading axes.
 
-Notation (THEOREMS.md §1.2-1.3). For a loss vector ``l`` in R^m_{>0} and a preference ``λ`` in the open
-simplex:
+Notation (docs/spec/notation.md#uniformity, docs/spec/notation.md#chebyshev). For a loss vector ``l`` in
+R^m_{>0} and a preference ``λ`` in the open simplex:
 
 .. math::
 
@@ -120,8 +120,9 @@ def check_preferences(prefs, name: str = "prefs") -> np.ndarray:
     """Return ``prefs`` as float64 rows of the open simplex, renormalised in float64 (``λ / Σλ``).
 
     Raises ``ValueError`` for complex or NaN/inf entries, entries ``<= 0`` (the open simplex is required:
-    THEOREMS.md §1.1) and rows whose sum differs from 1 by more than :func:`simplex_tolerance` of the input dtype
-    (:data:`SIMPLEX_ATOL` for float64). Every check names the first bad row, whatever the other rows hold.
+    docs/spec/notation.md#clients) and rows whose sum differs from 1 by more than :func:`simplex_tolerance` of
+    the input dtype (:data:`SIMPLEX_ATOL` for float64). Every check names the first bad row, whatever the
+    other rows hold.
     """
     dtype = _input_dtype(prefs)
     lam = _as_float_array(prefs, name, 1)

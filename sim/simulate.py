@@ -4,12 +4,12 @@ r"""Command line: Algorithm 1 end to end on a planted F1 cluster problem with a 
 
     python -m sim.simulate --preset smoke|paper --out DIR [--seed 0] [--clients N] [--quiet]
 
-Builds a planted F1 problem (common quadratic objectives, THEOREMS.md §3.0) whose clients come from
-``n_groups`` planted groups (each group: mixing weights around its own ``u_0``, spread ``s_u``), draws a finite
-dataset per client (:class:`~sim.problems.ClientSamples`; held-out new clients get a large pool from which fresh
-batches are drawn), and runs :func:`sim.algorithm.run_algorithm`: clustering at ``w_ref``, Phase 1, Phase 2, the
-FedAvg baseline, and for every new client Pipeline 1 (from ``w_I`` and from ``w_II``, lagged RMSprop, and AdamW
-from ``w_II``), Pipeline 2 and the local-only baseline. Writes
+Builds a planted F1 problem (common quadratic objectives, docs/spec/problems.md#families) whose clients come
+from ``n_groups`` planted groups (each group: mixing weights around its own ``u_0``, spread ``s_u``), draws a
+finite dataset per client (:class:`~sim.problems.ClientSamples`; held-out new clients get a large pool from
+which fresh batches are drawn), and runs :func:`sim.algorithm.run_algorithm`: clustering at ``w_ref``, Phase
+1, Phase 2, the FedAvg baseline, and for every new client Pipeline 1 (from ``w_I`` and from ``w_II``, lagged
+RMSprop, and AdamW from ``w_II``), Pipeline 2 and the local-only baseline. Writes
 
 * ``DIR/trajectory.csv`` — every record row (:data:`sim.algorithm.RECORD_COLUMNS`);
 * ``DIR/summary.json`` — final gaps of Pipeline 1 vs Pipeline 2 vs the baselines, per-cluster gaps, LP status
@@ -102,8 +102,9 @@ def preset_variant(preset: Preset, *, K: int | None = None, S: int | None = None
 
 
 def preference_spread(prefs: np.ndarray, res) -> float:
-    """The preference spread ``δ_λ`` of the new clients of run ``res`` (THEOREMS.md §1, Preference spread): the
-    largest ``‖λ_new − λ_i‖₂`` over the new clients and the training clients ``i`` of the cluster each is assigned
+    """The preference spread ``δ_λ`` of the new clients of run ``res`` (docs/spec/notation.md#notation,
+    Preference spread): the largest ``‖λ_new − λ_i‖₂`` over the new clients and the training clients ``i`` of
+    the cluster each is assigned
     to (NaN without new clients)."""
     if res.new_clients.size == 0:
         return float("nan")

@@ -1,4 +1,4 @@
-r"""The kernel boundary of Algorithm 1: client sources (THEOREMS.md §1.8–§1.10; DESIGN "The kernel boundary").
+r"""The kernel boundary of Algorithm 1: client sources (docs/spec/iteration.md#iteration, docs/spec/iteration.md#new-client, docs/spec/algorithm.md#algorithm; DESIGN "The kernel boundary").
 
 Algorithm 1 (:mod:`sim.algorithm`) never touches a gradient. Per client and step it needs the loss vector
 ``l_i`` (m), the Gram matrix ``C_i = G_iᵀG_i`` (m×m) — everything the EPO LP, ``β``, ``A``, ``ψ``, the H.19

@@ -38,14 +38,14 @@ def test_statement_docstring_has_every_section(stmt):
 def test_section_parser_reads_headings_with_qualifiers_and_inline_references():
     doc = ("X.1 — a title\nthat goes on.\n\nSetting\n    the setting\n\n    more\n\nAssumption (eq 51)\n    ``a``::\n\n"
            "        code\n\nHow it is checked (T-X1)\n    rows\n\nNegative controls (each)\n    broken\n\n"
-           "Figure data\n    tables\n\nReference: THEOREMS.md §2 X.1.\n")
+           "Figure data\n    tables\n\nReference: docs/spec/statements.md#catalogue X.1.\n")
     parsed = statement_sections(doc)
     assert parsed.title == "X.1 — a title that goes on."
     assert [(s.name, s.heading) for s in parsed.sections] == [
         ("Setting", "Setting"), ("Hypotheses", "Assumption (eq 51)"), ("What is checked", "How it is checked (T-X1)"),
         ("Negative control", "Negative controls (each)"), (None, "Figure data"), ("Reference", "Reference")]
     assert parsed.get("Setting")[0].text == "the setting\n\nmore"
-    assert parsed.get("Reference")[0].text == "THEOREMS.md §2 X.1."
+    assert parsed.get("Reference")[0].text == "docs/spec/statements.md#catalogue X.1."
     assert missing_sections(doc) == []  # an assumption is all hypotheses: no Guarantee needed
     assert missing_sections(doc.replace("Negative controls (each)", "Controls")) == ["Negative control"]
     assert missing_sections(None) == ["docstring"]

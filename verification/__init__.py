@@ -1,11 +1,12 @@
-"""Executable statements of THEOREMS.md: evidence records, the statement registry and the command line.
+"""Executable statements of the specification (docs/spec/index.md): evidence records, the statement registry
+and the command line.
 
 Run ``python -m verification list`` / ``python -m verification run [ID ...] [--json PATH] [--seed N]``.
 
 The package is layered by role, each layer importing only those below it:
 
 * :mod:`verification.core` — evidence, registry, results log, Monte Carlo, falsification search, power, regression;
-* :mod:`verification.statements` — one module per statement of THEOREMS.md and the symbolic identities S1–S26;
+* :mod:`verification.statements` — one module per statement of the specification and the symbolic identities S1–S26;
 * :mod:`verification.studies` — the four reported studies on synthetic problems;
 * :mod:`verification.engine` — the Dask engine, sweeps, grids, the Monte Carlo calibration, the search's cells;
 * :mod:`verification.llm` — the records, studies, statistics, sweeps and regression of LLM runs;

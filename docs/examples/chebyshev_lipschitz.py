@@ -22,7 +22,7 @@ Negative control
     flags "same preference", and with ``l' = l`` the bound (zero) fails wherever ``ψ_λ(l) ≠ ψ_λ'(l)``.
 
 Reference
-    A worked example of the documentation ("Write your own statement"); not a statement of THEOREMS.md.
+    A worked example of the documentation ("Write your own statement"); not a statement of the specification.
 """
 
 from __future__ import annotations

@@ -1,13 +1,14 @@
 r"""Clients with data deficiency: preferences around a few centres, few-shot local data, held-out pairs, new
-clients and their data-rich pools (issue item 4; THEOREMS.md §1.1, §1.10).
+clients and their data-rich pools (issue item 4; docs/spec/notation.md#clients,
+docs/spec/algorithm.md#algorithm).
 
 **Preferences.** ``n_centres`` centres on the simplex: centre ``g`` puts ``centre_weight`` on objective
 ``g mod m`` and spreads the rest evenly, so centres differ in which objective they care about most. Client
 ``i`` belongs to centre ``i mod n_centres`` (training and new clients alike) and draws
 ``λ_i ~ Dirichlet(concentration · c_g)``, again while ``min_j λ_i^{(j)} < lambda_min`` (the preferences must lie
-in the open simplex, away from its boundary: THEOREMS.md §1.1). At the base model every loss is ``ln 2``, so
-the Stage-1 key and ``A_i^ref`` of Algorithm 1's clustering depend on ``λ_i`` alone, and the centres are the
-structure Stage 2 can find.
+in the open simplex, away from its boundary: docs/spec/notation.md#clients). At the base model every loss is
+``ln 2``, so the Stage-1 key and ``A_i^ref`` of Algorithm 1's clustering depend on ``λ_i`` alone, and the
+centres are the structure Stage 2 can find.
 
 **Data.** The prompts of the data file are shuffled with the run's generator and dealt out in this order:
 held-out prompts (until every objective has ``heldout_pairs`` pairs on them and there are at least ``heldout_prompts``

@@ -1,4 +1,5 @@
-r"""Algorithm 1: clustering, Phase 1, Phase 2, new-client Pipelines 1 and 2, baselines (THEOREMS.md §1.10).
+r"""Algorithm 1: clustering, Phase 1, Phase 2, new-client Pipelines 1 and 2, baselines
+(docs/spec/algorithm.md#algorithm).
 
 Algorithm 1 runs at the kernel boundary (:mod:`sim.source`): a *source* supplies, for a set of clients at their
 parameter rows (and sample batches), the losses ``l_i`` and Gram matrices ``C_i = G_iᵀG_i`` as float64 on the
@@ -12,10 +13,10 @@ source's type. Records and LP decisions are float64 numpy; all randomness comes 
 ``numpy.random.Generator`` passed in, so a run is deterministic given its seed. Nothing here prints: long runs
 report through an optional ``progress`` callback.
 
-**Clustering** (§1.10, O-17) at a reference model ``w_ref``: :func:`clustering_step` evaluates the population
-losses ``l_i(w_ref)`` and calls :func:`sim.cluster.cluster_clients` (Stage 1: ordering of ``λ_i ⊙ l_i(w_ref)``;
-Stage 2: complete linkage on ``A_i^ref`` with a diameter threshold, or k-means). New clients are placed by
-:func:`assign_to_cluster`.
+**Clustering** (docs/spec/algorithm.md#algorithm, docs/spec/open-points.md#o-17) at a reference model
+``w_ref``: :func:`clustering_step` evaluates the population losses ``l_i(w_ref)`` and calls
+:func:`sim.cluster.cluster_clients` (Stage 1: ordering of ``λ_i ⊙ l_i(w_ref)``; Stage 2: complete linkage on
+``A_i^ref`` with a diameter threshold, or k-means). New clients are placed by :func:`assign_to_cluster`.
 
 **Phase 1** (per cluster, from ``w_0``; :func:`phase1`)::
 

@@ -61,7 +61,7 @@ def _check_B(B, owner: str) -> None:
 
 @dataclass(frozen=True)
 class ClusterConfig:
-    """Clustering (§1.10, O-17). ``key``: ``"ordering"`` (full ordering of ``λ_i ⊙ l_i(w_ref)``) or
+    """Clustering (docs/spec/algorithm.md#algorithm, docs/spec/open-points.md#o-17). ``key``: ``"ordering"`` (full ordering of ``λ_i ⊙ l_i(w_ref)``) or
     ``"bottleneck"``; ``stage2``: split Stage-1 groups by ``A_i^ref``; ``method``: ``"complete"`` (complete linkage,
     diameter ``threshold`` δ_A, or ``k`` clusters) or ``"kmeans"`` (``k``). Exactly one of ``threshold``/``k`` for
     ``"complete"``; ``k`` for ``"kmeans"``."""

@@ -1,4 +1,4 @@
-"""Problem families with known optima (THEOREMS.md §3.0).
+"""Problem families with known optima (docs/spec/problems.md#families).
 
 * F1 :class:`PlantedQuadraticCluster` — common quadratic objectives, planted per-client Chebyshev optima.
 * F2 :class:`PerturbedClients` — client-specific centre shifts (H.5 fails), exact ``δ_g``.

@@ -1,4 +1,5 @@
-r"""Batched quadratic objectives ``l_j(w) = ½(w - c_j)ᵀQ_j(w - c_j) + b_j`` and shared helpers (THEOREMS.md §3.0).
+r"""Batched quadratic objectives ``l_j(w) = ½(w - c_j)ᵀQ_j(w - c_j) + b_j`` and shared helpers
+(docs/spec/problems.md#families).
 
 Shapes: points ``w`` are ``(..., n_w)``; centres ``c`` are ``(*C, m, n_w)``; Hessians ``Q`` ``(m, n_w, n_w)``;
 offsets ``b`` ``(*C, m)``. Broadcasting follows numpy: ``losses(w[..., None, :], c)`` with ``c`` of shape
@@ -131,7 +132,8 @@ def gram_of(G: np.ndarray) -> np.ndarray:
 
 
 def planted_point(u: np.ndarray, centres: np.ndarray, hessians: np.ndarray) -> np.ndarray:
-    """``w(u) = (Σ_j u_j Q_j)^{-1} Σ_j u_j Q_j c_j`` (Pareto-optimal point; THEOREMS.md §3.0 F1, §4 S26).
+    """``w(u) = (Σ_j u_j Q_j)^{-1} Σ_j u_j Q_j c_j`` (Pareto-optimal point; docs/spec/problems.md#f1,
+    docs/spec/identities.md#s26).
 
     ``u`` ``(..., m)``, centres ``(..., m, n_w)``, Hessians ``(..., m, n_w, n_w)``; returns ``(..., n_w)``.
     """

@@ -1,4 +1,7 @@
-r"""F3 — common-minimiser family for new-client adaptation (THEOREMS.md §3.0, H.39–H.45; exact everything).
+r"""F3 — common-minimiser family for new-client adaptation (docs/spec/problems.md#families,
+docs/spec/statements.md#t-h39, docs/spec/statements.md#t-h40, docs/spec/statements.md#t-h41,
+docs/spec/statements.md#t-h42, docs/spec/statements.md#t-h43, docs/spec/statements.md#t-h44,
+docs/spec/statements.md#t-h45; exact everything).
 
 Objectives ``l_j(w) = ½(w - c)ᵀQ(w - c) + b_j`` with ``b_j = t/λ_j`` (``λ = λ_new``, unique largest entry
 ``j* = argmax λ``). Then ``λ_j l_j(w) = t + λ_j q(w)``, ``q(w) = ½‖w - c‖²_Q``, so
@@ -96,8 +99,9 @@ class CommonMinimizer:
 
     @classmethod
     def reference(cls, rng: np.random.Generator | None = None) -> CommonMinimizer:
-        """Reference instance of §3.0: ``n_w = 4``, ``Q = U diag(0.5, 1, 2, 3) Uᵀ``, ``λ_new = (0.5, 0.3, 0.2)``,
-        ``t = 1``, ``c = 1``, ``Σ_ξ = diag(1, 0.5, 2, 1)``, ``w0 = c + (1, -0.5, 0.7, 0.2)``.
+        """Reference instance of docs/spec/problems.md#families, ``Q = U diag(0.5, 1, 2, 3) Uᵀ``, ``λ_new =
+        (0.5, 0.3, 0.2)``, ``t = 1``, ``c = 1``, ``Σ_ξ = diag(1, 0.5, 2, 1)``, ``w0 = c + (1, -0.5, 0.7,
+        0.2)``.
 
         ``U`` is Haar-random when ``rng`` is given; otherwise the fixed Householder reflection
         ``I - 2vvᵀ/‖v‖²`` with ``v = (1, 2, 3, 4)`` (deterministic, not axis-aligned).
@@ -147,7 +151,7 @@ class CommonMinimizer:
 
     @property
     def L0(self) -> float:
-        """``L₀ = λ_{j*}‖Q‖`` (smoothness of ψ_new; THEOREMS.md §3.0 F3)."""
+        """``L₀ = λ_{j*}‖Q‖`` (smoothness of ψ_new; docs/spec/problems.md#f3)."""
         return self.lam_star * float(np.linalg.eigvalsh(self.hessian)[-1])
 
     @property

@@ -1,4 +1,4 @@
-r"""F-OPT — optimum of a Chebyshev problem when no closed form is available (THEOREMS.md §3.0).
+r"""F-OPT — optimum of a Chebyshev problem when no closed form is available (docs/spec/problems.md#families).
 
 1. :func:`chebyshev_optimum` solves ``min_{w,t} t  s.t.  λ_j (l_j(w) - l_j^ref) ≤ t`` with SLSQP
    (``ftol = 1e-14``) from several starts and keeps the best ``ψ(w) = max_j λ_j(l_j(w) - l_j^ref)``; the best

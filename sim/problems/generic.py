@@ -1,4 +1,5 @@
-r"""F6 — generic random instances for LP-level tests (THEOREMS.md §3.0), and named LP instance families.
+r"""F6 — generic random instances for LP-level tests (docs/spec/problems.md#families), and named LP instance
+families.
 
 Every generator returns :class:`LPInstances` ``(losses (n, m), prefs (n, m), grads (n, n_w, m), gram (n, m, m))``
 with positive losses, preferences in the open simplex (``0.95·Dirichlet(1) + 0.05/m``) and ``gram = GᵀG``

@@ -1,4 +1,4 @@
-r"""One-dimensional examples F4 (double well, H.18(a)) and F5 (kink, H.18(b)); THEOREMS.md §3.0.
+r"""One-dimensional examples F4 (double well, H.18(a)) and F5 (kink, H.18(b)); docs/spec/problems.md#families.
 
 F4: ``n_w = 1``, ``m = 1``, ``λ = 1``, ``l(w) = (w² - 1)² + w/4 + 3/2`` (> 0). Global minimum ``w ≈ -1.0299``,
 ``ψ* ≈ 1.246209``; spurious local minimum ``w ≈ 0.9676``, ``l ≈ 1.745964``. With ``m = 1`` the LP returns
@@ -24,7 +24,8 @@ __all__ = ["DoubleWell", "Kink"]
 
 @dataclass(frozen=True, eq=False)
 class DoubleWell:
-    """F4: ``l(w) = (w² - 1)² + tilt·w + offset`` with ``tilt = 0.25``, ``offset = 1.5`` (defaults of §3.0)."""
+    """F4: ``l(w) = (w² - 1)² + tilt·w + offset`` with ``tilt = 0.25``, ``offset = 1.5`` (defaults of
+    docs/spec/problems.md#families)."""
 
     tilt: float = 0.25
     offset: float = 1.5

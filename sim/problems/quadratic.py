@@ -1,4 +1,5 @@
-r"""Quadratic cluster families F1 (planted, common objectives) and F2 (perturbed clients); THEOREMS.md §3.0.
+r"""Quadratic cluster families F1 (planted, common objectives) and F2 (perturbed clients);
+docs/spec/problems.md#families.
 
 Objectives ``l_j(w) = ½(w - c_j)ᵀQ_j(w - c_j) + b_j`` (F1, common to all clients, so H.5 holds) and
 ``l_i^{(j)}(w) = ½(w - c_j - e_ij)ᵀQ_j(w - c_j - e_ij) + b_j`` (F2, client centre shifts ``e_ij``, H.5 fails).
@@ -11,7 +12,8 @@ Chebyshev minimiser, ``β_i(w_i*) = 0`` and ``q_i* = l(w_i*)``.
 Constants: ``L₀ = max_j ‖Q_j‖`` (exact), quadratic growth ``μ_i = min_j λ_ij λ_min(Q_j)`` (``ψ_i`` is
 ``μ_i``-strongly convex), ``B`` on a ball ``‖w - w̄‖ ≤ R``: ``max_j ‖Q_j‖ (R + ‖w̄ - c_j‖)``.
 F2: ``g_i^{(j)} - g_{i'}^{(j)} = -Q_j(e_ij - e_i'j)`` is constant in ``w``, so
-``δ_g = max_i max_j Σ_i' ρ_i' ‖Q_j(e_ij - e_i'j)‖`` is exact (THEOREMS.md §1.7, §1.11).
+``δ_g = max_i max_j Σ_i' ρ_i' ‖Q_j(e_ij - e_i'j)‖`` is exact (docs/spec/aggregation.md#aggregation,
+docs/spec/constants.md#constants).
 
 Shapes: points ``w`` ``(..., n_w)``; ``losses`` ``(..., m)``, ``grads`` ``(..., n_w, m)`` (columns are
 gradients), ``gram`` ``(..., m, m)``. ``*_per_client(w)`` takes one point per client, ``w`` ``(..., N, n_w)``,
@@ -152,7 +154,7 @@ class _ClusterCommon:
 
 @dataclass(frozen=True, eq=False)
 class PlantedQuadraticCluster(_ClusterCommon):
-    """F1 — planted quadratic cluster with common objectives (THEOREMS.md §3.0).
+    """F1 — planted quadratic cluster with common objectives (docs/spec/problems.md#families).
 
     Attributes:
         centres: ``c_j``, ``(m, n_w)``.  hessians: ``Q_j``, ``(m, n_w, n_w)``.  offsets: ``b_j``, ``(m,)``.
@@ -254,7 +256,8 @@ class PlantedQuadraticCluster(_ClusterCommon):
 
 @dataclass(frozen=True, eq=False)
 class PerturbedClients(_ClusterCommon):
-    """F2 — clients with shifted centres ``c_j + e_ij`` (THEOREMS.md §3.0); H.5 fails when ``s_e > 0``.
+    """F2 — clients with shifted centres ``c_j + e_ij`` (docs/spec/problems.md#families); H.5 fails when ``s_e
+    > 0``.
 
     Attributes:
         centres ``(m, n_w)``, hessians ``(m, n_w, n_w)``, offsets ``(m,)``: the base objectives.

@@ -1,5 +1,6 @@
 """Tests of sim.algorithm.phases (Algorithm 1's clustering, the shared iteration eq 55, Phase 1 and Phase 2;
-THEOREMS.md §1.10), with the phases' input checks, LP status counts, records and hull diagnostics.
+docs/spec/algorithm.md#algorithm), with the phases' input checks, LP status counts, records and hull
+diagnostics.
 
 Measured numbers asserted below (seeded, deterministic):
 

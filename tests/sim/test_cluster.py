@@ -1,5 +1,5 @@
 """Tests of sim.cluster: aggregation, dispersion (eq 9, Cor. H.14), mixed blocks (eq 43-45), δ_g (eq 40),
-Stage-1 / Stage-2 clustering (§1.10, O-17)."""
+Stage-1 / Stage-2 clustering (docs/spec/algorithm.md#algorithm, docs/spec/open-points.md#o-17)."""
 
 from __future__ import annotations
 
@@ -170,7 +170,8 @@ def test_delta_g_bounded_by_max_and_zero_when_shared(seed):
 
 
 def test_delta_g_exact_and_constant_for_shifted_quadratics():
-    """F2: g_i^{(j)} − g_{i'}^{(j)} = −Q_j(e_ij − e_i'j), so δ_g does not depend on w (§1.11)."""
+    """F2: g_i^{(j)} − g_{i'}^{(j)} = −Q_j(e_ij − e_i'j), so δ_g does not depend on w
+    (docs/spec/constants.md#constants)."""
     rng = np.random.default_rng(5)
     N, n_w, m = 4, 3, 2
     Q = np.stack([(lambda a: a @ a.T + np.eye(n_w))(rng.normal(size=(n_w, n_w))) for _ in range(m)])

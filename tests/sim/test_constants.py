@@ -1,5 +1,6 @@
-"""Tests of sim.constants (THEOREMS.md §1.11): smoothness, gradient bound, floor, L_adj (H.10), LP matrix form and
-κ_LP (§1.5, H.6), H.17, H.19 / eq 64, H.20, H.34, PL, σ₀², L*."""
+"""Tests of sim.constants (docs/spec/constants.md#constants): smoothness, gradient bound, floor, L_adj (H.10),
+LP matrix form and
+κ_LP (docs/spec/lp.md#lp, docs/spec/statements.md#t-h6), H.17, H.19 / eq 64, H.20, H.34, PL, σ₀², L*."""
 
 from __future__ import annotations
 

@@ -43,7 +43,7 @@ def _numpy_internals(backend):
         pytest.skip("numpy solver internals: the compiled twin's are compared in test_direction_twin.py")
 
 FAMILIES = ("gaussian", "conflicting", "near_stationary", "rank_deficient")
-LP_TOL = 1e-9  # THEOREMS.md §3.0: LP and active sets
+LP_TOL = 1e-9  # docs/spec/tolerances.md#tolerances: LP and active sets
 
 
 def _objective_scale(res, gram):
@@ -115,7 +115,8 @@ def _f6(rng, n, m=None, n_w=None):
     return inst.losses, inst.prefs, inst.grads, inst.gram
 
 
-# ------------------------------------------------------------------------------------ LP properties (§1.5)
+# ------------------------------------------------------------------------------------ LP properties
+# (docs/spec/lp.md#lp)
 
 
 @pytest.mark.parametrize("m", [2, 3, 4, 6])
@@ -153,8 +154,8 @@ def test_lp_properties_on_random_instances(m):
 def test_recorded_frequencies_gamma_nonpositive_and_restricted_infeasible():
     """P-c: γ* <= 0 happens in balancing mode; the restricted descent LP is sometimes infeasible.
 
-    Both frequencies are recorded and asserted non-zero with a fixed seed (THEOREMS.md §1.5 and §6 saw
-    523/2991 and 111/4776).
+    Both frequencies are recorded and asserted non-zero with a fixed seed (docs/spec/lp.md#lp,
+    docs/spec/observations.md#observations saw 523/2991 and 111/4776).
     """
     rng = np.random.default_rng(2024)
     counts = {"balance": 0, "gain<=0": 0, "descent": 0, "restricted infeasible": 0}
@@ -742,8 +743,8 @@ def test_lps_that_need_more_than_4p_pivots_reach_bland_and_match_highs():
 
 
 def test_balance_and_relaxed_lps_are_never_declared_infeasible_on_mixed_magnitude_data():
-    """The balancing LP and the relaxed descent LP are always feasible (THEOREMS.md §1.5; the minimum-norm point μ* of
-    the hull has (Cμ*)_j >= μ*ᵀCμ* >= 0), so "infeasible" can only be a solver failure. On data of wildly mixed
+    """The balancing LP and the relaxed descent LP are always feasible (docs/spec/lp.md#lp; the minimum-norm
+    point μ* of the hull has (Cμ*)_j >= μ*ᵀCμ* >= 0), so "infeasible" can only be a solver failure. On data of wildly mixed
     magnitude (m = 12: losses 1e±200, gradient scales 1e±100) some LPs reach a basis with a row violated by just over
     the primal tolerance (1.1e-12 to 9e-12 in row-scaled units) whose entries are all below the pivot tolerance: such
     a row proves nothing, the basis is accepted, and its violation, within the bound the module docstring states, is

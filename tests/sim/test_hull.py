@@ -36,7 +36,7 @@ def _slsqp_min_norm(V):
 
 
 def test_two_generators_closed_form():
-    """m = 2: d_M = θv1 + (1-θ)v2 with θ = clip((v2-v1)ᵀv2/‖v1-v2‖², 0, 1) (THEOREMS.md §4 S18)."""
+    """m = 2: d_M = θv1 + (1-θ)v2 with θ = clip((v2-v1)ᵀv2/‖v1-v2‖², 0, 1) (docs/spec/identities.md#s18)."""
     rng = np.random.default_rng(0)
     for n in (1, 2, 3, 6):
         V = rng.standard_normal((400, n, 2)) * rng.uniform(0.1, 3.0, (400, 1, 2))
@@ -164,7 +164,7 @@ def test_near_active_set():
     np.testing.assert_array_equal(J, wl >= wl.max(-1, keepdims=True) - eps[:, None])
     assert np.all(J >= J0)
     assert np.all(near_active_set(l, lam, 10.0))
-    # F5 (THEOREMS.md §4 S21): J*_ε = {1,2} iff |w| ≤ ε_act
+    # F5 (docs/spec/identities.md#s21): J*_ε = {1,2} iff |w| ≤ ε_act
     for w in (0.05, -0.05, 0.2):
         mask = near_active_set(np.array([1 + w, 1 - w]), np.array([0.5, 0.5]), 0.1)
         assert mask.all() == (abs(w) <= 0.1)

@@ -1,4 +1,4 @@
-"""Tests of sim.problems: families F1–F6, sample-level F1/F2, F-OPT (THEOREMS.md §3.0)."""
+"""Tests of sim.problems: families F1–F6, sample-level F1/F2, F-OPT (docs/spec/problems.md#families)."""
 
 from __future__ import annotations
 
@@ -112,7 +112,7 @@ def test_f1_planted_structure(m, n_w, spread):
     np.testing.assert_allclose(preference_uniformity(l_star, P.prefs), 0.0, atol=1e-12)
     np.testing.assert_allclose(P.q_star, l_star, rtol=1e-13)
     np.testing.assert_allclose(P.prefs * l_star, P.psi_star[:, None] * np.ones(m), rtol=1e-13)
-    # stationarity of Σ u_j l_j at w* (THEOREMS.md §4 S26)
+    # stationarity of Σ u_j l_j at w* (docs/spec/identities.md#s26)
     np.testing.assert_allclose(np.einsum("inj,ij->in", P.grads(P.w_star), P.mixing), 0.0, atol=1e-12)
     check_preferences(P.prefs)
     # L0 and the quadratic-growth constant μ_i: ψ_i(w) - ψ_i* ≥ (μ_i/2)‖w - w_i*‖²
@@ -276,8 +276,8 @@ def test_f4_double_well_golden_values():
     assert mins.global_w == pytest.approx(-1.0299, abs=5e-5)
     assert mins.global_value == pytest.approx(1.246209, abs=1e-6)
     assert mins.w.size == 2 and not mins.on_boundary.any()
-    # spurious local minimum; THEOREMS.md §3.0 prints w ≈ 0.9676, but l'(0.9676) = 3.3e-3 ≠ 0: the root of
-    # l'(w) = 4w³ - 4w + 1/4 is w = 0.967149 (the printed value l ≈ 1.745964 is right).
+    # spurious local minimum; docs/spec/problems.md#families prints w ≈ 0.9676, but l'(0.9676) = 3.3e-3 ≠ 0:
+    # the root of l'(w) = 4w³ - 4w + 1/4 is w = 0.967149 (the printed value l ≈ 1.745964 is right).
     assert mins.w[1] == pytest.approx(0.967149, abs=1e-6)
     assert mins.values[1] == pytest.approx(1.745964, abs=1e-6)
     assert abs(DoubleWell().grads(np.array([mins.w[1]]))[0, 0]) <= 1e-6

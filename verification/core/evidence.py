@@ -4,7 +4,8 @@ The hypothesis monitor (:mod:`verification.core.hypotheses`), the tolerances and
 (:mod:`verification.core.tolerances`) and the JSON conversion (:mod:`verification.core.jsonable`) sit below this
 module; every name of them is importable from here too.
 
-Every statement check (DESIGN.md "Executable statements", THEOREMS.md §3.0) is an *implication test*:
+Every statement check (docs/write-your-own.md, docs/spec/tolerances.md#implication-test) is an *implication
+test*:
 
 1. a :class:`HypothesisMonitor` evaluates each checklist item at the points actually used and records, per
    instance, whether it held (with a margin where one exists);

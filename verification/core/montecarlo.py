@@ -1,4 +1,4 @@
-r"""Monte Carlo protocol for statements in expectation (THEOREMS.md §3.0, "Monte Carlo protocol").
+r"""Monte Carlo protocol for statements in expectation (docs/spec/tolerances.md#monte-carlo, "Monte Carlo protocol").
 
 Claim form: ``E[X] <= b`` with ``X >= 0`` (e.g. ``X = ψ_new(w_K) - ψ_new*``). From ``N`` independent runs,
 fix a cap ``M = κ_M·b`` in advance and set ``Y_r = min(X_r, M) ∈ [0, M]``. Since ``E Y <= E X``, a lower

@@ -47,7 +47,7 @@ __all__ = [
     "tight_point_seed",
 ]
 
-#: Seed used when none is given (THEOREMS.md §3.0: all seeds fixed).
+#: Seed used when none is given (docs/spec/tolerances.md#seeds: all seeds fixed).
 DEFAULT_SEED = 0
 #: Scales of a check: ``default`` (its Config's defaults, seconds) or ``paper`` (its ``Config.paper()`` preset).
 SCALES = ("default", "paper")

@@ -1,5 +1,5 @@
-r"""Tolerances of the checks (THEOREMS.md §3.0), the deterministic inequality every check uses, and the bound factor
-through which every numeric bound passes (power).
+r"""Tolerances of the checks (docs/spec/tolerances.md#tolerances), the deterministic inequality every check
+uses, and the bound factor through which every numeric bound passes (power).
 
 Deterministic inequalities use ``lhs ≤ rhs + ATOL + RTOL·|rhs|`` with ``ATOL = 1e-12`` and ``RTOL = 1e-9``.
 
@@ -72,7 +72,8 @@ def inequality_margin(lhs, rhs, atol: float = ATOL, rtol: float = RTOL) -> np.nd
 
 
 def is_strictly_positive(x, scale=1.0, rtol: float = POSITIVITY_RTOL) -> np.ndarray:
-    """Elementwise ``x > rtol·|scale|`` (strict positivity relative to a scale, THEOREMS.md §3.0)."""
+    """Elementwise ``x > rtol·|scale|`` (strict positivity relative to a scale,
+    docs/spec/tolerances.md#tolerances)."""
     x = np.asarray(x, dtype=np.float64)
     return np.asarray(x > rtol * np.abs(np.asarray(scale, dtype=np.float64)))
 

@@ -22,17 +22,17 @@ default scale a cell equals the row of ``run ID --seed SEED`` except for ``secon
 
 ``python -m verification report --sweep DIR`` adds the sweep to the dashboard (:func:`sweep_tables`).
 
-**Monte Carlo assertions.** A Monte Carlo assertion (THEOREMS.md §3.0) fails iff its lower confidence bound
-exceeds the bound; if the claim is true this happens with probability at most ``δ`` per assertion (``δ = 1e-4``)
-and at most ``1e-3`` over the whole default run (Bonferroni). Over ``n`` seeds the sweep counts the seeds at which
-an assertion failed, ``k``, and reports the one-sided Clopper–Pearson upper bound at level ``1 − α``
-(:data:`CP_ALPHA` = 0.05) of the per-seed failure probability ``p``: ``p_up = Beta⁻¹(1 − α; k + 1, n − k)``
-(``1`` when ``k = n``); with ``k = 0`` it is ``1 − α^{1/n}``. The status of the budget ``b``: ``exceeded`` when
-the lower bound ``Beta⁻¹(α; k, n − k + 1)`` is above ``b`` (the failures are too many for a true claim with the
-stated ``δ``), ``confirmed`` when ``p_up ≤ b``, and otherwise ``not resolved``, with the number of failure-free
-seeds that would confirm it, ``⌈ln α / ln(1 − b)⌉`` (about 30 000 for ``b = 1e-4``). A failure is a *false*
-failure only if the claim is true: the failing seeds are listed for study.
-:func:`monte_carlo_assertions` is the one place that finds a row's Monte Carlo assertions.
+**Monte Carlo assertions.** A Monte Carlo assertion (docs/spec/tolerances.md#monte-carlo) fails iff its lower
+confidence bound exceeds the bound; if the claim is true this happens with probability at most ``δ`` per
+assertion (``δ = 1e-4``) and at most ``1e-3`` over the whole default run (Bonferroni). Over ``n`` seeds the
+sweep counts the seeds at which an assertion failed, ``k``, and reports the one-sided Clopper–Pearson upper
+bound at level ``1 − α`` (:data:`CP_ALPHA` = 0.05) of the per-seed failure probability ``p``: ``p_up =
+Beta⁻¹(1 − α; k + 1, n − k)`` (``1`` when ``k = n``); with ``k = 0`` it is ``1 − α^{1/n}``. The status of the
+budget ``b``: ``exceeded`` when the lower bound ``Beta⁻¹(α; k, n − k + 1)`` is above ``b`` (the failures are
+too many for a true claim with the stated ``δ``), ``confirmed`` when ``p_up ≤ b``, and otherwise ``not
+resolved``, with the number of failure-free seeds that would confirm it, ``⌈ln α / ln(1 − b)⌉`` (about 30 000
+for ``b = 1e-4``). A failure is a *false* failure only if the claim is true: the failing seeds are listed for
+study. :func:`monte_carlo_assertions` is the one place that finds a row's Monte Carlo assertions.
 """
 
 from __future__ import annotations

@@ -22,12 +22,12 @@ column name or a summary field of the LLM run is in this module (:data:`LLM_PREF
 :func:`_llm_prefs`), so a renamed column is changed here once. Verification never imports ``llm_runs`` or torch:
 the run is only read.
 
-Iterate conventions (THEOREMS.md §1.10): training rows hold population diagnostics at the round's server model
-``w_r``; the row ``round = R`` of a phase holds the phase output (no step). Phase 2 starts at ``w_I``, so its
-``round = 0`` row is the same iterate as Phase 1's last row (``t = R``). :func:`training_iterates` returns every
-iterate of the concatenated trajectory once (Phase 1 rounds ``0..R``, Phase 2 rounds ``1..R'``);
-:func:`step_rows` the rows at which a training step is taken (``local_steps > 0``; Phase 2's ``round = 0`` row is
-its first step, with Phase 2's step size).
+Iterate conventions (docs/spec/algorithm.md#algorithm): training rows hold population diagnostics at the
+round's server model ``w_r``; the row ``round = R`` of a phase holds the phase output (no step). Phase 2
+starts at ``w_I``, so its ``round = 0`` row is the same iterate as Phase 1's last row (``t = R``).
+:func:`training_iterates` returns every iterate of the concatenated trajectory once (Phase 1 rounds ``0..R``,
+Phase 2 rounds ``1..R'``); :func:`step_rows` the rows at which a training step is taken (``local_steps > 0``;
+Phase 2's ``round = 0`` row is its first step, with Phase 2's step size).
 """
 
 from __future__ import annotations

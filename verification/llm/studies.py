@@ -8,7 +8,7 @@ re-computed from a model: every number is a function of the records, and where a
 recorded the study says so in its summary (``not_recorded``) instead of guessing it.
 
 ========================  ======================================================================================
-id                        content (THEOREMS.md)
+id                        content (docs/spec/statements.md#catalogue)
 ========================  ======================================================================================
 llm-eq71-trajectory       the trajectory hypothesis eq 71 (H.29/H.31/H.32): per client and round ``β_i^t ≤ β̄``
                           and ``Δ_i^t ≤ Δ̄_i`` with ``β̄``, ``Δ̄_i`` set on a calibration window and checked on

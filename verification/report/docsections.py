@@ -1,7 +1,7 @@
 """The sections of a statement module's docstring: the statement and its check, read side by side with the code.
 
-Every module of :mod:`verification.statements` states its statement in its docstring (DESIGN.md, "Executable
-statements"): a title line, then sections, each an unindented heading line followed by its indented text::
+Every module of :mod:`verification.statements` states its statement in its docstring (docs/write-your-own.md, "The
+contract"): a title line, then sections, each an unindented heading line followed by its indented text::
 
     H.9 — floor of the normalised weighted losses ...
 
@@ -11,7 +11,7 @@ statements"): a title line, then sections, each an unindented heading line follo
     Hypothesis (Assumption H.9)
         There is ``c ∈ (0, 1)`` ...
 
-    Reference: THEOREMS.md §2 H.9, O-4, §3.1 T-H9.
+    Reference: docs/spec/statements.md#t-h9, docs/spec/open-points.md#o-4.
 
 A heading may carry a qualifier in parentheses or after a word (``Guarantee (eq 53)``, ``How it is checked``),
 and ``Reference: ...`` may hold its text on the heading line. :func:`statement_sections` maps the headings onto the
@@ -39,7 +39,8 @@ SECTIONS: dict[str, tuple[str, ...]] = {
 
 #: The sections every statement module's docstring must have: the setting, what is claimed (its hypotheses or its
 #: guarantee: an assumption is all hypotheses, a theorem without premises all guarantee), what the code checks, the
-#: negative control that shows the check can fail, and the reference into THEOREMS.md.
+#: negative control that shows the check can fail, and the reference into the specification
+#: (docs/spec/index.md).
 REQUIRED = ("Setting", ("Hypotheses", "Guarantee"), "What is checked", "Negative control", "Reference")
 
 

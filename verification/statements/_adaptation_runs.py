@@ -259,9 +259,10 @@ class ClusterStarts:
 
 #: Why the adaptation boxes (H.39-41, H.43, H.44, H.45, Thm A) do not reach the search's stress corners
 #: (:data:`verification.core.search.REACH`): they vary the preconditioner spread, S and K on F3 instances whose shape
-#: is fixed by THEOREMS.md §3.0, so m, the conditioning, lambda_min and collinearity are not searched there.
+#: is fixed by docs/spec/tolerances.md#checks, so m, the conditioning, lambda_min and collinearity are not
+#: searched there.
 F3_FIXED = {
-    "m >= 10": "F3's new client has m = 3 objectives sharing one minimiser (THEOREMS.md §3.0); m is not searched in "
+    "m >= 10": "F3's new client has m = 3 objectives sharing one minimiser (docs/spec/problems.md#families); m is not searched in "
                "this box",
     "conditioning >= 1e6": "F3's Hessian spectrum is fixed ([0.5, 3], kappa_Q = 6, or Q = I for the tight instance); "
                            "the conditioning is not searched in this box",
@@ -294,8 +295,9 @@ def cluster_starts(prob: CommonMinimizer, rng, *, n_clients: int = 4, spread: fl
     H.32, O-27) on :func:`f3_cluster`; eq 92 quantities at ``w_ref``, ``w_I``, ``w_II``.
 
     H.19 constants ``(c_d, b_i)`` by :func:`sim.constants.descent_margin_constants` on the recorded trajectory
-    (margins ``m_i`` on ``J*_ε`` with the round's ``ε_act``; §1.11, O-8; for ``w_II`` with ``η = max(η_I, η_II)``,
-    O-23); ``B``: the largest gradient norm recorded (the gradient norm decreases along each segment of this
+    (margins ``m_i`` on ``J*_ε`` with the round's ``ε_act``; docs/spec/constants.md#constants,
+    docs/spec/open-points.md#o-8; for ``w_II`` with ``η = max(η_I, η_II)``, O-23); ``B``: the largest gradient
+    norm recorded (the gradient norm decreases along each segment of this
     quadratic gradient iteration, so it bounds the segments too); ``L₀ = ‖Q‖`` (exact)."""
     cl = f3_cluster(prob, rng, n_clients, spread)
     Qn = prob.objective_smoothness
@@ -339,7 +341,7 @@ def cluster_starts(prob: CommonMinimizer, rng, *, n_clients: int = 4, spread: fl
         "deviation_max": float(max(dev1.max(), dev2.max())), "lambda_clients": cl.prefs,
         "step_status_counts": {"phase1": r1.step_status_counts, "phase2": r2.step_status_counts},
         "method": ("c_d, b_i: sim.constants.descent_margin_constants on the recorded iterates (log grid in "
-                   "(0, 1/eta], THEOREMS §1.11); B: max recorded gradient norm; L0 = ||Q|| exact"),
+                   "(0, 1/eta], docs/spec/constants.md#constants); B: max recorded gradient norm; L0 = ||Q|| exact"),
     }
     return ClusterStarts(cluster=cl, starts=starts, delta0=d0, g_opt=go, linf=li, delta_lambda=dl, L_star=L_star,
                          eps0_bar={"w_I": k1.eps0_mean, "w_II": k2.eps0_mean},

@@ -1,14 +1,16 @@
-r"""The exact theory of the new-client adaptation statements H.39–H.45 and Thm-A (THEOREMS.md §1.9, §3.0 F3;
-private module: the leading underscore keeps it out of statement discovery).
-Everything here is built on :class:`sim.problems.CommonMinimizer` (family F3: ``ψ_new(w) = t + λ_{j*} q(w)``,
-``q(w) = ½‖w − c‖²_Q``, stochastic direction ``d̃ = λ_{j*}(Q(w − c) + ξ̄_S)``), whose constants are exact:
-``L₀ = λ_{j*}‖Q‖``, ``μ_PL = μ = λ_{j*}λ_min(Q)``, ``σ₀² = λ_{j*}² tr Σ_ξ``, ``ψ_new* = t``, ``w_new* = c``.
+r"""The exact theory of the new-client adaptation statements H.39–H.45 and Thm-A
+(docs/spec/iteration.md#new-client, docs/spec/problems.md#f3; private module: the leading underscore keeps it
+out of statement discovery). Everything here is built on :class:`sim.problems.CommonMinimizer` (family F3:
+``ψ_new(w) = t + λ_{j*} q(w)``, ``q(w) = ½‖w − c‖²_Q``, stochastic direction ``d̃ = λ_{j*}(Q(w − c) +
+ξ̄_S)``), whose constants are exact: ``L₀ = λ_{j*}‖Q‖``, ``μ_PL = μ = λ_{j*}λ_min(Q)``, ``σ₀² = λ_{j*}² tr
+Σ_ξ``, ``ψ_new* = t``, ``w_new* = c``.
 
 * the F3 instances (:func:`one_dim_instance`, :func:`isotropic`, spectral preconditioners);
 * eq 89–91 right-hand sides (:func:`rhs_91`, :func:`floor_term`), the step condition ``α ≤ p₋/(L₀p₊²)``;
 * exact moments for a deterministic ``P`` (the problem's :meth:`~sim.problems.CommonMinimizer.moment_recursion`)
   and Gaussian endpoint samples;
-* ``L_β`` (O-12, §1.11: :func:`beta_lipschitz`, :func:`beta_segment_constant`) and the quartic of the QG control.
+* ``L_β`` (O-12, docs/spec/constants.md#constants: :func:`beta_lipschitz`, :func:`beta_segment_constant`) and
+the quartic of the QG control.
 
 The runs are in :mod:`._adaptation_runs`, the rows, statistics and hypotheses in :mod:`._adaptation_evidence`.
 """
@@ -145,7 +147,8 @@ def gaussian_endpoint_samples(prob: CommonMinimizer, rng, alpha: float, S: int, 
 def beta_lipschitz(prob: CommonMinimizer, rng, points, radius: float, *, n_ball: int = 20000,
                    safety: float = 1.1, n_grid: int = 100_001) -> dict:
     """``L_β`` := ``safety ×`` the largest ``‖∇_w β_new(w)‖ = ‖G A_new/Z_new‖`` (identity I3) over ``points`` and
-    ``n_ball`` uniform points of the ball ``B(c, radius)`` (§1.11, T-H44: sampling with a ×1.1 safety factor).
+    ``n_ball`` uniform points of the ball ``B(c, radius)`` (docs/spec/constants.md#constants,
+    docs/spec/statements.md#t-h44: sampling with a ×1.1 safety factor).
 
     Also returns ``sup_1d``, an upper bound of ``‖∇β‖`` on the ball from F3's one-dimensional reduction:
     ``β`` depends on ``w`` only through ``q``, ``∇_wβ = β'(q) Q(w − c)`` and ``‖Q(w − c)‖ ≤ √(2‖Q‖q)``, so
@@ -168,7 +171,7 @@ def beta_lipschitz(prob: CommonMinimizer, rng, points, radius: float, *, n_ball:
     sup_1d = float(np.max(np.abs(dbeta) * np.sqrt(2.0 * Qn * q)))
     return {"L_beta": safety * sampled, "sampled_max": sampled, "safety": safety, "sup_1d": sup_1d,
             "radius": float(radius), "n_points": int(pts.shape[0]),
-            "method": "1.1 x max ||G A/Z|| over the iterates and uniform ball points (THEOREMS §1.11, T-H44)"}
+            "method": "1.1 x max ||G A/Z|| over the iterates and uniform ball points (docs/spec/constants.md#constants, docs/spec/statements.md#t-h44)"}
 
 
 def _beta_q_terms(prob: CommonMinimizer, s) -> tuple[np.ndarray, np.ndarray]:

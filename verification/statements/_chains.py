@@ -10,16 +10,17 @@ them.
 * :func:`lp_at_points` / :func:`margins_at_points` — every client's EPO LP direction ``d_i(w)``, the shared
   direction ``d̄ = Σρ_i d_i``, ``Δ_i = ‖d̄ − d_i‖``, ``ψ_i``, ``r_i = ψ_i − ψ_i*``, ``β_i`` and the H.19 margin
   ``m_i(w) = min_{j ∈ J*_{i,ε}} λ_ij d_iᵀg_ij`` with ``ε_act = 2ηλ_max,i B²`` (``η`` may vary per point).
-* :func:`f1_chain` — one T-H31 run (§3.1 "T-H28 / T-H29 / T-H31 / Cor-C"): F1 cluster, shared iteration, and the
+* :func:`f1_chain` — one T-H31 run (docs/spec/statements.md#t-h28, docs/spec/statements.md#t-h29, docs/spec/statements.md#t-h31, docs/spec/statements.md#t-cor-c): F1 cluster, shared iteration, and the
   H.19 constants ``(c_d, b_i)``, ``Δ̄_i``, ``β̄_i`` estimated on **held-out iterates** — the iterates ``t ≥ t_0`` of
   a companion run of the same problem and step size from another start — so that they are never fitted to the
   iterates they are checked on (the verdict's constants; H.19, ``β ≤ β̄``, ``Δ ≤ Δ̄`` are then *monitored* on the
-  checked run). Two held-out sets: the §1.11 choice on the grid ``[c_min, 1/η]`` (it often selects
-  ``c_d = 1/η``, where ``q = 0`` and eq 65 reduces to ``r ≤ ε_0``) and the same on ``[c_min, 1/(2η)]``
-  (``ηc_d ≤ ½``: a contraction with ``q ≥ ½``). The T-H31 design's in-sample constants (estimated on the checked
-  iterates themselves) and the region constants on an independent uniform sample of ``𝒩`` (O-8) are reported.
-  Runs are memoised on ``(rng state, parameters)`` and the generator is advanced exactly as a fresh computation
-  would advance it, so the four statements that share the design share the work without changing any number.
+  checked run). Two held-out sets: the docs/spec/constants.md#constants choice on the grid ``[c_min, 1/η]``
+  (it often selects ``c_d = 1/η``, where ``q = 0`` and eq 65 reduces to ``r ≤ ε_0``) and the same on ``[c_min,
+  1/(2η)]`` (``ηc_d ≤ ½``: a contraction with ``q ≥ ½``). The T-H31 design's in-sample constants (estimated on
+  the checked iterates themselves) and the region constants on an independent uniform sample of ``𝒩`` (O-8)
+  are reported. Runs are memoised on ``(rng state, parameters)`` and the generator is advanced exactly as a
+  fresh computation would advance it, so the four statements that share the design share the work without
+  changing any number.
 
 The one-dimensional controls are in :mod:`._one_dim_chains`, the evidence rows in :mod:`._trajectory_rows`.
 """
@@ -379,7 +380,8 @@ class ChainRun:
         return np.asarray(self.consts.eps0)
 
     def slack(self, cs: ConstantSet | None = None) -> np.ndarray:
-        """Per-step slack ``ε_{i,t} = η[λ_max,i(BΔ_i^t + L₀B²η/2) + b_i − c_d r_i^t]_+`` ``(T+1, N)`` (§1.8) for the
+        """Per-step slack ``ε_{i,t} = η[λ_max,i(BΔ_i^t + L₀B²η/2) + b_i − c_d r_i^t]_+`` ``(T+1, N)``
+        (docs/spec/iteration.md#iteration) for the
         constant set ``cs`` (default: the held-out run's)."""
         cs = self.constant_sets()[0] if cs is None else cs
         base = self.lam_max[None] * (cs.B * self.pl.deviation + 0.5 * self.L0 * cs.B**2 * self.eta)

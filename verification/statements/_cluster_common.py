@@ -6,7 +6,7 @@ Conventions used by the helpers:
 * Client LP directions ``d_i = G_i μ_i`` and balancing directions ``d_bal,i = G_i A_i`` are rows ``(N, n_w)``.
 * ``losses_fn(W)`` evaluates **every client at the same points** ``W (..., n_w)`` and returns ``(..., N, m)``;
   :func:`cluster_losses_fn` builds it for F1 (common objectives, H.5) and F2 (client centre shifts).
-* A step grid ``s ∈ {2^{-k}}`` is used for "β decreases along ``-d̄``" (THEOREMS.md §3.1 T-H13 (c)). A float64
+* A step grid ``s ∈ {2^{-k}}`` is used for "β decreases along ``-d̄``" (docs/spec/statements.md#t-h13). A float64
   evaluation of ``β`` carries an absolute rounding error of a few ``eps`` (``β ≤ log m`` is a sum of ``m`` terms
   of size ``≤ 1``), so a grid value whose predicted first-order change ``s·|dβ/ds|`` is below
   :data:`BETA_NOISE` cannot be resolved and is not used (and is counted).
@@ -35,7 +35,8 @@ def unit_vectors(rng: np.random.Generator, n: int, dim: int) -> np.ndarray:
 
 
 def draw_dims(rng: np.random.Generator, m_choices, n_w_max: int) -> tuple[int, int]:
-    """``m`` uniformly from ``m_choices`` and ``n_w`` uniformly from ``{m, …, n_w_max}`` (THEOREMS.md §3.0 F1)."""
+    """``m`` uniformly from ``m_choices`` and ``n_w`` uniformly from ``{m, …, n_w_max}``
+    (docs/spec/problems.md#f1)."""
     m = int(m_choices[int(rng.integers(0, len(m_choices)))])
     n_w = int(rng.integers(m, max(m, n_w_max) + 1))
     return m, n_w

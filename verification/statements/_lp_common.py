@@ -1,10 +1,10 @@
 r"""Shared helpers of the LP-level statements H.6, H.7 and H.11 (private: the registry skips ``_`` modules).
 
-One *cluster instance* (THEOREMS.md §3.1 T-H6/T-H7): an F1 cluster (common objectives, so H.5 holds) of ``N``
-planted clients with mixing spread ``s_u``, evaluated at ``w = w*(u_0) + r·ξ/‖ξ‖`` with ``r ~ Unif(r_lo, r_hi)``;
-every client solves the EPO LP (:func:`sim.direction.lp_direction`, ``eps_mode = 0``: the theory's "β > 0") at
-the common ``(l, C)``, and :func:`sim.constants.client_basis` classifies its optimal vertex in the LP matrix form of §1.5
-(:func:`sim.constants.lp_basis`).
+One *cluster instance* (docs/spec/statements.md#t-h6, docs/spec/statements.md#t-h7): an F1 cluster (common
+objectives, so H.5 holds) of ``N`` planted clients with mixing spread ``s_u``, evaluated at ``w = w*(u_0) +
+r·ξ/‖ξ‖`` with ``r ~ Unif(r_lo, r_hi)``; every client solves the EPO LP (:func:`sim.direction.lp_direction`, ``eps_mode = 0``: the theory's "β > 0") at
+the common ``(l, C)``, and :func:`sim.constants.client_basis` classifies its optimal vertex in the LP matrix
+form of docs/spec/lp.md#lp.
 
 Duals. :func:`sim.constants.client_basis` computes the duals of the vertex (unique at a basis) and decides
 strict complementarity; the dual feasibility doubles as an optimality certificate of the batched solver's

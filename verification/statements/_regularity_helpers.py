@@ -5,7 +5,7 @@ The registry skips modules whose name starts with ``_``. Nothing here computes a
 
 * :func:`ball_points`, :func:`shell_points`, :func:`gaussian_offsets` — i.i.d. samples of a region (uniform
   in a ball; radius uniform in a shell, which over-represents points near the centre; ``center + Unif(a,b)·ξ``
-  with ``ξ ~ N(0, I)``, the §3.1 T-H13/T-H22 sampling).
+  with ``ξ ~ N(0, I)``, the docs/spec/statements.md#t-h13, docs/spec/statements.md#t-h22 sampling).
 * :func:`cluster_quantities` — for an F1 cluster (H.5: common losses) at common points ``w`` (``(T, n_w)``):
   the EPO LP direction of every client (one batched :func:`sim.direction.lp_direction` call), the near-active
   set ``J*_ε`` (width ``ε_act = 2ηλ_max B²``), the H.19 margin ``m_i(w)``, the minimum-norm element ``d_M`` of
@@ -49,7 +49,7 @@ def shell_points(rng: np.random.Generator, center: np.ndarray, r_lo: float, r_hi
 
 
 def gaussian_offsets(rng: np.random.Generator, center: np.ndarray, r_lo: float, r_hi: float, n: int) -> np.ndarray:
-    """``n`` points ``center + s ξ`` with ``s ~ Unif(r_lo, r_hi)`` and ``ξ ~ N(0, I)`` (the §3.1 "Unif(a,b)ξ")."""
+    """``n`` points ``center + s ξ`` with ``s ~ Unif(r_lo, r_hi)`` and ``ξ ~ N(0, I)`` (the docs/spec/statements.md#catalogue "Unif(a,b)ξ")."""
     center = np.asarray(center, dtype=np.float64)
     s = rng.uniform(r_lo, r_hi, n)
     return center + s[:, None] * rng.standard_normal((n, center.size))

@@ -1,5 +1,7 @@
-r"""Cor-C — the main-text contraction corollary (THEOREMS.md §2 "Cor-C (seed l.7)": H.31 items 1–2 with a uniform
-band ``ε_0 = max_i ε_{0,i}``; design §3.1 "T-H28 / T-H29 / T-H31 / Cor-C").
+r"""Cor-C — the main-text contraction corollary (docs/spec/statements.md#t-cor-c,
+docs/spec/statements.md#t-h31 items 1–2 with a uniform band ``ε_0 = max_i ε_{0,i}``; design
+docs/spec/statements.md#t-h28, docs/spec/statements.md#t-h29, docs/spec/statements.md#t-h31,
+docs/spec/statements.md#t-cor-c).
 
 Setting
     The shared iteration eq 55 ``w^{t+1} = w^t − η d̄^t`` on a cluster ``C_n``; ``r_i^t = ψ_i(w^t) − ψ_i*``,
@@ -29,7 +31,8 @@ Negative control
     items 1–2 fail.
 
 Reference
-    THEOREMS.md §2 "Cor-C" and "H.31 Theorem", §0.1 (seed line 7), §3.1 T-H31, §5 O-8, O-26.
+    docs/spec/statements.md#t-cor-c, docs/spec/statements.md#t-h31, docs/spec/open-points.md#o-8,
+    docs/spec/open-points.md#o-26.
 """
 
 from __future__ import annotations

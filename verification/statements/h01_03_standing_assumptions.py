@@ -1,4 +1,5 @@
-r"""H.1–H.3 — standing assumptions (positivity, L₀-smoothness, bounded gradients); THEOREMS.md §2, §1.4, T-H1-3.
+r"""H.1–H.3 — standing assumptions (positivity, L₀-smoothness, bounded gradients);
+docs/spec/statements.md#catalogue, docs/spec/notation.md#standing, docs/spec/statements.md#t-h1-3.
 
 Setting
     Clients ``i`` of a cluster with losses ``l_i^{(j)}`` (``j ∈ [m]``) and preferences ``λ_i``, on a region ``Ω``
@@ -13,7 +14,7 @@ Hypotheses (the bundle H.1–H.3 as reconstructed, O-1; monitored at the points 
                   ``‖w − w̄‖ ≤ R`` (``w̄ = w^0``, ``R`` = the largest distance of a used point from ``w^0``;
                   :meth:`PlantedQuadraticCluster.gradient_bound`, an exact upper bound).
 
-Guarantee (the consequences §1.4 that every later statement uses)
+Guarantee (the consequences docs/spec/notation.md#standing that every later statement uses)
     The preference functions and the EPO LP are well defined at every used point (finite ``β``, ``A``, solved
     LP, finite weights); every LP direction is a convex combination of gradients, so ``‖d_i‖ ≤ B`` and
     ``‖d̄‖ ≤ B``; and ``‖d_bal,i‖ ≤ σ_max(G_i)‖A_i‖ ≤ √m B ‖A_i‖``.
@@ -33,7 +34,7 @@ Negative control (T-H1-3 (e))
     the kernels must raise a clear ``ValueError`` naming the entry — not return NaN. Detected iff positivity is
     flagged, every kernel raised a ``ValueError`` that names the zero entry, and none returned NaN silently.
 
-Reference: THEOREMS.md §2 "H.1–H.3", §1.4, O-1, §3.1 T-H1-3.
+Reference: docs/spec/statements.md#t-h1-3, docs/spec/notation.md#standing, docs/spec/open-points.md#o-1.
 """
 
 from __future__ import annotations

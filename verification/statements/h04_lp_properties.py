@@ -1,16 +1,17 @@
-r"""H.4 — properties of the EPO direction LP ("property (b)"); THEOREMS.md §2 H.4, §1.5, §3.1 T-H4.
+r"""H.4 — properties of the EPO direction LP ("property (b)"); docs/spec/statements.md#t-h4, docs/spec/lp.md#lp.
 
 Setting
     One client at one point ``w``: positive losses ``l`` (m), preference ``λ`` in the open simplex, gradients
-    ``G = [g_1 … g_m]`` (``n_w × m``), ``C = GᵀG``, adjustment ``A``, ``β`` (§1.2), index sets
-    ``J = {(CA)_j > 0}``, ``J̄ = [m]∖J``, ``J* = argmax_j λ_j l_j``. The EPO LP (§1.5) in balancing mode
-    (``β > 0``) and in uniform-descent mode (restricted ``prob_dom`` / relaxed ``prob_rel``) returns ``μ*``;
-    ``d = Gμ*``, ``γ* := dᵀd_bal = μ*ᵀCA`` (computed explicitly in both modes).
+    ``G = [g_1 … g_m]`` (``n_w × m``), ``C = GᵀG``, adjustment ``A``, ``β``
+    (docs/spec/notation.md#uniformity), index sets ``J = {(CA)_j > 0}``, ``J̄ = [m]∖J``, ``J* = argmax_j λ_j
+    l_j``. The EPO LP (docs/spec/lp.md#lp) in balancing mode (``β > 0``) and in uniform-descent mode
+    (restricted ``prob_dom`` / relaxed ``prob_rel``) returns ``μ*``; ``d = Gμ*``, ``γ* := dᵀd_bal = μ*ᵀCA``
+    (computed explicitly in both modes).
 
 Hypotheses
     ``l > 0``, ``λ`` in the open simplex, ``C`` symmetric PSD (the LP inputs are valid).
 
-Guarantee (derived from the LP, §1.5)
+Guarantee (derived from the LP, docs/spec/lp.md#lp)
     (P-a) balancing mode: ``dᵀg_j ≥ 0`` on ``J*`` (bottleneck non-increase to first order) and
           ``dᵀg_j ≥ d_balᵀg_j = (CA)_j`` on ``J̄∖J*``; nothing on ``J∖J*``.
     (P-b) descent mode: ``dᵀg_j ≥ 0`` for every ``j`` (restricted LP, relaxed on infeasibility, and relaxed LP).
@@ -23,17 +24,17 @@ Guarantee (derived from the LP, §1.5)
     NOT guaranteed (P-c, O-9): "``γ* > 0`` whenever ``β > 0``" — false (always when ``J = ∅``).
 
 Check
-    Family F6 (§3.0): random quadratics (the F1 objective generator: ``c_j ~ N(0, I)``, ``κ_Q = 3``,
-    ``b_j = 0.3 + U(0,1)``), ``m`` cycling over 2..6, ``n_w ~ U{1..6}``, ``λ = 0.95·Dirichlet(1) + 0.05/m``,
-    ``w ~ N(0, I)``; the loss functions are kept so that I4 is checked on the true ``β(l(w − s d))``. Every
-    instance is solved in balancing mode (``eps_mode = 0``) and in descent mode (``eps_mode = 10 > log m``) with
-    the restricted and with the relaxed LP. Tolerance of LP rows: ``LP_TOL·max(1, max_k |C_jk|, |rhs_j|)``.
-    The conclusion is ``lhs = max(‖d_bal-mode‖, ‖d_descent‖) ≤ rhs = max_j ‖g_j‖`` (P-d, tightness) and the
-    boolean of every other property. I4: on the grid ``s = 2^{-k}/‖d‖`` (k = 4..50) the decrease is required at
-    every step that is (i) resolvable (``s γ*/Z ≥ 1e-12``, above round-off of β), (ii) small (``s‖d‖ ≤ 1e-3``) and
-    (iii) first-order dominated (``s ≤ 0.1 (γ*/Z)/β''``, ``β''`` by second differences at step lengths 1e-3 and
-    1e-2), and the observed rate ``−Δβ/(s γ*/Z)`` must lie in [0.5, 1.5]; instances with no such step are
-    counted ("γ* below resolution"), not failed.
+    Family F6 (docs/spec/problems.md#families): random quadratics (the F1 objective generator: ``c_j ~ N(0,
+    I)``, ``κ_Q = 3``, ``b_j = 0.3 + U(0,1)``), ``m`` cycling over 2..6, ``n_w ~ U{1..6}``, ``λ =
+    0.95·Dirichlet(1) + 0.05/m``, ``w ~ N(0, I)``; the loss functions are kept so that I4 is checked on the
+    true ``β(l(w − s d))``. Every instance is solved in balancing mode (``eps_mode = 0``) and in descent mode
+    (``eps_mode = 10 > log m``) with the restricted and with the relaxed LP. Tolerance of LP rows:
+    ``LP_TOL·max(1, max_k |C_jk|, |rhs_j|)``. The conclusion is ``lhs = max(‖d_bal-mode‖, ‖d_descent‖) ≤ rhs =
+    max_j ‖g_j‖`` (P-d, tightness) and the boolean of every other property. I4: on the grid ``s = 2^{-k}/‖d‖``
+    (k = 4..50) the decrease is required at every step that is (i) resolvable (``s γ*/Z ≥ 1e-12``, above
+    round-off of β), (ii) small (``s‖d‖ ≤ 1e-3``) and (iii) first-order dominated (``s ≤ 0.1 (γ*/Z)/β''``,
+    ``β''`` by second differences at step lengths 1e-3 and 1e-2), and the observed rate ``−Δβ/(s γ*/Z)`` must
+    lie in [0.5, 1.5]; instances with no such step are counted ("γ* below resolution"), not failed.
 
 Negative control
     The balancing-mode instances with ``γ* ≤ 0`` (the same F6 generator, the first ``control_instances`` draws of
@@ -42,7 +43,9 @@ Negative control
     along ``−d``): the unproved claim "γ* > 0 whenever β > 0" is falsifiable and falsified on F6 with a fixed
     seed.
 
-Reference: THEOREMS.md §2 H.4 (and §1.5 (P-a)–(P-d), O-9, O-21), §3.1 T-H4, §6 chk2_lp / chk15_restricted.
+Reference: docs/spec/statements.md#t-h4, docs/spec/lp.md#lp, docs/spec/lp.md#guarantees,
+docs/spec/open-points.md#o-9, docs/spec/open-points.md#o-21, docs/spec/observations.md#obs-2,
+docs/spec/observations.md#obs-15.
 """
 
 from __future__ import annotations
@@ -143,7 +146,7 @@ def _row_tol(C, rhs):
 
 
 def _balancing_rows(C, A, J, Js):
-    """Rows ``(Cμ)_j ≥ rhs_j`` of the balancing LP: mask of constrained j and the rhs (§1.5)."""
+    """Rows ``(Cμ)_j ≥ rhs_j`` of the balancing LP: mask of constrained j and the rhs (docs/spec/lp.md#lp)."""
     CA = C @ A
     if J.any():
         con = Js | ~J

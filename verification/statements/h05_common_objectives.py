@@ -1,4 +1,4 @@
-r"""H.5 — common objective functions within a cluster; THEOREMS.md §2 H.5, §3.1 T-H5.
+r"""H.5 — common objective functions within a cluster; docs/spec/statements.md#t-h5.
 
 Setting
     A cluster ``C_n`` of ``N`` clients with losses ``l_i^{(j)}``, gradients ``G_i(w)``, ``C_i = G_iᵀG_i``,
@@ -25,7 +25,7 @@ Negative control (T-H5 (e))
     F2 with ``s_e > 0``: the monitor flags H.5 (``max ‖g_i − g_1‖ > 0``), and the eq-9 form with a common ``C``
     no longer equals ``H_{C_n}`` (the H.7 identity has no meaning without H.5).
 
-Reference: THEOREMS.md §2 H.5, §3.1 T-H5.
+Reference: docs/spec/statements.md#t-h5.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
-r"""H.6 — common non-degenerate optimal LP basis; eq 8 ``μ_i* = M_B⁻¹ b_B(A_i)``; THEOREMS.md §2 H.6, T-H6.
+r"""H.6 — common non-degenerate optimal LP basis; eq 8 ``μ_i* = M_B⁻¹ b_B(A_i)``;
+docs/spec/statements.md#t-h6.
 
 Setting
     Fix ``w``; assume H.5 (common ``l``, ``G``, ``C``). Each client ``i ∈ C_n`` solves the balancing EPO LP with
-    its adjustment ``A_i`` (§1.5). In matrix form (§1.5 "LP matrix form") the LP is ``max (CA)ᵀμ`` over
+    its adjustment ``A_i`` (docs/spec/lp.md#lp). In matrix form (docs/spec/lp.md#lp "LP matrix form") the LP is ``max (CA)ᵀμ`` over
     ``{μ : M μ ≥ b(A)}`` (the equality row ``1ᵀμ = 1`` included) with rows: the equality, the signs ``μ_j ≥ 0``
     and ``(Cμ)_j ≥ rhs_j`` for ``j ∈ R``; only the rows ``j ∈ J̄∖J*`` have an A-dependent rhs
     ``b(A) = b_const + S C A``.
@@ -31,7 +32,8 @@ Negative control (T-H6 (e))
     clusters where every client is at a non-degenerate vertex) and eq 8 with client 0's basis applied to another
     client's ``A_i`` misses ``μ_i*`` by ``≫ 1e-9``.
 
-Reference: THEOREMS.md §2 H.6 (eq 8, consequences (a), (b)), §1.5, O-20, O-24, §3.1 T-H6, §6 chk6_h7.
+Reference: docs/spec/statements.md#t-h6, docs/spec/lp.md#lp, docs/spec/open-points.md#o-20,
+docs/spec/open-points.md#o-24, docs/spec/observations.md#obs-6.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-r"""H.7 — direction dispersion (eq 9 identity, eq 10 bound); THEOREMS.md §2 H.7, §3.1 T-H7.
+r"""H.7 — direction dispersion (eq 9 identity, eq 10 bound); docs/spec/statements.md#t-h7.
 
 Setting
     Assume H.5 (common ``G``, ``C = GᵀG``). Weights ``ρ_i > 0``, ``Σρ_i = 1``; LP weights ``μ_i*`` of the clients,
@@ -27,7 +27,8 @@ Negative control (T-H7 (e))
     random clusters with larger spreads ``{0.05, 0.2, 0.5, 1}``, and pairs of clients straddling a basis switch
     (``δ_λ ≈ 1e-9`` but ``‖μ_1 − μ_2‖ = O(1)``, consequence (b) of H.6).
 
-Reference: THEOREMS.md §2 H.7, H.8, O-3, O-20, O-28, §3.1 T-H7, §6 chk6_h7.
+Reference: docs/spec/statements.md#t-h7, docs/spec/statements.md#t-h8, docs/spec/open-points.md#o-3,
+docs/spec/open-points.md#o-20, docs/spec/open-points.md#o-28, docs/spec/observations.md#obs-6.
 """
 
 from __future__ import annotations

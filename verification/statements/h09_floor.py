@@ -1,9 +1,10 @@
-r"""H.9 — floor of the normalised weighted losses, ``ĺ_i^{(j)} ≥ c/m``; THEOREMS.md §2 H.9, O-4, §3.1 T-H9.
+r"""H.9 — floor of the normalised weighted losses, ``ĺ_i^{(j)} ≥ c/m``; docs/spec/statements.md#t-h9,
+docs/spec/open-points.md#o-4.
 
 Setting
     Clients with preferences ``λ_i`` (open simplex) and positive losses ``l(w)`` on a training region;
     ``ĺ_i^{(j)} = λ_i^{(j)} l^{(j)}/Z_i``, ``β_i``, ``A_i`` with ``a_i^{(j)} = λ_i^{(j)} s_i^{(j)}``,
-    ``s_i^{(j)} := log(m ĺ_i^{(j)}) − β_i`` (§1.2).
+    ``s_i^{(j)} := log(m ĺ_i^{(j)}) − β_i`` (docs/spec/notation.md#uniformity).
 
 Hypothesis (Assumption H.9)
     There is ``c ∈ (0, 1)``, uniform over the clients and the region, with ``ĺ_i^{(j)}(w) ≥ c/m`` for all ``i, j``
@@ -28,7 +29,8 @@ Negative control (T-H9 (e))
     (``c_claim``): the monitor flags "``m·min ĺ ≥ c_claim``", the bound ``|s| ≤ log(m/c_claim)`` fails, and
     ``L_adj`` with the true floor (→ 0) blows up (reported).
 
-Reference: THEOREMS.md §2 H.9 (and H.10 proof), O-4, §1.11 ``c``, §3.1 T-H9.
+Reference: docs/spec/statements.md#t-h9, docs/spec/statements.md#t-h10, docs/spec/open-points.md#o-4,
+docs/spec/constants.md#constants.
 """
 
 from __future__ import annotations

@@ -1,16 +1,18 @@
-r"""H.10 — the map ``λ ↦ A`` is Lipschitz with ``L_adj`` (eq 14, eq 15); THEOREMS.md §2 H.10, O-5, §3.1 T-H10.
+r"""H.10 — the map ``λ ↦ A`` is Lipschitz with ``L_adj`` (eq 14, eq 15); docs/spec/statements.md#t-h10,
+docs/spec/open-points.md#o-5.
 
 Setting
     Fixed losses ``l(w)`` with ``l_j > 0``; two preferences ``λ, λ'`` in the open simplex; adjustments
-    ``A = A(l, λ)``, ``A' = A(l, λ')`` (§1.2); ``Z = Σ_j λ_j l_j``, ``Z_min = min(Z(λ), Z(λ'))``.
+    ``A = A(l, λ)``, ``A' = A(l, λ')`` (docs/spec/notation.md#uniformity); ``Z = Σ_j λ_j l_j``, ``Z_min =
+    min(Z(λ), Z(λ'))``.
 
 Hypotheses
     ``l > 0``; H.9 at both preferences with the floor ``c := m·min ĺ`` over both (``c ∈ (0, 1)``;
     :func:`sim.constants.floor_constant`).
 
 Guarantee
-    (eq 14) ``L_adj := (1 + log(m/c)) (1 + √m ‖l‖_∞ / Z_min)`` (the reconstructed constant, proved in §2 H.10;
-    :func:`sim.constants.adjustment_lipschitz`);
+    (eq 14) ``L_adj := (1 + log(m/c)) (1 + √m ‖l‖_∞ / Z_min)`` (the reconstructed constant, proved in
+    docs/spec/statements.md#t-h10; :func:`sim.constants.adjustment_lipschitz`);
     (eq 15) ``‖A − A'‖ ≤ L_adj ‖λ − λ'‖``.
     Conclusion evaluated: ``lhs = ‖A − A'‖ ≤ rhs = L_adj‖λ − λ'‖`` (tolerance ``1e-12 + 1e-9·rhs``);
     ``tightness = max ‖A − A'‖/(L_adj‖λ − λ'‖)``.
@@ -39,17 +41,18 @@ Check (T-H10)
 
 Negative controls (each must be detected)
     * T-H10 (e), a wrong floor: ``L_adj`` computed with the claimed ``c = 0.5`` while the true floor is ``≈ 2e-4``
-      (``m = 2``, ``l = (1, 1)``, ``λ = (1e-4, 1 − 1e-4)``, ``λ' = (2e-4, 1 − 2e-4)``, THEOREMS.md: ratio·L_adj = 7.82 >
-      L_adj(0.5) = 5.76), plus random pairs with one preference entry in ``[1e-5, 1e-3]``. The monitor flags
-      "``m·min ĺ ≥ c_claim``" and eq 15 fails.
+      (``m = 2``, ``l = (1, 1)``, ``λ = (1e-4, 1 − 1e-4)``, ``λ' = (2e-4, 1 − 2e-4)``, the specification
+      (docs/spec/index.md): ratio·L_adj = 7.82 > L_adj(0.5) = 5.76), plus random pairs with one preference
+      entry in ``[1e-5, 1e-3]``. The monitor flags "``m·min ĺ ≥ c_claim``" and eq 15 fails.
     * The mean-value link with its constant taken at the two endpoints only, ``max(‖J_A(λ)P‖, ‖J_A(λ')P‖)``,
       instead of the supremum over the segment: near-uniform losses with ``λ'`` the reversal of ``λ`` (the segment
       passes the uniform preference, where ``‖J_A P‖`` peaks), e.g. ``l = (1, 1)``, ``λ = (0.3, 0.7)``,
       ``λ' = (0.7, 0.3)``: ``‖A − A'‖/‖λ − λ'‖ = 0.89 > 0.66`` at the endpoints (``1`` at ``λ = (½, ½)``). The monitor
       flags "constant over the whole segment" and the link fails.
 
-Reference: THEOREMS.md §2 H.10 (eq 14, 15; proof via I6 and the mean-value theorem), O-4, O-5, §3.1 T-H10,
-§4 S6, §6 chk7_h10, chk17_negctl.
+Reference: docs/spec/statements.md#t-h10, docs/spec/notation.md#identities, docs/spec/open-points.md#o-4,
+docs/spec/open-points.md#o-5, docs/spec/identities.md#s6, docs/spec/observations.md#obs-7,
+docs/spec/observations.md#obs-17.
 """
 
 from __future__ import annotations
@@ -381,7 +384,7 @@ def _control_mean_value(cfg: Config, rng: np.random.Generator) -> Evidence:
 
 def _control_floor(cfg: Config, rng: np.random.Generator) -> Evidence:
     """T-H10 (e): ``L_adj`` with a claimed floor ``c = 0.5`` far above the true one."""
-    pairs = [(np.array([1.0, 1.0]), np.array([1e-4, 1 - 1e-4]), np.array([2e-4, 1 - 2e-4]), "THEOREMS.md T-H10(e)")]
+    pairs = [(np.array([1.0, 1.0]), np.array([1e-4, 1 - 1e-4]), np.array([2e-4, 1 - 2e-4]), "docs/spec/statements.md#t-h10")]
     for _ in range(cfg.control_pairs):
         m = int(rng.integers(2, 5))
         l = np.exp(rng.uniform(-1, 1, m))

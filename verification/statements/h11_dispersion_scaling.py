@@ -1,4 +1,4 @@
-r"""H.11 — ``H_{C_n} = O(δ_λ²)`` in the restricted case (H.5 + H.6 + H.10); THEOREMS.md §2 H.11, §3.1 T-H11.
+r"""H.11 — ``H_{C_n} = O(δ_λ²)`` in the restricted case (H.5 + H.6 + H.10); docs/spec/statements.md#t-h11.
 
 Setting
     A cluster under H.5 at a point ``w`` (common ``l``, ``C``), preferences ``λ_i`` with spread
@@ -31,7 +31,9 @@ Negative control (T-H11 (e))
     mixings; ``δ_λ ≈ 1e-9``): H.6 is flagged (different bases) and ``H = O(1)`` while ``C_1δ_λ² = O(1e-18)``
     with ``κ_LP`` the max over the clients' own bases — ``H`` jumps at a basis switch, the ``δ_λ²`` scaling breaks.
 
-Reference: THEOREMS.md §2 H.11 (and H.6, H.7, H.10), O-20, O-28, §3.1 T-H11, §6 chk6_h7.
+Reference: docs/spec/statements.md#t-h11, docs/spec/statements.md#t-h6, docs/spec/statements.md#t-h7,
+docs/spec/statements.md#t-h10, docs/spec/open-points.md#o-20, docs/spec/open-points.md#o-28,
+docs/spec/observations.md#obs-6.
 """
 
 from __future__ import annotations

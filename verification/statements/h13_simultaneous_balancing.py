@@ -1,11 +1,12 @@
-r"""Theorem H.13 — simultaneous balancing direction (THEOREMS.md §2 H.13, design §3.1 T-H13, O-6, O-9, O-29).
+r"""Theorem H.13 — simultaneous balancing direction (docs/spec/statements.md#t-h13,
+docs/spec/open-points.md#o-6, docs/spec/open-points.md#o-9, docs/spec/open-points.md#o-29).
 
 Setting
     A cluster ``C_n`` of ``N`` clients with aggregation weights ``ρ_i > 0``, ``Σρ_i = 1`` (Definition H.12). At a
-    point ``w_0`` each client solves the EPO LP (§1.5; mode by ``β_i > ε_mode``, the theory's ``ε_mode = 0``) and
-    gets ``d_i = G_i μ_i``; ``d_bal,i = G_i A_i``, ``γ_i* := d_iᵀd_bal,i = μ_iᵀC_iA_i`` (computed, never assumed
-    positive: O-9), ``d̄ := Σ_i ρ_i d_i`` and ``Δ_i := ‖d̄ − d_i‖``. Each client runs ``τ`` local steps of size
-    ``η`` before aggregation.
+    point ``w_0`` each client solves the EPO LP (docs/spec/lp.md#lp; mode by ``β_i > ε_mode``, the theory's
+    ``ε_mode = 0``) and gets ``d_i = G_i μ_i``; ``d_bal,i = G_i A_i``, ``γ_i* := d_iᵀd_bal,i = μ_iᵀC_iA_i``
+    (computed, never assumed positive: O-9), ``d̄ := Σ_i ρ_i d_i`` and ``Δ_i := ‖d̄ − d_i‖``. Each client runs
+    ``τ`` local steps of size ``η`` before aggregation.
 
 Hypotheses
     * H.1–H.3 on the points used (``w_0`` and the step grid ``w_0 − s d̄``): losses ``> 0``; ``L₀``-smooth; gradients
@@ -19,22 +20,22 @@ Guarantee
       of ``s ↦ β_i(w_0 − s d̄)`` at 0 is ``−d̄ᵀd_bal,i/Z_i``. (O-29: ``l_i`` is the client's own loss.)
 
 What is checked (the contract is ``τ = 1``, O-6)
-    Family F1 (planted quadratic cluster, §3.0) with ``N`` clients, spreads ``s_u`` cycling over ``Config.spreads``,
-    uniform ``ρ``, ``w_0 = w*(u_0) + r·ξ`` (``r ~ Unif(0.05, 1)``, ``ξ`` a uniform unit vector). Instances are
-    clients. Constants: ``L₀ = max_j ‖Q_j‖`` exact (:func:`sim.constants.smoothness_quadratic`); ``B`` = the
-    largest gradient norm over ``w_0`` and every step-grid point (:func:`sim.constants.gradient_bound`, exact on the
-    points used); ``τ = 1``, ``η = Config.eta_factor / L₀`` (eq 23 literally, with the drift term; the count with
-    ``η → 0`` is reported). On every client with eq 23 the conclusion is ``lhs ≤ rhs`` with
-    ``lhs = γ_i* − Δ_i‖d_bal,i‖``, ``rhs = d̄ᵀd_bal,i`` (tightness ``≤ 1``), **and** ``d̄ᵀd_bal,i > 0`` strictly,
-    **and** ``β_i`` decreases at the ``n_smallest`` smallest resolvable grid values ``s ∈ {2^{-k}: k = 8..29}``
-    (existence of ``η_0``; a grid value is resolvable when the predicted change exceeds float64 rounding, see
-    :mod:`._cluster_common`), **and** the finite-difference derivative matches ``−d̄ᵀd_bal,i/Z_i`` (I4).
-    Reported: ``ŝ_0`` (largest grid value below which β decreases everywhere) and whether β decreases on the
-    whole grid.
+    Family F1 (planted quadratic cluster, docs/spec/problems.md#families) with ``N`` clients, spreads ``s_u``
+    cycling over ``Config.spreads``, uniform ``ρ``, ``w_0 = w*(u_0) + r·ξ`` (``r ~ Unif(0.05, 1)``, ``ξ`` a
+    uniform unit vector). Instances are clients. Constants: ``L₀ = max_j ‖Q_j‖`` exact
+    (:func:`sim.constants.smoothness_quadratic`); ``B`` = the largest gradient norm over ``w_0`` and every
+    step-grid point (:func:`sim.constants.gradient_bound`, exact on the points used); ``τ = 1``, ``η =
+    Config.eta_factor / L₀`` (eq 23 literally, with the drift term; the count with ``η → 0`` is reported). On
+    every client with eq 23 the conclusion is ``lhs ≤ rhs`` with ``lhs = γ_i* − Δ_i‖d_bal,i‖``, ``rhs =
+    d̄ᵀd_bal,i`` (tightness ``≤ 1``), **and** ``d̄ᵀd_bal,i > 0`` strictly, **and** ``β_i`` decreases at the
+    ``n_smallest`` smallest resolvable grid values ``s ∈ {2^{-k}: k = 8..29}`` (existence of ``η_0``; a grid
+    value is resolvable when the predicted change exceeds float64 rounding, see :mod:`._cluster_common`),
+    **and** the finite-difference derivative matches ``−d̄ᵀd_bal,i/Z_i`` (I4). Reported: ``ŝ_0`` (largest grid
+    value below which β decreases everywhere) and whether β decreases on the whole grid.
 
     ``τ > 1``: ``τ ∈ {2,5,10}`` local LP steps of size ``η ∈ {0.01, 0.05, 0.2}/L₀``;
     ``d̄_τ := Σρ_i(w_0 − w_{i,τ})/(τη)``, ``Δ_i`` from the one-step aggregate at ``w_0``, ``B`` over ``w_0`` and all
-    local iterates. Three visible rows (:func:`_tau_evidence`): eq 46 with THEOREMS.md's reconstructed drift
+    local iterates. Three visible rows (:func:`_tau_evidence`): eq 46 with the specification's reconstructed drift
     allowance ``L₀B²τη`` (soft: a reading the theory does not prove, O-6; it is **not sufficient** — shown with
     its counterexamples), eq 46 with a repaired allowance proved without continuity of the LP direction (part of
     the verdict), and the ``τ > 1`` reading of the conclusion (soft). Counts in ``details["tau_gt_1"]``; the
@@ -45,7 +46,8 @@ Negative control
     and β increases at the smallest grid values (the conclusion fails).
 
 Reference
-    THEOREMS.md §2 "H.13 Theorem — simultaneous balancing direction", §3.1 T-H13, §5 O-6, O-9, O-29, §6 chk4/chk12.
+    docs/spec/statements.md#t-h13, docs/spec/open-points.md#o-6, docs/spec/open-points.md#o-9,
+    docs/spec/open-points.md#o-29, docs/spec/observations.md#obs-4, docs/spec/observations.md#obs-12.
 """
 
 from __future__ import annotations
@@ -185,9 +187,10 @@ def _instance_data(a, clusters, cfg: Config):
 
 
 def _tau_rows(cfg: Config, clusters) -> tuple[dict, dict]:
-    """``τ > 1`` rows (THEOREMS.md §2 H.13, O-6), per cluster, ``(τ, η)`` combination and balancing client at ``w_0``:
-    ``τ`` local LP steps of size ``η`` from ``w_0`` per client, ``d̄_τ := Σρ_i(w_0 − w_{i,τ})/(τη)``, ``Δ_i`` and
-    ``γ_i*`` from the one-step aggregate at ``w_0``, ``B`` over ``w_0`` and every local iterate. Returns the row
+    """``τ > 1`` rows (docs/spec/statements.md#t-h13, docs/spec/open-points.md#o-6), per cluster, ``(τ, η)``
+    combination and balancing client at ``w_0``: ``τ`` local LP steps of size ``η`` from ``w_0`` per client,
+    ``d̄_τ := Σρ_i(w_0 − w_{i,τ})/(τη)``, ``Δ_i`` and ``γ_i*`` from the one-step aggregate at ``w_0``, ``B``
+    over ``w_0`` and every local iterate. Returns the row
     arrays and a summary for ``details``."""
     N = cfg.n_clients
     rho = np.full(N, 1.0 / N)
@@ -248,7 +251,7 @@ def _tau_rows(cfg: Config, clusters) -> tuple[dict, dict]:
 def _tau_evidence(cfg: Config, clusters) -> Evidence:
     """The ``τ > 1`` conclusions as an Evidence (merged into the check's):
 
-    * ``C_TAU_LIT`` (soft): eq 46 with the reconstructed drift allowance ``L₀B²τη`` (THEOREMS.md's reading) —
+    * ``C_TAU_LIT`` (soft): eq 46 with the reconstructed drift allowance ``L₀B²τη`` (the specification's reading) —
       *not sufficient*: the LP direction is discontinuous in ``w`` (its basis switches along the local path), so
       ``d̄_τ`` can move by far more than the Lipschitz estimate ``L₀B(τ − 1)η`` allows;
     * ``C_TAU_REP``: eq 46 with the repaired allowance ``‖d_bal,i‖((τ − 1)/τ·D + L₀Bη(τ − 1)/2)``, ``D`` the
@@ -280,7 +283,7 @@ def _tau_evidence(cfg: Config, clusters) -> Evidence:
 
     lit_bad = (base - a["drift_lit"] > a["rhs"] + 1e-12 + 1e-9 * np.abs(a["rhs"])) & a["lp_ok"]
     details = {
-        "tau_gt_1": {**info, "status": "reconstructed drift allowance (THEOREMS.md eq 46); O-6: contract is tau = 1",
+        "tau_gt_1": {**info, "status": "reconstructed drift allowance (docs/spec/statements.md#t-h16); O-6: contract is tau = 1",
                      "eq46_reconstructed_checked": int(a["lp_ok"].sum()),
                      "eq46_reconstructed_violations": int(lit_bad.sum()),
                      "eq46_without_drift_violations": int(((base > a["rhs"] + 1e-12) & a["lp_ok"]).sum()),
@@ -356,7 +359,7 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     t = tau.details["tau_gt_1"]
     lit, rep = tau.conclusion(C_TAU_LIT), tau.conclusion(C_TAU_REP)
     finding = (
-        f"the [reconstructed] drift allowance L0 B^2 tau eta of eq 46 (THEOREMS.md) is not sufficient for tau > 1: "
+        f"the [reconstructed] drift allowance L0 B^2 tau eta of eq 46 (the specification (docs/spec/index.md)) is not sufficient for tau > 1: "
         f"on the default clusters {lit.counterexamples} of {lit.instances - lit.excluded} instances violate it (up to "
         f"{t['max_fraction_of_drift_allowance_used']:.3f} x the allowance); there the average local LP direction "
         f"moves {min(t['violations_dbar_change_over_lipschitz_step'], default=float('nan')):.3g}x farther than the "

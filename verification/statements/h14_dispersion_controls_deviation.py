@@ -1,4 +1,5 @@
-r"""Corollary H.14 — dispersion controls deviation (THEOREMS.md §2 H.14, design §3.1 T-H14, O-3).
+r"""Corollary H.14 — dispersion controls deviation (docs/spec/statements.md#t-h14,
+docs/spec/open-points.md#o-3).
 
 Setting
     A cluster of ``N`` clients with directions ``d_i`` (any vectors; in the theory the LP directions) and
@@ -14,11 +15,11 @@ Guarantee
 
 What is checked
     Instances are clients of two sets: (a) ``Config.n_random`` random clusters of ``N = 5`` Gaussian directions in
-    ``R^3`` with ``ρ ~ Dirichlet(0.5·1)`` (small weights occur); (b) ``Config.n_lp_clusters`` F1 clusters (§3.0) with
-    the EPO LP directions at ``w_0 = w*(u_0) + r ξ`` (as in T-H13), ``ρ ~ Dirichlet(0.5·1)``. Conclusion:
-    ``lhs = Δ_i ≤ rhs = √(H/ρ_i)`` and, a numeric conclusion of its own, ``Δ_i ≤ √(H/ρ_min)`` (the same clients
-    again, with their tightness and power); on set (b) also the (boolean) implication
-    "``γ_i* > √(H/ρ_min)‖d_bal,i‖ + L₀B²τη`` ⇒ eq 23" with ``L₀ = max_j‖Q_j‖`` (exact), ``B`` the largest gradient
+    ``R^3`` with ``ρ ~ Dirichlet(0.5·1)`` (small weights occur); (b) ``Config.n_lp_clusters`` F1 clusters
+    (docs/spec/problems.md#families) with the EPO LP directions at ``w_0 = w*(u_0) + r ξ`` (as in T-H13), ``ρ
+    ~ Dirichlet(0.5·1)``. Conclusion: ``lhs = Δ_i ≤ rhs = √(H/ρ_i)`` and, a numeric conclusion of its own,
+    ``Δ_i ≤ √(H/ρ_min)`` (the same clients again, with their tightness and power); on set (b) also the
+    (boolean) implication "``γ_i* > √(H/ρ_min)‖d_bal,i‖ + L₀B²τη`` ⇒ eq 23" with ``L₀ = max_j‖Q_j‖`` (exact), ``B`` the largest gradient
     norm at ``w_0``, ``τ = 1``, ``η = Config.eta_factor/L₀``. ``H`` and ``Δ_i`` come from :mod:`sim.cluster`.
 
 Negative control
@@ -27,7 +28,8 @@ Negative control
     max_kΔ_k²`` with equality only if all deviations are equal.
 
 Reference
-    THEOREMS.md §2 "H.14 Corollary — dispersion controls deviation", §1.7, §3.1 T-H14, §5 O-3, §6 chk17.
+    docs/spec/statements.md#t-h14, docs/spec/aggregation.md#aggregation, docs/spec/open-points.md#o-3,
+    docs/spec/observations.md#obs-17.
 """
 
 from __future__ import annotations

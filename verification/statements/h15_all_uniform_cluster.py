@@ -1,9 +1,10 @@
-r"""Lemma H.15 — all-uniform cluster (THEOREMS.md §2 H.15, design §3.1 T-H15, O-11, O-19, O-21).
+r"""Lemma H.15 — all-uniform cluster (docs/spec/statements.md#t-h15, docs/spec/open-points.md#o-11,
+docs/spec/open-points.md#o-19, docs/spec/open-points.md#o-21).
 
 Setting
     A cluster ``C_n`` of ``N`` clients, client ``i`` with its own objectives ``l_i^{(j)}`` (H.5 not assumed), weights
     ``ρ`` (Definition H.12), at a point ``w_0``. Every client is *uniform*: ``β_i(l_i(w_0)) = 0``, so its EPO LP is in
-    uniform-descent ("dom") mode (§1.5: ``max 1ᵀCμ`` s.t. ``Cμ ≥ 0``, restricted first, relaxed on infeasibility,
+    uniform-descent ("dom") mode (docs/spec/lp.md#lp s.t. ``Cμ ≥ 0``, restricted first, relaxed on infeasibility,
     O-21). ``d̄ := Σρ_i d_i``; the gradient dissimilarity (eq 40, O-11)
     ``δ_g := max_i max_j Σ_{i'} ρ_{i'}‖g_i^{(j)} − g_{i'}^{(j)}‖``.
 
@@ -18,20 +19,23 @@ Guarantee
       ``δ_g = 0``, e.g. under H.5.
 
 What is checked
-    Family F2 (§3.0) with ``N = 4`` clients, shifts ``s_e`` cycling over ``Config.shifts`` (0 gives H.5), every client
-    made uniform at ``w_0 = w*(u_0) + r ξ`` (``λ_i := normalize(1/l_i(w_0))``, ``r ~ Unif(0.05, 1)``),
-    ``ρ ~ Dirichlet(5·1)``. Instances are clusters. Constants: ``B`` = the largest gradient norm at ``w_0`` over all
-    clients and objectives (exact on the point used); ``δ_g`` exact for F2 (``PerturbedClients.delta_g``, constant
-    in ``w``), cross-checked against :func:`sim.cluster.gradient_dissimilarity`; ``δ_g^max`` reported.
-    Conclusion per cluster: ``lhs = max_{i,j}(−d̄ᵀg_i^{(j)}) ≤ rhs = Bδ_g`` (eq 42; tightness reported where
-    ``δ_g > 0``), and (boolean) ``min_{i,j} d_iᵀg_i^{(j)} ≥ −LP_TOL·max(1, max_i‖C_i‖)`` (eq 41).
+    Family F2 (docs/spec/problems.md#families) with ``N = 4`` clients, shifts ``s_e`` cycling over
+    ``Config.shifts`` (0 gives H.5), every client made uniform at ``w_0 = w*(u_0) + r ξ`` (``λ_i :=
+    normalize(1/l_i(w_0))``, ``r ~ Unif(0.05, 1)``), ``ρ ~ Dirichlet(5·1)``. Instances are clusters.
+    Constants: ``B`` = the largest gradient norm at ``w_0`` over all clients and objectives (exact on the
+    point used); ``δ_g`` exact for F2 (``PerturbedClients.delta_g``, constant in ``w``), cross-checked against
+    :func:`sim.cluster.gradient_dissimilarity`; ``δ_g^max`` reported. Conclusion per cluster: ``lhs =
+    max_{i,j}(−d̄ᵀg_i^{(j)}) ≤ rhs = Bδ_g`` (eq 42; tightness reported where ``δ_g > 0``), and (boolean)
+    ``min_{i,j} d_iᵀg_i^{(j)} ≥ −LP_TOL·max(1, max_i‖C_i‖)`` (eq 41).
 
 Negative control
     Shift ``s_e = 0.3`` with ``δ_g`` declared 0 (H.5 wrongly assumed): the monitor flags "H.5 / δ_g as declared"
     and eq 42 without the ``δ_g`` term fails on some clusters.
 
 Reference
-    THEOREMS.md §2 "H.15 Lemma — all-uniform cluster", §1.7 (δ_g), §3.1 T-H15, §5 O-11, O-19, O-21, §6 chk5, chk17.
+    docs/spec/statements.md#t-h15, docs/spec/aggregation.md#aggregation, docs/spec/open-points.md#o-11,
+    docs/spec/open-points.md#o-19, docs/spec/open-points.md#o-21, docs/spec/observations.md#obs-5,
+    docs/spec/observations.md#obs-17.
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
-r"""Lemma H.16 — mixed cluster; part (b), eq 48, is a FINDING (THEOREMS.md §2 H.16, §3.1 T-H16, O-7, O-21).
+r"""Lemma H.16 — mixed cluster; part (b), eq 48, is a FINDING (docs/spec/statements.md#t-h16,
+docs/spec/open-points.md#o-7, docs/spec/open-points.md#o-21).
 
 Setting
     A cluster ``C_n`` of ``N`` clients at a point ``w_0`` with weights ``ρ`` (Definition H.12), split by eq 39 (in code:
     the LP mode, ``β_i > ε_mode``) into balancing clients ``C^+`` and uniform clients ``C^0`` (dom mode). Block masses
     ``ρ^± `` and block means ``d̄^±`` (eq 43), so ``d̄ = ρ^+d̄^+ + ρ^0d̄^0``; ``D̄_bal^+ := Σ_{C^+}(ρ_i/ρ^+)‖d_bal,i‖``;
-    ``δ_g`` the gradient dissimilarity (eq 40); ``J_i, J_i^*`` the LP index sets (§1.5).
+    ``δ_g`` the gradient dissimilarity (eq 40); ``J_i, J_i^*`` the LP index sets (docs/spec/lp.md#lp).
 
 Hypotheses
     H.1–H.3 at the points used (losses ``> 0``; ``‖g_i^{(j)}‖ ≤ B`` so ``‖d_i‖ ≤ B``); every LP solved (balancing LP;
@@ -30,15 +31,17 @@ Guarantee (as printed / reconstructed)
       ``J_{i'}∖J^*_{i'} = ∅``.
 
 What is checked
-    Three instance sets: (A) F2 mixtures (§3.0), ``N = 5``, ``n_+ ~ Unif{0..5}`` balancing clients with random
-    interior ``λ``, the rest uniform at ``w_0`` (``λ_i := normalize(1/l_i(w_0))``), ``ρ ~ Dirichlet(5·1)``, shifts
-    cycling over ``Config.shifts``; (B) F1 near a planted point (``w_0 = w*(u_0) + rξ``, ``r ~ Unif(0.005, 0.3)``),
-    same split; (C) the targeted construction of §6 chk5b: common objectives (F1, ``δ_g = 0``), one balancing
-    client (planted ``λ``, ``w_0`` near its optimum, ``r ~ Unif(0.001, 0.3)``) and one uniform client,
-    ``ρ = (½, ½)``. ``ε_mode = 1e-12`` (O-19). Constants: ``B`` in eq 48/48′ is the largest gradient norm at ``w_0``
-    (the only point they use; the tightest valid value); in eq 46/47 ``B`` is the largest gradient norm over ``w_0``
-    and the step grid (as in H.13), ``L₀ = max_j‖Q_j‖`` exact, ``τ = 1``, ``η = Config.eta_factor/L₀``; ``δ_g`` by
-    :func:`sim.cluster.gradient_dissimilarity` (exact, it is evaluated at ``w_0``).
+    Three instance sets: (A) F2 mixtures (docs/spec/problems.md#families), ``N = 5``, ``n_+ ~ Unif{0..5}``
+    balancing clients with random interior ``λ``, the rest uniform at ``w_0`` (``λ_i :=
+    normalize(1/l_i(w_0))``), ``ρ ~ Dirichlet(5·1)``, shifts cycling over ``Config.shifts``; (B) F1 near a
+    planted point (``w_0 = w*(u_0) + rξ``, ``r ~ Unif(0.005, 0.3)``), same split; (C) the targeted
+    construction of docs/spec/observations.md#obs-5b: common objectives (F1, ``δ_g = 0``), one balancing
+    client (planted ``λ``, ``w_0`` near its optimum, ``r ~ Unif(0.001, 0.3)``) and one uniform client, ``ρ =
+    (½, ½)``. ``ε_mode = 1e-12`` (O-19). Constants: ``B`` in eq 48/48′ is the largest gradient norm at ``w_0``
+    (the only point they use; the tightest valid value); in eq 46/47 ``B`` is the largest gradient norm over
+    ``w_0`` and the step grid (as in H.13), ``L₀ = max_j‖Q_j‖`` exact, ``τ = 1``, ``η =
+    Config.eta_factor/L₀``; ``δ_g`` by :func:`sim.cluster.gradient_dissimilarity` (exact, it is evaluated at
+    ``w_0``).
 
     The verdict is built with :meth:`Evidence.finding`: the **literal** check is eq 48 on every ``(i ∈ C^0, j)``
     (expected violated: the counterexample is printed in ``details["eq48_counterexample"]``); the **repaired**
@@ -52,7 +55,8 @@ Negative control (decided: the literal eq 48 counterexample itself, plus the eq 
     eq 47 is flagged and ``d̄ᵀd_bal,i < 0`` with β increasing. Detected iff both are detected.
 
 Reference
-    THEOREMS.md §2 "H.16 Lemma — mixed cluster" (incl. FINDING and eq 48′), §3.1 T-H16, §5 O-7, O-21, §6 chk5b.
+    docs/spec/statements.md#t-h16, docs/spec/open-points.md#o-7, docs/spec/open-points.md#o-21,
+    docs/spec/observations.md#obs-5b.
 """
 
 from __future__ import annotations

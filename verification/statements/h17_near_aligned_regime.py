@@ -1,4 +1,5 @@
-r"""Assumption H.17 — near-aligned regime (THEOREMS.md §2 H.17, design §3.1 T-H17, O-9, §1.11, (I5)).
+r"""Assumption H.17 — near-aligned regime (docs/spec/statements.md#t-h17, docs/spec/open-points.md#o-9,
+docs/spec/constants.md#constants, docs/spec/notation.md#identities).
 
 Setting
     One client with preference ``λ`` and objectives ``l_j`` near the aligned set (small ``β``), in balancing mode
@@ -14,9 +15,10 @@ Hypotheses of the check
     sample: ``κ̂_β > 0``.
 
 What is checked (constants estimated on one sample, CHECKED on an independent fresh sample)
-    Family F1 (§3.0), ``Config.n_problems`` single planted clients (``m`` cycling over ``Config.m_choices``), points
-    ``w = w* + r ξ`` with ``r`` drawn uniformly from ``{0.1, 0.03, 0.01, 0.003, 0.001}`` and ``ξ`` a uniform unit
-    vector, independently for every point; points with ``β ≤ 1e-14`` are excluded (counted).
+    Family F1 (docs/spec/problems.md#families), ``Config.n_problems`` single planted clients (``m`` cycling
+    over ``Config.m_choices``), points ``w = w* + r ξ`` with ``r`` drawn uniformly from ``{0.1, 0.03, 0.01,
+    0.003, 0.001}`` and ``ξ`` a uniform unit vector, independently for every point; points with ``β ≤ 1e-14``
+    are excluded (counted).
 
     1. **Estimate** ``κ̂_β := min γ*/β`` and ``L̂_A := max ‖d_bal‖/√β`` on an estimation sample of ``n_est`` points
        (:func:`sim.constants.regularity_constants`; no safety factor, nothing tuned).
@@ -42,8 +44,8 @@ Negative control
     fresh sample has far more than ``k_crit`` points violating eq 49 for every ``κ_β > 0``.
 
 Reference
-    THEOREMS.md §2 "H.17 Assumption — near-aligned regime", §1.11 (κ_β, L_A), §1.2 (I5), §3.1 T-H17, §5 O-9,
-    §6 chk3/chk3b.
+    docs/spec/statements.md#t-h17, docs/spec/constants.md#constants, docs/spec/notation.md#uniformity,
+    docs/spec/notation.md#identities, docs/spec/open-points.md#o-9, docs/spec/observations.md#obs-3.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ Setting
     A cluster ``C_n`` of clients with objectives ``l_i^{(j)}`` (H.1–H.3 on a region ``Ω``: positive losses,
     ``L₀``-smooth, ``‖g_i^{(j)}‖ ≤ B``), preferences ``λ_i`` in the open simplex, the EPO LP direction
     ``d_i(w) = G_i μ_i*`` of eq 4 (mode by ``β_i``), a step size ``η`` and the near-active set
-    ``J*_{i,ε}(w) = {j : λ_i^{(j)} l_i^{(j)}(w) ≥ ψ_i(w) − ε_act}`` of width ``ε_act = 2ηλ_{max,i}B²`` (§1.6).
+    ``J*_{i,ε}(w) = {j : λ_i^{(j)} l_i^{(j)}(w) ≥ ψ_i(w) − ε_act}`` of width ``ε_act = 2ηλ_{max,i}B²``
+    (docs/spec/near-active.md#near-active).
 
 Assumption (eq 51)
     There are a region ``𝒩 ⊆ Ω``, ``c_d > 0`` and ``b_i ≥ 0`` such that for every ``i ∈ C_n`` and every
@@ -14,20 +15,20 @@ Assumption (eq 51)
 
     ``b_i = 0`` is the strict form. ``c_d``, ``b_i`` and ``𝒩`` may depend on ``η`` (through ``ε_act``).
 
-What is checked (THEOREMS.md §1.11, §3.1 T-H19, O-8)
+What is checked (docs/spec/constants.md#constants, docs/spec/statements.md#t-h19, docs/spec/open-points.md#o-8)
     An assumption has no proof to test; its checkable content is the *monitor*: the residual
     ``c_d r_i(w) − b_i − m_i(w) ≤ 0`` at the points where the theory uses H.19, namely the iterates of the shared
     iteration eq 55 (Lemma H.25 → Theorem H.28 use eq 51 at ``w^t``), with constants that were **not** estimated
     on those iterates (O-8: "report the region-sampled constants, and flag any iterate where the region
     constants are violated"). Per run:
 
-    1. F1 cluster (§3.0; ``N = 3``, ``s_u`` cycling over ``spreads``), ``η = factor/L₀``, shared iteration
+    1. F1 cluster (docs/spec/problems.md#families cycling over ``spreads``), ``η = factor/L₀``, shared iteration
        ``w^{t+1} = w^t − η d̄^t`` from ``w^0 = u_0ᵀ[c_j] + 0.5ξ`` for ``rounds`` rounds (:func:`sim.algorithm.
        shared_iteration`).
     2. Region ``𝒩 := B(w̄*, R)`` with ``w̄* = mean_i w_i*`` and ``R = max(R_min, 1.1·max_{t≥t_0}‖w^t − w̄*‖)``
        (the region must contain the iterates on which H.31 applies it); ``B`` is the exact gradient bound of F1
        on this ball and ``L₀ = max_j ‖Q_j‖`` (both exact), so ``ε_act`` is exact.
-    3. Constants from an **independent** uniform sample of ``𝒩`` (``n_region`` points), by the §1.11 procedure
+    3. Constants from an **independent** uniform sample of ``𝒩`` (``n_region`` points), by the docs/spec/constants.md#constants procedure
        (:func:`sim.constants.descent_margin_constants`): for ``c_d`` on a log grid of ``(0, 1/η]``,
        ``b_i(c_d) = max(0, max_w [c_d r_i(w) − m_i(w)])``, and the ``c_d`` minimising ``max_i ε_{0,i}`` (eq 64,
        with ``Δ̄_i`` the largest deviation on the sample). ``β̄_i`` = largest ``β_i`` on the sample.
@@ -52,7 +53,9 @@ Negative control (H.18 examples; T-H31(e))
       from ``w^0 = 0.5`` enter the band ``0 < w < ε_act`` where ``J*_ε = {1,2}`` and the margin is ``−d/2 < 0``:
       flagged (``w ∉ 𝒩``) and eq 51 fails.
 
-Reference: THEOREMS.md §2 H.19 (eq 51), §1.6, §1.11 (``c_d``, ``b_i``), §3.1 T-H19/T-H20 and T-H31(e), §5 O-8.
+Reference: docs/spec/statements.md#t-h19, docs/spec/near-active.md#near-active,
+docs/spec/constants.md#constants, docs/spec/statements.md#t-h20, docs/spec/statements.md#t-h31,
+docs/spec/open-points.md#o-8.
 """
 
 from __future__ import annotations
@@ -226,7 +229,7 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     ]
     ratio = [float(np.max(r["eps0_region"]) / np.max(r["eps0_traj"])) for r in runs]
     details = {
-        "method": ("constants (c_d, b_i) by the §1.11 log-grid procedure on an independent uniform sample of the "
+        "method": ("constants (c_d, b_i) by the docs/spec/constants.md#constants log-grid procedure on an independent uniform sample of the "
                    "region N = B(mean w_i*, R); eq 51 residual monitored on the shared-iteration iterates t >= t0 "
                    "(O-8). B, L0 exact for F1 on the ball."),
         "per_run": per_run,

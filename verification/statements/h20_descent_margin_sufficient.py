@@ -3,8 +3,8 @@ r"""H.20 — Lemma: a sufficient condition for the strict descent margin (H.19 w
 Setting
     Client ``i`` at a point ``w``; near-active set ``J*_{i,ε}(w)`` of width ``ε_act = 2ηλ_{max,i}B²``; gradient
     hull ``𝒢_{i,ε}(w) = conv{λ_i^{(j)} g_i^{(j)}(w) : j ∈ J*_{i,ε}(w)}`` with minimum-norm element ``d_{M,i}(w)``
-    (§1.6); the H.19 margin ``m_i(w) = min_{j ∈ J*_{i,ε}} λ_i^{(j)} d_i(w)ᵀ g_i^{(j)}(w)`` of a direction ``d_i``
-    (the EPO LP direction in the lemma); ``r_i(w) = ψ_i(w) − ψ_i*``.
+    (docs/spec/near-active.md#near-active); the H.19 margin ``m_i(w) = min_{j ∈ J*_{i,ε}} λ_i^{(j)} d_i(w)ᵀ
+    g_i^{(j)}(w)`` of a direction ``d_i`` (the EPO LP direction in the lemma); ``r_i(w) = ψ_i(w) − ψ_i*``.
 
 Hypotheses (for all ``w ∈ 𝒩`` with ``β_i ≤ β̄``)
     (i)  near-active PL:      ``‖d_{M,i}(w)‖² ≥ 2 μ_ψ r_i(w)``, ``μ_ψ > 0``;
@@ -18,20 +18,21 @@ Guarantee
     (c) when ``J*_{i,ε} = J*_i`` the hull is the Clarke subdifferential ``∂ψ_i(w)``, so ``−d_M`` is a descent
         direction with ``ψ_i'(w; −d_M) = −‖d_M‖²`` (checked by central finite differences).
 
-How it is checked (THEOREMS.md §3.1 T-H19/T-H20)
-    F1 clusters (§3.0), every client, regions ``𝒩 = B(w_i*, r_𝒩)`` with ``r_𝒩 ∈ radii`` and ``η = factor/L₀`` for
-    ``factor ∈ eta_factors`` (``0.05`` is the design value; ``0.0005`` gives points with ``J*_ε = J*``), in three
-    families: F1 proper (``s_c = 1``, ``κ_Q = 3``), F1 with close centres (``s_c = 0.1``) and F1 with a common
-    minimiser and equal Hessians (``s_c = 0``, ``κ_Q = 1``). Hypothesis (ii) for the EPO LP direction is reported per
-    setting (a soft row: the lemma does not claim it): it fails on F1 proper in every setting, holds on the close-
-    centre family at the small ``η`` and on the common-minimiser family; the falsification search maps where.
-    ``B`` is the exact F1 gradient bound on the ball, so ``ε_act`` is exact. ``μ_ψ`` and ``σ`` are
-    estimated by :func:`sim.constants.h20_constants` (``μ_ψ = min ‖d_M‖²/(2r)``, ``σ = min m/‖d_M‖²``, §1.11) on an
-    **estimation** sample of ``𝒩``; the implication is checked on an **independent check** sample, where (i)
-    and (ii) are *monitored* point by point with those constants (points where they fail are excluded and
-    counted). The guarantee (a) is an implication *at each point*: given (i) and (ii) at ``w`` with ``σ > 0``,
-    ``m ≥ σ‖d_M‖² ≥ 2σμ_ψ r`` — so the check tests that ``m_i``, ``d_M`` and ``r_i`` are computed consistently;
-    (b) and (c) are genuine properties of the minimum-norm computation and of ``ψ`` that can fail.
+How it is checked (docs/spec/statements.md#t-h19, docs/spec/statements.md#t-h20)
+    F1 clusters (docs/spec/problems.md#families), every client, regions ``𝒩 = B(w_i*, r_𝒩)`` with ``r_𝒩 ∈
+    radii`` and ``η = factor/L₀`` for ``factor ∈ eta_factors`` (``0.05`` is the design value; ``0.0005`` gives
+    points with ``J*_ε = J*``), in three families: F1 proper (``s_c = 1``, ``κ_Q = 3``), F1 with close centres
+    (``s_c = 0.1``) and F1 with a common minimiser and equal Hessians (``s_c = 0``, ``κ_Q = 1``). Hypothesis
+    (ii) for the EPO LP direction is reported per setting (a soft row: the lemma does not claim it): it fails
+    on F1 proper in every setting, holds on the close- centre family at the small ``η`` and on the
+    common-minimiser family; the falsification search maps where. ``B`` is the exact F1 gradient bound on the
+    ball, so ``ε_act`` is exact. ``μ_ψ`` and ``σ`` are estimated by :func:`sim.constants.h20_constants` (``μ_ψ
+    = min ‖d_M‖²/(2r)``, ``σ = min m/‖d_M‖²``, docs/spec/constants.md#constants) on an **estimation** sample
+    of ``𝒩``; the implication is checked on an **independent check** sample, where (i) and (ii) are
+    *monitored* point by point with those constants (points where they fail are excluded and counted). The
+    guarantee (a) is an implication *at each point*: given (i) and (ii) at ``w`` with ``σ > 0``, ``m ≥ σ‖d_M‖²
+    ≥ 2σμ_ψ r`` — so the check tests that ``m_i``, ``d_M`` and ``r_i`` are computed consistently; (b) and (c)
+    are genuine properties of the minimum-norm computation and of ``ψ`` that can fail.
 
     Instance rows (one conclusion ``lhs ≤ rhs`` each):
 
@@ -57,7 +58,8 @@ Negative control (example H.18(b), F5 kink; T-H20(e))
     (``−0.025`` at ``w = 0.05``, ``−0.045`` at ``w = 0.09``) breaks ``m ≥ c_d r`` for every ``c_d > 0``. At
     ``w = 0.2`` (outside the band) ``J*_ε = {1}`` and ``‖d_M‖² = 0.25``.
 
-Reference: THEOREMS.md §2 H.20, H.18(b), §1.6, §1.11 (``μ_ψ``, ``σ``), §3.1 T-H19/T-H20, §6 (chk11).
+Reference: docs/spec/statements.md#t-h20, docs/spec/statements.md#t-h18, docs/spec/near-active.md#near-active,
+docs/spec/constants.md#constants, docs/spec/statements.md#t-h19, docs/spec/observations.md#obs-11.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ Guarantee (eq 53)
     (Proof: with ``x = √β_i``, ``κ_β x² ≤ γ ≤ Δ L_A x + L₀B²τη``; solve the quadratic. The second inequality is
     ``(a + √(a² + 4c))² ≤ 4a² + 8c``.)
 
-How it is checked (THEOREMS.md §3.1 T-H22)
-    F1 clusters (§3.0; ``N = 3``, ``s_u = 0.2``, ``ρ`` uniform), points ``w = w*(u_0) + s ξ`` with
+How it is checked (docs/spec/statements.md#t-h22)
+    F1 clusters (docs/spec/problems.md#families uniform), points ``w = w*(u_0) + s ξ`` with
     ``s ~ Unif(0.005, 0.3)`` and ``ξ ~ N(0, I)``, ``η = 0.05/L₀``, ``τ = 1``, ``ε_mode = 1e-10``.
     ``L₀ = max_j ‖Q_j‖`` is exact. ``B`` (``B_mode``): ``"pointwise"`` (default) takes at each point the smallest
     valid gradient bound *at the current point*, ``B(w) = max_{i,j} ‖g_i^{(j)}(w)‖`` (the reading of H.1–H.3 in
@@ -26,20 +26,23 @@ How it is checked (THEOREMS.md §3.1 T-H22)
     that contains both samples.
     The H.17 constants are estimated by :func:`sim.constants.regularity_constants` (``κ_β = min γ/β``,
     ``L_A = max ‖d_bal‖/√β`` over balancing points) on an **estimation** sample, never tuned; a problem with
-    ``κ_β ≤ 0`` fails H.17 (§6: 4/40) and all its rows are excluded. The lemma is checked on an
-    **independent check** sample of the same law, where H.17 is *monitored* at each point with those constants
-    (points where the sampled constants do not hold are excluded and counted). Given the hypotheses at a point,
-    eq 53 is an implication at that point (the quadratic inequality above): the check tests the reconstructed
-    eq 53 and the computation of ``γ``, ``β``, ``d_bal``, ``Δ``; it fails if the floor formula is wrong.
+    ``κ_β ≤ 0`` fails H.17 (docs/spec/observations.md#observations: 4/40) and all its rows are excluded. The
+    lemma is checked on an **independent check** sample of the same law, where H.17 is *monitored* at each
+    point with those constants (points where the sampled constants do not hold are excluded and counted).
+    Given the hypotheses at a point, eq 53 is an implication at that point (the quadratic inequality above):
+    the check tests the reconstructed eq 53 and the computation of ``γ``, ``β``, ``d_bal``, ``Δ``; it fails if
+    the floor formula is wrong.
 
     Rows: ``floor`` (conclusion ``β_i ≤ β̄_i``; tightness ``β/β̄``) and ``simplified`` (``β̄_i ≤
     2L_A²Δ²/κ_β² + 2L₀B²τη/κ_β``), both under all hypotheses.
 
 Negative control (T-H22(e))
     The same check sample with ``κ_β`` doubled (H.17's lower bound is then violated at many points, which the
-    monitor flags): the floor ``β ≤ β̄(2κ_β)`` fails at some flagged points (§6: 270 of 29400).
+    monitor flags): the floor ``β ≤ β̄(2κ_β)`` fails at some flagged points
+    (docs/spec/observations.md#observations: 270 of 29400).
 
-Reference: THEOREMS.md §2 H.22 (eq 52, 53), H.17 (eq 49), §1.11 (``κ_β``, ``L_A``), §3.1 T-H22, §6 (chk18).
+Reference: docs/spec/statements.md#t-h22, docs/spec/statements.md#t-h17, docs/spec/constants.md#constants,
+docs/spec/observations.md#obs-13.
 """
 
 from __future__ import annotations

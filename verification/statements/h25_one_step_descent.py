@@ -1,4 +1,4 @@
-r"""Lemma H.25 — one-step descent for any bounded direction (THEOREMS.md §2 H.25, eq 56–58; design §3.1 T-H25).
+r"""Lemma H.25 — one-step descent for any bounded direction (docs/spec/statements.md#t-h25).
 
 Setting
     Clients ``i`` with objectives ``l_i^{(j)}`` and preferences ``λ_i`` in the open simplex; ``ψ_i = max_j λ_ij l_ij``;
@@ -37,7 +37,8 @@ Negative control
     of the detection): eq 56/58 without the ``η²`` term.
 
 Reference
-    THEOREMS.md §2 "H.25 Lemma", §1.6, §3.1 T-H25, §4 S10, §6 chk8/chk17.
+    docs/spec/statements.md#t-h25, docs/spec/near-active.md#near-active, docs/spec/identities.md#s10,
+    docs/spec/observations.md#obs-8, docs/spec/observations.md#obs-17.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 r"""H.27 — Lemma (admissible sets): ``V_i^t ⊆ A_i^t``, with ``A_i^t = V_i^t`` exactly when ``β_i = 0``.
 
-Setting (§1.3, §1.8)
+Setting (docs/spec/notation.md#chebyshev, docs/spec/iteration.md#iteration)
     Client ``i`` with preference ``λ_i`` in the open simplex and positive losses ``l_i(w^t)`` at an iterate
     ``w^t``; ``ψ_i^t = max_j λ_i^{(j)} l_i^{(j)}(w^t)``; ray point ``q_i^t = ψ_i^t λ_i^{-1}``;
 
@@ -21,7 +21,7 @@ Guarantee
       forces ``β = 0``, i.e. ``β > 0 ⇒ A ≠ V`` (the corner ``q`` lies in ``A ∖ V``);
     * (2b) ``max_j g_j ≤ m √(2β)`` (``g_j ≤ m(max ĺ − ĺ_j) ≤ m‖ĺ − u‖₁`` and Pinsker): so ``β = 0 ⇒ l = q``.
 
-How it is checked (THEOREMS.md §3.1 T-H27)
+How it is checked (docs/spec/statements.md#t-h27)
     Instances: every client at every iterate of F1 shared-iteration trajectories (eq 55 with the EPO LP,
     :func:`sim.algorithm.shared_iteration`), and F2 clients made *uniform at* ``w_0`` (``λ_i :=
     normalize(1/l_i(w_0))``, so ``β_i(w_0) = 0`` to rounding) evaluated at ``w_0``. Rows (one conclusion each):
@@ -38,11 +38,13 @@ How it is checked (THEOREMS.md §3.1 T-H27)
     Also reported: at the trajectory instances with ``β > 0`` the fraction of ``A``-samples outside ``V``.
 
 Negative control (T-H27(e))
-    Replace ``A_i^t`` by the ray segment ``{sλ_i^{-1} : 0 < s ≤ ψ_i^t}`` (a hypothesis, the §1.8 definition of
-    the admissible set, is broken on purpose and the monitor flags it): ``V ⊆`` segment requires the corner
-    ``l_i(w^t)`` on the ray, i.e. ``max_j g_j ≤ 1e-12``, which fails at every instance with ``β_i > 0``.
+    Replace ``A_i^t`` by the ray segment ``{sλ_i^{-1} : 0 < s ≤ ψ_i^t}`` (a hypothesis, the
+    docs/spec/iteration.md#iteration definition of the admissible set, is broken on purpose and the monitor
+    flags it): ``V ⊆`` segment requires the corner ``l_i(w^t)`` on the ray, i.e. ``max_j g_j ≤ 1e-12``, which
+    fails at every instance with ``β_i > 0``.
 
-Reference: THEOREMS.md §2 H.27, §1.3, §1.8, §3.1 T-H27, §5 O-10.
+Reference: docs/spec/statements.md#t-h27, docs/spec/notation.md#chebyshev, docs/spec/iteration.md#iteration,
+docs/spec/open-points.md#o-10.
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ NAME = "Admissible sets: V_i^t is contained in A_i^t, with equality iff beta_i =
 H_POS = "H.1-H.3 positivity: losses > 0"
 H_PREF = "lambda_i in the open simplex"
 H_UNIFORM = "beta_i = 0 (constructed uniform client)"
-H_DEF = "admissible set is the psi-sublevel box A_i^t (§1.8)"
+H_DEF = "admissible set is the psi-sublevel box A_i^t (docs/spec/iteration.md#iteration)"
 EQ_RTOL = 1e-12
 BETA_ZERO = 1e-14
 

@@ -1,11 +1,12 @@
-r"""Theorem H.28 — one-step bound and inflated admissibility (THEOREMS.md §2 H.28, eq 62–63; design §3.1
-"T-H28 / T-H29 / T-H31 / Cor-C").
+r"""Theorem H.28 — one-step bound and inflated admissibility (docs/spec/statements.md#t-h28,
+docs/spec/statements.md#t-h29, docs/spec/statements.md#t-h31, docs/spec/statements.md#t-cor-c).
 
 Setting
     A cluster ``C_n`` with aggregation weights ``ρ_i`` and the shared iteration (eq 55)
     ``w^{t+1} = w^t − η d̄^t``, ``d̄^t = Σ_i ρ_i d_i(w^t)`` (one EPO LP step per client and round);
     ``r_i^t = ψ_i(w^t) − ψ_i*``, ``Δ_i^t = ‖d̄^t − d_i(w^t)‖``, ``λ_max,i = ‖λ_i‖_∞``; admissible boxes
-    ``A_i^t(ε) = {l : max_j λ_ij l_j ≤ ψ_i(w^t) + ε} = {l ≤ q_i^t + ελ_i^{-1}}`` (§1.8, O-10).
+    ``A_i^t(ε) = {l : max_j λ_ij l_j ≤ ψ_i(w^t) + ε} = {l ≤ q_i^t + ελ_i^{-1}}``
+    (docs/spec/iteration.md#iteration, docs/spec/open-points.md#o-10).
 
 Hypotheses
     H.1–H.3 on the segment ``[w^t, w^{t+1}]`` (losses ``> 0``, ``L₀``-smooth, gradients bounded by ``B``) and
@@ -48,7 +49,8 @@ Negative control
     ``ε_act`` band the margin is ``−d/2 < 0``). Both families must show the failure.
 
 Reference
-    THEOREMS.md §2 "H.28 Theorem", §1.8, §3.1 T-H28/T-H31(e), §4 S11, §5 O-8, O-10.
+    docs/spec/statements.md#t-h28, docs/spec/iteration.md#iteration, docs/spec/statements.md#t-h31,
+    docs/spec/identities.md#s11, docs/spec/open-points.md#o-8, docs/spec/open-points.md#o-10.
 """
 
 from __future__ import annotations

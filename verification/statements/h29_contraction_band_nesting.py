@@ -1,5 +1,5 @@
-r"""Corollary H.29 — contraction, band, nesting and limiting band (THEOREMS.md §2 H.29, eq 64–70; design §3.1
-"T-H28 / T-H29 / T-H31 / Cor-C").
+r"""Corollary H.29 — contraction, band, nesting and limiting band (docs/spec/statements.md#t-h29,
+docs/spec/statements.md#t-h28, docs/spec/statements.md#t-h31, docs/spec/statements.md#t-cor-c).
 
 Setting
     The shared iteration eq 55 on a cluster ``C_n`` (as in H.28), ``r_i^t = ψ_i(w^t) − ψ_i*``, the ray points
@@ -53,7 +53,9 @@ Figure data (``details["figure_data"]``)
     ``nesting``: the same run per round: ``t, client, psi_increase, slack``; the control: ``double_well``.
 
 Reference
-    THEOREMS.md §2 "H.29 Corollary", §1.8, §3.1 T-H29/T-H31(e), §4 S11–S12, §5 O-8, O-10, O-22, O-26.
+    docs/spec/statements.md#t-h29, docs/spec/iteration.md#iteration, docs/spec/statements.md#t-h31,
+    docs/spec/identities.md#s11, docs/spec/identities.md#s12, docs/spec/open-points.md#o-8,
+    docs/spec/open-points.md#o-10, docs/spec/open-points.md#o-22, docs/spec/open-points.md#o-26.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ Statement
     * (⇒) holds with ``λ_j ∝ 1/(l_j(w) − z_j)`` **provided** ``z < l(w)`` componentwise. With ``z = l*`` this needs
       ``l(w) > l*``; for losses bounded below by ``b_min > 0``, ``z = 0`` is utopian and the condition holds.
 
-How it is checked (THEOREMS.md §3.1 T-H30, O-13)
+How it is checked (docs/spec/statements.md#t-h30, docs/spec/open-points.md#o-13)
     F1 objectives, ``m ∈ {2, 3}`` alternating, ``n_w ∈ [m, 5]``, ideal point ``l* = (b_j)`` (``l_j`` is minimal at
     ``c_j`` with value ``b_j``). Rows, for each of ``n_instances`` problems and each ``z ∈ {l*, 0}``:
 
@@ -46,7 +46,8 @@ Negative control (the reference point breaks "only if")
     Second block (T-H30(e)): ``w = w(u) + 0.3ξ`` off the Pareto set with ``z = 0``: the weak-PO test gives
     ``s* > 0`` (flagged) and no ``λ`` makes ``w`` a Chebyshev minimiser (``conv{g_j(w)}`` does not contain 0).
 
-Reference: THEOREMS.md §2 H.30, §1.3, §3.1 T-H30, §5 O-13; Choo & Atkins (1983), Thm 3.1.
+Reference: docs/spec/statements.md#t-h30, docs/spec/notation.md#chebyshev, docs/spec/open-points.md#o-13; Choo
+& Atkins (1983), Thm 3.1.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-r"""Theorem H.31 — convergence of the shared iteration to the band (THEOREMS.md §2 H.31, eq 71–73; design §3.1
-"T-H28 / T-H29 / T-H31 / Cor-C", O-8, O-26).
+r"""Theorem H.31 — convergence of the shared iteration to the band (docs/spec/statements.md#t-h31,
+docs/spec/statements.md#t-h28, docs/spec/statements.md#t-h29, docs/spec/statements.md#t-cor-c,
+docs/spec/open-points.md#o-8, docs/spec/open-points.md#o-26).
 
 Setting
     The shared iteration eq 55 ``w^{t+1} = w^t − η d̄^t`` on a cluster ``C_n`` (one EPO LP step per client and
@@ -42,7 +43,8 @@ Negative control
     the claimed ``1 − ηc_d`` inside ``|w| < 0.2``); the monitor flags ``w^t ∉ 𝒩`` and eq 51.
 
 Reference
-    THEOREMS.md §2 "H.31 Theorem" and "Cor-C", §1.8, §3.1 T-H31, §5 O-8, O-22, O-26.
+    docs/spec/statements.md#t-h31, docs/spec/statements.md#t-cor-c, docs/spec/iteration.md#iteration,
+    docs/spec/open-points.md#o-8, docs/spec/open-points.md#o-22, docs/spec/open-points.md#o-26.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-r"""Corollary H.32 — two-phase band (THEOREMS.md §2 H.32, eq 74–75; Phase-2 reduction paragraph; design §3.1
-T-H32; O-16, O-23, O-27).
+r"""Corollary H.32 — two-phase band (docs/spec/statements.md#t-h32, docs/spec/open-points.md#o-16,
+docs/spec/open-points.md#o-23, docs/spec/open-points.md#o-27).
 
 Setting
     Algorithm 1 on one cluster with ``τ = 1`` and population gradients: Phase 1 runs ``R`` rounds of eq 55 with
@@ -49,8 +49,9 @@ Negative controls (each must show the failure)
       fails.
 
 Reference
-    THEOREMS.md §2 "H.32 Corollary" and "Phase-2 reduction paragraph", §1.8 (eq 74), §1.10, §3.1 T-H32, §4 S13,
-    §5 O-16, O-23, O-27.
+    docs/spec/statements.md#t-h32, docs/spec/statements.md#t-phase-2, docs/spec/iteration.md#iteration,
+    docs/spec/algorithm.md#algorithm, docs/spec/identities.md#s13, docs/spec/open-points.md#o-16,
+    docs/spec/open-points.md#o-23, docs/spec/open-points.md#o-27.
 """
 
 from __future__ import annotations

@@ -7,20 +7,20 @@ Assumption (eq 77)
     There are ``μ > 0`` and a neighbourhood ``𝒰_i*`` of ``w_i*`` with
     ``ψ_i(w) − ψ_i* ≥ (μ/2) ‖w − w_i*‖²`` for ``w ∈ 𝒰_i*`` (also applied to ``ψ_new`` at ``w_new*``).
 
-Guarantee checked [derived, §1.11]
+Guarantee checked [derived, docs/spec/constants.md#constants]
     For F1 objectives ``l_j = ½(w − c_j)ᵀQ_j(w − c_j) + b_j`` with ``Q_j ≻ 0``, every ``λ_j l_j`` is
     ``λ_j λ_min(Q_j)``-strongly convex, hence so is their maximum ``ψ_i``, with
     ``μ_i = min_j λ_i^{(j)} λ_min(Q_j)`` (:func:`sim.constants.quadratic_growth`); since ``w_i*`` minimises ``ψ_i``
     (``0 ∈ ∂ψ_i(w_i*)``), ``ψ_i(w) − ψ_i* ≥ (μ_i/2)‖w − w_i*‖²`` for **all** ``w`` (``𝒰_i* = R^{n_w}``).
 
-How it is checked (THEOREMS.md §3.1 T-H34)
-    F1 clusters (§3.0) with ``m`` cycling over ``{2, 3, 4}``, ``n_w = m + 1``, planted optima; for every client
-    ``n_points`` points ``w = w_i* + s v`` with ``v`` uniform on the sphere and ``s`` log-uniform in
-    ``[1e-3, 2]``. The constant is exact (no estimation, hence no circularity). Hypotheses monitored:
-    ``μ_i > 0`` (every ``Q_j`` positive definite), ``w_i*`` is the minimiser (KKT certificate:
-    ``‖min-norm point of conv{λ_j g_j(w_i*)}‖ ≤ 1e-7`` over the active set, a global certificate by convexity),
-    ``w ∈ 𝒰_i*`` (all of ``R^{n_w}`` here). Conclusion ``lhs = (μ_i/2)‖w − w_i*‖² ≤ rhs = ψ_i(w) − ψ_i*``;
-    tightness ``max lhs/rhs``.
+How it is checked (docs/spec/statements.md#t-h34)
+    F1 clusters (docs/spec/problems.md#families) with ``m`` cycling over ``{2, 3, 4}``, ``n_w = m + 1``,
+    planted optima; for every client ``n_points`` points ``w = w_i* + s v`` with ``v`` uniform on the sphere
+    and ``s`` log-uniform in ``[1e-3, 2]``. The constant is exact (no estimation, hence no circularity).
+    Hypotheses monitored: ``μ_i > 0`` (every ``Q_j`` positive definite), ``w_i*`` is the minimiser (KKT
+    certificate: ``‖min-norm point of conv{λ_j g_j(w_i*)}‖ ≤ 1e-7`` over the active set, a global certificate
+    by convexity), ``w ∈ 𝒰_i*`` (all of ``R^{n_w}`` here). Conclusion ``lhs = (μ_i/2)‖w − w_i*‖² ≤ rhs =
+    ψ_i(w) − ψ_i*``; tightness ``max lhs/rhs``.
 
 Negative control (T-H34(e))
     * μ overestimated: the same F1 sampling with ``μ̃_i = min_j λ_i^{(j)} λ_max(Q_j)`` (largest instead of smallest
@@ -30,7 +30,8 @@ Negative control (T-H34(e))
       well ``𝒰 = [−1.4, −0.6]``; on a grid of ``[−2, 2]`` the monitor flags ``w ∉ 𝒰`` and the inequality fails
       near the spurious minimum ``w ≈ 0.967`` (``ψ − ψ* ≈ 0.4998`` while ``‖w − w*‖² ≈ 3.99``: it needs ``μ ≤ 0.25``).
 
-Reference: THEOREMS.md §2 H.34 (eq 77), §1.11 (``μ``), §3.0 F1/F4, §3.1 T-H34.
+Reference: docs/spec/statements.md#t-h34, docs/spec/constants.md#constants, docs/spec/problems.md#f1,
+docs/spec/problems.md#f4.
 """
 
 from __future__ import annotations

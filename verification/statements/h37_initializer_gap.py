@@ -1,5 +1,6 @@
-r"""Corollary H.37 — initializer gap for a new client (THEOREMS.md §2 H.37, eq 80–82, with L1/L2 of "H.35, H.36";
-eq 92 of H.44(a); design §3.1 T-H37; O-12, O-14).
+r"""Corollary H.37 — initializer gap for a new client (docs/spec/statements.md#t-h37, with L1/L2 of "H.35, H.36";
+eq 92 of H.44(a); design docs/spec/statements.md#t-h37, docs/spec/open-points.md#o-12,
+docs/spec/open-points.md#o-14).
 
 Setting
     A cluster ``C_n`` (``N`` clients, preferences ``λ_i``, optima ``ψ_i*``) and a new client with preference
@@ -39,7 +40,8 @@ Negative control
     ``G_opt(w_1*) = 0 < Δ_0(w_1*)``.
 
 Reference
-    THEOREMS.md §2 "H.35, H.36", "H.37 Corollary", "H.44 Proposition" (eq 92), §1.9, §3.1 T-H37, §5 O-12, O-14.
+    docs/spec/statements.md#t-h35-36, docs/spec/statements.md#t-h37, docs/spec/statements.md#t-h44,
+    docs/spec/iteration.md#new-client, docs/spec/open-points.md#o-12, docs/spec/open-points.md#o-14.
 """
 
 from __future__ import annotations

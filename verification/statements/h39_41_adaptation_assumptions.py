@@ -4,7 +4,7 @@ Setting
     A new client (preference ``λ_new``) adapts by Pipeline 1, eq 88: ``w_{k+1} = w_k − αP_k d̃_new(w_k)``, with a
     fresh batch of ``S`` samples per step; ``𝓕_k`` is the history up to ``w_k``.
 
-Hypotheses / statements monitored (THEOREMS.md §2)
+Hypotheses / statements monitored (docs/spec/statements.md#catalogue)
     * H.39 (adaptation region ``𝒰``): (i) ``ψ_new`` has a stable active bottleneck on ``𝒰`` — differentiable,
       ``L₀``-smooth, ``d_new = ∇ψ_new``; (ii) eq 86, PL: ``‖∇ψ_new(w)‖² ≥ 2μ_PL(ψ_new(w) − ψ_new*)`` on ``𝒰``;
       (iii) every iterate and segment lies in ``𝒰``. Checklist: ``argmax_j λ_new^{(j)} l_j(w_k)`` constant along
@@ -14,16 +14,17 @@ Hypotheses / statements monitored (THEOREMS.md §2)
       (d) no weight decay.
 
 What is checked (an implication "construction ⇒ assumption holds on the instances")
-    On family F3 (§3.0, reference instance; ``μ_PL = λ_{j*}λ_min(Q)``, ``L₀ = λ_{j*}‖Q‖``, ``σ₀² = λ_{j*}² tr Σ_ξ``
-    exact) with the suite's direction model and preconditioners (identity; fixed ``U diag(linspace(p₋, p₊))Uᵀ``;
-    lagged RMSprop relative to the directions' own scale, clipped to ``[p₋, p₊] = [0.5, 2]``:
-    :func:`sim.algorithm.rmsprop_diagonal`), each item holds where it is monitored:
+    On family F3 (docs/spec/problems.md#families, reference instance; ``μ_PL = λ_{j*}λ_min(Q)``, ``L₀ =
+    λ_{j*}‖Q‖``, ``σ₀² = λ_{j*}² tr Σ_ξ`` exact) with the suite's direction model and preconditioners
+    (identity; fixed ``U diag(linspace(p₋, p₊))Uᵀ``; lagged RMSprop relative to the directions' own scale,
+    clipped to ``[p₋, p₊] = [0.5, 2]``: :func:`sim.algorithm.rmsprop_diagonal`), each item holds where it is
+    monitored:
 
     * H.39: along 400 runs × ``K = 60`` steps per preconditioner: bottleneck ``= j*`` at every iterate, and
       ``2μ_PL(ψ − ψ*) ≤ ‖∇ψ‖²`` (rows ``lhs ≤ rhs``); ``μ_PL ≤ L₀``. (iii) holds since F3's ``𝒰 = R^{n_w}``.
     * H.40: at 20 fixed ``w`` (``S ∈ {1, 4, 16}``), ``10⁴`` directions each, each the mean of ``S`` explicitly
       drawn samples: a Hotelling ``T²`` test of ``E d̃ = ∇ψ`` (exact F law for Gaussian noise) and the one-sided MC
-      rule of §3.0 for ``E‖d̃ − ∇ψ‖² ≤ σ₀²/S`` (cap ``5b``).
+      rule of docs/spec/tolerances.md#checks for ``E‖d̃ − ∇ψ‖² ≤ σ₀²/S`` (cap ``5b``).
     * H.41(b): the spectrum of every ``P_k`` used, in ``[p₋, p₊]``, both in the vectorised runs and in
       :func:`sim.algorithm.pipeline1`'s records; the vectorised runs reproduce ``pipeline1``'s trajectories on the
       same noise (``direction="chebyshev"``), so the preconditioners verified are sim.algorithm's. The details
@@ -45,9 +46,12 @@ Negative controls (T-H39/H.40/H.41 (e)), each must be detected
        construction and by ``P_0`` varying across replicates sharing ``𝓕_0``; ``E[P_0(d̃_0 − ∇ψ) | 𝓕_0] ≠ 0``
        (Hotelling rejects);
     3. double-well ``ψ_new`` (F4): not F3 (flagged); ``μ_PL`` estimated on the left well by
-       :func:`sim.constants.pl_constant_samples` (§1.11): eq 86 fails at the spurious stationary point and around.
+       :func:`sim.constants.pl_constant_samples` (docs/spec/constants.md#constants): eq 86 fails at the
+       spurious stationary point and around.
 
-Reference: THEOREMS.md §2 H.39, H.40, H.41 (eq 86–88), §1.9, §1.11, §3.0 (F3, F4), §3.1 T-H39/H.40/H.41, O-25.
+Reference: docs/spec/statements.md#t-h39, docs/spec/statements.md#t-h40, docs/spec/statements.md#t-h41,
+docs/spec/iteration.md#new-client, docs/spec/constants.md#constants, docs/spec/problems.md#f3,
+docs/spec/problems.md#f4, docs/spec/open-points.md#o-25.
 """
 
 from __future__ import annotations
@@ -251,7 +255,7 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
                                        rec["variance"])]
     sub.append(dict(ht, label=f"H.41(a) E[P_k xi_k | F_k] = 0, rmsprop_lagged, step {cfg.meas_step}"))
     details = {
-        "instance": "F3 reference (THEOREMS §3.0)",
+        "instance": "F3 reference (docs/spec/problems.md#families)",
         "constants": {"L0": prob.L0, "mu_PL": prob.mu_pl, "sigma0_sq": prob.sigma0_sq,
                       "method": "exact for F3 (sim.problems.CommonMinimizer)"},
         "h39_h41b_runs": iter_info, "pipeline1_crosscheck": xinfo,

@@ -17,7 +17,7 @@ Statement checked (part (3), with O-15's precision)
     * **only if**: when ``P`` is not a multiple of ``I`` no ``λ'`` makes them coincide for all ``w`` (at any ``w``
       that is not an eigenvector of ``P`` the smallest difference over ``λ'`` is positive).
 
-How it is checked (THEOREMS.md §3.1 T-H42(3), §4 S17)
+How it is checked (docs/spec/statements.md#t-h42, docs/spec/identities.md#s17)
     * symbolically: the sympy identity S17 of :mod:`verification.statements.symbolic` (reused, not duplicated): the
       difference is ``α w ⊙ (λ'p − λ_wd)`` for ``P = diag(p₁, p₂)``, vanishing for all ``w`` iff ``p₁ = p₂ = p`` and
       ``λ' = λ_wd/p``; with ``λ' = λ_wd`` only ``P = I``;
@@ -34,7 +34,7 @@ Negative control
     ``P = diag(1, 3)`` declared to coincide with the L2 step for ``λ' = λ_wd/p̄`` (``p̄ = 2``, the mean eigenvalue):
     the hypothesis ``P ∝ I`` is flagged and the updates differ.
 
-Reference: THEOREMS.md §2 H.42, O-15, §3.1 T-H42(3), §4 S17.
+Reference: docs/spec/statements.md#t-h42, docs/spec/open-points.md#o-15, docs/spec/identities.md#s17.
 """
 
 from __future__ import annotations

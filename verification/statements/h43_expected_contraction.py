@@ -17,9 +17,9 @@ Guarantee
     (eq 90) ``E[ψ_new(w_K) − ψ*] ≤ (1 − αμ_PL p₋)^K (ψ_new(w_0) − ψ*) + L₀αp₊²σ₀²/(2μ_PL p₋ S)``.
     In expectation only, not per run.
 
-How it is checked (THEOREMS.md §3.1 T-H43)
-    Family F3, reference instance (§3.0): ``L₀ = λ_{j*}‖Q‖``, ``μ_PL = λ_{j*}λ_min(Q)``, ``σ₀² = λ_{j*}² tr Σ_ξ``
-    exact (:class:`sim.problems.CommonMinimizer`), never tuned.
+How it is checked (docs/spec/statements.md#t-h43)
+    Family F3, reference instance (docs/spec/problems.md#families): ``L₀ = λ_{j*}‖Q‖``, ``μ_PL =
+    λ_{j*}λ_min(Q)``, ``σ₀² = λ_{j*}² tr Σ_ξ`` exact (:class:`sim.problems.CommonMinimizer`), never tuned.
 
     * **Exact expectations (no Monte Carlo).** Deterministic ``P ∈`` {``I`` with ``(p₋, p₊) = (1, 1)``, ``I``
       with ``(0.5, 2)``, ``U diag(linspace(0.5, 2)) Uᵀ``}, ``S ∈ {1, 4, 16}``, ``α = p₋/(L₀p₊²)``, ``K = 0..300``:
@@ -32,7 +32,7 @@ How it is checked (THEOREMS.md §3.1 T-H43)
       with probability ``≥ 0.99``: :func:`._adaptation_evidence.tight_mc` states the computation); (ii) lagged
       RMSprop (``P_k`` from ``v_{k−1}``, relative to the directions' own scale, clipped to ``[0.5, 2]``; the
       formula of :func:`sim.algorithm.pipeline1`, cross-checked in H.39-41), ``S = 4``, ``K = 60``, ``N = 4000``; claim ``E[ψ(w_K) − ψ*] ≤`` eq 90 by the rule
-      of §3.0 (cap ``5b``, FAIL iff LCB > b). Monitored on the runs: spectrum of every ``P_k`` in ``[p₋, p₊]``,
+      of docs/spec/tolerances.md#checks. Monitored on the runs: spectrum of every ``P_k`` in ``[p₋, p₊]``,
       H.39 (i)/(ii) at every iterate. (ii) cannot approach its bound: with ``α = p₋/(L₀p₊²)`` the floor term is
       ``σ₀²/(2μS)`` whatever the spread ``p₊/p₋``, while the realised steps ``αP_k ≤ αp₊ = p₋/(L₀p₊)`` are shorter
       by up to ``p₊/p₋``, so ``E gap/bound`` stays ``≲ p₋/p₊``; only ``p₋ = p₊`` attains it (instance (i)).
@@ -46,7 +46,10 @@ Negative controls (T-H43(e)), each must be detected
     3. biased direction (H.40 broken): ``d̃ = ψ'(w) + b + noise``, ``S = 10⁴``, ``b ∈ {0.5, 1}``, ``α = 0.5``,
        exact: ``E ψ − ψ* → b²/2`` against a bound of ``2.5e-5``.
 
-Reference: THEOREMS.md §2 H.39–H.41, H.43 (eq 86–90), §3.0 (F3, MC protocol), §3.1 T-H43, §4 S15/S16/S24, §6 chk9.
+Reference: docs/spec/statements.md#t-h39, docs/spec/statements.md#t-h40, docs/spec/statements.md#t-h41,
+docs/spec/statements.md#t-h43, docs/spec/problems.md#f3, docs/spec/tolerances.md#monte-carlo,
+docs/spec/identities.md#s15, docs/spec/identities.md#s16, docs/spec/identities.md#s24,
+docs/spec/observations.md#obs-9.
 """
 
 from __future__ import annotations
@@ -210,7 +213,7 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     mon = rows.monitor()
     lhs, rhs, ok = rows.arrays()
     details = {
-        "instance": "F3 reference (THEOREMS §3.0), Householder U",
+        "instance": "F3 reference (docs/spec/problems.md#families), Householder U",
         "constants": {"L0": prob.L0, "mu_PL": prob.mu_pl, "sigma0_sq": prob.sigma0_sq, "psi_star": prob.psi_star,
                       "Delta0": float(AT.gap_of(prob, prob.w0)),
                       "method": "exact for F3: L0 = lam*||Q||, mu_PL = lam*lambda_min(Q), sigma0^2 = lam*^2 tr Sigma"},

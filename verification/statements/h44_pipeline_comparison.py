@@ -22,13 +22,13 @@ Guarantee
     (c) eq 94: ``E[ψ_new(w_K) − ψ_new(w^{(2)})] ≤ RHS91`` and ``E[Δβ] = O(√(ρ^KΔ₀) + √(σ₀²/S))`` (explicit form:
         the chain of (b)).
 
-How it is checked (THEOREMS.md §3.1 T-H44)
+How it is checked (docs/spec/statements.md#t-h44)
     New client: F3 reference instance (``L₀ = λ_{j*}‖Q‖``, ``μ_PL = μ = λ_{j*}λ_min(Q)``, ``σ₀² = λ_{j*}² tr Σ_ξ``:
     exact). Cluster: the F3-compatible F1-type cluster of T-H44(a) (same ``l_j = ½(w − c)ᵀQ(w − c) + t/λ_new^{(j)}``,
     4 clients with ``λ_i`` near ``λ_new``, all optima at ``c``); ``w_I`` from :func:`sim.algorithm.phase1` (20
     rounds, ``τ = 1``, population gradients), ``w_II`` from :func:`sim.algorithm.phase2` (20 rounds, population
     gradients, ``K = 1``: the covered regime, O-27). H.19 constants by :func:`sim.constants.descent_margin_constants`
-    on the recorded iterates (§1.11).
+    on the recorded iterates (docs/spec/constants.md#constants).
 
     * Exact expectations for fixed ``P ∈ {I, U diag(linspace(0.5, 2))Uᵀ}``, ``S ∈ {1, 4, 16}``,
       ``α = p₋/(L₀p₊²)``, ``K = 0..200``, from ``w_I`` and ``w_II``: (a) ``E gap``; (a)∘(92) the same against
@@ -38,23 +38,25 @@ How it is checked (THEOREMS.md §3.1 T-H44)
     * eq 92 (deterministic) at ``w_ref``, ``w_I``, ``w_II``.
     * Per-sample ``β_new(w_K) ≤ L_β‖w_K − c‖`` on exact samples of ``w_K`` (Gaussian with the exact moments, fixed
       ``P``) and on the Monte Carlo runs; ``L_β`` = 1.1 × the largest ``‖∇_wβ_new‖ = ‖GA/Z‖`` over a ball
-      containing every point (§1.11), monitored against F3's one-dimensional upper bound of ``‖∇β‖`` on that ball.
-      The statement's constant is this ball constant (O-12); on the same samples, as a conclusion of its own, the
-      per-sample mean-value inequality ``β_new(w_K) = β_new(w_K) − β_new(c) ≤ sup_{ξ∈[c, w_K]}‖∇β_new(ξ)‖·‖w_K − c‖``
-      with the supremum over the sample's own segment, bounded rigorously through F3's one-dimensional reduction
-      (:func:`._adaptation_theory.beta_segment_constant`: ``‖∇β(c + τe)‖ = β'(τ²q)τ‖Qe‖``, cell bounds of
-      ``√s β'(s)`` on a geometric grid, within a relative ``~1e-3`` of the supremum). Near ``c`` ``β_new ≈ κq²`` is
-      quartic in the distance, so this ratio tends to ``1/4`` there (the integral of a cubic against its end value).
+      containing every point (docs/spec/constants.md#constants), monitored against F3's one-dimensional upper
+      bound of ``‖∇β‖`` on that ball. The statement's constant is this ball constant (O-12); on the same
+      samples, as a conclusion of its own, the per-sample mean-value inequality ``β_new(w_K) = β_new(w_K) −
+      β_new(c) ≤ sup_{ξ∈[c, w_K]}‖∇β_new(ξ)‖·‖w_K − c‖`` with the supremum over the sample's own segment,
+      bounded rigorously through F3's one-dimensional reduction
+      (:func:`._adaptation_theory.beta_segment_constant`: ``‖∇β(c + τe)‖ = β'(τ²q)τ‖Qe‖``, cell bounds of ``√s
+      β'(s)`` on a geometric grid, within a relative ``~1e-3`` of the supremum). Near ``c`` ``β_new ≈ κq²`` is
+      quartic in the distance, so this ratio tends to ``1/4`` there (the integral of a cubic against its end
+      value).
     * The chain of (b) link by link, on each set of samples (the four exact-endpoint sets and the Monte Carlo runs):
       link 1 ``mean β_new(w_K) ≤ L_β mean‖w_K − c‖`` (the per-sample inequality averaged) and link 2 (Jensen)
       ``mean‖w_K − c‖ ≤ (mean‖w_K − c‖²)^{1/2}``, each a deterministic inequality of the empirical distribution
       (both hold for every distribution); link 3, ``E‖w_K − c‖² ≤ (2/μ)RHS91``, is the Monte Carlo (b) eq 93
-      assertion below. The chain's own Monte Carlo assertion is kept (THEOREMS' testable explicit form of (c)).
+      assertion below. The chain's own Monte Carlo assertion is kept (the specification's testable explicit form of (c)).
     * Monte Carlo (5 assertions of the suite's budget), lagged RMSprop clipped to ``[0.5, 2]``, ``S = 4``,
       ``K = 60``, ``N = 4000`` from ``w_I``: (a) ``X = ψ(w_K) − ψ*``, ``b = RHS91``; (b) ``X = ‖w_K − c‖²``,
       ``b = (2/μ)RHS91``; (b)/(c) chain ``X = β_new(w_K)``, ``b = L_β((2/μ)RHS91)^{1/2}``; and (a), (b) on the tight
       1-D instance (``E X = b``; ``N`` detects a bound too small by 2 with probability ``≥ 0.99``,
-      :func:`._adaptation_evidence.tight_mc`). Rule of §3.0 (cap 5b, ``δ`` = the budget's share).
+      :func:`._adaptation_evidence.tight_mc`). Rule of docs/spec/tolerances.md#checks.
 
 Negative controls
     * (b) with quartic growth: ``ψ = t + λ_{j*}‖w − c‖⁴``, ``μ = 2λ_{j*}`` declared from ``‖w − c‖ ≥ 1``; the QG
@@ -66,7 +68,8 @@ Negative controls
       ``L_β`` below F3's upper bound of ``‖∇β‖`` on the ball that contains the points, and both fail. (Link 2,
       Jensen, holds for every distribution: it has no hypothesis to break.)
 
-Reference: THEOREMS.md §2 H.44 (eq 91–94), H.37 (eq 92), O-12, O-14, O-27, §3.1 T-H44, T-H37.
+Reference: docs/spec/statements.md#t-h44, docs/spec/statements.md#t-h37, docs/spec/open-points.md#o-12,
+docs/spec/open-points.md#o-14, docs/spec/open-points.md#o-27.
 """
 
 from __future__ import annotations
@@ -353,11 +356,11 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     rows.add("(c) beta_new(w2 = c) = 0 (exact, <= 1e-12)", beta_c, 0.0, hyp=hyp_new, ckind="identity")
     lhs, rhs, ok = rows.arrays()
     details = {
-        "instance": "F3 reference new client; F3-compatible F1-type cluster (THEOREMS §3.1 T-H44(a))",
+        "instance": "F3 reference new client; F3-compatible F1-type cluster (docs/spec/statements.md#t-h44)",
         "constants": {"L0": prob.L0, "mu_PL": prob.mu_pl, "mu_QG": mu, "sigma0_sq": prob.sigma0_sq,
                       "psi_star": prob.psi_star, "L_beta": lb, "cluster": cs.constants,
                       "method": "F3 exact; H.19 constants by sim.constants.descent_margin_constants on the Phase-1/2 "
-                                "iterates; L_beta 1.1 x sampled max ||G A/Z|| (THEOREMS §1.11)"},
+                                "iterates; L_beta 1.1 x sampled max ||G A/Z|| (docs/spec/constants.md#constants)"},
         "starts": {k: {"Delta0": cs.delta0[k], "G_opt": cs.g_opt[k], "l_inf": cs.linf[k]} for k in cs.starts},
         "eq92": {"delta_lambda": cs.delta_lambda, "L_star": cs.L_star, "eps0_bar": cs.eps0_bar,
                  "transient": cs.transient, "bound_of_Delta0": b92,

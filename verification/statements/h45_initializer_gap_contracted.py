@@ -16,16 +16,16 @@ Guarantee
     the RMS distance contracts accordingly: ``(E‖w_K − w_new*‖²)^{1/2} ≤ ((2/μ)[(1 − αμ_PL p₋)^K(ψ_new(w_0) − ψ*) +
     floor])^{1/2}`` (from ``√((2/μ)Δ₀)`` before adaptation).
 
-How it is checked (THEOREMS.md §3.1 T-H45: same data as T-H44)
+How it is checked (docs/spec/statements.md#t-h45: same data as T-H44)
     F3 reference new client and the F3-compatible cluster of T-H44(a) (``w_I``, ``w_II`` from
     :func:`sim.algorithm.phase1` / :func:`sim.algorithm.phase2`; H.19 constants by
     :func:`sim.constants.descent_margin_constants`). Exact expectations for fixed ``P ∈ {I, U diag(linspace(0.5,
     2))Uᵀ}``, ``S ∈ {1, 4, 16}``, ``K = 0..200``: eq 96, eq 96 with ``ψ(w_0) − ψ*`` replaced by the eq 95 bound
     (the full chain "initializer gap → contracted gap"), and the RMS distance. ``μ = λ_{j*}λ_min(Q)`` (exact).
     Monte Carlo (2 assertions of the suite's budget): lagged RMSprop clipped to ``[0.5, 2]``, ``S = 4``, ``K = 60``,
-    ``N = 4000`` from ``w_II``: ``E‖w_K − c‖² ≤ (2/μ)[ρ^K(ψ(w_II) − ψ*) + floor]`` (rule of §3.0, cap 5b), and the
-    same claim on the tight 1-D instance (``E X = b``; ``N`` detects a bound too small by 2 with probability
-    ``≥ 0.99``, :func:`._adaptation_evidence.tight_mc`).
+    ``N = 4000`` from ``w_II``: ``E‖w_K − c‖² ≤ (2/μ)[ρ^K(ψ(w_II) − ψ*) + floor]`` (rule of
+    docs/spec/tolerances.md#checks, cap 5b), and the same claim on the tight 1-D instance (``E X = b``; ``N``
+    detects a bound too small by 2 with probability ``≥ 0.99``, :func:`._adaptation_evidence.tight_mc`).
 
 Negative controls
     * eq 95 (second part) under quartic growth ``ψ = t + λ_{j*}‖w − c‖⁴`` with ``μ = 2λ_{j*}`` declared from
@@ -33,7 +33,8 @@ Negative controls
     * eq 96 with the step too large (``α = 3/L₀``, ``P = I``; exact): the step condition is flagged and the gap
       grows.
 
-Reference: THEOREMS.md §2 H.45 (eq 95–96), H.37 (eq 81/82), H.43, O-14, §3.1 T-H45, T-H44, T-H37.
+Reference: docs/spec/statements.md#t-h45, docs/spec/statements.md#t-h37, docs/spec/statements.md#t-h43,
+docs/spec/open-points.md#o-14, docs/spec/statements.md#t-h44.
 """
 
 from __future__ import annotations
@@ -201,7 +202,7 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
         "instance": "F3 reference new client; F3-compatible cluster of T-H44(a)",
         "constants": {"L0": prob.L0, "mu_PL": prob.mu_pl, "mu_QG": mu, "sigma0_sq": prob.sigma0_sq,
                       "cluster": cs.constants,
-                      "method": "F3 exact; H.19 constants by sim.constants.descent_margin_constants (THEOREMS §1.11)"},
+                      "method": "F3 exact; H.19 constants by sim.constants.descent_margin_constants (docs/spec/constants.md#constants)"},
         "starts": {k: {"Delta0": cs.delta0[k], "dist_sq": float(np.sum((w - prob.centre) ** 2)),
                        "rms_before": float(np.sqrt(2.0 / mu * cs.delta0[k]))} for k, w in cs.starts.items()},
         "eq95_bound": b95, "eq95_literal_without_transient (O-14)": {

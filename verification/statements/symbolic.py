@@ -1,4 +1,5 @@
-r"""The symbolic identities S1–S26 of THEOREMS.md §4, checked with sympy (S22 and a few side parts numerically).
+r"""The symbolic identities S1–S26 of docs/spec/identities.md#identities, checked with sympy (S22 and a few
+side parts numerically).
 
 Each ``sK()`` returns an :class:`~verification.core.evidence.Evidence` with id ``"SK"``: verdict "holds" iff every
 sub-check of the identity is verified, "violated" otherwise. ``details["checks"]`` maps each sub-check to
@@ -13,7 +14,7 @@ coefficients of ``‖A‖²`` and ``β`` are Taylor's, ``f⁽ᵏ⁾(0)/k!`` (:fu
 Inequalities are reduced to identities ``rhs − lhs = (manifestly non-negative expression)`` whose sign sympy
 decides from symbol assumptions.
 
-Notation (THEOREMS.md §1.2): ``Z = Σλ_j l_j``, ``ĺ_j = λ_j l_j/Z``, ``β = Σ ĺ_j log(m ĺ_j)``,
+Notation (docs/spec/notation.md#uniformity): ``Z = Σλ_j l_j``, ``ĺ_j = λ_j l_j/Z``, ``β = Σ ĺ_j log(m ĺ_j)``,
 ``a_j = λ_j(log(m ĺ_j) − β)``.
 """
 

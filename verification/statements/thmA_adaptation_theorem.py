@@ -13,25 +13,26 @@ Guarantee
     ``E[ψ_new(w_K) − ψ_new*] ≤ δ₀ := (1 − αμ_PL p₋)^K Δ₀ + (L₀αp₊²/(2μ_PL p₋)) σ₀²/S``, ``Δ₀ = ψ_new(w_0) − ψ_new*``.
 
 How it is checked
-    Family F3 (§3.0) with exact constants (:class:`sim.problems.CommonMinimizer`: ``L₀ = λ_{j*}‖Q‖``,
-    ``μ_PL = λ_{j*}λ_min(Q)``, ``σ₀² = λ_{j*}² tr Σ_ξ``), never tuned: the reference instance and 6 random instances
-    (``n_w ∈ {2..6}``, ``m ∈ {2, 3, 4}``, ``λ_new ~ Dirichlet(2)`` with a unique largest entry, ``Q`` spectrum in
-    ``[0.5, 3]``, random ``w_0``).
+    Family F3 (docs/spec/problems.md#families) with exact constants (:class:`sim.problems.CommonMinimizer`:
+    ``L₀ = λ_{j*}‖Q‖``, ``μ_PL = λ_{j*}λ_min(Q)``, ``σ₀² = λ_{j*}² tr Σ_ξ``), never tuned: the reference
+    instance and 6 random instances (``n_w ∈ {2..6}``, ``m ∈ {2, 3, 4}``, ``λ_new ~ Dirichlet(2)`` with a
+    unique largest entry, ``Q`` spectrum in ``[0.5, 3]``, random ``w_0``).
 
     * Exact expectations (no Monte Carlo) for fixed ``P ∈ {I, U diag(linspace(0.5, 2))Uᵀ}``, ``S ∈ {1, 4, 16}``,
       ``α ∈ {p₋/(L₀p₊²), p₋/(4L₀p₊²)}``, ``K = 0..200``: ``E ψ(w_K) − ψ*`` by the moment recursion against ``δ₀``.
     * Monte Carlo (2 assertions of the suite's budget): (i) lagged RMSprop clipped to ``[0.5, 2]`` on the reference
       instance, ``K = 60``, ``N = 4000``, one composite assertion whose ``δ`` is split over ``S ∈ {1, 4, 16}``, rule
-      of §3.0 (cap 5b); the spectrum of every ``P_k`` and H.39 at every iterate are monitored; (ii) the tight 1-D
-      instance (``E X = δ₀``; ``N`` detects a bound too small by 2 with probability ``≥ 0.99``,
-      :func:`._adaptation_evidence.tight_mc`).
+      of docs/spec/tolerances.md#checks; the spectrum of every ``P_k`` and H.39 at every iterate are
+      monitored; (ii) the tight 1-D instance (``E X = δ₀``; ``N`` detects a bound too small by 2 with
+      probability ``≥ 0.99``, :func:`._adaptation_evidence.tight_mc`).
     * ``details["figure_data"]["adaptation_gap"]``: ``E[ψ(w_K) − ψ*]`` against ``K`` for ``S ∈ {1, 4, 16}`` and the
       three preconditioners (exact for fixed ``P``, the Monte Carlo mean for RMSprop) with ``δ₀``.
 
 Negative controls (as H.43)
     Step too large (``α = 3/L₀``, exact) and biased direction (``S = 10⁴``, exact), each flagged and failing.
 
-Reference: THEOREMS.md §2 Thm-A, H.44 (eq 91), §1.9 (``δ₀``), §3.1 T-H44, T-H43.
+Reference: docs/spec/statements.md#t-thm-a, docs/spec/statements.md#t-h44, docs/spec/iteration.md#new-client,
+docs/spec/statements.md#t-h43.
 """
 
 from __future__ import annotations

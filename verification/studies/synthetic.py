@@ -6,7 +6,7 @@ plottable), a summary of JSON-serialisable numbers and notes that state every ru
 ties and zeros are handled, which hypotheses hold). There is no verdict: the numbers are the result.
 
 ========================  ======================================================================================
-id                        content (THEOREMS.md)
+id                        content (docs/spec/statements.md#catalogue)
 ========================  ======================================================================================
 study-H20-ratio           the Lemma H.20 (ii) ratio ``m_i(w)/‖d_M,i(w)‖²`` along Phase-1 and Phase-2 trajectories
                           on F1 clusters, separately for ``J*`` and ``J*_ε`` (H.20 remarks, H.21, O-8, O-23)

@@ -51,7 +51,7 @@ def test_false_failure_rate_when_the_bound_holds_with_equality(law):
 
 @pytest.mark.parametrize("law", sorted(DISTRIBUTIONS))
 def test_power_at_one_and_a_half_times_the_bound(law):
-    """E[X] = 1.5 b, N = 10⁴, κ_M = 5 (THEOREMS.md §3.0): the failure is detected."""
+    """E[X] = 1.5 b, N = 10⁴, κ_M = 5 (docs/spec/tolerances.md#monte-carlo): the failure is detected."""
     rng = np.random.default_rng(100 + sorted(DISTRIBUTIONS).index(law))
     b = 1.0
     res = mean_claim(DISTRIBUTIONS[law](rng, 1.5 * b, 10_000), b)

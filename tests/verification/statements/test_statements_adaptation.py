@@ -1,5 +1,7 @@
-"""Executable statements of the new-client adaptation part of Appendix H: H.39–H.45 and Thm-A (THEOREMS.md §2,
-§3.1 T-H39/H.40/H.41, T-H42(3), T-H43, T-H44, T-H45).
+"""Executable statements of the new-client adaptation part of Appendix H: H.39–H.45 and Thm-A
+(docs/spec/statements.md#catalogue, docs/spec/statements.md#t-h39, docs/spec/statements.md#t-h40,
+docs/spec/statements.md#t-h41, docs/spec/statements.md#t-h42, docs/spec/statements.md#t-h43,
+docs/spec/statements.md#t-h44, docs/spec/statements.md#t-h45).
 
 Each statement runs with its default ``Config`` and seed ``registry.DEFAULT_SEED`` through
 :func:`verification.core.registry.run_statement` (check + negative control); every verdict must be ``"holds"`` and

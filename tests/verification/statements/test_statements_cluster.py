@@ -1,4 +1,4 @@
-"""Executable statements of the cluster part of Appendix H: H.13–H.17 (THEOREMS.md §2, §3.1).
+"""Executable statements of the cluster part of Appendix H: H.13–H.17 (docs/spec/statements.md#catalogue).
 
 Each statement runs with its default ``Config`` and seed ``registry.DEFAULT_SEED`` through
 :func:`verification.core.registry.run_statement` (check + negative control). Expected verdicts:

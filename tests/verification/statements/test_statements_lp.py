@@ -1,4 +1,6 @@
-"""Executable statements of the LP layer (THEOREMS.md §2 H.1–H.3, H.4, H.5, H.6, H.7, H.9, H.10, H.11).
+"""Executable statements of the LP layer (docs/spec/statements.md#t-h1-3, docs/spec/statements.md#t-h4,
+docs/spec/statements.md#t-h5, docs/spec/statements.md#t-h6, docs/spec/statements.md#t-h7,
+docs/spec/statements.md#t-h9, docs/spec/statements.md#t-h10, docs/spec/statements.md#t-h11).
 
 Each statement is run with its default Config through :func:`verification.core.registry.run_statement` (check and
 negative control, each with a fresh ``default_rng(0)``): the verdict must be "holds" and the negative control

@@ -1,4 +1,5 @@
-"""Executable statements H.19, H.20, H.22, H.27, H.30, H.34 (THEOREMS.md §2, §3.1): each runs with its default
+"""Executable statements H.19, H.20, H.22, H.27, H.30, H.34 (docs/spec/statements.md#catalogue): each runs
+with its default
 Config and seed, must hold, and its negative control must be detected (the check can fail)."""
 
 from __future__ import annotations

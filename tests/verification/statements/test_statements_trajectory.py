@@ -1,5 +1,7 @@
 """Executable statements of the shared-iteration part of Appendix H: H.25, H.28, H.29, H.31, Cor-C, H.32, H.37
-(THEOREMS.md §2, §3.1 "T-H25", "T-H28 / T-H29 / T-H31 / Cor-C", "T-H32", "T-H37").
+(docs/spec/statements.md#catalogue, docs/spec/statements.md#t-h25, docs/spec/statements.md#t-h28,
+docs/spec/statements.md#t-h29, docs/spec/statements.md#t-h31, docs/spec/statements.md#t-cor-c,
+docs/spec/statements.md#t-h32, docs/spec/statements.md#t-h37).
 
 Each statement runs with its default ``Config`` and seed ``registry.DEFAULT_SEED`` through
 :func:`verification.core.registry.run_statement` (check + negative control). Every verdict must be ``"holds"`` and every
@@ -48,7 +50,7 @@ def test_trajectory_statement(stmt_id, default_run):
 
 def test_double_well_control_numbers(default_run):
     """T-H31(e): the double well is stuck at the spurious minimum (r_T ≈ 0.4998) against a band of a few
-    hundredths, with c_d ≈ 6.21 estimated on the left well (THEOREMS.md §6 chk14)."""
+    hundredths, with c_d ≈ 6.21 estimated on the left well (docs/spec/observations.md#obs-14)."""
     ev = default_run("H.31")
     dw = [c for c in ev.control.details["controls"] if c["family"] == "F4 double well"]
     assert len(dw) == 2

@@ -1,4 +1,4 @@
-"""THEOREMS.md §4: every identity S1–S26 verifies."""
+"""docs/spec/identities.md#identities: every identity S1–S26 verifies."""
 
 from __future__ import annotations
 
