@@ -359,7 +359,8 @@ def run(config: Config | None, rng: np.random.Generator) -> Evidence:
     t = tau.details["tau_gt_1"]
     lit, rep = tau.conclusion(C_TAU_LIT), tau.conclusion(C_TAU_REP)
     finding = (
-        f"the [reconstructed] drift allowance L0 B^2 tau eta of eq 46 (the specification (docs/spec/index.md)) is not sufficient for tau > 1: "
+        f"the [reconstructed] drift allowance L0 B^2 tau eta of eq 46 (docs/spec/statements.md#finding-h13-tau) is not "
+        f"sufficient for tau > 1: "
         f"on the default clusters {lit.counterexamples} of {lit.instances - lit.excluded} instances violate it (up to "
         f"{t['max_fraction_of_drift_allowance_used']:.3f} x the allowance); there the average local LP direction "
         f"moves {min(t['violations_dbar_change_over_lipschitz_step'], default=float('nan')):.3g}x farther than the "
