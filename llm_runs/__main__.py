@@ -6,9 +6,11 @@
     of any schema of :mod:`llm_runs.preferences.formats` (before any model is loaded) and print what a run would use
 ``python -m llm_runs probe conflict``  per-objective gradient cosines at the base model for synthetic clients
 ``python -m llm_runs probe dpo``  a short single-objective conservative-DPO run with held-out evaluation
-``python -m llm_runs run --preset smoke|cpu|gpu --out DIR [--model DIR] [--device auto|cpu|cuda] [--seed N]``
-    Algorithm 1 on LoRA fine-tuning of the model (:mod:`llm_runs.runs.run`): trajectory.csv, summary.json, figure.png
-``python -m llm_runs sweep --preset P --seeds A:B [--workers K | --scheduler ADDR] [--threads T] --out DIR``
+``python -m llm_runs run --preset smoke|cpu|gpu --out DIR [--model DIR] [--device auto|cpu|cuda] [--seed N] [--gate DIR]``
+    Algorithm 1 on LoRA fine-tuning of the model (:mod:`llm_runs.runs.run`): trajectory.csv, summary.json, figure.png;
+    with ``--gate DIR`` the objectives are those the positive-control gate in DIR admits
+    (:func:`llm_runs.sweeps.gate.admit`), checked before any work and recorded in the preset's configuration
+``python -m llm_runs sweep --preset P --seeds A:B [--workers K | --scheduler ADDR] [--threads T] [--gate DIR] --out DIR``
     the seeds of a run as cells of the Dask sweep engine (:mod:`llm_runs.sweeps.sweep`): runs/<seed>/, one atomic result
     file per seed (cells/<preset>/<seed>.json), params.json, llm_sweep.json; the same command again computes only
     the seeds still missing
@@ -97,6 +99,12 @@ def _add_run_options(p, default_data) -> None:
     """The options of ``run`` and ``sweep`` that choose the model, the data, the device and the preset's variant."""
     _add_model_options(p, default_data)
     _add_data_options(p)
+    p.add_argument("--gate", default=None, metavar="DIR",
+                   help="the positive-control gate folder (`gate --out DIR`) that admits the objectives: checked "
+                        "before any work (made on this model, data file, response length and pair margin; every "
+                        "objective passed it); without --objectives the objectives are those that passed (at least "
+                        "the preset's minimum, 3 for the shots curve); recorded as preset_config.gate in the run's "
+                        "summary.json and the sweep's params.json (default: no gate)")
     p.add_argument("--cache-dir", default=None, help="cache of the converted default model")
     _add_run_variant_options(p)
 
@@ -389,14 +397,35 @@ def _preset_of(args):
 
 
 def _with_objectives(preset, args, data):
-    """``preset`` with the objectives of ``--objectives``, or of the data file when it is not the shipped kind and
-    none are given (every aspect it has); a data file that cannot be read is a usage error."""
+    """``preset`` with the objectives of ``--objectives`` (at least :attr:`~llm_runs.runs.presets.RunPreset.min_objectives`),
+    or of the data file when it is not the shipped kind and none are given (every aspect it has); a data file that
+    cannot be read is a usage error. With ``--gate DIR`` the gate admits them (:func:`llm_runs.sweeps.gate.admit`:
+    without ``--objectives``, those that passed it) and the preset records it (``gate``); a refusal is a usage
+    error naming the gate."""
     from dataclasses import replace
 
     from llm_runs.preferences.data import DataFileError
     from llm_runs.preferences.formats import is_candidates_file, load_data
 
     objectives = args.objectives
+    if objectives is not None and len(objectives) < preset.min_objectives:
+        raise cli.UsageError(f"argument --objectives: preset {preset.name} needs at least {preset.min_objectives} "
+                             f"objectives; got {','.join(objectives)!r}")
+    if getattr(args, "gate", None) is not None:
+        from llm_runs.runs.presets import GateAdmission
+        from llm_runs.sweeps.gate import GateRefusal, admit
+
+        try:
+            objectives, gate = admit(args.gate, objectives=objectives, min_objectives=preset.min_objectives,
+                                     model_dir=args.model, max_response_tokens=preset.max_response_tokens,
+                                     margin=preset.design.margin, data=data, columns=args.columns)
+        except GateRefusal as exc:
+            raise cli.UsageError(f"argument --gate: {exc}") from None
+        except OSError as exc:
+            raise cli.UsageError(f"argument --data: cannot read data file {str(data)!r}: {exc}") from None
+        except ValueError as exc:  # a DataFileError: a saved dataset that names a file outside its folder
+            raise cli.UsageError(f"argument --data: {exc}") from None
+        return replace(preset, design=replace(preset.design, objectives=objectives), gate=GateAdmission(**gate))
     try:
         if objectives is None and not is_candidates_file(data):
             objectives = load_data(data, columns=args.columns).objectives
@@ -483,6 +512,14 @@ def _check_gate_args(args):
     except CellFolderError as exc:
         raise cli.UsageError(f"argument --out: {exc}") from None
     return settings, params, calibration
+
+
+def _gate_note(preset) -> None:
+    """One line on stderr naming the gate that admitted the objectives of a ``--gate`` run."""
+    if preset.gate is not None:
+        print(f"objectives {', '.join(preset.design.objectives)} admitted by the gate {preset.gate.path} (gate.json "
+              f"sha256 {preset.gate.sha256[:12]}; passed: {', '.join(preset.gate.passed)})", file=sys.stderr,
+              flush=True)
 
 
 def _check_device(device: str) -> None:
@@ -853,12 +890,14 @@ def _main(argv: list[str], prog: str) -> int:
     try:
         if args.command == "run":
             _ensure_malloc_env(argv, prog)
+            _gate_note(preset)
             return _run(args, preset, argv)
         if args.command == "sweep":
             _ensure_malloc_env(argv, prog)  # the workers of a local cluster inherit the malloc and OpenMP settings
             from llm_runs.sweeps.sweep import command
 
             assert swept is not None
+            _gate_note(swept[0])
             return command(args, swept[0], swept[1], prog=prog)
         if args.command == "gate":
             _ensure_malloc_env(argv, prog)  # the workers of a local cluster inherit the malloc and OpenMP settings

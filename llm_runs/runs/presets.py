@@ -30,7 +30,8 @@ from sim.algorithm import (
 )
 
 __all__ = ["AUTOCAST_CHOICES", "BF16_EXTENSIONS", "OBJECTIVES_3", "OBJECTIVES_4", "OBJECTIVES_CANDIDATES", "PRESETS",
-           "QUICK_GENERATION", "SHRUNK_RESPONSE_TOKENS", "PersonalisationEval", "RunPreset", "data_check", "federation",
+           "QUICK_GENERATION", "SHRUNK_RESPONSE_TOKENS", "SHOTS_MIN_OBJECTIVES", "GateAdmission", "PersonalisationEval",
+           "RunPreset", "data_check", "federation",
            "phase1_evaluations", "planned_gradient_evaluations", "resolve_autocast", "training_candidates"]
 
 #: The generation evaluation of :meth:`RunPreset.quick` (``--quick``), at most: 2 prompts × 1 sample of 64 new tokens
@@ -53,6 +54,25 @@ OBJECTIVES_4 = OBJECTIVES_3 + ("conciseness",)
 #: model), second_person and density (τ −0.22, cosine −0.09); positivity is the objective whose oracle transferred.
 #: The positive-control gate chooses which of them enter the study; no preset uses them yet.
 OBJECTIVES_CANDIDATES = ("positivity", "second_person", "formality", "density")
+#: The shots curve is pre-registered for at least three objectives that conflict (docs llm-study.md, "The
+#: positive-control gate"): a preset with ``shots`` refuses fewer (:attr:`RunPreset.min_objectives`).
+SHOTS_MIN_OBJECTIVES = 3
+
+
+@dataclass(frozen=True)
+class GateAdmission:
+    """The positive-control gate that admitted a run's objectives (``--gate DIR`` of ``python -m llm_runs run`` and
+    ``sweep``, checked by :func:`llm_runs.sweeps.gate.admit`): the gate folder (resolved), the SHA-256 of its
+    ``gate.json`` and the objectives that passed it, in the gate's order. Part of the preset's configuration, so
+    a run's ``summary.json`` and a sweep's ``params.json`` and ``llm_sweep.json`` record it (``preset_config.gate``);
+    the run itself does not use it."""
+
+    path: str
+    sha256: str
+    passed: tuple[str, ...]
+
+    def __post_init__(self):
+        object.__setattr__(self, "passed", tuple(self.passed))
 
 
 @dataclass(frozen=True)
@@ -102,7 +122,9 @@ class RunPreset:
     rewards (``generations.csv``, :mod:`llm_runs.runs.evaluation`); None: none; ``personalisation``: the evaluation of
     :class:`PersonalisationEval`; None: none; ``shots``: the shots curve's evaluation (:mod:`llm_runs.runs.shots`:
     the separable federation on the study side, Algorithm 1 on the training clients, every method at every budget
-    of :class:`~llm_runs.runs.shots.ShotsEval`); None: none."""
+    of :class:`~llm_runs.runs.shots.ShotsEval`); None: none; ``gate``: the positive-control gate that admitted the
+    design's objectives (:class:`GateAdmission`, set by ``--gate``); None: the run was not gated (and its
+    configuration, :meth:`to_dict`, has no ``gate`` entry)."""
 
     name: str
     description: str
@@ -119,6 +141,7 @@ class RunPreset:
     generation: GenerationEval | None = GenerationEval()
     personalisation: PersonalisationEval | None = None
     shots: ShotsEval | None = None
+    gate: GateAdmission | None = None
 
     def __post_init__(self):
         if int(self.max_response_tokens) != self.max_response_tokens or self.max_response_tokens < 1:
@@ -132,6 +155,15 @@ class RunPreset:
                                        or self.clustering_draws is not None):
             raise ValueError(f"RunPreset {self.name!r}: the shots evaluation runs without the personalisation "
                              "evaluation, the generation study and the clustering comparison (set them to None)")
+        if self.gate is not None and not set(self.design.objectives) <= set(self.gate.passed):
+            raise ValueError(f"RunPreset {self.name!r}: objectives {list(self.design.objectives)} are not all among "
+                             f"those that passed the gate {self.gate.path!r} ({list(self.gate.passed)})")
+
+    @property
+    def min_objectives(self) -> int:
+        """The fewest objectives the design needs: :data:`SHOTS_MIN_OBJECTIVES` for the shots curve, 2 otherwise
+        (:class:`~llm_runs.preferences.clients.ClientDesign`)."""
+        return SHOTS_MIN_OBJECTIVES if self.shots is not None else 2
 
     def quick(self) -> RunPreset:
         """The same sizes (clients, pairs, sequence length) with one round of each phase, one adaptation step and
@@ -194,8 +226,12 @@ class RunPreset:
         )
 
     def to_dict(self) -> dict:
+        """The configuration as recorded (``preset_config``); an ungated preset has no ``gate`` entry, so the folders
+        of sweeps made before gates existed stay resumable."""
         d = asdict(self)
         d["algorithm"] = self.algorithm.to_dict()
+        if self.gate is None:
+            del d["gate"]
         return d
 
 

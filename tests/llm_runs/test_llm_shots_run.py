@@ -83,7 +83,7 @@ def test_the_shots_preset_is_the_pre_registered_grid_and_fits_the_overnight_run(
     assert p.shots.budgets == (1, 2, 4, 8, 16) and p.generation is None and p.personalisation is None
     assert p.design.n_new >= 2 * p.design.n_centres  # two new clients per centre: the within-cluster contrast
     make = (ROOT / "Makefile").read_text()
-    target = re.search(r"^llm-study:.*\n\t(.*)$", make, flags=re.M).group(1)
+    target = re.search(r"^llm-study:.*\n((?:\t.*\n)+)", make, flags=re.M).group(1)
     seeds = re.search(r"--preset shots --seeds 0:(\d+) --workers 2 --threads 1", target)
     assert seeds is not None, target
     n_seeds = int(seeds.group(1))
@@ -91,6 +91,8 @@ def test_the_shots_preset_is_the_pre_registered_grid_and_fits_the_overnight_run(
     waves = -(-n_seeds // 2)  # two cells at a time
     assert waves * seed_cpu_seconds(p)["total"] / 3600 <= 12.5
     assert "llm-study-v1:" in make and "--preset study --seeds 0:8" in make
+    # the curve's objectives are those the positive-control gate admits; GATE=none is the documented ungated run
+    assert "$(if $(filter none,$(GATE)),,--gate $(GATE))" in target and "\nGATE ?= runs/llm-gate\n" in make
 
 
 # --------------------------------------------------------------------------------------------- e2e: the sweep
