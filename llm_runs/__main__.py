@@ -339,34 +339,38 @@ def _add_cluster_options(p, unit: str, what: str) -> None:
 
 
 def _add_gate_parser(sub, default_data) -> None:
-    from llm_runs.runs.presets import OBJECTIVES_3, PRESETS
+    """``gate``: its defaults are :class:`~llm_runs.sweeps.gate.GateSettings`' (the study's where it takes them,
+    :meth:`~llm_runs.sweeps.gate.GateSettings.from_study`) and the module's budgets and draws: one source."""
+    from llm_runs.runs.presets import OBJECTIVES_3
+    from llm_runs.sweeps.gate import DEFAULT_BUDGETS, DEFAULT_DRAWS, GateSettings
 
-    study = PRESETS["study"]
+    d = GateSettings.from_study(OBJECTIVES_3)
     g = sub.add_parser("gate", help="the positive-control gate: oracles trained at a target preference on each "
                                     "candidate objective, scored on held-out calibration prompts (cells of the Dask "
                                     "sweep engine, gate.json)",
                        epilog=cli.exit_status_help("a cell failed (it raised, or its worker died more often than "
                                                    "the scheduler allows) or is missing"))
-    g.add_argument("--objectives", type=_objectives, default=OBJECTIVES_3, metavar="A,B,...",
+    g.add_argument("--objectives", type=_objectives, default=d.objectives, metavar="A,B,...",
                    help="the candidate objectives, rewards of the data file (default: the study's, "
-                        f"{','.join(OBJECTIVES_3)})")
-    g.add_argument("--budgets", type=_int_list("budget"), default=(16, 64), metavar="B[,B...]",
-                   help="training pairs per objective of an oracle, one set of cells each (default 16,64)")
-    g.add_argument("--draws", type=positive_int, default=2, metavar="N",
+                        f"{','.join(d.objectives)})")
+    g.add_argument("--budgets", type=_int_list("budget"), default=DEFAULT_BUDGETS, metavar="B[,B...]",
+                   help="training pairs per objective of an oracle, one set of cells each (default "
+                        f"{','.join(map(str, DEFAULT_BUDGETS))})")
+    g.add_argument("--draws", type=positive_int, default=DEFAULT_DRAWS, metavar="N",
                    help="draws 0..N-1 of the held-out split and training pairs, one cell each (default %(default)s)")
-    g.add_argument("--target", type=float, default=0.8,
+    g.add_argument("--target", type=float, default=d.target,
                    help="the oracle's preference on its objective, in (1/m, 1); the rest spread evenly "
                         "(default %(default)s)")
-    g.add_argument("--steps", type=positive_int, default=16, help="full-batch AdamW steps (default %(default)s)")
-    g.add_argument("--lr", type=positive_float, default=5e-4, help="AdamW learning rate (default %(default)s)")
-    g.add_argument("--max-response-tokens", type=positive_int, default=study.max_response_tokens, metavar="T",
+    g.add_argument("--steps", type=positive_int, default=d.steps, help="full-batch AdamW steps (default %(default)s)")
+    g.add_argument("--lr", type=positive_float, default=d.lr, help="AdamW learning rate (default %(default)s)")
+    g.add_argument("--max-response-tokens", type=positive_int, default=d.max_response_tokens, metavar="T",
                    help="responses cut at T tokens, the text trained on and scored (default: the study's, "
                         "%(default)s)")
-    g.add_argument("--heldout-prompts", type=positive_int, default=study.design.heldout_prompts, metavar="N",
+    g.add_argument("--heldout-prompts", type=positive_int, default=d.heldout_prompts, metavar="N",
                    help="at least N calibration prompts held out per draw (default %(default)s)")
-    g.add_argument("--heldout-pairs", type=positive_int, default=study.design.heldout_pairs, metavar="N",
+    g.add_argument("--heldout-pairs", type=positive_int, default=d.heldout_pairs, metavar="N",
                    help="held-out pairs per objective and draw (default %(default)s)")
-    g.add_argument("--max-pairs", type=positive_int, default=32, metavar="N",
+    g.add_argument("--max-pairs", type=positive_int, default=d.max_pairs, metavar="N",
                    help="a training step's pairs go forward and backward in chunks of at most N (all objectives "
                         "together), their gradients summed: memory for one chunk's activations (default %(default)s)")
     _add_cluster_options(g, "cell", "cell")

@@ -106,14 +106,13 @@ CELLS = "shots-shrunk"
 def shots_swept(dask_client_2, tmp_path_factory):
     """``python -m llm_runs sweep --preset shots --shrink --seeds 0:2`` on the 2-worker cluster, one worker killed
     while both seeds run (as tests/llm_runs/test_llm_sweep.py kills one)."""
-    from tests.llm_helpers import run_cli, tiny_model_dir
-    from tests.llm_runs.test_llm_sweep import _kill_a_busy_worker_once_both_runs_started
+    from tests.llm_helpers import kill_a_busy_worker, run_cli, runs_running, tiny_model_dir
 
     model = tiny_model_dir(tmp_path_factory)
     out = tmp_path_factory.mktemp("llm-shots") / "sw"
     killed: dict = {}
-    killer = threading.Thread(target=_kill_a_busy_worker_once_both_runs_started, args=(dask_client_2, out, killed),
-                              daemon=True)
+    killer = threading.Thread(target=kill_a_busy_worker, args=(dask_client_2, killed),
+                              kwargs={"ready": runs_running(out, SEEDS)}, daemon=True)
     killer.start()
     code, screen = run_cli("sweep", *PRESET_ARGS, "--model", str(model), "--seeds", "0:2", "--scheduler",
                            dask_client_2.scheduler.address, "--out", str(out), "--quiet")
