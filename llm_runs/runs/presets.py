@@ -255,7 +255,7 @@ class _Stated(string.Formatter):
 
 
 def describe(template: str, preset: RunPreset) -> str:
-    """``template`` with its fields (:meth:`str.format` syntax, ``{x:~noun}`` for a count with its noun) taken from
+    """``template`` with its fields (``str.format`` syntax, ``{x:~noun}`` for a count with its noun) taken from
     ``preset``'s configuration: ``p`` the preset, ``d`` its design, ``a`` its algorithm, ``g`` its generation
     evaluation, ``s`` its shots evaluation, ``T`` the response length, ``m`` the number of objectives, ``pool`` a
     shots client's pool (the largest budget), ``budgets`` the shots budgets as a list, ``per_centre`` the new
