@@ -6,9 +6,11 @@
     of any schema of :mod:`llm_runs.preferences.formats` (before any model is loaded) and print what a run would use
 ``python -m llm_runs probe conflict``  per-objective gradient cosines at the base model for synthetic clients
 ``python -m llm_runs probe dpo``  a short single-objective conservative-DPO run with held-out evaluation
-``python -m llm_runs run --preset smoke|cpu|gpu --out DIR [--model DIR] [--device auto|cpu|cuda] [--seed N]``
-    Algorithm 1 on LoRA fine-tuning of the model (:mod:`llm_runs.runs.run`): trajectory.csv, summary.json, figure.png
-``python -m llm_runs sweep --preset P --seeds A:B [--workers K | --scheduler ADDR] [--threads T] --out DIR``
+``python -m llm_runs run --preset smoke|cpu|gpu --out DIR [--model DIR] [--device auto|cpu|cuda] [--seed N] [--gate DIR]``
+    Algorithm 1 on LoRA fine-tuning of the model (:mod:`llm_runs.runs.run`): trajectory.csv, summary.json, figure.png;
+    with ``--gate DIR`` the objectives are those the positive-control gate in DIR admits
+    (:func:`llm_runs.sweeps.gate.admit`), checked before any work and recorded in the preset's configuration
+``python -m llm_runs sweep --preset P --seeds A:B [--workers K | --scheduler ADDR] [--threads T] [--gate DIR] --out DIR``
     the seeds of a run as cells of the Dask sweep engine (:mod:`llm_runs.sweeps.sweep`): runs/<seed>/, one atomic result
     file per seed (cells/<preset>/<seed>.json), params.json, llm_sweep.json; the same command again computes only
     the seeds still missing
@@ -97,6 +99,12 @@ def _add_run_options(p, default_data) -> None:
     """The options of ``run`` and ``sweep`` that choose the model, the data, the device and the preset's variant."""
     _add_model_options(p, default_data)
     _add_data_options(p)
+    p.add_argument("--gate", default=None, metavar="DIR",
+                   help="the positive-control gate folder (`gate --out DIR`) that admits the objectives: checked "
+                        "before any work (made on this model, data file, response length and pair margin; every "
+                        "objective passed it); without --objectives the objectives are those that passed (at least "
+                        "the preset's minimum, 3 for the shots curve); recorded as preset_config.gate in the run's "
+                        "summary.json and the sweep's params.json (default: no gate)")
     p.add_argument("--cache-dir", default=None, help="cache of the converted default model")
     _add_run_variant_options(p)
 
@@ -331,34 +339,38 @@ def _add_cluster_options(p, unit: str, what: str) -> None:
 
 
 def _add_gate_parser(sub, default_data) -> None:
-    from llm_runs.runs.presets import OBJECTIVES_3, PRESETS
+    """``gate``: its defaults are :class:`~llm_runs.sweeps.gate.GateSettings`' (the study's where it takes them,
+    :meth:`~llm_runs.sweeps.gate.GateSettings.from_study`) and the module's budgets and draws: one source."""
+    from llm_runs.runs.presets import OBJECTIVES_3
+    from llm_runs.sweeps.gate import DEFAULT_BUDGETS, DEFAULT_DRAWS, GateSettings
 
-    study = PRESETS["study"]
+    d = GateSettings.from_study(OBJECTIVES_3)
     g = sub.add_parser("gate", help="the positive-control gate: oracles trained at a target preference on each "
                                     "candidate objective, scored on held-out calibration prompts (cells of the Dask "
                                     "sweep engine, gate.json)",
                        epilog=cli.exit_status_help("a cell failed (it raised, or its worker died more often than "
                                                    "the scheduler allows) or is missing"))
-    g.add_argument("--objectives", type=_objectives, default=OBJECTIVES_3, metavar="A,B,...",
+    g.add_argument("--objectives", type=_objectives, default=d.objectives, metavar="A,B,...",
                    help="the candidate objectives, rewards of the data file (default: the study's, "
-                        f"{','.join(OBJECTIVES_3)})")
-    g.add_argument("--budgets", type=_int_list("budget"), default=(16, 64), metavar="B[,B...]",
-                   help="training pairs per objective of an oracle, one set of cells each (default 16,64)")
-    g.add_argument("--draws", type=positive_int, default=2, metavar="N",
+                        f"{','.join(d.objectives)})")
+    g.add_argument("--budgets", type=_int_list("budget"), default=DEFAULT_BUDGETS, metavar="B[,B...]",
+                   help="training pairs per objective of an oracle, one set of cells each (default "
+                        f"{','.join(map(str, DEFAULT_BUDGETS))})")
+    g.add_argument("--draws", type=positive_int, default=DEFAULT_DRAWS, metavar="N",
                    help="draws 0..N-1 of the held-out split and training pairs, one cell each (default %(default)s)")
-    g.add_argument("--target", type=float, default=0.8,
+    g.add_argument("--target", type=float, default=d.target,
                    help="the oracle's preference on its objective, in (1/m, 1); the rest spread evenly "
                         "(default %(default)s)")
-    g.add_argument("--steps", type=positive_int, default=16, help="full-batch AdamW steps (default %(default)s)")
-    g.add_argument("--lr", type=positive_float, default=5e-4, help="AdamW learning rate (default %(default)s)")
-    g.add_argument("--max-response-tokens", type=positive_int, default=study.max_response_tokens, metavar="T",
+    g.add_argument("--steps", type=positive_int, default=d.steps, help="full-batch AdamW steps (default %(default)s)")
+    g.add_argument("--lr", type=positive_float, default=d.lr, help="AdamW learning rate (default %(default)s)")
+    g.add_argument("--max-response-tokens", type=positive_int, default=d.max_response_tokens, metavar="T",
                    help="responses cut at T tokens, the text trained on and scored (default: the study's, "
                         "%(default)s)")
-    g.add_argument("--heldout-prompts", type=positive_int, default=study.design.heldout_prompts, metavar="N",
+    g.add_argument("--heldout-prompts", type=positive_int, default=d.heldout_prompts, metavar="N",
                    help="at least N calibration prompts held out per draw (default %(default)s)")
-    g.add_argument("--heldout-pairs", type=positive_int, default=study.design.heldout_pairs, metavar="N",
+    g.add_argument("--heldout-pairs", type=positive_int, default=d.heldout_pairs, metavar="N",
                    help="held-out pairs per objective and draw (default %(default)s)")
-    g.add_argument("--max-pairs", type=positive_int, default=32, metavar="N",
+    g.add_argument("--max-pairs", type=positive_int, default=d.max_pairs, metavar="N",
                    help="a training step's pairs go forward and backward in chunks of at most N (all objectives "
                         "together), their gradients summed: memory for one chunk's activations (default %(default)s)")
     _add_cluster_options(g, "cell", "cell")
@@ -389,14 +401,35 @@ def _preset_of(args):
 
 
 def _with_objectives(preset, args, data):
-    """``preset`` with the objectives of ``--objectives``, or of the data file when it is not the shipped kind and
-    none are given (every aspect it has); a data file that cannot be read is a usage error."""
+    """``preset`` with the objectives of ``--objectives`` (at least :attr:`~llm_runs.runs.presets.RunPreset.min_objectives`),
+    or of the data file when it is not the shipped kind and none are given (every aspect it has); a data file that
+    cannot be read is a usage error. With ``--gate DIR`` the gate admits them (:func:`llm_runs.sweeps.gate.admit`:
+    without ``--objectives``, those that passed it) and the preset records it (``gate``); a refusal is a usage
+    error naming the gate."""
     from dataclasses import replace
 
     from llm_runs.preferences.data import DataFileError
     from llm_runs.preferences.formats import is_candidates_file, load_data
 
     objectives = args.objectives
+    if objectives is not None and len(objectives) < preset.min_objectives:
+        raise cli.UsageError(f"argument --objectives: preset {preset.name} needs at least {preset.min_objectives} "
+                             f"objectives; got {','.join(objectives)!r}")
+    if getattr(args, "gate", None) is not None:
+        from llm_runs.runs.presets import GateAdmission
+        from llm_runs.sweeps.gate import GateRefusal, admit
+
+        try:
+            objectives, gate = admit(args.gate, objectives=objectives, min_objectives=preset.min_objectives,
+                                     model_dir=args.model, max_response_tokens=preset.max_response_tokens,
+                                     margin=preset.design.margin, data=data, columns=args.columns)
+        except GateRefusal as exc:
+            raise cli.UsageError(f"argument --gate: {exc}") from None
+        except OSError as exc:
+            raise cli.UsageError(f"argument --data: cannot read data file {str(data)!r}: {exc}") from None
+        except ValueError as exc:  # a DataFileError: a saved dataset that names a file outside its folder
+            raise cli.UsageError(f"argument --data: {exc}") from None
+        return replace(preset, design=replace(preset.design, objectives=objectives), gate=GateAdmission(**gate))
     try:
         if objectives is None and not is_candidates_file(data):
             objectives = load_data(data, columns=args.columns).objectives
@@ -483,6 +516,14 @@ def _check_gate_args(args):
     except CellFolderError as exc:
         raise cli.UsageError(f"argument --out: {exc}") from None
     return settings, params, calibration
+
+
+def _gate_note(preset) -> None:
+    """One line on stderr naming the gate that admitted the objectives of a ``--gate`` run."""
+    if preset.gate is not None:
+        print(f"objectives {', '.join(preset.design.objectives)} admitted by the gate {preset.gate.path} (gate.json "
+              f"sha256 {preset.gate.sha256[:12]}; passed: {', '.join(preset.gate.passed)})", file=sys.stderr,
+              flush=True)
 
 
 def _check_device(device: str) -> None:
@@ -853,12 +894,14 @@ def _main(argv: list[str], prog: str) -> int:
     try:
         if args.command == "run":
             _ensure_malloc_env(argv, prog)
+            _gate_note(preset)
             return _run(args, preset, argv)
         if args.command == "sweep":
             _ensure_malloc_env(argv, prog)  # the workers of a local cluster inherit the malloc and OpenMP settings
             from llm_runs.sweeps.sweep import command
 
             assert swept is not None
+            _gate_note(swept[0])
             return command(args, swept[0], swept[1], prog=prog)
         if args.command == "gate":
             _ensure_malloc_env(argv, prog)  # the workers of a local cluster inherit the malloc and OpenMP settings

@@ -1,10 +1,16 @@
-"""Shared fixtures of the LLM tests: a tiny random Llama with LoRA, hand-written preference pairs, and a small data
-file of hand-written responses (:func:`small_data_file`)."""
+"""Shared fixtures of the LLM tests: a tiny random Llama with LoRA, hand-written preference pairs, a small data
+file of hand-written responses (:func:`small_data_file`), and the killing of a busy Dask worker
+(:func:`kill_a_busy_worker`)."""
 
 from __future__ import annotations
 
 import contextlib
 import io
+import json
+import os
+import signal
+import time
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -109,3 +115,40 @@ def tiny_model_dir(tmp_path_factory):
     from llm_runs.model.models import save_random_llama
 
     return save_random_llama(tmp_path_factory.mktemp("model") / "tiny", "tiny", dtype="float32")[0]
+
+
+def kill_a_busy_worker(client, killed: dict, *, ready: Callable[[dict], bool] = bool, settle: float = 0.0,
+                       timeout: float = 600.0, poll: float = 0.1) -> None:
+    """Once ``ready(busy)`` holds (``busy``: each address of a worker of ``client``'s cluster that is running a cell
+    -> the keys of its cells), wait ``settle`` seconds and SIGKILL the process of one of those workers (its nanny
+    starts a new one; the scheduler hands the cell to a worker again); ``killed`` gets its ``addr``, ``keys``,
+    ``pid`` and the time ``at``. Gives up after ``timeout`` seconds (``killed`` stays empty). The body of a killer
+    thread of the e2e tests."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not killed:
+        busy = {w: keys for w, keys in client.processing().items() if keys}
+        if busy and ready(busy):
+            time.sleep(settle)
+            addr, keys = next(iter(busy.items()))
+            pid = client.run(os.getpid, workers=[addr])[addr]
+            os.kill(pid, signal.SIGKILL)
+            killed.update(addr=addr, keys=list(keys), pid=pid, at=time.time())
+            return
+        time.sleep(poll)
+
+
+def runs_running(out, seeds: Sequence[int]) -> Callable[[dict], bool]:
+    """A ``ready`` of :func:`kill_a_busy_worker` for an LLM sweep into ``out``: every seed's run directory holds the
+    summary of a run under way (the model loaded, the run started)."""
+    from llm_runs.sweeps.sweep import run_dir
+
+    def ready(busy: dict) -> bool:
+        started = []
+        for s in seeds:
+            try:
+                started.append(json.loads((run_dir(out, s) / "summary.json").read_text())["status"])
+            except (OSError, ValueError, KeyError):
+                pass
+        return started == ["running"] * len(seeds)
+
+    return ready

@@ -10,7 +10,8 @@ The run itself is :func:`llm_runs.runs.run.run`.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+import string
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
@@ -30,7 +31,8 @@ from sim.algorithm import (
 )
 
 __all__ = ["AUTOCAST_CHOICES", "BF16_EXTENSIONS", "OBJECTIVES_3", "OBJECTIVES_4", "OBJECTIVES_CANDIDATES", "PRESETS",
-           "QUICK_GENERATION", "SHRUNK_RESPONSE_TOKENS", "PersonalisationEval", "RunPreset", "data_check", "federation",
+           "QUICK_GENERATION", "SHRUNK_RESPONSE_TOKENS", "SHOTS_MIN_OBJECTIVES", "GateAdmission", "PersonalisationEval",
+           "RunPreset", "data_check", "describe", "federation",
            "phase1_evaluations", "planned_gradient_evaluations", "resolve_autocast", "training_candidates"]
 
 #: The generation evaluation of :meth:`RunPreset.quick` (``--quick``), at most: 2 prompts × 1 sample of 64 new tokens
@@ -53,6 +55,25 @@ OBJECTIVES_4 = OBJECTIVES_3 + ("conciseness",)
 #: model), second_person and density (τ −0.22, cosine −0.09); positivity is the objective whose oracle transferred.
 #: The positive-control gate chooses which of them enter the study; no preset uses them yet.
 OBJECTIVES_CANDIDATES = ("positivity", "second_person", "formality", "density")
+#: The shots curve is pre-registered for at least three objectives that conflict (docs llm-study.md, "The
+#: positive-control gate"): a preset with ``shots`` refuses fewer (:attr:`RunPreset.min_objectives`).
+SHOTS_MIN_OBJECTIVES = 3
+
+
+@dataclass(frozen=True)
+class GateAdmission:
+    """The positive-control gate that admitted a run's objectives (``--gate DIR`` of ``python -m llm_runs run`` and
+    ``sweep``, checked by :func:`llm_runs.sweeps.gate.admit`): the gate folder (resolved), the SHA-256 of its
+    ``gate.json`` and the objectives that passed it, in the gate's order. Part of the preset's configuration, so
+    a run's ``summary.json`` and a sweep's ``params.json`` and ``llm_sweep.json`` record it (``preset_config.gate``);
+    the run itself does not use it."""
+
+    path: str
+    sha256: str
+    passed: tuple[str, ...]
+
+    def __post_init__(self):
+        object.__setattr__(self, "passed", tuple(self.passed))
 
 
 @dataclass(frozen=True)
@@ -102,7 +123,9 @@ class RunPreset:
     rewards (``generations.csv``, :mod:`llm_runs.runs.evaluation`); None: none; ``personalisation``: the evaluation of
     :class:`PersonalisationEval`; None: none; ``shots``: the shots curve's evaluation (:mod:`llm_runs.runs.shots`:
     the separable federation on the study side, Algorithm 1 on the training clients, every method at every budget
-    of :class:`~llm_runs.runs.shots.ShotsEval`); None: none."""
+    of :class:`~llm_runs.runs.shots.ShotsEval`); None: none; ``gate``: the positive-control gate that admitted the
+    design's objectives (:class:`GateAdmission`, set by ``--gate``); None: the run was not gated (and its
+    configuration, :meth:`to_dict`, has no ``gate`` entry)."""
 
     name: str
     description: str
@@ -119,8 +142,16 @@ class RunPreset:
     generation: GenerationEval | None = GenerationEval()
     personalisation: PersonalisationEval | None = None
     shots: ShotsEval | None = None
+    gate: GateAdmission | None = None
+    template: str = field(default="", repr=False)
 
     def __post_init__(self):
+        # the description states the configuration's numbers: a description with fields is a template (kept in
+        # ``template``), rendered from the configuration here and again for every variant (quick, shrunk, other
+        # objectives: ``replace`` passes the template on), so that no number can drift from the configuration's
+        if "{" in self.description or not self.template:
+            object.__setattr__(self, "template", self.description)
+        object.__setattr__(self, "description", describe(self.template, self))
         if int(self.max_response_tokens) != self.max_response_tokens or self.max_response_tokens < 1:
             raise ValueError(f"RunPreset {self.name!r}: max_response_tokens must be a positive integer; got "
                              f"{self.max_response_tokens!r}")
@@ -132,6 +163,15 @@ class RunPreset:
                                        or self.clustering_draws is not None):
             raise ValueError(f"RunPreset {self.name!r}: the shots evaluation runs without the personalisation "
                              "evaluation, the generation study and the clustering comparison (set them to None)")
+        if self.gate is not None and not set(self.design.objectives) <= set(self.gate.passed):
+            raise ValueError(f"RunPreset {self.name!r}: objectives {list(self.design.objectives)} are not all among "
+                             f"those that passed the gate {self.gate.path!r} ({list(self.gate.passed)})")
+
+    @property
+    def min_objectives(self) -> int:
+        """The fewest objectives the design needs: :data:`SHOTS_MIN_OBJECTIVES` for the shots curve, 2 otherwise
+        (:class:`~llm_runs.preferences.clients.ClientDesign`)."""
+        return SHOTS_MIN_OBJECTIVES if self.shots is not None else 2
 
     def quick(self) -> RunPreset:
         """The same sizes (clients, pairs, sequence length) with one round of each phase, one adaptation step and
@@ -194,9 +234,40 @@ class RunPreset:
         )
 
     def to_dict(self) -> dict:
+        """The configuration as recorded (``preset_config``); an ungated preset has no ``gate`` entry, so the folders
+        of sweeps made before gates existed stay resumable."""
         d = asdict(self)
         d["algorithm"] = self.algorithm.to_dict()
+        del d["template"]  # the description is its rendering
+        if self.gate is None:
+            del d["gate"]
         return d
+
+
+class _Stated(string.Formatter):
+    """:func:`describe`'s formatter: a field ``{x:~noun}`` renders as ``"1 noun"`` or ``"N nouns"``."""
+
+    def format_field(self, value, format_spec):
+        if format_spec.startswith("~"):
+            noun = format_spec[1:]
+            return f"{value} {noun if value == 1 else noun + 's'}"
+        return super().format_field(value, format_spec)
+
+
+def describe(template: str, preset: RunPreset) -> str:
+    """``template`` with its fields (``str.format`` syntax, ``{x:~noun}`` for a count with its noun) taken from
+    ``preset``'s configuration: ``p`` the preset, ``d`` its design, ``a`` its algorithm, ``g`` its generation
+    evaluation, ``s`` its shots evaluation, ``T`` the response length, ``m`` the number of objectives, ``pool`` a
+    shots client's pool (the largest budget), ``budgets`` the shots budgets as a list, ``per_centre`` the new
+    clients per preference centre (``"3 per centre"``, or ``"over 2 centres"`` when they do not divide evenly) and
+    ``one_per_objective`` (``" (one per objective)"`` when there are as many centres as objectives). Every number a
+    preset's description states is such a field (tests/llm_runs/test_llm_presets.py)."""
+    d, s = preset.design, preset.shots
+    per = (f"{d.n_new // d.n_centres} per centre" if d.n_new % d.n_centres == 0 else f"over {d.n_centres} centres")
+    return _Stated().format(template, p=preset, d=d, a=preset.algorithm, g=preset.generation, s=s,
+                            T=preset.max_response_tokens, m=d.m, pool=None if s is None else max(s.budgets),
+                            budgets=None if s is None else ", ".join(map(str, s.budgets)), per_centre=per,
+                            one_per_objective=" (one per objective)" if d.n_centres == d.m else "")
 
 
 def _algorithm(*, eta, rounds1, tau, rounds2, S2, K2, adapt, adamw_lr, p2_steps, fedavg_rounds):
@@ -259,9 +330,11 @@ def resolve_autocast(choice: str, device: str = "auto") -> str | None:
 PRESETS: dict[str, RunPreset] = {
     "smoke": RunPreset(
         name="smoke",
-        description="every code path in a few minutes on 2 CPU cores: 4 training clients around 2 preference "
-                    "centres and 2 new clients, 1 pair per objective (2 in a new client's pool), responses cut at "
-                    "16 tokens, one round of Phase 1, Phase 2 and FedAvg, 2 adaptation steps",
+        description="every code path in a few minutes on 2 CPU cores: {d.n_train:~training client} around "
+                    "{d.n_centres:~preference centre} and {d.n_new:~new client}, {d.shots:~pair} per objective "
+                    "({d.pool_pairs} in a new client's pool), responses cut at {T} tokens, {a.phase1.rounds:~round} "
+                    "of Phase 1, {a.phase2.rounds} of Phase 2 and {a.fedavg.rounds} of FedAvg, "
+                    "{a.adapt.K:~adaptation step}",
         design=ClientDesign(objectives=OBJECTIVES_3, n_train=4, n_new=2, n_centres=2, shots=1, pool_pairs=2,
                             heldout_pairs=1),
         algorithm=_algorithm(eta=1.0, rounds1=1, tau=1, rounds2=1, S2=1, K2=1, adapt=_adapt(2, 1, 0.5),
@@ -275,10 +348,11 @@ PRESETS: dict[str, RunPreset] = {
     ),
     "cpu": RunPreset(
         name="cpu",
-        description="a small study on 2 CPU cores (tens of minutes): 6 training clients around 2 preference centres "
-                    "and 2 new clients, 2 pairs per objective (6 in a new client's pool), responses cut at 48 "
-                    "tokens, 8 rounds of Phase 1 and FedAvg, 4 of Phase 2 (2 inner steps on 1-shot episodes), "
-                    "6 adaptation steps",
+        description="a small study on 2 CPU cores (tens of minutes): {d.n_train:~training client} around "
+                    "{d.n_centres:~preference centre} and {d.n_new:~new client}, {d.shots:~pair} per objective "
+                    "({d.pool_pairs} in a new client's pool), responses cut at {T} tokens, "
+                    "{a.phase1.rounds:~round} of Phase 1 and {a.fedavg.rounds} of FedAvg, {a.phase2.rounds} of "
+                    "Phase 2 ({a.phase2.K:~inner step} on {a.phase2.S}-shot episodes), {a.adapt.K:~adaptation step}",
         design=ClientDesign(objectives=OBJECTIVES_3, n_train=6, n_new=2, n_centres=2, shots=2, pool_pairs=6,
                             heldout_pairs=3),
         algorithm=_algorithm(eta=0.5, rounds1=8, tau=1, rounds2=4, S2=1, K2=2, adapt=_adapt(6, 1, 0.25),
@@ -293,11 +367,14 @@ PRESETS: dict[str, RunPreset] = {
         name="study",
         description="the pre-registered personalisation study, one seed (verification.llm.personalisation; seeds as "
                     "cells of `python -m llm_runs sweep`, whose llm_sweep.json records each seed's CPU seconds): "
-                    "6 training clients around 3 preference centres (one per objective) and 9 new clients (3 per "
-                    "centre), 1 pair per objective (2 in a new client's pool), responses cut at 16 tokens, 2 "
-                    "rounds of Phase 1 and FedAvg, 1 of Phase 2, 2 adaptation steps; 100 held-out pairs per "
-                    "objective from at least 25 prompts, margins of every personalised, local-only, FedAvg and the global uniform model; 64 "
-                    "prompts x 2 samples of 16 tokens from the base and every personalised model",
+                    "{d.n_train:~training client} around {d.n_centres:~preference centre}{one_per_objective} and "
+                    "{d.n_new:~new client} ({per_centre}), {d.shots:~pair} per objective ({d.pool_pairs} in a new "
+                    "client's pool), responses cut at {T} tokens, {a.phase1.rounds:~round} of Phase 1 and "
+                    "{a.fedavg.rounds} of FedAvg, {a.phase2.rounds} of Phase 2, {a.adapt.K:~adaptation step}; "
+                    "{d.heldout_pairs:~held-out pair} per objective from at least {d.heldout_prompts:~prompt}, "
+                    "margins of every personalised, local-only, FedAvg and the global uniform model; "
+                    "{g.prompts:~prompt} x {g.settings.responses_per_prompt:~sample} of "
+                    "{g.settings.max_new_tokens} tokens from the base and every personalised model",
         design=ClientDesign(objectives=OBJECTIVES_3, n_train=6, n_new=9, n_centres=3, shots=1, pool_pairs=2,
                             heldout_pairs=100, heldout_prompts=25),
         algorithm=replace(_algorithm(eta=1.0, rounds1=2, tau=1, rounds2=1, S2=1, K2=1, adapt=_adapt(2, 1, 0.5),
@@ -312,10 +389,12 @@ PRESETS: dict[str, RunPreset] = {
     ),
     "gpu": RunPreset(
         name="gpu",
-        description="a GPU study (bf16): 12 training clients around 4 preference centres and 4 new clients, "
-                    "m = 4 objectives, 6 pairs per objective (16 in a new client's pool), responses up to 256 "
-                    "tokens, 30 rounds of Phase 1 (2 local steps) and FedAvg, 15 of Phase 2 (3 inner steps on "
-                    "3-shot episodes), 10 adaptation steps on 2-shot batches",
+        description="a GPU study (bf16): {d.n_train:~training client} around {d.n_centres:~preference centre} and "
+                    "{d.n_new:~new client}, m = {m} objectives, {d.shots:~pair} per objective ({d.pool_pairs} in a "
+                    "new client's pool), responses up to {T} tokens, {a.phase1.rounds:~round} of Phase 1 "
+                    "({a.phase1.tau:~local step}) and {a.fedavg.rounds} of FedAvg, {a.phase2.rounds} of Phase 2 "
+                    "({a.phase2.K:~inner step} on {a.phase2.S}-shot episodes), {a.adapt.K:~adaptation step} on "
+                    "{a.adapt.S}-shot batches",
         design=ClientDesign(objectives=OBJECTIVES_4, n_train=12, n_new=4, n_centres=4, centre_weight=0.55,
                             shots=6, pool_pairs=16, heldout_pairs=12),
         algorithm=_algorithm(eta=0.5, rounds1=30, tau=2, rounds2=15, S2=3, K2=3, adapt=_adapt(10, 2, 0.25),
@@ -326,6 +405,16 @@ PRESETS: dict[str, RunPreset] = {
                                                                           timeout_s=600.0)),
     ),
 }
+#: What the shots presets run, stated from their configuration (:func:`describe`).
+_SHOTS_DESIGN = ("separable pairs on the study side, {d.n_train:~training client} of {d.shots:~pair} per objective "
+                 "around {d.n_centres:~preference centre} and {d.n_new:~new client} ({per_centre}) with pools of "
+                 "{pool}, {d.heldout_pairs:~held-out pair} per objective from at least {d.heldout_prompts:~prompt}, "
+                 "responses cut at {T} tokens; Algorithm 1 with {a.phase1.rounds:~round} of Phase 1 and "
+                 "{a.fedavg.rounds} of FedAvg, {a.phase2.rounds} of Phase 2; per budget {budgets} pairs per "
+                 "objective: Pipeline 1 from w_II and w_I, local-only and FedAvg adapted, {a.adapt.K:~full-batch "
+                 "step} each, Pipeline 2 of {a.pipeline2.max_steps:~step}; the base, global and per-client oracle "
+                 "models ({s.oracle_pairs:~pair} per objective, {s.oracle_steps:~AdamW step})")
+
 #: The shots curve (llm_runs.runs.shots): the study preset's loss, model, LoRA and response length on the separable
 #: federation, Algorithm 1 with training clients of 8 pairs per objective and 4 rounds of Phase 1 and FedAvg, every
 #: method at every budget. Sizing (docs/llm-study.md, "The shots curve: the run"): 6 new clients (2 per centre: the
@@ -337,13 +426,7 @@ PRESETS["shots"] = replace(
     PRESETS["study"],
     name="shots",
     description="the shots curve, one seed (llm_runs.runs.shots; analysed by verification.llm.shots; seeds as cells of "
-                "`python -m llm_runs sweep`): separable pairs on the study side, 6 training clients of 8 pairs per "
-                "objective around 3 preference centres and 6 new clients (2 per centre) with pools of 16, 40 "
-                "held-out pairs per objective from at least 25 prompts, responses cut at 16 tokens; Algorithm 1 "
-                "with 4 rounds of Phase 1 and FedAvg, 1 of Phase 2; per budget 1, 2, 4, 8, 16 pairs per "
-                "objective: Pipeline 1 from w_II and w_I, local-only and FedAvg adapted, 2 full-batch steps each, "
-                "Pipeline 2 of 1 step; the base, global and per-client oracle models (16 pairs per objective, 12 "
-                "AdamW steps); no generation",
+                "`python -m llm_runs sweep`): " + _SHOTS_DESIGN + "; no generation",
     design=ClientDesign(objectives=OBJECTIVES_3, **{**SHOTS_CLIENTS, "n_new": 6, "heldout_pairs": 40}),
     algorithm=replace(_algorithm(eta=1.0, rounds1=4, tau=1, rounds2=1, S2=1, K2=1, adapt=_adapt(2, 1, 0.5),
                                  adamw_lr=5e-4, p2_steps=1, fedavg_rounds=4), adamw=None),
@@ -367,14 +450,9 @@ PRESETS["shots"] = replace(
 PRESETS["shots-gpu"] = replace(
     PRESETS["shots"],
     name="shots-gpu",
-    description="the shots curve on one GPU, one seed in about 8 minutes (bf16; llm_runs/gpu_check.sh --study): the "
-                "shots preset's separable federation and methods with responses up to 64 tokens, 6 training "
-                "clients of 8 pairs per objective around 3 preference centres and 6 new clients (2 per centre) "
-                "with pools of 16, 48 held-out pairs per objective from at least 25 prompts; Algorithm 1 with 6 "
-                "rounds of Phase 1 and FedAvg, 2 of Phase 2; per budget 1, 2, 4, 8, 16 pairs per objective: "
-                "Pipeline 1 from w_II and w_I, local-only and FedAvg adapted, 2 full-batch steps each, Pipeline 2 "
-                "of 1 step; the base, global and per-client oracle models (64 pairs per objective, 12 AdamW steps "
-                "in chunks of 32 pairs); no generation",
+    description="the shots curve on one GPU, one seed sized for a few minutes (bf16; llm_runs/gpu_check.sh --study; "
+                "llm_runs.runs.shots.seed_gpu_seconds): " + _SHOTS_DESIGN + " in chunks of {s.max_pairs} pairs; no "
+                "generation",
     design=ClientDesign(objectives=OBJECTIVES_3, **{**SHOTS_CLIENTS, "n_new": 6, "heldout_pairs": 48}),
     algorithm=replace(_algorithm(eta=0.5, rounds1=6, tau=1, rounds2=2, S2=1, K2=1, adapt=_adapt(2, 1, 0.25),
                                  adamw_lr=2e-4, p2_steps=1, fedavg_rounds=6), adamw=None),

@@ -63,6 +63,16 @@ objectives or budgets: each objective's entry is its own decision, and the budge
 The spill-over (an oracle of ``o`` scored on every other candidate ``k``: the objective × objective matrix of ``z``
 and accuracy, with their intervals and p-values) is reported, not gated.
 
+Admission
+=========
+
+An objective enters a run or a sweep only through the gate: ``--gate DIR`` of ``python -m llm_runs run`` and
+``sweep`` (:func:`admit`) refuses, before any work, a gate made on another model, data file (SHA-256), response
+length or pair margin than the run's and an objective that did not pass it or is not among its candidates; without
+``--objectives`` the run's objectives are those that passed (at least the preset's
+:attr:`~llm_runs.runs.presets.RunPreset.min_objectives`). The gate's folder, the SHA-256 of its ``gate.json`` and the
+objectives that passed are recorded in the preset's configuration (``preset_config.gate``).
+
 Folder
 ======
 
@@ -106,7 +116,7 @@ from verification.llm.personalisation import N_BOOT, POWER, _percentile, _resamp
 __all__ = ["GATE_KIND", "SUMMARY_JSON", "ALPHA", "N_PERM", "GateSettings", "GateSettingsError", "DrawSplit", "GateDataError",
            "draw_split", "gate_candidates", "cell_path", "gate_params", "gate_cell", "gate_cells", "read_cells",
            "run_gate", "train_oracle", "prompt_units", "sign_flip_p", "one_sided", "pooled_scores", "passes", "summarize",
-           "write_summary", "screen", "command"]
+           "write_summary", "screen", "command", "GateRefusal", "admit", "DEFAULT_BUDGETS", "DEFAULT_DRAWS"]
 
 GATE_KIND = "prefalign-verify llm gate"
 SUMMARY_JSON = "gate.json"
@@ -117,6 +127,9 @@ N_PERM = 9999
 #: The seed of the permutation and bootstrap draws of every test.
 STAT_SEED = 0
 CELL_KEYS = ("objective", "budget", "draw", "status", "seconds", "cpu_seconds")
+#: The budgets (training pairs per objective) and draws of ``gate`` when not given.
+DEFAULT_BUDGETS = (16, 64)
+DEFAULT_DRAWS = 2
 
 
 def _study():
@@ -306,12 +319,10 @@ def cell_path(out: str | Path, objective: str, budget: int, draw: int) -> Path:
 def gate_params(settings: GateSettings, *, model_dir: str | None = None, data: str | Path | None = None,
                 device: str = "auto", threads: int = 1, columns: dict[str, str] | None = None) -> dict[str, Any]:
     """The ``params.json`` of a gate folder (module docstring). Raises ``OSError`` when the data cannot be read."""
-    from llm_runs.sweeps.sweep import data_entry
+    from llm_runs.sweeps.sweep import data_entry, model_entry
 
-    return dask_engine.folder_params(
-        GATE_KIND, **settings.to_dict(),
-        model="embedded default" if model_dir is None else str(Path(model_dir).expanduser().resolve()),
-        data=data_entry(data, columns), device=device, threads=int(threads))
+    return dask_engine.folder_params(GATE_KIND, **settings.to_dict(), model=model_entry(model_dir),
+                                     data=data_entry(data, columns), device=device, threads=int(threads))
 
 
 def _margins(pm, heldout: Mapping[str, Sequence]) -> dict[str, np.ndarray]:
@@ -667,6 +678,83 @@ def screen(summary: dict[str, Any], out: Path, run: CellRun | None) -> str:
 def failed(summary: dict[str, Any], run: CellRun | None) -> bool:
     """True iff a cell is missing or failed."""
     return (run is not None and not run.complete) or summary["cells"]["complete"] < summary["cells"]["requested"]
+
+
+# ------------------------------------------------------------------------------------------------ admission
+
+
+class GateRefusal(ValueError):
+    """A gate folder does not admit a run: not a gate's, made on another model, data file, response length or pair
+    margin, or an objective of the run did not pass it; the message names the folder and why."""
+
+
+def _differs(what: str, there: Any, here: Any, path: str) -> GateRefusal:
+    return GateRefusal(f"the gate {path!r} was made with {what} {there!r}, this run uses {here!r}: run the gate on "
+                       "the run's model, data and response length (python -m llm_runs gate)")
+
+
+def _failing(summary: dict[str, Any], objective: str) -> str:
+    """``objective``'s rows of the gate's table, as the dashboard shows them (:func:`~verification.llm.answer.gate_rows`:
+    z, accuracy, their p-values and minimum detectable effects, the verdict)."""
+    rows = [(e, r) for e, r in zip(summary["table"], gate_rows(summary), strict=True) if e["objective"] == objective]
+    return "; ".join(f"budget {e['budget']}: {r[-1]}, " + ", ".join(f"{h} {v}" for h, v in zip(GATE_HEADER[3:9],
+                                                                                             r[3:9], strict=True))
+                     for e, r in rows) or "no row in its table"
+
+
+def admit(folder: str | Path, *, objectives: Sequence[str] | None, min_objectives: int, model_dir: str | None,
+          max_response_tokens: int, margin: float, data: str | Path | None = None,
+          columns: dict[str, str] | None = None) -> tuple[tuple[str, ...], dict[str, Any]]:
+    """The objectives a run may train on by the gate in ``folder`` (its ``gate.json``,
+    :func:`verification.llm.answer.read_gate`) and the gate's identity: ``(objectives, {"path", "sha256",
+    "passed"})``. The gate must have been made on the run's model (``model_dir``), data file (the SHA-256 of the
+    bytes a run reads and the ``columns`` mapping, :func:`llm_runs.sweeps.sweep.data_entry`; hashed last), response
+    length and pair margin; every one of ``objectives`` must have passed it (an objective that did not is named with
+    its rows of the gate's table); without ``objectives`` the run's are those that passed, in the gate's order, and
+    there must be at least ``min_objectives`` of them (given ``objectives`` are the caller's to count). Raises
+    :class:`GateRefusal`."""
+    import hashlib
+
+    from llm_runs.sweeps.sweep import data_entry, model_entry
+    from verification.llm.answer import GATE_JSON, read_gate
+
+    try:
+        summary = read_gate(folder)
+    except ValueError as exc:
+        raise GateRefusal(str(exc)) from None
+    path = str(Path(folder).expanduser().resolve())
+    s = summary["settings"]
+    for what, there, here in (("model", s.get("model"), model_entry(model_dir)),
+                              ("max_response_tokens", s.get("max_response_tokens"), int(max_response_tokens)),
+                              ("pair margin", s.get("margin"), float(margin))):
+        if there != here:
+            raise _differs(what, there, here, path)
+    found = s.get("data") or {}
+    entry = data_entry(data, columns)
+    if found.get("sha256") != entry["sha256"]:
+        raise _differs("the data file of sha256", found.get("sha256"), f"{entry['path']} of sha256 {entry['sha256']}",
+                       path)
+    if found.get("columns") != entry.get("columns"):
+        raise _differs("the data columns", found.get("columns"), entry.get("columns"), path)
+    candidates = list(s.get("objectives") or [])
+    passed = tuple(o for o in candidates if summary["passes_at"].get(o) is not None)
+    if objectives is not None:
+        unknown = [o for o in objectives if o not in candidates]
+        if unknown:
+            raise GateRefusal(f"objective(s) {', '.join(map(repr, unknown))} are not among the candidates of the gate "
+                              f"{path!r} ({', '.join(candidates)}): run the gate on them first")
+        failing = [o for o in objectives if o not in passed]
+        if failing:
+            raise GateRefusal("; ".join(f"objective {o!r} did not pass the gate {path!r} ({_failing(summary, o)})"
+                                        for o in failing))
+        chosen = tuple(objectives)
+    else:
+        chosen = passed
+    if objectives is None and len(chosen) < int(min_objectives):
+        raise GateRefusal(f"the gate {path!r} passed {len(passed)} of its candidates ({', '.join(passed) or 'none'} "
+                          f"of {', '.join(candidates)}); the run needs at least {int(min_objectives)} objectives")
+    digest = hashlib.sha256((Path(folder) / GATE_JSON).read_bytes()).hexdigest()
+    return chosen, {"path": path, "sha256": digest, "passed": passed}
 
 
 # ------------------------------------------------------------------------------------------------ command line

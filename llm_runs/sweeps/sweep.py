@@ -5,7 +5,7 @@ r"""Seeds of an LLM run as cells of the Dask sweep engine (``python -m llm_runs 
     python -m llm_runs sweep --preset PRESET --seeds A:B [--workers K | --scheduler ADDRESS] [--threads T]
                              [--model DIR] [--data PATH [--columns C=COL,...]] [--objectives A,B,...]
                              [--device auto|cpu|cuda] [--quick | --shrink]
-                             [--layout L] [--autocast bfloat16|none] --out DIR
+                             [--layout L] [--autocast bfloat16|none] [--gate DIR] --out DIR
 
 **Cells.** Every seed ``A, A+1, ..., B-1`` is one cell of :mod:`verification.engine.dask_engine`, the engine of
 ``python -m verification sweep`` (no second engine): a Dask task that runs :func:`llm_runs.runs.run.run` with the preset
@@ -27,8 +27,9 @@ set explicitly inside the cell). The folder ``DIR`` holds
   configuration (:meth:`~llm_runs.runs.presets.RunPreset.to_dict`), the model directory (or ``embedded default``), the data
   file (its path, or ``shipped: <name>`` for the shipped file, and the sha256 of the bytes a run reads: for a folder
   its data files, for a saved dataset its metadata and the Arrow files its ``state.json`` names; the ``--columns``
-  mapping when given; ``--objectives`` is part of the preset's configuration), the device, the threads, the layout
-  and the package version;
+  mapping when given; ``--objectives`` is part of the preset's configuration, and so is the positive-control gate
+  that admitted them with ``--gate DIR``: ``preset_config.gate``, :func:`llm_runs.sweeps.gate.admit`), the device,
+  the threads, the layout and the package version;
 * ``llm_sweep.json``: the summary (:func:`summarize`): per seed its status, seconds and CPU-seconds, the
   CPU-seconds and seconds per seed (mean and max), the wall time of the last invocation, and ``run_dirs``: the
   complete runs' directories (relative to ``DIR``), for the aggregation across seeds.
@@ -113,7 +114,7 @@ from verification.engine.dask_engine import (
 __all__ = ["SWEEP_KIND", "SUMMARY_JSON", "RUNS_DIR", "cell_path", "run_dir", "sweep_params", "check_params", "llm_cell",
            "sweep_cells", "read_cells", "pending_seeds", "run_sweep", "summarize", "write_summary", "read_summary",
            "screen", "failed", "default_workers", "command", "data_entry", "locked", "on_cluster", "where",
-           "last_run", "write_json"]
+           "last_run", "write_json", "model_entry"]
 
 #: Identifies an LLM sweep's folder (params.json) and summary (llm_sweep.json).
 SWEEP_KIND = "prefalign-verify llm sweep"
@@ -160,9 +161,14 @@ def sweep_params(preset, *, model_dir: str | None = None, data: str | Path | Non
     """The ``params.json`` of an LLM sweep: everything its cells depend on besides the seed (module docstring).
     Raises ``OSError`` when the data file cannot be read."""
     return folder_params(
-        SWEEP_KIND, preset=preset.name, preset_config=preset.to_dict(),
-        model="embedded default" if model_dir is None else str(Path(model_dir).expanduser().resolve()),
+        SWEEP_KIND, preset=preset.name, preset_config=preset.to_dict(), model=model_entry(model_dir),
         data=data_entry(data, columns), device=device, threads=int(threads), layout=layout)
+
+
+def model_entry(model_dir: str | Path | None) -> str:
+    """The ``model`` entry of a folder's ``params.json`` (a sweep's, a gate's): ``embedded default``, or the model
+    directory's resolved path."""
+    return "embedded default" if model_dir is None else str(Path(model_dir).expanduser().resolve())
 
 
 def data_entry(data: str | Path | None = None, columns: dict[str, str] | None = None) -> dict[str, Any]:

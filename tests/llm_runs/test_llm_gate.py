@@ -17,10 +17,8 @@ worker's cell is run again and every cell is written once.
 from __future__ import annotations
 
 import json
-import os
-import signal
+import re
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -124,7 +122,7 @@ pytest.importorskip("distributed")
 from llm_runs.__main__ import main  # noqa: E402
 from llm_runs.preferences.clients import calibration_split  # noqa: E402
 from llm_runs.preferences.data import DEFAULT_DATA_FILE  # noqa: E402
-from tests.llm_helpers import run_cli, tiny_model_dir  # noqa: E402
+from tests.llm_helpers import kill_a_busy_worker, run_cli, tiny_model_dir  # noqa: E402
 from verification.engine import dask_engine  # noqa: E402
 
 
@@ -229,6 +227,40 @@ def test_usage_errors_exit_2_naming_the_value_before_any_work(tmp_path, capsys, 
     assert not out.exists()
 
 
+def test_the_gate_commands_defaults_are_the_gate_settings(monkeypatch, capsys):
+    """The parser takes its defaults from GateSettings (the study's where from_study takes them) and the module's
+    budgets and draws, and --help shows them: settings with other defaults give another parser."""
+    from dataclasses import dataclass
+
+    from llm_runs.__main__ import build_parser
+
+    @dataclass(frozen=True)
+    class Other(gate.GateSettings):
+        target: float = 0.7
+        steps: int = 9
+        lr: float = 0.002
+        max_pairs: int = 5
+
+    for settings, budgets, draws in ((gate.GateSettings, gate.DEFAULT_BUDGETS, gate.DEFAULT_DRAWS),
+                                     (Other, (3, 7), 4)):
+        monkeypatch.setattr(gate, "GateSettings", settings)
+        monkeypatch.setattr(gate, "DEFAULT_BUDGETS", budgets)
+        monkeypatch.setattr(gate, "DEFAULT_DRAWS", draws)
+        d = settings.from_study(("positivity", "density", "readability"))
+        args = build_parser().parse_args(["gate", "--out", "x"])
+        assert gate.GateSettings.from_study(args.objectives, target=args.target, steps=args.steps, lr=args.lr,
+                                            max_response_tokens=args.max_response_tokens,
+                                            heldout_prompts=args.heldout_prompts, heldout_pairs=args.heldout_pairs,
+                                            max_pairs=args.max_pairs) == d
+        assert (args.budgets, args.draws) == (budgets, draws)
+        with pytest.raises(SystemExit):
+            main(["gate", "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        for v in (d.target, d.steps, d.lr, d.max_pairs, d.max_response_tokens, d.heldout_prompts, d.heldout_pairs,
+                  draws, ",".join(map(str, budgets)), ",".join(d.objectives)):
+            assert re.search(rf"\(default[^)]*\b{re.escape(str(v))}\)", text), (v, text)
+
+
 def test_prefalign_llm_lists_gate():
     from prefalign.__main__ import COMMANDS
 
@@ -238,29 +270,14 @@ def test_prefalign_llm_lists_gate():
 # ------------------------------------------------------------------------------------------------ e2e: a killed worker
 
 
-def _kill_a_busy_worker_once_both_cells_run(c, killed: dict) -> None:
-    """When both workers are running a cell (for a second: the model loaded), SIGKILL one of them."""
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and not killed:
-        busy = {w: keys for w, keys in c.processing().items() if keys}
-        if len(busy) == 2:
-            time.sleep(1.0)
-            addr, keys = next(iter(busy.items()))
-            pid = c.run(os.getpid, workers=[addr])[addr]
-            os.kill(pid, signal.SIGKILL)
-            killed.update(addr=addr, keys=list(keys), pid=pid, at=time.time())
-            return
-        time.sleep(0.05)
-
-
 @pytest.mark.e2e
 def test_a_killed_workers_cell_is_run_again_and_every_cell_written_once(dask_client_2, tiny_dir, tmp_path):
     out = tmp_path / "g"
     settings = gate.GateSettings.from_study(("positivity", "density"), steps=8, heldout_prompts=4, heldout_pairs=8)
     writes: dict[str, int] = {}
     killed: dict = {}
-    killer = threading.Thread(target=_kill_a_busy_worker_once_both_cells_run, args=(dask_client_2, killed),
-                              daemon=True)
+    killer = threading.Thread(target=kill_a_busy_worker, args=(dask_client_2, killed), daemon=True,
+                              kwargs={"ready": lambda busy: len(busy) == 2, "settle": 1.0, "timeout": 300, "poll": 0.05})
     killer.start()
     run = gate.run_gate(dask_client_2, out, settings, [2], 1, model_dir=str(tiny_dir), device="cpu", progress=False,
                         on_written=lambda cell, _: writes.__setitem__(cell.key, writes.get(cell.key, 0) + 1))

@@ -83,7 +83,7 @@ def test_the_shots_preset_is_the_pre_registered_grid_and_fits_the_overnight_run(
     assert p.shots.budgets == (1, 2, 4, 8, 16) and p.generation is None and p.personalisation is None
     assert p.design.n_new >= 2 * p.design.n_centres  # two new clients per centre: the within-cluster contrast
     make = (ROOT / "Makefile").read_text()
-    target = re.search(r"^llm-study:.*\n\t(.*)$", make, flags=re.M).group(1)
+    target = re.search(r"^llm-study:.*\n((?:\t.*\n)+)", make, flags=re.M).group(1)
     seeds = re.search(r"--preset shots --seeds 0:(\d+) --workers 2 --threads 1", target)
     assert seeds is not None, target
     n_seeds = int(seeds.group(1))
@@ -91,6 +91,8 @@ def test_the_shots_preset_is_the_pre_registered_grid_and_fits_the_overnight_run(
     waves = -(-n_seeds // 2)  # two cells at a time
     assert waves * seed_cpu_seconds(p)["total"] / 3600 <= 12.5
     assert "llm-study-v1:" in make and "--preset study --seeds 0:8" in make
+    # the curve's objectives are those the positive-control gate admits; GATE=none is the documented ungated run
+    assert "$(if $(filter none,$(GATE)),,--gate $(GATE))" in target and "\nGATE ?= runs/llm-gate\n" in make
 
 
 # --------------------------------------------------------------------------------------------- e2e: the sweep
@@ -104,14 +106,13 @@ CELLS = "shots-shrunk"
 def shots_swept(dask_client_2, tmp_path_factory):
     """``python -m llm_runs sweep --preset shots --shrink --seeds 0:2`` on the 2-worker cluster, one worker killed
     while both seeds run (as tests/llm_runs/test_llm_sweep.py kills one)."""
-    from tests.llm_helpers import run_cli, tiny_model_dir
-    from tests.llm_runs.test_llm_sweep import _kill_a_busy_worker_once_both_runs_started
+    from tests.llm_helpers import kill_a_busy_worker, run_cli, runs_running, tiny_model_dir
 
     model = tiny_model_dir(tmp_path_factory)
     out = tmp_path_factory.mktemp("llm-shots") / "sw"
     killed: dict = {}
-    killer = threading.Thread(target=_kill_a_busy_worker_once_both_runs_started, args=(dask_client_2, out, killed),
-                              daemon=True)
+    killer = threading.Thread(target=kill_a_busy_worker, args=(dask_client_2, killed),
+                              kwargs={"ready": runs_running(out, SEEDS)}, daemon=True)
     killer.start()
     code, screen = run_cli("sweep", *PRESET_ARGS, "--model", str(model), "--seeds", "0:2", "--scheduler",
                            dask_client_2.scheduler.address, "--out", str(out), "--quiet")

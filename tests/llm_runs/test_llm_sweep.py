@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import signal
 import threading
 import time
 from dataclasses import replace
@@ -32,7 +31,7 @@ from llm_runs.__main__ import main  # noqa: E402
 from llm_runs.preferences.data import DEFAULT_DATA_FILE  # noqa: E402
 from llm_runs.runs.presets import PRESETS  # noqa: E402
 from llm_runs.sweeps import sweep  # noqa: E402
-from tests.llm_helpers import run_cli, tiny_model_dir  # noqa: E402
+from tests.llm_helpers import kill_a_busy_worker, run_cli, runs_running, tiny_model_dir  # noqa: E402
 from verification.core.evidence import to_jsonable  # noqa: E402
 from verification.engine import dask_engine  # noqa: E402
 
@@ -57,35 +56,14 @@ def client(dask_client_2):
 _cli = run_cli
 
 
-def _kill_a_busy_worker_once_both_runs_started(c, out: Path, killed: dict) -> None:
-    """When both seeds' run directories hold a summary of a run under way, SIGKILL the process of a worker that is
-    running a cell (its nanny starts a new one; the scheduler hands the cell to a worker again)."""
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline and not killed:
-        started = []
-        for s in SEEDS:
-            try:
-                started.append(json.loads((sweep.run_dir(out, s) / "summary.json").read_text())["status"])
-            except (OSError, ValueError, KeyError):
-                pass
-        busy = {w: keys for w, keys in c.processing().items() if keys}
-        if started == ["running", "running"] and busy:
-            addr, keys = next(iter(busy.items()))
-            pid = c.run(os.getpid, workers=[addr])[addr]
-            os.kill(pid, signal.SIGKILL)
-            killed.update(addr=addr, keys=list(keys), pid=pid, at=time.time())
-            return
-        time.sleep(0.1)
-
-
 @pytest.fixture(scope="module")
 def swept(client, tiny_dir, tmp_path_factory):
     """`python -m llm_runs sweep --seeds 0:2` through --scheduler on the module's 2-worker cluster, one worker killed
     while both runs are in flight."""
     out = tmp_path_factory.mktemp("llm-sweep") / "sw"
     killed: dict = {}
-    killer = threading.Thread(target=_kill_a_busy_worker_once_both_runs_started, args=(client, out, killed),
-                              daemon=True)
+    killer = threading.Thread(target=kill_a_busy_worker, args=(client, killed),
+                              kwargs={"ready": runs_running(out, SEEDS)}, daemon=True)
     killer.start()
     t0 = time.perf_counter()
     code, screen = _cli("sweep", *PRESET_ARGS, "--model", str(tiny_dir), "--seeds", "0:2",
