@@ -127,9 +127,20 @@ def statement_record(out: str | Path, stmt, evaluations: int, seed: int, date: s
     })
 
 
+def refuted_conclusions(rec: dict[str, Any], findings: Any = None) -> tuple[list[str], list[str]]:
+    """The conclusions a statement's search record ``rec`` (``worst/<id>.json``) holds counterexamples of, split
+    into those the statement documents (``findings``: its ``SEARCH_FINDINGS``, a finding with its counterexamples,
+    not a failure) and the undocumented ones (to be acted on), each sorted."""
+    refuted = sorted(k for k, v in (rec.get("conclusions") or {}).items() if v.get("counterexamples"))
+    documented = dict(findings or {})
+    return [k for k in refuted if k in documented], [k for k in refuted if k not in documented]
+
+
 def write_results(out: str | Path, stmts, evaluations: int, seed: int) -> dict[str, Any]:
     """Write ``worst/<id>.json`` for every statement whose cells are complete and ``search.json`` (per statement:
-    budget, evaluations, date, counterexamples, best ratio per conclusion); returns the summary."""
+    budget, evaluations, date, counterexamples, best ratio per conclusion, the refuted conclusions it documents,
+    ``findings``, and those it does not, ``undocumented``; ``undocumented`` per statement at the top); returns the
+    summary."""
     out = Path(out)
     date = datetime.datetime.now(datetime.UTC).date().isoformat()
     summary: dict[str, Any] = {"kind": SEARCH_KIND, "budget": int(evaluations), "seed": int(seed), "statements": {}}
@@ -148,8 +159,13 @@ def write_results(out: str | Path, stmts, evaluations: int, seed: int) -> dict[s
                 pass
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(path, json.dumps(rec, indent=1, allow_nan=False) + "\n")
+        findings, undocumented = refuted_conclusions(rec, s.search_findings)
         summary["statements"][s.id] = {k: rec[k] for k in ("budget", "evaluations", "date", "counterexamples",
-                                                           "cpu_seconds", "best_ratio", "box")} | {"complete": True}
+                                                           "cpu_seconds", "best_ratio", "box")} | {
+            "complete": True, "findings": findings, "undocumented": undocumented}
     summary["counterexamples"] = sum(v.get("counterexamples", 0) for v in summary["statements"].values())
+    # counterexamples of conclusions no statement documents: what a user must act on (the command's exit status 1)
+    summary["undocumented"] = {sid: v["undocumented"] for sid, v in summary["statements"].items()
+                               if v.get("undocumented")}
     atomic_write_text(out / SUMMARY_NAME, json.dumps(to_jsonable(summary), indent=1, allow_nan=False) + "\n")
     return summary

@@ -80,7 +80,7 @@ class LLMStudyConfig:
 
 
 class RunDataMissing(ValueError):
-    """The runs given to a study do not record what it reads (reported by :func:`run_llm_studies`, not raised)."""
+    """The runs given to a study do not record what it reads (reported by :func:`~verification.llm.studies.run_llm_studies`, not raised)."""
 
 
 def _clean(obj):

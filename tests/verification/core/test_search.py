@@ -358,3 +358,16 @@ def test_search_parts_do_not_depend_on_their_order_and_make_up_falsify():
     merged = search.search_result(stmt, stmt.search, TINY_DE, 0, forward + chains)
     assert dataclasses.replace(merged, seconds=0.0) == dataclasses.replace(res, seconds=0.0)
     assert res.evaluations == sum(r["evaluations"] for r in forward + chains)
+
+
+def test_refuted_conclusions_split_documented_findings_from_what_to_act_on():
+    """The store's H.19 search holds counterexamples of eq 51: with H.19's SEARCH_FINDINGS they are a documented
+    finding (``search`` exits 0 on them), without it they are to be acted on (exit 1)."""
+    from verification.engine.search_cells import refuted_conclusions
+
+    rec = json.loads((search.STORE / "H.19.json").read_text())
+    stmt = registry.get_statement("H.19")
+    (eq51,) = [k for k, v in rec["conclusions"].items() if v.get("counterexamples")]
+    assert refuted_conclusions(rec, stmt.search_findings) == ([eq51], [])
+    assert refuted_conclusions(rec, {}) == ([], [eq51])
+    assert refuted_conclusions({"conclusions": {"a": {"counterexamples": 0}}}, {}) == ([], [])

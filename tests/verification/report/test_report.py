@@ -244,6 +244,7 @@ def _report_process(tmp_path, module: str, text: str):
                            "--no-llm"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.e2e
 def test_a_documented_search_finding_is_a_finding_and_the_report_exits_0(tmp_path):
     """The search's counterexamples of a conclusion the statement documents (``SEARCH_FINDINGS``, as H.19 does for
     eq 51) make the verdict ``finding``, shown with them under Findings like H.16's eq 48: the dashboard is
@@ -267,6 +268,7 @@ def test_a_documented_search_finding_is_a_finding_and_the_report_exits_0(tmp_pat
     assert "to act on (exit status 1): nothing (exit status 0)" in proc.stdout
 
 
+@pytest.mark.e2e
 def test_an_undocumented_counterexample_makes_the_report_exit_1(tmp_path):
     """The same counterexamples without ``SEARCH_FINDINGS`` are a violation, to be acted on: the dashboard is
     written and the command exits 1, naming it."""
