@@ -289,7 +289,11 @@ def test_dashboard_excerpt_matches_the_committed_dashboard():
         r = results[cells[0]]
         assert cells[2].strip("*").lower().startswith(r["verdict"])
         assert cells[3] == f"{r['instances'] - r['excluded']} / {r['excluded']}" and cells[4] == f"{r['tightness']:.4g}"
-        assert cells[6] == r["negative_control"] and cells[7] == str(r["counterexamples"])
+        found, _, kept = cells[7].partition(" (")  # "194 (20 kept)" where the file keeps fewer than were found
+        assert cells[6] == r["negative_control"] and found == str(r["counterexamples"])
+        if kept:
+            cex = json.loads((ROOT / "reports" / "counterexamples" / f"{cells[0]}.json").read_text())
+            assert kept == f"{len(cex['counterexamples'])} kept)" and len(cex["counterexamples"]) < int(found)
 
 
 def test_report_scaling_table_says_which_scale_is_not_measured_yet(tmp_path):

@@ -58,7 +58,7 @@ def test_help_lists_the_sub_commands_and_the_exit_status(capsys):
 
 @pytest.mark.parametrize("argv, fail", [
     (["verify", "run"], "a verdict is violated, vacuous or error, a negative control is missed, or (--baseline)"),
-    (["verify", "report"], "a verdict is violated"),
+    (["verify", "report"], "the dashboard was written and needs acting on: a verdict is violated"),
     (["verify", "power"], "a weak conclusion has no stated reason"),
     (["verify", "sweep"], "a cell failed"),
     (["verify", "grid"], "a cell raised"),
