@@ -142,6 +142,7 @@ def gated(dask_inprocess_client, tiny_dir, tmp_path_factory):
     return {"out": out, "code": code, "screen": screen, "model": tiny_dir}
 
 
+@pytest.mark.e2e
 def test_the_gate_writes_its_cells_and_gate_json(gated):
     out = gated["out"]
     assert gated["code"] == 0, gated["screen"]
@@ -185,6 +186,7 @@ def test_the_gate_writes_its_cells_and_gate_json(gated):
     assert "2 computed, 0 already in" in gated["screen"] and "spill-over at budget 2" in gated["screen"]
 
 
+@pytest.mark.e2e
 def test_the_same_command_again_recomputes_nothing(gated, monkeypatch):
     out = gated["out"]
     monkeypatch.setattr(dask_engine, "dask_client", lambda *a, **k: pytest.fail("a Dask cluster was started"))
@@ -198,6 +200,7 @@ def test_the_same_command_again_recomputes_nothing(gated, monkeypatch):
     assert json.loads((out / gate.SUMMARY_JSON).read_text())["last_run"]["computed"] == 0
 
 
+@pytest.mark.e2e
 def test_other_settings_into_the_folder_are_refused(gated, capsys):
     out = gated["out"]
     before = sorted(p.relative_to(out).as_posix() for p in out.rglob("*"))

@@ -151,6 +151,7 @@ def test_resume_after_kill_9_computes_only_the_unfinished_cells(serial, client, 
 TINY_DE = Budget("tiny DE", initial=4, refine=2, de_maxiter=1, de_popsize=2, max_refined=2)
 
 
+@pytest.mark.e2e
 def test_paper_scale_search_cells_on_two_workers_equal_the_serial_report(inprocess_client, tmp_path):
     """At the paper scale with a search budget, every statement's search is a design cell, one cell per island of
     its differential evolution and one per refinement chain (which waits for the design and the islands); on two
