@@ -34,6 +34,10 @@ endif
 # the LLM section's source on the command line of `verify report`
 REPORT_LLM = $(if $(LLM_SWEEP),--llm-sweep $(LLM_SWEEP),$(if $(filter none,$(LLM) $(LLM_RUN)),--no-llm,$(if \
 	$(LLM_RUN),--llm-run $(LLM_RUN),$(if $(filter smoke,$(LLM)),,--llm-sweep reports/llm-sweep))))
+# the gate the LLM section opens with: LLM_GATE, or for the committed dashboard its own copy reports/llm-gate/ (made
+# by `make report LLM_GATE=DIR OUT=reports`) where there is one
+REPORT_GATE = $(if $(LLM_GATE),--llm-gate $(LLM_GATE),$(if $(and $(filter reports,$(OUT)),$(wildcard \
+	reports/llm-gate/gate.json)),--llm-gate reports/llm-gate))
 # make report WORKERS=K: the statements and their searches as cells on a local Dask cluster of K worker processes
 # (verify report --workers K; docs/verify.md); empty: one after the other in this process
 WORKERS ?=
@@ -99,8 +103,7 @@ docs: $(STAMP)
 ## sweep summaries reports/llm-sweep/); write the dashboard and figures to reports/ (OUT); exit status 0 when the
 ## dashboard is written and nothing needs acting on (a finding is a result), 1 otherwise (docs/dashboard.md)
 report: $(STAMP)
-	$(BIN)/python -m verification report --out $(OUT) --seed $(SEED) --scale $(SCALE) $(REPORT_LLM) \
-		$(if $(LLM_GATE),--llm-gate $(LLM_GATE)) \
+	$(BIN)/python -m verification report --out $(OUT) --seed $(SEED) --scale $(SCALE) $(REPORT_LLM) $(REPORT_GATE) \
 		$(if $(WORKERS),--workers $(WORKERS))
 
 ## llm-study: the shots curve, the shots preset over seeds 0-9 as cells of a Dask sweep (2 workers of 1 torch

@@ -138,15 +138,18 @@ def gate_table(summary: dict[str, Any]) -> list[str]:
 
 
 def gate_entered(summary: dict[str, Any]) -> str:
-    """The sentence naming the objectives that entered (the smallest budget at which each passed) and those that
-    did not."""
+    """The sentence naming the objectives that entered (the smallest budget at which each passed), those that did
+    not (every budget decided, none passed) and those not decided yet (a budget with a missing cell, none passed)."""
     passes = summary["passes_at"]
+    open_ = {e["objective"] for e in summary.get("table", ()) if e.get("passed") is None}
     inn = [f"{o} (from budget {b})" for o, b in passes.items() if b is not None]
-    out = [o for o, b in passes.items() if b is None]
+    out = [o for o, b in passes.items() if b is None and o not in open_]
+    pending = [o for o, b in passes.items() if b is None and o in open_]
     cells = summary.get("cells") or {}
     done = f" {cells['complete']} of {cells['requested']} cells complete." if "requested" in cells else ""
-    return (f"Objectives that entered: {', '.join(inn) if inn else 'none'}; did not: {', '.join(out) if out else 'none'}."
-            + done)
+    wait = f"; not decided yet (cells missing): {', '.join(pending)}" if pending else ""
+    return (f"Objectives that entered: {', '.join(inn) if inn else 'none'}; did not: {', '.join(out) if out else 'none'}"
+            f"{wait}." + done)
 
 
 def _gate_intro(summary: dict[str, Any], source: str | None) -> str:

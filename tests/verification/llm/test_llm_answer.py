@@ -202,3 +202,12 @@ def test_the_old_study_sweep_renders_as_before(tmp_path, monkeypatch):
     assert not (tmp_path / "figures" / A.CURVE_FIGURE).exists()
     assert "shots_curve" not in sec.to_json()["summary"] and "gate" not in sec.to_json()["summary"]
     assert "<h3>The shots curve</h3>" not in section_html(sec)
+
+
+def test_an_objective_with_a_missing_cell_is_not_decided_yet():
+    summary = {"passes_at": {"a": None, "b": 16, "c": None},
+               "table": [{"objective": "a", "budget": 16, "passed": False}, {"objective": "b", "budget": 16, "passed": True},
+                         {"objective": "c", "budget": 16, "passed": None}],
+               "cells": {"complete": 2, "requested": 3}}
+    assert A.gate_entered(summary) == ("Objectives that entered: b (from budget 16); did not: a; not decided yet "
+                                       "(cells missing): c. 2 of 3 cells complete.")

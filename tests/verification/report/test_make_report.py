@@ -56,3 +56,13 @@ def test_make_report_refuses_an_unknown_llm_source(tmp_path):
     proc = _report_command(tmp_path, "LLM=smok")
     assert proc.returncode == 2 and "LLM must be smoke or none" in proc.stderr and "'smok'" in proc.stderr
     assert "verification report" not in proc.stdout
+
+
+def test_the_committed_dashboard_opens_with_its_own_copy_of_the_gate(tmp_path):
+    """With no arguments the report reads the gate the committed dashboard was made with (reports/llm-gate/, where
+    there is one); a named gate is read from its folder, and a dashboard of its own folder takes no gate unasked."""
+    committed = (ROOT / "reports" / "llm-gate" / "gate.json").is_file()
+    assert _after(_words(_report_command(tmp_path)), "--llm-gate") == ("reports/llm-gate" if committed else None)
+    words = _words(_report_command(tmp_path, "LLM_GATE=runs/g", "OUT=reports"))
+    assert _after(words, "--llm-gate") == "runs/g" and _after(words, "--out") == "reports"
+    assert _after(_words(_report_command(tmp_path, "LLM=smoke")), "--llm-gate") is None
