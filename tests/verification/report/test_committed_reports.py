@@ -116,7 +116,9 @@ def test_committed_dashboard_was_made_by_this_checkouts_code():
     assert man["version"] == sim.__version__
     pins = _pins()
     assert man["libraries"] == {k: pins[k] for k in VERSIONED}, (man["libraries"], pins)
-    assert man["command"] == "prefalign verify report --scale default --seed 0 --llm-sweep reports/llm-sweep"
+    # make report's own command: the committed sweep, and the committed gate where there is one
+    gate = " --llm-gate reports/llm-gate" if (REPORTS / "llm-gate" / "gate.json").is_file() else ""
+    assert man["command"] == "prefalign verify report --scale default --seed 0 --llm-sweep reports/llm-sweep" + gate
     assert man["llm"] == {"source": "sweep", "path": "reports/llm-sweep"}
 
 
