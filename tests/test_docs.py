@@ -254,7 +254,8 @@ def test_llm_study_tables_match_the_committed_sweep():
 
 def test_the_answer_tables_from_a_gate_and_a_curve(tmp_path):
     """The "The answer" tables: computed from a dashboard folder's gate.json and sweep copy with shots records, by
-    the dashboard's own functions; the committed dashboard (no gate, the old study's sweep) says no result exists."""
+    the dashboard's own functions; the committed dashboard shows its gate where it has one, and its sweep (the old
+    study's, without shots records) no curve."""
     import shutil
 
     from tests.verification.llm import test_llm_answer as T
@@ -262,8 +263,13 @@ def test_the_answer_tables_from_a_gate_and_a_curve(tmp_path):
     from verification.llm.shots import line_text
     from verification.llm.sweep import sweep_run_dirs
 
-    for name in ("llm-gate", "llm-curve", "llm-answer"):
+    for name in ("llm-curve", "llm-answer"):
         assert docs_hooks.TABLES[name](ROOT / "reports").startswith("*No results exist yet: ")
+    committed = docs_hooks.TABLES["llm-gate"](ROOT / "reports")
+    if (ROOT / "reports" / "llm-gate" / "gate.json").is_file():
+        assert committed.startswith("From `reports/llm-gate/gate.json` (committed ") and "| formality | 64 |" in committed
+    else:
+        assert committed.startswith("*No results exist yet: ")
     folder = tmp_path / "reports"
     T.write_gate(folder / "llm-gate")
     sweep = T.make_shots_sweep(tmp_path / "sweep")

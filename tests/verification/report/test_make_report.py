@@ -31,14 +31,18 @@ def _after(words: list[str], option: str) -> str | None:
     return words[words.index(option) + 1] if option in words else None
 
 
+#: The committed dashboard's own copy of the gate, which make report reads for reports/ where there is one.
+GATE = ("--llm-gate", "reports/llm-gate") if (ROOT / "reports" / "llm-gate" / "gate.json").is_file() else ()
+
+
 @pytest.mark.parametrize("variables, out, llm", [
-    ((), "reports", ("--llm-sweep", "reports/llm-sweep")),
+    ((), "reports", ("--llm-sweep", "reports/llm-sweep", *GATE)),
     (("LLM=smoke",), "runs/report-smoke", ()),
     (("LLM=none",), "runs/report-none", ("--no-llm",)),
     (("LLM_RUN=runs/llm-cpu",), "runs/report", ("--llm-run", "runs/llm-cpu")),
     (("LLM_RUN=none",), "runs/report", ("--no-llm",)),
     (("LLM_SWEEP=runs/llm-study",), "runs/report", ("--llm-sweep", "runs/llm-study")),
-    (("LLM_SWEEP=runs/llm-study", "OUT=reports"), "reports", ("--llm-sweep", "runs/llm-study")),
+    (("LLM_SWEEP=runs/llm-study", "OUT=reports"), "reports", ("--llm-sweep", "runs/llm-study", *GATE)),
     (("LLM_GATE=runs/gate",), "runs/report", ("--llm-sweep", "reports/llm-sweep", "--llm-gate", "runs/gate")),
     (("SCALE=paper",), "runs/report", ("--llm-sweep", "reports/llm-sweep")),
 ])
