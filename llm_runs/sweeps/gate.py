@@ -651,9 +651,7 @@ def screen(summary: dict[str, Any], out: Path, run: CellRun | None) -> str:
     """The short summary the command line prints: the table objective × budget and the spill-over matrices."""
     lines = []
     if run is not None:
-        lines.append(f"llm gate: {run.total} cells, {len(run.written)} computed, {len(run.kept)} already in "
-                     f"{Path(out) / CELLS_DIR}, {len(run.failed)} failed, in {run.seconds:.1f} s")
-        lines += [f"  cell {k} failed: {why}" for k, why in run.failed.items()]
+        lines += run.screen_lines("llm gate", Path(out) / CELLS_DIR)
     for e in summary["by_cell"]:
         if e.get("error"):
             lines.append(f"  cell {e['objective']}/b{e['budget']}-d{e['draw']}: {e['error']} (remove "

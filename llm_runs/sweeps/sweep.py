@@ -396,9 +396,7 @@ def screen(summary: dict[str, Any], out: Path, run: CellRun | None) -> str:
     lines = []
     cells = Path(out) / CELLS_DIR / summary["preset"]
     if run is not None:
-        lines.append(f"llm sweep of preset {summary['preset']}: {run.total} cells, {len(run.written)} computed, "
-                     f"{len(run.kept)} already in {cells}, {len(run.failed)} failed, in {run.seconds:.1f} s")
-        lines += [f"  cell {k} failed: {why}" for k, why in run.failed.items()]
+        lines += run.screen_lines(f"llm sweep of preset {summary['preset']}", cells)
     lines.append("  seed  status    seconds  CPU s  grad. evals  run dir")
     for e in summary["by_seed"]:
         g = e.get("gradient_evaluations") or {}

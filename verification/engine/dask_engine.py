@@ -133,6 +133,13 @@ class CellRun:
     def complete(self) -> bool:
         return len(self.kept) + len(self.written) == self.total
 
+    def screen_lines(self, what: str, cells: Path | str) -> list[str]:
+        """The lines a command prints about this run of ``what`` (e.g. ``"sweep"``) whose cell files are under
+        ``cells``: the counts and the seconds, then one line per failed cell."""
+        return [f"{what}: {self.total} cells, {len(self.written)} computed, {len(self.kept)} already in {cells}, "
+                f"{len(self.failed)} failed, in {self.seconds:.1f} s",
+                *(f"  cell {k} failed: {why}" for k, why in self.failed.items())]
+
 
 @contextlib.contextmanager
 def _environ(values: dict[str, str]) -> Iterator[None]:

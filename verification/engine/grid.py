@@ -238,9 +238,7 @@ def write_grid(out: str | Path, table, *, preset: str, seeds, run: CellRun | Non
 def screen(table, out: Path, run: CellRun | None, drawn: dict[str, str], missing: dict[str, str]) -> str:
     lines = []
     if run is not None:
-        lines.append(f"grid: {run.total} cells, {len(run.written)} computed, {len(run.kept)} already in "
-                     f"{out / CELLS_DIR}, {len(run.failed)} failed, in {run.seconds:.1f} s")
-        lines += [f"  cell {k} failed: {why}" for k, why in run.failed.items()]
+        lines += run.screen_lines("grid", out / CELLS_DIR)
     lines.append(f"  Pipeline 1 (from w_II) minus Pipeline 2, mean over seeds [{100 * CONFIDENCE:.0f}% CI]:")
     for r in table.to_dict(orient="records"):
         lines.append(f"    K={r['K']:<4} S={r['S']:<5} delta_lambda={r['delta_lambda']:<8g} "

@@ -363,9 +363,7 @@ def screen(summary: dict[str, Any], out: Path, run: CellRun | None) -> str:
     """The one-screen summary the command line prints."""
     lines = []
     if run is not None:
-        lines.append(f"sweep: {run.total} cells, {len(run.written)} computed, {len(run.kept)} already in "
-                     f"{out / CELLS_DIR}, {len(run.failed)} failed, in {run.seconds:.1f} s")
-        lines += [f"  cell {k} failed: {why}" for k, why in run.failed.items()]
+        lines += run.screen_lines("sweep", out / CELLS_DIR)
     w = max([len(p["id"]) for p in summary["statements"]] + [2])
     lines.append(f"  {'id':<{w}}  seeds  verdicts                 tightness min / median / max   cex  controls  MC "
                  "failures (CP upper vs budget)")
