@@ -6,7 +6,7 @@ Read-only: this module reads what ``llm_runs`` wrote and never imports it (nor t
 * **The gate** (:func:`read_gate`): a gate folder's ``gate.json`` (``python -m llm_runs gate --out DIR``, its
   summary): the table objective × budget (held-out margin change ``z`` and accuracy with their 95 % bootstrap
   intervals and one-sided p-values, the pre-registered pass), the rule, and the objectives that entered
-  (``passes_at``). :func:`export_gate` copies ``gate.json`` and ``params.json`` into the dashboard's folder.
+  (``passes_at``). :func:`export_gate` copies ``gate.json``, ``params.json`` and the cells into the dashboard's folder.
 * **The curve** (:func:`sweep_curve`): when the run directories of an LLM sweep hold the shots records
   (``shots_scores.csv``; :mod:`verification.llm.shots` defines them), the pre-registered analysis
   :func:`~verification.llm.shots.shots_report` on them with the plan the sweep states (:func:`shots_plan`: the seeds
@@ -49,15 +49,17 @@ from verification.llm.sweep import (
     temporary_sibling,
 )
 
-__all__ = ["GATE_JSON", "GATE_KIND", "GATE_HEADER", "EXPORTED_GATE_FILES", "CURVE_FIGURE", "TRAJECTORY_BUDGET", "read_gate",
+__all__ = ["GATE_JSON", "GATE_KIND", "GATE_HEADER", "EXPORTED_GATE_FILES", "GATE_CELLS_DIR", "CURVE_FIGURE", "TRAJECTORY_BUDGET", "read_gate",
            "export_gate", "gate_rows", "gate_table", "gate_entered", "shots_plan", "has_shots", "sweep_curve",
            "adaptation_by_budget", "answer_sentences", "curve_table", "gate_markdown", "gate_html", "curve_markdown", "curve_html"]
 
 GATE_JSON = "gate.json"
 #: ``gate.json``'s ``gate`` field (``llm_runs.sweeps.gate.GATE_KIND``).
 GATE_KIND = "prefalign-verify llm gate"
-#: What :func:`export_gate` copies of a gate folder (``params.json`` where there is one).
+#: What :func:`export_gate` copies of a gate folder (``params.json`` where there is one), besides its ``cells/``.
 EXPORTED_GATE_FILES = (GATE_JSON, "params.json")
+#: The gate folder's cell results (``llm_runs.sweeps.gate``: ``cells/<objective>/b<budget>-d<draw>.json``).
+GATE_CELLS_DIR = "cells"
 #: The curve's figure in the dashboard's ``figures/``.
 CURVE_FIGURE = "llm-shots-curve.png"
 #: The ``trajectory.csv`` column that would tag a run's adaptation rows with the new client's budget.
@@ -91,8 +93,10 @@ def read_gate(folder) -> dict[str, Any]:
 
 
 def export_gate(folder, out_dir) -> Path:
-    """Copy :data:`EXPORTED_GATE_FILES` of the gate folder ``folder`` to ``out_dir`` (replaced as a whole), every
-    absolute path inside this project's checkout written relative to it; returns ``out_dir``."""
+    """Copy :data:`EXPORTED_GATE_FILES` and every cell result (``cells/<objective>/*.json``, each held-out pair's
+    margin change) of the gate folder ``folder`` to ``out_dir`` (replaced as a whole), every absolute path inside
+    this project's checkout written relative to it; returns ``out_dir``. The copy is a gate folder in its own right:
+    ``gate.json`` can be recomputed from its cells, and further draws added to it, without the original folder."""
     src, dst = Path(folder), Path(out_dir)
     read_gate(src)
     if dst.resolve() == src.resolve():
@@ -101,6 +105,10 @@ def export_gate(folder, out_dir) -> Path:
     for name in EXPORTED_GATE_FILES:
         if (src / name).is_file():
             (tmp / name).write_text(_project_relative((src / name).read_text(encoding="utf-8")), encoding="utf-8")
+    for cell in sorted((src / GATE_CELLS_DIR).glob("*/*.json")):
+        target = tmp / cell.relative_to(src)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(_project_relative(cell.read_text(encoding="utf-8")), encoding="utf-8")
     return replace_folder(tmp, dst)
 
 
