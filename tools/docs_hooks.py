@@ -492,12 +492,13 @@ def llm_study_table(folder: Path) -> str:
 _NO_ANSWER = ("*No results exist yet: {what} Until then this page states no answer.*")
 
 
-def llm_gate_table(folder: Path) -> str:
+def llm_gate_table(folder: Path, name: str = "llm-gate") -> str:
     """The positive-control gate's table objective × budget and the objectives that entered, from the dashboard's
-    copy of a gate folder's ``gate.json`` (``reports/llm-gate/``, :func:`verification.llm.answer.read_gate`)."""
+    copy of a gate folder's ``gate.json`` (``reports/llm-gate/``, :func:`verification.llm.answer.read_gate`), or
+    from the committed record ``reports/<name>/`` of an earlier gate round."""
     from verification.llm import answer
 
-    gate = folder / "llm-gate"
+    gate = folder / name
     if not (gate / answer.GATE_JSON).is_file():
         return _NO_ANSWER.format(what=f"no gate in `{_shown(gate)}/` (`prefalign llm gate --out runs/llm-gate` runs "
                                  "it and `make report LLM_GATE=runs/llm-gate` copies its `gate.json` there).")
@@ -650,6 +651,7 @@ TABLES = {"bench": lambda folder: bench_table(folder / "bench.json"),
           "llm-study": llm_study_table,
           "llm-study-cost": llm_study_cost_table,
           "llm-gate": llm_gate_table,
+          "llm-gate-round-1": lambda folder: llm_gate_table(folder, "llm-gate-round-1"),
           "llm-curve": llm_curve_table,
           "llm-answer": llm_answer_table,
           "dashboard": dashboard_table,

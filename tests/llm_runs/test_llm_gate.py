@@ -294,3 +294,39 @@ def test_a_killed_workers_cell_is_run_again_and_every_cell_written_once(dask_cli
         cell = json.loads(gate.cell_path(out, o, 2, 0).read_text())
         assert cell["status"] == "complete" and cell["base_margins_max_abs"] == 0.0
         assert gate.cell_path(out, o, 2, 0).stat().st_mtime > killed["at"]
+
+
+# ------------------------------------------------------------------------------------------------ the committed gate
+
+REPORTS_GATE = Path(__file__).resolve().parents[2] / "reports" / "llm-gate"
+
+
+def test_the_committed_gate_is_what_its_cells_give(tmp_path, monkeypatch):
+    """The dashboard's copy of the gate (``reports/llm-gate/``, made by ``make report LLM_GATE=DIR OUT=reports``)
+    holds its cells: the gate's command on a copy of it, with the settings its ``gate.json`` states, computes no
+    cell (no cluster, no training) and writes the same table, spill-over matrices, objectives that passed and
+    calibration prompts — the committed gate is recomputed from the committed margins, and further draws can be
+    added to such a copy."""
+    import shutil
+
+    committed = json.loads((REPORTS_GATE / gate.SUMMARY_JSON).read_text())
+    params = json.loads((REPORTS_GATE / "params.json").read_text())
+    s = committed["settings"]
+    cells = sorted((REPORTS_GATE / "cells").glob("*/*.json"))
+    assert len(cells) == committed["cells"]["requested"] == committed["cells"]["complete"]
+    out = tmp_path / "llm-gate"
+    shutil.copytree(REPORTS_GATE, out)
+    monkeypatch.setattr(dask_engine, "dask_client", lambda *a, **k: pytest.fail("a Dask cluster was started"))
+    monkeypatch.setattr(gate, "_train", lambda *a, **k: pytest.fail("an oracle was trained"))
+    args = ["--objectives", ",".join(s["objectives"]), "--budgets", ",".join(map(str, s["budgets"])),
+            "--draws", str(s["draws"]), "--target", str(s["target"]), "--steps", str(s["steps"]), "--lr", str(s["lr"]),
+            "--max-response-tokens", str(s["max_response_tokens"]), "--heldout-prompts", str(s["heldout_prompts"]),
+            "--heldout-pairs", str(s["heldout_pairs"]), "--max-pairs", str(s["max_pairs"]),
+            "--device", params["device"], "--threads", str(params["threads"])]
+    code, screen = _cli("gate", *args, "--workers", "1", "--quiet", "--out", str(out))
+    assert code == 0, screen
+    assert f"{len(cells)} cells, 0 computed" in screen
+    again = json.loads((out / gate.SUMMARY_JSON).read_text())
+    assert again["last_run"]["computed"] == 0
+    for key in ("settings", "table", "matrix", "passes_at", "passed", "mde", "calibration_prompt_ids"):
+        assert again[key] == committed[key], key
