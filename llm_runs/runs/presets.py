@@ -53,7 +53,8 @@ OBJECTIVES_4 = OBJECTIVES_3 + ("conciseness",)
 #: Candidates for the next study, measured on the calibration prompts only at 16 tokens (docs llm-study.md,
 #: "Choosing the objectives"): second_person and formality conflict (τ −0.69, gradient cosine −0.13 at the base
 #: model), second_person and density (τ −0.22, cosine −0.09); positivity is the objective whose oracle transferred.
-#: The positive-control gate chooses which of them enter the study; no preset uses them yet.
+#: The positive-control gate chose among them: only formality passed its first round; its second round passed
+#: formality, positivity and readability (``reports/llm-gate/``), which ``--gate`` admits to the shots presets.
 OBJECTIVES_CANDIDATES = ("positivity", "second_person", "formality", "density")
 #: The shots curve is pre-registered for at least three objectives that conflict (docs llm-study.md, "The
 #: positive-control gate"): a preset with ``shots`` refuses fewer (:attr:`RunPreset.min_objectives`).
