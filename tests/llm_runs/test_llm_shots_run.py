@@ -92,7 +92,7 @@ def test_the_shots_preset_is_the_pre_registered_grid_and_fits_the_overnight_run(
     assert waves * seed_cpu_seconds(p)["total"] / 3600 <= 12.5
     assert "llm-study-v1:" in make and "--preset study --seeds 0:8" in make
     # the curve's objectives are those the positive-control gate admits; GATE=none is the documented ungated run
-    assert "$(if $(filter none,$(GATE)),,--gate $(GATE))" in target and "\nGATE ?= runs/llm-gate\n" in make
+    assert "$(if $(filter none,$(GATE)),,--gate $(GATE))" in target and "\nGATE ?= reports/llm-gate\n" in make
 
 
 # --------------------------------------------------------------------------------------------- e2e: the sweep
