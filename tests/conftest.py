@@ -192,11 +192,22 @@ RESTART_WAIT = 60.0
 
 @pytest.fixture(scope="module")
 def dask_client_2(_dask_session_client):
-    """The session's 2-worker cluster, for a test module, with both workers up. A worker killed by an earlier
-    module's test is restarted by its nanny and registered again by the scheduler; if it is not back within
-    :data:`RESTART_WAIT` seconds, the cluster is closed and a new one started, with a warning that names the
-    workers the scheduler had: the module under test needs two workers, not the nanny's restart."""
-    holder = _dask_session_client
+    """The session's 2-worker cluster, for a test module, with both workers up (:func:`_two_workers`)."""
+    return _two_workers(_dask_session_client)
+
+
+@pytest.fixture
+def dask_client_2_each(_dask_session_client):
+    """The session's 2-worker cluster, for one test, with both workers up (:func:`_two_workers`): for a module
+    whose tests each kill a worker, so that a test after a kill does not depend on the nanny's restart."""
+    return _two_workers(_dask_session_client)
+
+
+def _two_workers(holder: list):
+    """The shared cluster's client once both workers are up. A worker killed by an earlier test is restarted by
+    its nanny and registered again by the scheduler; if it is not back within :data:`RESTART_WAIT` seconds, the
+    cluster is closed and a new one started, with a warning that names the workers the scheduler had: the test
+    needs two workers, not the nanny's restart."""
     try:
         holder[0].wait_for_workers(2, timeout=RESTART_WAIT)
     except TimeoutError:

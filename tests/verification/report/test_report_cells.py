@@ -44,11 +44,11 @@ def serial(tmp_path_factory):
     return out
 
 
-@pytest.fixture(scope="module")
-def client(dask_client_2):
-    """The session's cluster of worker processes: for a killed worker and a scheduler reached from another process
-    (the ``e2e`` tier)."""
-    return dask_client_2
+@pytest.fixture
+def client(dask_client_2_each):
+    """The session's cluster of worker processes, both workers up before each test (a test kills one): for a
+    killed worker and a scheduler reached from another process (the ``e2e`` tier)."""
+    return dask_client_2_each
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +113,6 @@ def test_a_killed_worker_has_its_cells_run_again_once(serial, client, tmp_path):
     assert len(res.cells.written) == len(set(res.cells.written)) == len(WANT_CELLS)
     assert _cell_names(tmp_path / "rep") == WANT_CELLS
     assert report_cells.results_differences(_results(serial), _results(tmp_path / "rep")) == []
-    client.wait_for_workers(2, timeout=120)
 
 
 @pytest.mark.e2e
