@@ -500,8 +500,9 @@ def llm_gate_table(folder: Path, name: str = "llm-gate") -> str:
 
     gate = folder / name
     if not (gate / answer.GATE_JSON).is_file():
-        return _NO_ANSWER.format(what=f"no gate in `{_shown(gate)}/` (`prefalign llm gate --out runs/llm-gate` runs "
-                                 "it and `make report LLM_GATE=runs/llm-gate` copies its `gate.json` there).")
+        how = ("`prefalign llm gate --out runs/llm-gate` runs it and `make report LLM_GATE=runs/llm-gate` copies it "
+               "there" if name == "llm-gate" else "the record of that round is not in this checkout")
+        return _NO_ANSWER.format(what=f"no gate in `{_shown(gate)}/` ({how}).")
     summary = answer.read_gate(gate)
     return "\n".join([f"From `{_shown(gate / answer.GATE_JSON)}` ({_committed(gate / answer.GATE_JSON)}); the rule: "
                       f"{summary['rule']}.", "", *answer.gate_table(summary), "", answer.gate_entered(summary)])

@@ -41,6 +41,7 @@ from typing import Any
 
 import pandas as pd
 
+from verification.engine.dask_engine import CELLS_DIR
 from verification.llm.sweep import (
     _html_table,
     _md_table,
@@ -49,7 +50,7 @@ from verification.llm.sweep import (
     temporary_sibling,
 )
 
-__all__ = ["GATE_JSON", "GATE_KIND", "GATE_HEADER", "EXPORTED_GATE_FILES", "GATE_CELLS_DIR", "CURVE_FIGURE", "TRAJECTORY_BUDGET", "read_gate",
+__all__ = ["GATE_JSON", "GATE_KIND", "GATE_HEADER", "EXPORTED_GATE_FILES", "CURVE_FIGURE", "TRAJECTORY_BUDGET", "read_gate",
            "export_gate", "gate_rows", "gate_table", "gate_entered", "shots_plan", "has_shots", "sweep_curve",
            "adaptation_by_budget", "answer_sentences", "curve_table", "gate_markdown", "gate_html", "curve_markdown", "curve_html"]
 
@@ -58,8 +59,6 @@ GATE_JSON = "gate.json"
 GATE_KIND = "prefalign-verify llm gate"
 #: What :func:`export_gate` copies of a gate folder (``params.json`` where there is one), besides its ``cells/``.
 EXPORTED_GATE_FILES = (GATE_JSON, "params.json")
-#: The gate folder's cell results (``llm_runs.sweeps.gate``: ``cells/<objective>/b<budget>-d<draw>.json``).
-GATE_CELLS_DIR = "cells"
 #: The curve's figure in the dashboard's ``figures/``.
 CURVE_FIGURE = "llm-shots-curve.png"
 #: The ``trajectory.csv`` column that would tag a run's adaptation rows with the new client's budget.
@@ -105,7 +104,7 @@ def export_gate(folder, out_dir) -> Path:
     for name in EXPORTED_GATE_FILES:
         if (src / name).is_file():
             (tmp / name).write_text(_project_relative((src / name).read_text(encoding="utf-8")), encoding="utf-8")
-    for cell in sorted((src / GATE_CELLS_DIR).glob("*/*.json")):
+    for cell in sorted((src / CELLS_DIR).glob("*/*.json")):  # cells/<objective>/b<budget>-d<draw>.json
         target = tmp / cell.relative_to(src)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(_project_relative(cell.read_text(encoding="utf-8")), encoding="utf-8")

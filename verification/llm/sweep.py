@@ -50,6 +50,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from verification.engine.dask_engine import CELLS_DIR
 from verification.llm.records import RunRecords, _f, _get, _pipeline_key, load_run
 from verification.llm.studies import LLMStudyConfig, run_llm_studies
 
@@ -162,8 +163,8 @@ def export_sweep(sweep_dir, out_dir) -> Path:
     for name in EXPORTED_SWEEP_FILES:
         if (src / name).is_file():
             shutil.copyfile(src / name, tmp / name)
-    if (src / "cells").is_dir():
-        shutil.copytree(src / "cells", tmp / "cells")
+    if (src / CELLS_DIR).is_dir():
+        shutil.copytree(src / CELLS_DIR, tmp / CELLS_DIR)
     for d in dirs:
         target = tmp / RUNS_DIR / d.name
         target.mkdir(parents=True)

@@ -18,6 +18,7 @@ import pytest
 from tests.verification.llm.test_llm_shots import simulate, to_records
 from tests.verification.llm.test_llm_sweep_report import HCN, _tiny_synthetic, _write_llm_like_run
 from verification.__main__ import main
+from verification.engine.dask_engine import CELLS_DIR
 from verification.llm import answer as A
 from verification.llm import shots as sh
 from verification.llm import sweep as SW
@@ -44,7 +45,7 @@ def write_gate(d: Path) -> Path:
                "passed": ["positivity"], "cells": {"requested": 8, "complete": 8}}
     (d / A.GATE_JSON).write_text(json.dumps(summary))
     (d / "params.json").write_text(json.dumps({"gate": A.GATE_KIND, "data": str(ROOT / "data.jsonl")}))
-    cell = d / A.GATE_CELLS_DIR / "positivity" / "b16-d0.json"
+    cell = d / CELLS_DIR / "positivity" / "b16-d0.json"
     cell.parent.mkdir(parents=True)
     cell.write_text(json.dumps({"objective": "positivity", "budget": 16, "draw": 0, "status": "complete",
                                 "model": str(ROOT / "model-dir"), "margins": [0.25, -0.5]}))
@@ -126,7 +127,7 @@ def test_report_opens_with_the_gate_then_the_curve(shots_sweep, gate_dir, tmp_pa
     assert copy["table"] == json.loads((gate_dir / A.GATE_JSON).read_text())["table"]
     assert copy["params"]["model"] == "model-dir"
     # and the cells, so the copy can be re-summarised and extended by further draws without the gate's own folder
-    cell = json.loads((out / "llm-gate" / A.GATE_CELLS_DIR / "positivity" / "b16-d0.json").read_text())
+    cell = json.loads((out / "llm-gate" / CELLS_DIR / "positivity" / "b16-d0.json").read_text())
     assert cell["margins"] == [0.25, -0.5] and cell["model"] == "model-dir"
     for seed in HCN:
         for name in (sh.CLIENTS, sh.SCORES, sh.ADAPTATION, sh.CROSS):
