@@ -59,6 +59,7 @@ def _ensure_malloc_env(argv: list[str], prog: str = "python -m llm_runs") -> Non
     if (all(os.environ.get(k) == v for k, v in MALLOC_ENV.items()) and not omp) or os.environ.get("PREFALIGN_NO_REEXEC"):
         return
     env = {**os.environ, **MALLOC_ENV, **omp, "PREFALIGN_NO_REEXEC": "1"}
+    cli.raise_if_interrupted()  # a Ctrl-C recorded and swallowed would be lost with this process's image
     sys.stdout.flush()
     sys.stderr.flush()
     command = ["-m", "prefalign", "llm"] if prog.startswith("prefalign") else ["-m", "llm_runs"]
@@ -871,7 +872,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m llm_runs") -> int
     or a bad input file, model directory or objective name; 130 when interrupted, at any point: one line)."""
     with cli.interrupts_recorded():
         try:
-            return _main(list(sys.argv[1:] if argv is None else argv), prog)
+            return cli.exit_status(_main(list(sys.argv[1:] if argv is None else argv), prog), prog)
         except ImportError:
             if not cli.interrupt_pending():
                 raise
@@ -891,6 +892,7 @@ def _main(argv: list[str], prog: str) -> int:
         gated = _check_gate_args(args) if args.command == "gate" else None
     except cli.UsageError as exc:
         return cli.print_usage_error(exc, prog)
+    cli.raise_if_interrupted()  # a Ctrl-C swallowed while the checks imported their modules: stop before the work
     try:
         if args.command == "run":
             _ensure_malloc_env(argv, prog)

@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 run = COMMANDS[name].main()
                 cli.raise_if_interrupted()
-                return run(argv[1:], prog=f"{PROG} {name}")
+                return cli.exit_status(run(argv[1:], prog=f"{PROG} {name}"), f"{PROG} {name}")
             except ImportError:  # a Ctrl-C inside a C extension's import (e.g. numpy's) comes out as its ImportError
                 if not cli.interrupt_pending():
                     raise

@@ -18,7 +18,8 @@ regression against a baseline; each command's ``--help`` says what), :data:`EXIT
 command's ``--help``.
 
 A Ctrl-C is one line and exit 130 from the first line of a command's entry module (:mod:`sim.interrupts`:
-:func:`quiet_until_handled`, :func:`interrupts_recorded`, :func:`raise_if_interrupted`, re-exported here).
+:func:`quiet_until_handled`, :func:`interrupts_recorded`, :func:`raise_if_interrupted`, :func:`exit_status`,
+re-exported here).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ __all__ = [
     "EXIT_USAGE",
     "EXIT_INTERRUPTED",
     "interrupts_recorded",
+    "exit_status",
     "raise_if_interrupted",
     "interrupt_pending",
     "quiet_until_handled",
@@ -73,6 +75,7 @@ EXIT_INTERRUPTED = _interrupts.EXIT_INTERRUPTED
 interrupts_recorded = _interrupts.interrupts_recorded
 raise_if_interrupted = _interrupts.raise_if_interrupted
 interrupt_pending = _interrupts.interrupt_pending
+exit_status = _interrupts.exit_status
 quiet_until_handled = _interrupts.quiet_until_handled
 
 

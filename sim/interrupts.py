@@ -12,7 +12,10 @@ package's first line, Python's own start (the interpreter and ``site``), is outs
 A Ctrl-C that arrives while Python runs a weak-reference callback (the import system's module locks use one) raises
 its ``KeyboardInterrupt`` where Python only prints "Exception ignored" and goes on, so the command would run to its
 end. Under :func:`interrupts_recorded` every Ctrl-C is also recorded, and :func:`raise_if_interrupted`, called at
-the points where a command can stop cleanly, raises the one that was lost.
+the points where a command can stop cleanly, raises the one that was lost. A command line's ``main`` passes the
+status its command returned through :func:`exit_status`, so that a Ctrl-C lost after the last such point still ends
+the command with the one line and 130, not with 0 (a Ctrl-C that lands in the import of a C extension comes out as
+that module's ``ImportError``, which a library's ``try: import ... except ImportError`` swallows without a word).
 
 This module imports only ``os``, ``signal`` and ``sys`` (``threading`` when a command takes over), so that the
 packages reach the handler in about a millisecond.
@@ -26,7 +29,7 @@ import sys
 from types import FrameType
 
 __all__ = ["EXIT_INTERRUPTED", "quiet_if_started_as", "quiet_until_handled", "interrupts_recorded",
-           "interrupt_pending", "raise_if_interrupted"]
+           "interrupt_pending", "raise_if_interrupted", "exit_status"]
 
 #: Exit status of a command interrupted by Ctrl-C (128 + SIGINT, the shell's convention).
 EXIT_INTERRUPTED = 130
@@ -123,3 +126,20 @@ def raise_if_interrupted() -> None:
     if _interrupt_pending and threading.current_thread() is threading.main_thread():
         _interrupt_pending = False
         raise KeyboardInterrupt
+
+
+def exit_status(status: int, prog: str) -> int:
+    """The exit status of a command that returned ``status`` under :func:`interrupts_recorded` (called inside the
+    block): ``status``, unless the command ended in success while a Ctrl-C was recorded that nothing raised (Python
+    or a library swallowed its ``KeyboardInterrupt``). Then it prints ``<prog>: interrupted (the command had run to
+    its end: what it wrote is complete)`` on stderr and returns :data:`EXIT_INTERRUPTED`, so that a Ctrl-C is never
+    answered by a silent 0. A failure or usage status stands (its own line says more than the interrupt would), and
+    so does 130 (the command printed its line). The recorded Ctrl-C is cleared either way."""
+    global _interrupt_pending
+    lost, _interrupt_pending = _interrupt_pending, False
+    if lost and status == 0:
+        sys.stdout.flush()
+        print(f"{prog}: interrupted (the command had run to its end: what it wrote is complete)", file=sys.stderr,
+              flush=True)
+        return EXIT_INTERRUPTED
+    return status

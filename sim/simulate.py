@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m sim.simulate") ->
     the exit status: 0, 2 on a usage error (found before any work), 130 when interrupted (nothing is written)."""
     with cli.interrupts_recorded():
         try:
-            return _main(argv, prog)
+            return cli.exit_status(_main(argv, prog), prog)
         except KeyboardInterrupt:  # while the parser is built or the arguments checked
             print(f"{prog}: interrupted", file=sys.stderr, flush=True)
             return cli.EXIT_INTERRUPTED

@@ -781,7 +781,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m verification") ->
     try:
         args = parser.parse_args(argv)
         with cli.interrupts_recorded():  # a Ctrl-C that Python swallows in a lazy import is raised between statements
-            return args.func(args)
+            return cli.exit_status(args.func(args), prog)
     except UsageError as exc:
         return cli.print_usage_error(exc, parser.prog + (f" {args.command}" if args is not None else ""))
     except registry.StatementImportError as exc:

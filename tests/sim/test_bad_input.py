@@ -271,6 +271,72 @@ def test_a_ctrl_c_swallowed_while_a_command_imports_stops_it_before_it_runs(tmp_
     assert err == ["prefalign verify: interrupted while starting (nothing ran)"], err
 
 
+def _swallow_a_ctrl_c(*_args, **_kwargs) -> int:
+    """A command that receives a Ctrl-C and swallows its ``KeyboardInterrupt`` without a word, as a library's ``try:
+    import x / except ImportError: pass`` does when the Ctrl-C lands in the import of a C extension (it comes out as
+    that module's ``ImportError``), then runs to its end: status 0."""
+    import os
+    import signal
+
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        sum(range(1000))  # Python runs the handler at a call
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def _succeed(*_args, **_kwargs) -> int:
+    return 0
+
+
+def _main_with(command: str, body, monkeypatch, tmp_path):
+    """The ``main`` of the command line ``command`` with its work replaced by ``body``, and its argv."""
+    import sys
+    from pathlib import Path
+
+    if command == "llm_runs":
+        import llm_runs.__main__ as m
+
+        monkeypatch.setattr(m, "_data_check", body)
+        data = Path(__file__).resolve().parents[1] / "fixtures" / "byo_data" / "helpsteer2.parquet"
+        return m.main, ["data", "check", str(data)]
+    if command == "sim.simulate":
+        import sim.simulate as m
+
+        monkeypatch.setattr(m, "_main", body)
+        return m.main, []
+    if command == "verification":
+        import verification.__main__ as m
+
+        monkeypatch.setattr(m, "_cmd_list", body)
+        return m.main, ["list"]
+    import prefalign.__main__ as top
+
+    (tmp_path / "body_command.py").write_text(f"from {__name__} import {body.__name__} as main\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(top.COMMANDS, "verify", top.Command("body_command", "python -m x", "test"))
+    sys.modules.pop("body_command", None)
+    return top.main, ["verify"]
+
+
+@pytest.mark.parametrize("command", ["llm_runs", "sim.simulate", "verification", "prefalign"])
+def test_a_ctrl_c_that_a_command_swallowed_is_never_a_silent_exit_0(command, tmp_path, monkeypatch, capsys,
+                                                                    python_handles_ctrl_c):
+    """A Ctrl-C whose ``KeyboardInterrupt`` something swallowed, in a command that then ran to its end, ends the
+    command with exit 130 and one line (``sim.interrupts.exit_status``), not with a silent 0; the control: the same
+    command without the Ctrl-C exits 0 and prints nothing on stderr."""
+    main, argv = _main_with(command, _succeed, monkeypatch, tmp_path)
+    assert main(argv) == 0
+    assert capsys.readouterr().err == ""
+    main, argv = _main_with(command, _swallow_a_ctrl_c, monkeypatch, tmp_path)
+    assert main(argv) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "interrupted (the command had run to its end" in err[0], err
+    main, argv = _main_with(command, _succeed, monkeypatch, tmp_path)
+    assert main(argv) == 0  # the recorded Ctrl-C was answered once, not carried into the next command
+
+
 def _python_start_only(err: str) -> bool:
     """Whether a traceback ends before the project's first handler statement ran: in Python's own start (no frame
     of the project or the console script), or in runpy or the package's first import line (sim.interrupts) before
