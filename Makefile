@@ -108,9 +108,10 @@ report: $(STAMP)
 
 ## llm-study: the shots curve, the shots preset over seeds 0-9 as cells of a Dask sweep (2 workers of 1 torch
 ## thread) into runs/llm-shots, analysed by verification.llm.shots; about 12.4 hours on 2 cores, extrapolated from
-## SmolLM2-135M's measured costs (docs/llm-study.md, "The shots curve: the run"); resumable. Its objectives are
-## those that passed the positive-control gate in GATE (default: the committed gate, reports/llm-gate, in which
-## formality, positivity and readability passed; `python -m llm_runs gate --out DIR` makes another; at least 3
+## SmolLM2-135M's measured costs (docs/llm-study.md, "The shots curve: the run"); resumable. Its oracles (16 pairs per
+## objective) pass the gate's rule for formality only (docs/llm-study.md, "The curve's oracle at its own budget").
+## Its objectives are those that passed the positive-control gate in GATE (default: the committed gate,
+## reports/llm-gate, in which formality, positivity and readability passed; `python -m llm_runs gate --out DIR` makes another; at least 3
 ## must pass, else the sweep is refused before any work); GATE=none: the preset's own objectives, ungated
 ## (params.json then records no gate, and the analysis cannot say that a gate admitted them)
 GATE ?= reports/llm-gate

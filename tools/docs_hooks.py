@@ -492,20 +492,21 @@ def llm_study_table(folder: Path) -> str:
 _NO_ANSWER = ("*No results exist yet: {what} Until then this page states no answer.*")
 
 
-def llm_gate_table(folder: Path, name: str = "llm-gate") -> str:
+def llm_gate_table(folder: Path, name: str = "llm-gate", lead: str = "Objectives that entered") -> str:
     """The positive-control gate's table objective × budget and the objectives that entered, from the dashboard's
     copy of a gate folder's ``gate.json`` (``reports/llm-gate/``, :func:`verification.llm.answer.read_gate`), or
-    from the committed record ``reports/<name>/`` of an earlier gate round."""
+    from the committed record ``reports/<name>/`` of an earlier gate round or of another gate measurement (the
+    curve's oracle at its own budget, whose last sentence opens with ``lead``)."""
     from verification.llm import answer
 
     gate = folder / name
     if not (gate / answer.GATE_JSON).is_file():
         how = ("`prefalign llm gate --out runs/llm-gate` runs it and `make report LLM_GATE=runs/llm-gate` copies it "
-               "there" if name == "llm-gate" else "the record of that round is not in this checkout")
+               "there" if name == "llm-gate" else "that record is not in this checkout")
         return _NO_ANSWER.format(what=f"no gate in `{_shown(gate)}/` ({how}).")
     summary = answer.read_gate(gate)
     return "\n".join([f"From `{_shown(gate / answer.GATE_JSON)}` ({_committed(gate / answer.GATE_JSON)}); the rule: "
-                      f"{summary['rule']}.", "", *answer.gate_table(summary), "", answer.gate_entered(summary)])
+                      f"{summary['rule']}.", "", *answer.gate_table(summary), "", answer.gate_entered(summary, lead)])
 
 
 def _shots_curve(folder: Path) -> dict | str:
@@ -653,6 +654,8 @@ TABLES = {"bench": lambda folder: bench_table(folder / "bench.json"),
           "llm-study-cost": llm_study_cost_table,
           "llm-gate": llm_gate_table,
           "llm-gate-round-1": lambda folder: llm_gate_table(folder, "llm-gate-round-1"),
+          "llm-gate-curve-oracle": lambda folder: llm_gate_table(folder, "llm-gate-curve-oracle",
+                                                                 "Passed the gate's rule at this size"),
           "llm-curve": llm_curve_table,
           "llm-answer": llm_answer_table,
           "dashboard": dashboard_table,

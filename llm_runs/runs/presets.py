@@ -422,7 +422,9 @@ _SHOTS_DESIGN = ("separable pairs on the study side, {d.n_train:~training client
 #: within-cluster contrast needs two), K = 2 full-batch steps, Pipeline 2 of 1 step, oracles of 16 pairs per
 #: objective and 12 AdamW steps, 40 held-out pairs per objective; about 8,900 CPU-s a seed extrapolated from
 #: SmolLM2-135M's measured costs (llm_runs.runs.shots.seed_cpu_seconds), so 10 seeds, two at a time, in about 12.4 h on
-#: 2 cores (9 seeds take as long: 5 rounds of 2 cells either way).
+#: 2 cores (9 seeds take as long: 5 rounds of 2 cells either way). Measured since with the gate's instrument (docs
+#: llm-study.md, "The curve's oracle at its own budget"; reports/llm-gate-curve-oracle/): oracles of this size (16
+#: pairs per objective, 12 steps) register for formality only, not for positivity or readability.
 PRESETS["shots"] = replace(
     PRESETS["study"],
     name="shots",

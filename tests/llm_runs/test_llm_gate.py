@@ -298,24 +298,27 @@ def test_a_killed_workers_cell_is_run_again_and_every_cell_written_once(dask_cli
 
 # ------------------------------------------------------------------------------------------------ the committed gate
 
-REPORTS_GATE = Path(__file__).resolve().parents[2] / "reports" / "llm-gate"
+REPORTS = Path(__file__).resolve().parents[2] / "reports"
 
 
-def test_the_committed_gate_is_what_its_cells_give(tmp_path, monkeypatch):
+@pytest.mark.parametrize("name", ["llm-gate", "llm-gate-curve-oracle"])
+def test_the_committed_gate_is_what_its_cells_give(name, tmp_path, monkeypatch):
     """The dashboard's copy of the gate (``reports/llm-gate/``, made by ``make report LLM_GATE=DIR OUT=reports``)
-    holds its cells: the gate's command on a copy of it, with the settings its ``gate.json`` states, computes no
-    cell (no cluster, no training) and writes the same table, spill-over matrices, objectives that passed and
-    calibration prompts — the committed gate is recomputed from the committed margins, and further draws can be
-    added to such a copy."""
+    and the committed measurement of the shots curve's oracle size (``reports/llm-gate-curve-oracle/``) hold their
+    cells: the gate's command on a copy of one, with the settings its ``gate.json`` states, computes no cell (no
+    cluster, no training) and writes the same table, spill-over matrices, objectives that passed and calibration
+    prompts — the committed gate is recomputed from the committed margins, and further draws can be added to such
+    a copy."""
     import shutil
 
-    committed = json.loads((REPORTS_GATE / gate.SUMMARY_JSON).read_text())
-    params = json.loads((REPORTS_GATE / "params.json").read_text())
+    folder = REPORTS / name
+    committed = json.loads((folder / gate.SUMMARY_JSON).read_text())
+    params = json.loads((folder / "params.json").read_text())
     s = committed["settings"]
-    cells = sorted((REPORTS_GATE / "cells").glob("*/*.json"))
+    cells = sorted((folder / "cells").glob("*/*.json"))
     assert len(cells) == committed["cells"]["requested"] == committed["cells"]["complete"]
     out = tmp_path / "llm-gate"
-    shutil.copytree(REPORTS_GATE, out)
+    shutil.copytree(folder, out)
     monkeypatch.setattr(dask_engine, "dask_client", lambda *a, **k: pytest.fail("a Dask cluster was started"))
     monkeypatch.setattr(gate, "_train", lambda *a, **k: pytest.fail("an oracle was trained"))
     args = ["--objectives", ",".join(s["objectives"]), "--budgets", ",".join(map(str, s["budgets"])),

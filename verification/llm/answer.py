@@ -144,9 +144,10 @@ def gate_table(summary: dict[str, Any]) -> list[str]:
     return _md_table(GATE_HEADER, gate_rows(summary))
 
 
-def gate_entered(summary: dict[str, Any]) -> str:
+def gate_entered(summary: dict[str, Any], lead: str = "Objectives that entered") -> str:
     """The sentence naming the objectives that entered (the smallest budget at which each passed), those that did
-    not (every budget decided, none passed) and those not decided yet (a budget with a missing cell, none passed)."""
+    not (every budget decided, none passed) and those not decided yet (a budget with a missing cell, none passed);
+    ``lead`` opens it (a gate run as a measurement, not to admit a study, says what passed instead)."""
     passes = summary["passes_at"]
     open_ = {e["objective"] for e in summary.get("table", ()) if e.get("passed") is None}
     inn = [f"{o} (from budget {b})" for o, b in passes.items() if b is not None]
@@ -155,7 +156,7 @@ def gate_entered(summary: dict[str, Any]) -> str:
     cells = summary.get("cells") or {}
     done = f" {cells['complete']} of {cells['requested']} cells complete." if "requested" in cells else ""
     wait = f"; not decided yet (cells missing): {', '.join(pending)}" if pending else ""
-    return (f"Objectives that entered: {', '.join(inn) if inn else 'none'}; did not: {', '.join(out) if out else 'none'}"
+    return (f"{lead}: {', '.join(inn) if inn else 'none'}; did not: {', '.join(out) if out else 'none'}"
             f"{wait}." + done)
 
 
