@@ -108,7 +108,8 @@ report: $(STAMP)
 
 ## llm-study: the shots curve, the shots preset over seeds 0-9 as cells of a Dask sweep (2 workers of 1 torch
 ## thread) into runs/llm-shots, analysed by verification.llm.shots; about 12.4 hours on 2 cores, extrapolated from
-## SmolLM2-135M's measured costs (docs/llm-study.md, "The shots curve: the run"); resumable. Its oracles (16 pairs per
+## SmolLM2-135M's costs on an AVX-512 CPU, about 27 h by part of a seed measured on one without (docs/llm-study.md,
+## "The shots curve: the run"); two workers hold about 24 GB; resumable per seed. Its oracles (16 pairs per
 ## objective) pass the gate's rule for formality only (docs/llm-study.md, "The curve's oracle at its own budget").
 ## Its objectives are those that passed the positive-control gate in GATE (default: the committed gate,
 ## reports/llm-gate, in which formality, positivity and readability passed; `python -m llm_runs gate --out DIR` makes another; at least 3
