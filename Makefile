@@ -112,8 +112,8 @@ report: $(STAMP)
 ## "The shots curve: the run"); two workers hold about 24 GB; resumable per seed. Its oracles (16 pairs per
 ## objective) pass the gate's rule for formality only (docs/llm-study.md, "The curve's oracle at its own budget").
 ## Its objectives are those that passed the positive-control gate in GATE (default: the committed gate,
-## reports/llm-gate, in which formality, positivity and readability passed; `python -m llm_runs gate --out DIR` makes another; at least 3
-## must pass, else the sweep is refused before any work); GATE=none: the preset's own objectives, ungated
+## reports/llm-gate, in which formality, positivity and readability passed; `python -m llm_runs gate --out DIR`
+## makes another; at least 3 must pass, else the sweep is refused before any work); GATE=none: the preset's own objectives, ungated
 ## (params.json then records no gate, and the analysis cannot say that a gate admitted them)
 GATE ?= reports/llm-gate
 llm-study: $(STAMP)

@@ -59,7 +59,6 @@ def _ensure_malloc_env(argv: list[str], prog: str = "python -m llm_runs") -> Non
     if (all(os.environ.get(k) == v for k, v in MALLOC_ENV.items()) and not omp) or os.environ.get("PREFALIGN_NO_REEXEC"):
         return
     env = {**os.environ, **MALLOC_ENV, **omp, "PREFALIGN_NO_REEXEC": "1"}
-    cli.raise_if_interrupted()  # a Ctrl-C recorded and swallowed would be lost with this process's image
     sys.stdout.flush()
     sys.stderr.flush()
     command = ["-m", "prefalign", "llm"] if prog.startswith("prefalign") else ["-m", "llm_runs"]
@@ -892,7 +891,9 @@ def _main(argv: list[str], prog: str) -> int:
         gated = _check_gate_args(args) if args.command == "gate" else None
     except cli.UsageError as exc:
         return cli.print_usage_error(exc, prog)
-    cli.raise_if_interrupted()  # a Ctrl-C swallowed while the checks imported their modules: stop before the work
+    # a Ctrl-C swallowed while the checks imported their modules: stop before the work (and before the malloc
+    # re-exec of _ensure_malloc_env, whose new process image would lose it)
+    cli.raise_if_interrupted()
     try:
         if args.command == "run":
             _ensure_malloc_env(argv, prog)

@@ -87,6 +87,10 @@ def _record_interrupt(signum: int, frame: FrameType | None) -> None:
 class interrupts_recorded:  # noqa: N801 - used as a function: ``with interrupts_recorded():``
     """Within the block, a Ctrl-C raises ``KeyboardInterrupt`` as usual and is also recorded, so that
     :func:`raise_if_interrupted` raises one that Python swallowed (in a weak-reference callback or a ``__del__``).
+    Python reports such a swallowed ``KeyboardInterrupt`` through ``sys.unraisablehook`` ("Exception ignored in ...",
+    with its traceback); within the block that report is dropped, since the Ctrl-C is recorded and ends the command
+    with its one line (:func:`raise_if_interrupted`, :func:`exit_status`); every other report goes to the hook that
+    was in place, which is back on exit.
 
     Only where Python's own handler (or the start handler of :func:`quiet_until_handled`, which it replaces) is
     installed, in the main thread: a process that ignores SIGINT (a job started in the background) or handles it
@@ -101,11 +105,19 @@ class interrupts_recorded:  # noqa: N801 - used as a function: ``with interrupts
         if self.installed:
             _interrupt_pending = False
             signal.signal(signal.SIGINT, _record_interrupt)
+            self.hook = sys.unraisablehook
+            sys.unraisablehook = self._report
+
+    def _report(self, unraisable) -> None:
+        if unraisable.exc_type is KeyboardInterrupt and _interrupt_pending:
+            return  # a recorded Ctrl-C: it ends the command with its one line, not with a traceback
+        self.hook(unraisable)
 
     def __exit__(self, *exc: object) -> None:
         global _interrupt_pending
         if self.installed:
             signal.signal(signal.SIGINT, signal.default_int_handler)
+            sys.unraisablehook = self.hook
             _interrupt_pending = False
 
 
